@@ -1,0 +1,59 @@
+"""atomictools: write tools for atomictoolsd, and call them from any Python process.
+
+Tool authors use ``tool``, ``Context``, ``Field`` and ``ToolError``; agent processes use ``Client``
+and ``AsyncClient``. The names load lazily (PEP 562) so that a process needing one part, such as
+the stdio shim that only needs the socket path, does not pay for importing the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AtomicToolsError",
+    "Client",
+    "ConnectError",
+    "Context",
+    "Field",
+    "RPCError",
+    "ToolError",
+    "ToolResult",
+    "__version__",
+    "tool",
+]
+
+_EXPORTS = {
+    "AsyncClient": "atomictools._async_client",
+    "Client": "atomictools._client",
+    "ToolResult": "atomictools._client",
+    "Context": "atomictools._authoring",
+    "Field": "atomictools._authoring",
+    "tool": "atomictools._authoring",
+    "AtomicToolsError": "atomictools._errors",
+    "ConnectError": "atomictools._errors",
+    "RPCError": "atomictools._errors",
+    "ToolError": "atomictools._errors",
+}
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
+    from atomictools._authoring import Context, Field, tool
+    from atomictools._async_client import AsyncClient
+    from atomictools._client import Client, ToolResult
+    from atomictools._errors import AtomicToolsError, ConnectError, RPCError, ToolError
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'atomictools' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,217 @@
+"""The authoring surface: ``@tool``, ``Field`` and ``Context``.
+
+A tool is a plain function, sync or async. ``@tool`` only records options on it; the worker that
+loads the module derives the schema (see ``_schema``) and calls it. The function stays an ordinary
+function, so a tool's own tests can call it directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping, TypeVar, overload
+
+import msgspec
+
+__all__ = ["ANNOTATION_KEYS", "Context", "Field", "LogLevel", "ToolOptions", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# MCP tool annotations (hints to the client, never enforced by the server).
+ANNOTATION_KEYS = frozenset({"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"})
+
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+@dataclass(frozen=True)
+class ToolOptions:
+    """What ``@tool`` records on a function (as ``fn.__atomic_tool__``)."""
+
+    name: str | None = None
+    description: str | None = None
+    title: str | None = None
+    timeout: float | None = None
+    annotations: Mapping[str, Any] | None = None
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    title: str | None = None,
+    timeout: float | None = None,
+    annotations: Mapping[str, Any] | None = None,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    title: str | None = None,
+    timeout: float | None = None,
+    annotations: Mapping[str, Any] | None = None,
+) -> Any:
+    """Mark a function as a tool.
+
+    Use it bare (``@tool``) or with options (``@tool(name="x", timeout=5)``).
+
+    Args:
+        name: the tool's name; by default the file stem when the function is named like its file,
+            else ``<stem>_<function>``. Must match ``^[a-zA-Z0-9_-]{1,64}$``.
+        description: what the model reads; by default the function's docstring.
+        title: a human-readable title for clients that show one.
+        timeout: seconds a call may run before it is stopped (default: the daemon's, 60 s).
+        annotations: MCP tool annotations, e.g. ``{"readOnlyHint": True}``.
+
+    Returns:
+        The function itself, unchanged except for an ``__atomic_tool__`` attribute.
+    """
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"@tool timeout must be a positive number of seconds, got {timeout!r}")
+    if annotations is not None:
+        unknown = set(annotations) - ANNOTATION_KEYS
+        if unknown:
+            raise ValueError(
+                f"unknown tool annotation(s) {sorted(unknown)}; known: {sorted(ANNOTATION_KEYS)}"
+            )
+    options = ToolOptions(
+        name=name,
+        description=description,
+        title=title,
+        timeout=timeout,
+        annotations=dict(annotations) if annotations else None,
+    )
+
+    def mark(func: F) -> F:
+        if not callable(func):
+            raise TypeError(f"@tool expects a function, got {type(func).__name__}")
+        func.__atomic_tool__ = options  # type: ignore[attr-defined]
+        return func
+
+    return mark(fn) if fn is not None else mark
+
+
+def Field(  # noqa: N802 - reads like a type in annotations, as in pydantic and msgspec
+    description: str | None = None,
+    *,
+    title: str | None = None,
+    examples: list[Any] | None = None,
+    gt: int | float | None = None,
+    ge: int | float | None = None,
+    lt: int | float | None = None,
+    le: int | float | None = None,
+    multiple_of: int | float | None = None,
+    pattern: str | None = None,
+    min_length: int | None = None,
+    max_length: int | None = None,
+) -> msgspec.Meta:
+    """Describe and constrain a parameter: ``Annotated[int, Field("How many", ge=0)]``.
+
+    The constraints are enforced before the tool runs and appear in its input schema. This is
+    ``msgspec.Meta`` under a friendlier name; ``Meta`` itself works too.
+    """
+    return msgspec.Meta(
+        description=description,
+        title=title,
+        examples=examples,
+        gt=gt,
+        ge=ge,
+        lt=lt,
+        le=le,
+        multiple_of=multiple_of,
+        pattern=pattern,
+        min_length=min_length,
+        max_length=max_length,
+    )
+
+
+Emit = Callable[[str, tuple[Any, ...]], None]
+
+
+class Context:
+    """What a tool knows about the call it is serving.
+
+    Declare a parameter annotated ``Context`` (any name, ``ctx`` by convention) to receive it; it is
+    never part of the input schema.
+
+    Attributes:
+        session_id: the agent session that made the call (from ``atomic/attach``), or ``""``.
+        message_id: the agent's message id when the client sent one in ``_meta``, or ``""``.
+        agent: the agent's name (``claude``, ``opencode``, …) when known, or ``""``.
+        directory: the directory the session works in.
+        worktree: the project root of that directory (its git worktree root, when it has one).
+        tool_use_id: the agent's id for this tool use when the client sent one, or ``""``.
+        cancel_event: a ``threading.Event`` set when the caller cancels the call or it times out.
+    """
+
+    __slots__ = (
+        "_emit",
+        "_last_progress",
+        "agent",
+        "cancel_event",
+        "directory",
+        "message_id",
+        "session_id",
+        "tool_use_id",
+        "worktree",
+    )
+
+    def __init__(
+        self,
+        *,
+        session_id: str = "",
+        message_id: str = "",
+        agent: str = "",
+        directory: str = "",
+        worktree: str = "",
+        tool_use_id: str = "",
+        emit: Emit | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.message_id = message_id
+        self.agent = agent
+        self.directory = directory
+        self.worktree = worktree
+        self.tool_use_id = tool_use_id
+        self.cancel_event = threading.Event()
+        self._emit = emit
+        self._last_progress: float | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the caller cancelled the call or it timed out: stop work and return soon."""
+        return self.cancel_event.is_set()
+
+    def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress; it reaches the caller as ``notifications/progress``.
+
+        Only reaches the caller when its request asked for progress (``_meta.progressToken``). Values
+        must increase: a value not above the previous one is dropped, as MCP requires.
+        """
+        if self._last_progress is not None and progress <= self._last_progress:
+            return
+        self._last_progress = progress
+        if self._emit is not None:
+            self._emit("progress", (progress, total, message))
+
+    def log(self, level: LogLevel, data: Any) -> None:
+        """Send a log message to the caller as ``notifications/message`` (filtered by its log level)."""
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}; got {level!r}")
+        if self._emit is not None:
+            self._emit("log", (level, data))
+
+    def __repr__(self) -> str:
+        return (
+            f"Context(session_id={self.session_id!r}, agent={self.agent!r}, "
+            f"directory={self.directory!r}, cancelled={self.cancelled})"
+        )

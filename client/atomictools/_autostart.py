@@ -1,0 +1,100 @@
+"""Start the daemon in the background and wait until it serves.
+
+Used by ``atomictoolsd start``, by ``Client`` when no daemon answers, and by the stdio shim. Standard
+library only (the shim imports this).
+
+The daemon is started in a new session (``setsid``): MCP clients kill their server's whole process
+group on shutdown, and that must not take a shared daemon down with one agent. It then forks once
+more so it is nobody's child, and reports on a pipe when its socket is listening; that readiness pipe
+replaces polling, and an EOF without a report means it failed to start (its stderr says why).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+
+from atomictools._errors import ConnectError
+from atomictools._paths import runtime_dir
+
+__all__ = ["STDERR_NAME", "start_daemon"]
+
+STDERR_NAME = "atomictoolsd.stderr"
+
+
+def _private_dir(path: str) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+
+
+def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tuple[str, int]:
+    """Start a detached daemon and wait for it to listen.
+
+    Returns:
+        ``("started", pid)`` when this call started it, ``("running", pid)`` when another daemon
+        already held the instance lock.
+
+    Raises:
+        ConnectError: the daemon exited or did not report within ``timeout``; the message carries
+            the end of its stderr.
+    """
+    rundir = runtime_dir()
+    _private_dir(rundir)
+    stderr_path = os.path.join(rundir, STDERR_NAME)
+    read_fd, write_fd = os.pipe()
+    try:
+        with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "atomictoolsd", "serve", "--detach", "--ready-fd", str(write_fd), *extra_args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+                close_fds=True,
+            )
+        os.close(write_fd)
+        write_fd = -1
+        line = _read_line(read_fd, timeout)
+        proc.wait(timeout=5)  # the first process exits at once after forking the daemon
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+    words = line.split()
+    if len(words) == 2 and words[0] in ("started", "running") and words[1].isdigit():
+        return words[0], int(words[1])
+    raise ConnectError(
+        f"the daemon did not start ({'no report' if not line else line!r}); "
+        f"its stderr ({stderr_path}) ends with:\n{_tail(stderr_path)}"
+    )
+
+
+def _read_line(fd: int, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    data = b""
+    while b"\n" not in data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            break
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "(no stderr captured)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty)"

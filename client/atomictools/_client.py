@@ -1,0 +1,320 @@
+"""The tiny client: fetch the current toolset and call tools from any Python process.
+
+``Client`` is synchronous (a blocking Unix socket); ``AsyncClient`` (in ``_async_client``) is its
+asyncio twin with the same methods and arguments. Both speak the daemon's NDJSON JSON-RPC, attach to a project directory,
+and start the daemon when none answers (unless ``autostart=False``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Literal
+
+import msgspec
+
+from atomictools._errors import ConnectError, RPCError
+from atomictools._paths import socket_path as default_socket_path
+from atomictools._protocol import LATEST_PROTOCOL_VERSION
+
+__all__ = ["Client", "ToolFormat", "ToolResult", "convert_tools"]
+
+ToolFormat = Literal["mcp", "openai", "anthropic"]
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+_LINE_LIMIT = 64 * 1024 * 1024  # a response larger than this is a bug, not a result
+_CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
+
+
+@dataclass
+class ToolResult:
+    """The result of a tool call.
+
+    Attributes:
+        content: the MCP content blocks (``[{"type": "text", "text": …}, …]``).
+        structured: the ``structuredContent`` when the tool declares an output schema, else None.
+        is_error: True when the tool failed (bad arguments, an exception, a timeout, a crash).
+        meta: the result's ``_meta`` (e.g. ``atomic/fullOutput`` when the output was truncated).
+    """
+
+    content: list[dict[str, Any]]
+    structured: Any = None
+    is_error: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The text blocks joined with newlines."""
+        return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
+    @classmethod
+    def from_mcp(cls, result: dict[str, Any]) -> ToolResult:
+        return cls(
+            content=result.get("content", []),
+            structured=result.get("structuredContent"),
+            is_error=bool(result.get("isError", False)),
+            meta=result.get("_meta", {}),
+        )
+
+
+def convert_tools(tools: list[dict[str, Any]], format: ToolFormat) -> list[dict[str, Any]]:
+    """Express MCP tool definitions in the shape an LLM API expects.
+
+    ``mcp`` returns them as they are; ``openai`` as Chat Completions function tools; ``anthropic`` as
+    Messages API tools.
+    """
+    if format == "mcp":
+        return tools
+    if format == "openai":
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description", ""),
+                    "parameters": t["inputSchema"],
+                },
+            }
+            for t in tools
+        ]
+    if format == "anthropic":
+        return [
+            {"name": t["name"], "description": t.get("description", ""), "input_schema": t["inputSchema"]}
+            for t in tools
+        ]
+    raise ValueError(f"format must be 'mcp', 'openai' or 'anthropic', not {format!r}")
+
+
+def _attach_params(directory: str | None, agent: str, session_id: str) -> dict[str, Any]:
+    return {
+        "directory": os.path.abspath(directory or os.getcwd()),
+        "agent": agent,
+        "sessionId": session_id,
+    }
+
+
+def _result_or_raise(message: dict[str, Any]) -> Any:
+    error = message.get("error")
+    if error is not None:
+        raise RPCError(error.get("code", 0), error.get("message", ""), error.get("data"))
+    return message.get("result")
+
+
+def _start_daemon() -> None:
+    from atomictools._autostart import start_daemon  # imports subprocess; only needed here
+
+    start_daemon()
+
+
+class Client:
+    """A synchronous connection to the daemon.
+
+    Args:
+        socket_path: the daemon's socket; by default ``ATOMICTOOLS_SOCKET`` or the runtime dir's.
+        directory: the project directory whose tools to see (default: the current directory).
+        autostart: start the daemon when none answers.
+        timeout: seconds to wait for any one answer (None waits as long as the call runs).
+        agent: the name this client reports to the daemon (shown in status and in ``ctx.agent``).
+
+    Example:
+        >>> with Client() as c:                                   # doctest: +SKIP
+        ...     print(c.call("lint", path="a.py").text)
+    """
+
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        directory: str | None = None,
+        autostart: bool = True,
+        timeout: float | None = None,
+        agent: str = "python",
+    ) -> None:
+        self.socket_path = socket_path or default_socket_path()
+        self.directory = os.path.abspath(directory or os.getcwd())
+        self.autostart = autostart
+        self.timeout = timeout
+        self.agent = agent
+        self.session_id = uuid.uuid4().hex
+        self._ids = itertools.count(1)
+        self._sock: socket.socket | None = None
+        self._file: Any = None
+        self._notifications: deque[dict[str, Any]] = deque()
+
+    # -- connection ------------------------------------------------------------------------------
+
+    def connect(self) -> Client:
+        """Connect (starting the daemon if allowed and needed) and attach to ``directory``."""
+        if self._sock is not None:
+            return self
+        sock = self._open()
+        sock.settimeout(self.timeout)
+        self._sock = sock
+        self._file = sock.makefile("rb")
+        self.request("atomic/attach", _attach_params(self.directory, self.agent, self.session_id))
+        return self
+
+    def _open(self) -> socket.socket:
+        delay = 0.005
+        started = False
+        deadline = time.monotonic() + 20
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.socket_path)
+                return sock
+            except _CONNECT_ERRORS as exc:
+                sock.close()
+                if not self.autostart:
+                    raise ConnectError(
+                        f"no daemon is listening on {self.socket_path}; start one with `atomictoolsd start`"
+                    ) from exc
+                if not started:
+                    _start_daemon()
+                    started = True
+                elif time.monotonic() > deadline:
+                    raise ConnectError(f"the daemon started but {self.socket_path} does not accept") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+            except OSError as exc:
+                sock.close()
+                raise ConnectError(f"cannot connect to {self.socket_path}: {exc}") from exc
+
+    def close(self) -> None:
+        """Close the connection. Calls still running in the daemon are cancelled."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- protocol --------------------------------------------------------------------------------
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None
+        self._sock.sendall(_encode(message) + b"\n")
+
+    def _read(self) -> dict[str, Any]:
+        line = self._file.readline(_LINE_LIMIT)
+        if not line:
+            self.close()
+            raise ConnectError("the daemon closed the connection")
+        return _decode(line)
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Send one JSON-RPC request and return its result; raises ``RPCError`` for an error answer."""
+        if self._sock is None:
+            self.connect()
+        request_id = next(self._ids)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self._send(message)
+        while True:
+            reply = self._read()
+            if reply.get("id") == request_id and "method" not in reply:
+                return _result_or_raise(reply)
+            if "method" in reply:
+                self._notifications.append(reply)
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Send a JSON-RPC notification (no answer)."""
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._send(message)
+
+    # -- the API ---------------------------------------------------------------------------------
+
+    def initialize(self, protocol_version: str = LATEST_PROTOCOL_VERSION) -> dict[str, Any]:
+        """Run MCP's initialize handshake (optional here: the daemon serves tools without it)."""
+        result = self.request(
+            "initialize",
+            {
+                "protocolVersion": protocol_version,
+                "capabilities": {},
+                "clientInfo": {"name": f"atomictools-{self.agent}", "version": "0"},
+            },
+        )
+        self.notify("notifications/initialized")
+        return result
+
+    def attach(self, directory: str) -> dict[str, Any]:
+        """Move this session to another project directory."""
+        self.directory = os.path.abspath(directory)
+        return self.request("atomic/attach", _attach_params(self.directory, self.agent, self.session_id))
+
+    def list_tools(self, directory: str | None = None, format: ToolFormat = "mcp") -> list[dict[str, Any]]:
+        """The tools visible from ``directory`` (default: the attached one), in ``format``."""
+        if directory is not None and os.path.abspath(directory) != self.directory:
+            self.attach(directory)
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            result = self.request("tools/list", {"cursor": cursor} if cursor else {})
+            tools.extend(result["tools"])
+            cursor = result.get("nextCursor")
+            if not cursor:
+                return convert_tools(tools, format)
+
+    def call(self, name: str, /, **arguments: Any) -> ToolResult:
+        """Call a tool with keyword arguments; see ``call_tool`` for a dict of arguments."""
+        return self.call_tool(name, arguments)
+
+    def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> ToolResult:
+        """Call a tool. A failure inside the tool is a result with ``is_error``; an unknown tool raises.
+
+        Args:
+            timeout: seconds the daemon lets this call run (capped by its configured maximum).
+        """
+        params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
+        if timeout is not None:
+            params["_meta"] = {"atomic/timeout": timeout}
+        return ToolResult.from_mcp(self.request("tools/call", params))
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's status: pid, version, projects, modules, workers, errors."""
+        return self.request("atomic/status")
+
+    def reload(self) -> dict[str, Any]:
+        """Rescan the tools of the attached project: ``{success, toolCount, errors}``."""
+        return self.request("atomic/reload")
+
+    def watch(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """Yield the daemon's notifications (``notifications/tools/list_changed``, logs) as they come.
+
+        Args:
+            timeout: stop after this many seconds without a notification (None: wait forever).
+        """
+        self.request("atomic/subscribe", {"events": ["tools", "logs"]})
+        assert self._sock is not None
+        while True:
+            while self._notifications:
+                yield self._notifications.popleft()
+            self._sock.settimeout(timeout)
+            try:
+                message = self._read()
+            except (TimeoutError, socket.timeout):
+                return
+            finally:
+                if self._sock is not None:
+                    self._sock.settimeout(self.timeout)
+            if "method" in message:
+                yield message

@@ -1,0 +1,45 @@
+"""Protocol constants shared by the daemon, its workers and the client.
+
+Standard library only: the stdio shim and the worker runtime import this module too.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "LATEST_PROTOCOL_VERSION",
+    "METHOD_NOT_FOUND",
+    "NAME_PATTERN",
+    "PARSE_ERROR",
+    "SUPPORTED_PROTOCOL_VERSIONS",
+    "check_tool_name",
+]
+
+# JSON-RPC 2.0 error codes (MCP uses the same).
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+# MCP revisions served with the initialize handshake, oldest first.
+SUPPORTED_PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-06-18", "2025-11-25")
+LATEST_PROTOCOL_VERSION = SUPPORTED_PROTOCOL_VERSIONS[-1]
+
+# Stricter than MCP allows: Claude, Copilot and Codex reject dots and names over 64 characters.
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def check_tool_name(name: str) -> str | None:
+    """Return why ``name`` is not a valid tool name, or None when it is."""
+    if NAME_PATTERN.match(name):
+        return None
+    if not name:
+        return "tool name is empty"
+    if len(name) > 64:
+        return f"tool name {name!r} is {len(name)} characters long; the limit is 64"
+    return f"tool name {name!r} may contain only letters, digits, '_' and '-'"

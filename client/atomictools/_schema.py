@@ -1,0 +1,311 @@
+"""Derive a tool's schemas and argument validator from its Python signature.
+
+Runs inside a tool worker when a tool module loads. The input schema is JSON Schema with
+``type: object``, every ``$ref`` inlined (several agents reject refs) and
+``additionalProperties: false``; arguments are decoded and validated in one pass by msgspec against
+a struct built from the same signature, so the schema and the validation cannot disagree.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+import re
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable
+
+import msgspec
+
+from atomictools._authoring import Context, ToolOptions
+from atomictools._protocol import check_tool_name
+
+__all__ = ["SchemaError", "ToolSpec", "build_tool", "collect_tools", "inline_refs", "tool_name"]
+
+
+class SchemaError(Exception):
+    """A tool cannot be served as written; the message says what to change."""
+
+
+_NO_OUTPUT = (str, type(None), Any, inspect.Signature.empty)
+
+
+def _schema_hook(tp: Any) -> dict[str, Any]:
+    if isinstance(tp, type) and issubclass(tp, pathlib.PurePath):
+        return {"type": "string"}
+    raise NotImplementedError
+
+
+def _dec_hook(tp: Any, obj: Any) -> Any:
+    if isinstance(tp, type) and issubclass(tp, pathlib.PurePath) and isinstance(obj, str):
+        return tp(obj)
+    raise NotImplementedError
+
+
+def enc_hook(obj: Any) -> Any:
+    """Encode values msgspec does not know natively (paths, sets, arbitrary objects) for results."""
+    if isinstance(obj, pathlib.PurePath):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    return repr(obj)
+
+
+@dataclass
+class ToolSpec:
+    """One tool as a worker serves it: the function, how to call it, and its MCP definition."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    param_names: tuple[str, ...]
+    context_param: str | None
+    decoder: msgspec.json.Decoder
+    input_schema: dict[str, Any]
+    description: str
+    output_schema: dict[str, Any] | None = None
+    output_type: Any = None
+    wrap_output: bool = False
+    title: str | None = None
+    timeout: float | None = None
+    annotations: dict[str, Any] | None = None
+
+    def definition(self) -> dict[str, Any]:
+        """The MCP tool object, plus the ``timeout`` the daemon enforces (not sent to clients)."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.title:
+            out["title"] = self.title
+        out["description"] = self.description
+        out["inputSchema"] = self.input_schema
+        if self.output_schema is not None:
+            out["outputSchema"] = self.output_schema
+        if self.annotations:
+            out["annotations"] = self.annotations
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        return out
+
+    def parse_arguments(self, raw: bytes) -> dict[str, Any]:
+        """Validate JSON arguments and return keyword arguments; raises ``msgspec.ValidationError``."""
+        args = self.decoder.decode(raw)
+        return {name: getattr(args, name) for name in self.param_names}
+
+
+def tool_name(stem: str, function_name: str, override: str | None = None) -> str:
+    """The public name: the override, else the stem for the stem-named function, else stem_func."""
+    if override:
+        return override
+    return stem if function_name == stem else f"{stem}_{function_name}"
+
+
+def collect_tools(namespace: dict[str, Any], module_name: str, stem: str) -> list[ToolSpec]:
+    """Find and build every tool a loaded module defines.
+
+    Tools are the functions marked with ``@tool`` that the module itself defines (not ones it
+    imported). A module with no marked function may instead define a plain function named like its
+    file, which is then its single tool.
+
+    Raises:
+        SchemaError: a tool cannot be built, two tools share a name, or the module defines none.
+    """
+    marked = [
+        obj
+        for obj in namespace.values()
+        if callable(obj)
+        and isinstance(getattr(obj, "__atomic_tool__", None), ToolOptions)
+        and getattr(obj, "__module__", None) == module_name
+    ]
+    if not marked:
+        plain = namespace.get(stem)
+        if inspect.isfunction(plain) and plain.__module__ == module_name:
+            marked = [plain]
+    if not marked:
+        raise SchemaError(
+            f"no tools found: mark functions with @tool (from atomictools import tool), "
+            f"or define a function named {stem!r}"
+        )
+    specs: list[ToolSpec] = []
+    seen: dict[str, str] = {}
+    for fn in marked:
+        options = getattr(fn, "__atomic_tool__", None) or ToolOptions()
+        name = tool_name(stem, fn.__name__, options.name)
+        problem = check_tool_name(name)
+        if problem:
+            raise SchemaError(f"{problem} (function {fn.__name__!r})")
+        if name in seen:
+            raise SchemaError(
+                f"two tools are named {name!r}: functions {seen[name]!r} and {fn.__name__!r}"
+            )
+        seen[name] = fn.__name__
+        specs.append(build_tool(fn, name, options))
+    return specs
+
+
+def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = None) -> ToolSpec:
+    """Build the schemas and the argument decoder of one tool function.
+
+    Raises:
+        SchemaError: the signature cannot be turned into a schema; the message names the parameter.
+    """
+    options = options or ToolOptions()
+    target = inspect.unwrap(fn)
+    try:
+        signature = inspect.signature(target)
+        hints = typing.get_type_hints(target, include_extras=True)
+    except (NameError, TypeError, ValueError) as exc:
+        raise SchemaError(f"cannot read the signature of {fn.__name__!r}: {exc}") from exc
+
+    doc = inspect.getdoc(target) or ""
+    param_docs = _docstring_params(doc)
+    fields: list[tuple[Any, ...]] = []
+    names: list[str] = []
+    context_param: str | None = None
+    for param in signature.parameters.values():
+        annotation = hints.get(param.name, Any)
+        if annotation is Context:
+            context_param = param.name
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise SchemaError(f"{fn.__name__}: *args and **kwargs cannot be described as tool inputs")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise SchemaError(f"{fn.__name__}: positional-only parameter {param.name!r} is not supported")
+        if param.name in param_docs and not _has_description(annotation):
+            annotation = Annotated[annotation, msgspec.Meta(description=param_docs[param.name])]
+        if param.default is param.empty:
+            fields.append((param.name, annotation))
+        else:
+            fields.append((param.name, annotation, _default(param.default)))
+        names.append(param.name)
+
+    try:
+        args_type = msgspec.defstruct(
+            f"{name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
+        )
+        input_schema = _object_root(_json_schema(args_type))
+        decoder = msgspec.json.Decoder(args_type, dec_hook=_dec_hook)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"{fn.__name__}: a parameter type cannot be used as a tool input: {exc}") from exc
+
+    output_type = hints.get("return", inspect.Signature.empty)
+    output_schema, wrap = _output_schema(output_type)
+    return ToolSpec(
+        name=name,
+        fn=fn,
+        is_async=inspect.iscoroutinefunction(target),
+        param_names=tuple(names),
+        context_param=context_param,
+        decoder=decoder,
+        input_schema=input_schema,
+        description=options.description or doc or name,
+        output_schema=output_schema,
+        output_type=output_type if output_schema is not None else None,
+        wrap_output=wrap,
+        title=options.title,
+        timeout=options.timeout,
+        annotations=dict(options.annotations) if options.annotations else None,
+    )
+
+
+def _default(value: Any) -> Any:
+    # msgspec accepts only empty mutable defaults; copy others per call, as a dataclass factory would.
+    if isinstance(value, (list, dict, set)) and value:
+        return msgspec.field(default_factory=lambda v=value: type(v)(v))
+    return value
+
+
+def _has_description(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is not Annotated:
+        return False
+    return any(isinstance(m, msgspec.Meta) and m.description for m in annotation.__metadata__)
+
+
+def _json_schema(tp: Any) -> dict[str, Any]:
+    return inline_refs(msgspec.json.schema(tp, schema_hook=_schema_hook))
+
+
+def _object_root(schema: dict[str, Any]) -> dict[str, Any]:
+    schema.pop("title", None)
+    schema.setdefault("properties", {})
+    if not schema.get("required"):
+        schema.pop("required", None)
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _output_schema(tp: Any) -> tuple[dict[str, Any] | None, bool]:
+    """The output schema of a return annotation, and whether results are wrapped in ``result``.
+
+    MCP wants an object at the root, so other structured types are wrapped as
+    ``{"result": value}``. Text-like and unannotated returns have no output schema.
+    """
+    if tp in _NO_OUTPUT or tp is None:
+        return None, False
+    try:
+        schema = _json_schema(tp)
+    except (TypeError, ValueError):
+        return None, False  # a type msgspec cannot describe: send the value as text only
+    if schema.get("type") == "object" and "anyOf" not in schema:
+        schema.pop("title", None)
+        return schema, False
+    return {"type": "object", "properties": {"result": schema}, "required": ["result"]}, True
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """Replace every ``$ref`` into ``$defs`` with the definition itself.
+
+    A recursive type cannot be inlined; the recursion point becomes ``{"type": "object"}`` (msgspec
+    still validates the full structure).
+    """
+    defs: dict[str, Any] = schema.pop("$defs", {})
+
+    def resolve(node: Any, stack: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                key = ref[len("#/$defs/"):]
+                if key in stack:
+                    return {"type": "object"}
+                target = dict(defs[key])
+                merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+                return resolve(merged, (*stack, key))
+            return {k: resolve(v, stack) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v, stack) for v in node]
+        return node
+
+    return resolve(schema, ())
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
+_OTHER_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
+_PARAM_LINE = re.compile(r"^(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _docstring_params(doc: str) -> dict[str, str]:
+    """Per-parameter descriptions from a Google-style ``Args:`` section."""
+    out: dict[str, str] = {}
+    lines = doc.splitlines()
+    in_args = False
+    current: str | None = None
+    indent: int | None = None
+    for line in lines:
+        if _SECTION.match(line.strip()) and not line.startswith((" ", "\t")):
+            in_args, current, indent = True, None, None
+            continue
+        if not in_args:
+            continue
+        if not line.strip():
+            current = None
+            continue
+        if not line.startswith((" ", "\t")) and _OTHER_SECTION.match(line.strip()):
+            break
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        match = _PARAM_LINE.match(line.strip())
+        if depth == indent and match:
+            current = match.group(1)
+            out[current] = match.group(2).strip()
+        elif current and depth > indent:
+            out[current] = f"{out[current]} {line.strip()}".strip()
+    return out

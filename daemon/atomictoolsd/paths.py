@@ -1,0 +1,107 @@
+"""Every file and directory the daemon uses, from platformdirs, each overridable by environment.
+
+Setting ``HOME`` and the ``XDG_*`` variables (or the ``ATOMICTOOLS_*_DIR`` ones) isolates a daemon
+completely, which is how the tests run theirs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from atomictools._paths import APP_NAME, runtime_dir, socket_path
+
+__all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path"]
+
+# sun_path is 108 bytes on Linux and 104 on macOS, including the terminating NUL.
+_SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
+
+
+class PathError(Exception):
+    """A path the daemon needs is unusable; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+    runtime_dir: Path
+    socket: Path
+    lock: Path
+    state_dir: Path
+    log_dir: Path
+    config_dir: Path
+    cache_dir: Path
+
+    @property
+    def spill_dir(self) -> Path:
+        """Full outputs of truncated tool results."""
+        return self.state_dir / "spill"
+
+    @property
+    def bridges_dir(self) -> Path:
+        """Generated bridge scripts."""
+        return self.runtime_dir / "bridges"
+
+    @property
+    def config_file(self) -> Path:
+        return self.config_dir / "config.toml"
+
+    @classmethod
+    def from_env(cls) -> Paths:
+        env = os.environ
+        home = Path(env.get("HOME") or Path.home())
+        rundir = Path(runtime_dir())
+        return cls(
+            home=home,
+            runtime_dir=rundir,
+            socket=Path(socket_path()),
+            lock=rundir / "atomictoolsd.lock",
+            state_dir=Path(env.get("ATOMICTOOLS_STATE_DIR") or platformdirs.user_state_dir(APP_NAME)),
+            log_dir=Path(env.get("ATOMICTOOLS_LOG_DIR") or platformdirs.user_log_dir(APP_NAME)),
+            config_dir=Path(env.get("ATOMICTOOLS_CONFIG_DIR") or platformdirs.user_config_dir(APP_NAME)),
+            cache_dir=Path(env.get("ATOMICTOOLS_CACHE_DIR") or platformdirs.user_cache_dir(APP_NAME)),
+        )
+
+
+def check_private_dir(path: Path, create: bool = True) -> None:
+    """Make sure ``path`` is a directory owned by this user that no one else can enter.
+
+    Permissions on the directory, not on the socket, are what every OS honours, so this is the
+    check that keeps other users out.
+
+    Raises:
+        PathError: it is a symlink, not a directory, owned by someone else, or open to others.
+    """
+    if create:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise PathError(f"{path} does not exist") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise PathError(f"{path} is a symlink; remove it so the daemon can create a private directory there")
+    if not stat.S_ISDIR(info.st_mode):
+        raise PathError(f"{path} is not a directory; remove it or set ATOMICTOOLS_RUNTIME_DIR elsewhere")
+    if info.st_uid != os.geteuid():
+        raise PathError(
+            f"{path} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()}); "
+            f"remove it or set ATOMICTOOLS_RUNTIME_DIR to a directory of your own"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise PathError(f"{path} has mode {mode:04o}, open to other users; run: chmod 700 {path}")
+
+
+def check_socket_path(path: Path) -> None:
+    """Raise ``PathError`` when ``path`` is too long for a Unix socket address."""
+    size = len(os.fsencode(path))
+    if size >= _SUN_PATH_MAX:
+        raise PathError(
+            f"socket path {path} is {size} bytes; Unix sockets allow {_SUN_PATH_MAX - 1} here. "
+            f"Set ATOMICTOOLS_SOCKET (or XDG_RUNTIME_DIR) to a shorter path"
+        )

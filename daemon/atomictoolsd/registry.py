@@ -1,0 +1,394 @@
+"""Which tools exist for whom: tools directories, their modules, projects and their merged views.
+
+A ``ToolsDir`` holds the modules of one directory (a project's ``.atomic/tools``, the global
+``~/.atomic/tools``, or the built-ins). A ``Project`` sees several dirs in precedence order —
+project-local, then global, then built-in — and its ``View`` is the merge, with every shadowed tool
+and every load error kept for listing. A scan loads changed modules in parallel, then commits them
+in one synchronous step (tools swapped and new worker generations installed together), so a call
+never sees a half-updated directory.
+
+The registry knows nothing of sockets or sessions: it tells its listeners which dirs changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import msgspec
+
+from atomictools._protocol import check_tool_name
+from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
+from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, WorkerPool
+from atomictoolsd.workers.worker import Worker
+
+__all__ = ["Change", "Module", "Project", "Registry", "ToolDef", "ToolsDir", "View"]
+
+log = logging.getLogger("atomictoolsd.registry")
+_json = msgspec.json.encode
+
+Scope = str  # "local" | "global" | "builtin"
+SCOPE_ORDER = ("local", "global", "builtin")
+
+
+class ToolDef:
+    """One tool as the daemon serves it: its MCP definition (pre-encoded) and the module behind it."""
+
+    __slots__ = ("definition", "encoded", "module", "name", "timeout")
+
+    def __init__(self, module: Module, definition: dict[str, Any]) -> None:
+        definition = dict(definition)
+        timeout = definition.pop("timeout", None)
+        self.name: str = definition["name"]
+        self.module = module
+        self.definition = definition
+        self.timeout: float | None = timeout
+        self.encoded = _json(definition)
+
+    def listing(self) -> dict[str, Any]:
+        """The definition plus where it comes from, for ``atomictoolsd list --json``."""
+        return {**self.definition, "source": self.module.scope, "path": self.module.path}
+
+
+class Module:
+    """One tool module file and its current state: ``pending``, ``ready`` or ``failed``."""
+
+    def __init__(self, tools_dir: ToolsDir, file: ModuleFile, runner: ModuleRunner) -> None:
+        self.tools_dir = tools_dir
+        self.path = file.path
+        self.kind = file.kind
+        self.file = file
+        self.runner = runner
+        self.state = "pending"
+        self.tools: dict[str, ToolDef] = {}
+        self.error: dict[str, Any] | None = None
+        self.load_ms: float | None = None
+        self.loaded_at: float | None = None
+
+    @property
+    def scope(self) -> Scope:
+        return self.tools_dir.scope
+
+    def error_entry(self) -> dict[str, Any]:
+        assert self.error is not None
+        return {
+            "file": self.path,
+            "line": self.error.get("line"),
+            "message": self.error.get("message", ""),
+            "scope": self.scope,
+        }
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "scope": self.scope,
+            "state": self.state,
+            "tools": sorted(self.tools),
+            "load_ms": round(self.load_ms, 2) if self.load_ms is not None else None,
+            "error": self.error_entry() if self.error else None,
+            **self.runner.info(),
+        }
+
+
+class ToolsDir:
+    """The modules of one tools directory.
+
+    Args:
+        path: the directory (it may not exist yet).
+        scope: ``local``, ``global`` or ``builtin``.
+        cwd: the working directory of this dir's workers (the project root, or the home directory).
+    """
+
+    def __init__(self, path: Path, scope: Scope, cwd: Path) -> None:
+        self.path = path
+        self.scope = scope
+        self.cwd = cwd
+        self.modules: dict[str, Module] = {}
+        self.version = 0
+        self.scanned: asyncio.Future[None] | None = None
+        self.lock = asyncio.Lock()
+        self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]]] | None = None
+
+    def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]]]:
+        """This dir's tools by name, and its errors (load errors and name clashes between modules).
+
+        Two modules of one dir that define the same name: the file that sorts first keeps it.
+        """
+        if self._catalog is not None and self._catalog[0] == self.version:
+            return self._catalog[1], self._catalog[2]
+        tools: dict[str, ToolDef] = {}
+        errors: list[dict[str, Any]] = []
+        for path in sorted(self.modules):
+            module = self.modules[path]
+            if module.error is not None:
+                errors.append(module.error_entry())
+            for name, tool in module.tools.items():
+                holder = tools.get(name)
+                if holder is not None:
+                    errors.append(
+                        {"file": path, "line": None, "scope": self.scope,
+                         "message": f"tool {name!r} is already defined by {holder.module.path}; this one is ignored"}
+                    )
+                    continue
+                tools[name] = tool
+        self._catalog = (self.version, tools, errors)
+        return tools, errors
+
+    def info(self) -> dict[str, Any]:
+        return {"path": str(self.path), "scope": self.scope, "modules": len(self.modules)}
+
+
+class View:
+    """What a project sees: visible tools by name (sorted), shadowed ones, and errors."""
+
+    __slots__ = ("errors", "key", "shadowed", "tools")
+
+    def __init__(
+        self,
+        key: tuple[int, ...],
+        tools: dict[str, ToolDef],
+        shadowed: list[tuple[ToolDef, ToolDef]],
+        errors: list[dict[str, Any]],
+    ) -> None:
+        self.key = key
+        self.tools = tools
+        self.shadowed = shadowed
+        self.errors = errors
+
+
+class Project:
+    """A project root and the tools dirs it sees, highest precedence first."""
+
+    def __init__(self, root: Path | None, dirs: list[ToolsDir]) -> None:
+        self.root = root
+        self.dirs = dirs
+        self._view: View | None = None
+
+    def view(self) -> View:
+        key = tuple(d.version for d in self.dirs)
+        if self._view is not None and self._view.key == key:
+            return self._view
+        tools: dict[str, ToolDef] = {}
+        shadowed: list[tuple[ToolDef, ToolDef]] = []
+        errors: list[dict[str, Any]] = []
+        for tools_dir in self.dirs:
+            dir_tools, dir_errors = tools_dir.catalog()
+            errors.extend(dir_errors)
+            for name, tool in dir_tools.items():
+                winner = tools.get(name)
+                if winner is None:
+                    tools[name] = tool
+                else:
+                    shadowed.append((tool, winner))
+        self._view = View(key, dict(sorted(tools.items())), shadowed, errors)
+        return self._view
+
+    async def ready(self) -> None:
+        """Wait until every dir of this project has been scanned once."""
+        for tools_dir in self.dirs:
+            if tools_dir.scanned is not None:
+                await asyncio.shield(tools_dir.scanned)
+
+    def sees(self, tools_dir: ToolsDir) -> bool:
+        return any(d is tools_dir for d in self.dirs)
+
+
+class Change:
+    """What a commit changed: the dirs, and the modules that failed to load in it."""
+
+    __slots__ = ("dirs", "failures")
+
+    def __init__(self, dirs: set[ToolsDir], failures: list[Module]) -> None:
+        self.dirs = dirs
+        self.failures = failures
+
+
+Listener = Callable[[Change], None]
+
+
+class Registry:
+    """All projects in use, the global dir and the built-ins, kept in step with the files."""
+
+    def __init__(self, pool: WorkerPool, home: Path, builtin_dirs: Iterable[ToolsDir] = ()) -> None:
+        self.pool = pool
+        self.home = home
+        self.global_dir = ToolsDir(global_tools_dir(home), "global", home)
+        self.builtin_dirs = list(builtin_dirs)
+        self.dirs: dict[Path, ToolsDir] = {self.global_dir.path: self.global_dir}
+        for tools_dir in self.builtin_dirs:
+            self.dirs[tools_dir.path] = tools_dir
+        self.projects: dict[Path, Project] = {}
+        self.base = Project(None, [self.global_dir, *self.builtin_dirs])
+        self._listeners: list[Listener] = []
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    # -- listeners ------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    def _notify(self, change: Change) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:  # a listener's bug must not stop a reload
+                log.exception("registry listener failed")
+
+    # -- projects -------------------------------------------------------------------------------
+
+    def project(self, directory: Path) -> Project:
+        """The project of ``directory``, created (and its first scan started) on first use."""
+        root = project_root(directory, self.home)
+        project = self.projects.get(root)
+        if project is None:
+            local_path = local_tools_dir(root)
+            dirs = [self.global_dir, *self.builtin_dirs]
+            if local_path != self.global_dir.path:
+                local = self.dirs.get(local_path)
+                if local is None:
+                    local = self.dirs[local_path] = ToolsDir(local_path, "local", root)
+                dirs.insert(0, local)
+            project = self.projects[root] = Project(root, dirs)
+        for tools_dir in project.dirs:
+            self.ensure_scanned(tools_dir)
+        return project
+
+    def ensure_scanned(self, tools_dir: ToolsDir) -> None:
+        """Start the first scan of ``tools_dir`` unless one has started; ``tools_dir.scanned`` tells
+        when it is done."""
+        if tools_dir.scanned is not None:
+            return
+        scanned = tools_dir.scanned = asyncio.get_running_loop().create_future()
+
+        async def first_scan() -> None:
+            try:
+                await self.scan(tools_dir)
+            except Exception as exc:
+                log.exception("scanning %s failed", tools_dir.path)
+                if not scanned.done():
+                    scanned.set_exception(exc)
+
+        scanned.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "never retrieved"
+        task = asyncio.ensure_future(first_scan())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- scanning and loading ---------------------------------------------------------------------
+
+    async def scan(self, tools_dir: ToolsDir, only: set[str] | None = None) -> Change:
+        """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
+
+        Args:
+            only: restrict the scan to these paths (what a file watcher reports); None scans all.
+        """
+        async with tools_dir.lock:
+            on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
+            removed = [p for p in tools_dir.modules if p not in on_disk and (only is None or p in only)]
+            changed = [
+                f for p, f in on_disk.items()
+                if (only is None or p in only)
+                and (p not in tools_dir.modules or tools_dir.modules[p].file.key != f.key)
+            ]
+            results = await asyncio.gather(*(self._load(tools_dir, f) for f in changed))
+            return self._commit(tools_dir, results, removed)
+
+    async def _load(self, tools_dir: ToolsDir, file: ModuleFile) -> tuple[ModuleFile, Any]:
+        runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
+        try:
+            return file, await runner.load()
+        except LoadFailed as failure:
+            return file, failure
+
+    def _commit(
+        self,
+        tools_dir: ToolsDir,
+        results: list[tuple[ModuleFile, Any]],
+        removed: list[str],
+    ) -> Change:
+        """Apply loaded modules and removals in one step, then tell listeners."""
+        failures: list[Module] = []
+        for file, outcome in results:
+            module = tools_dir.modules.get(file.path)
+            runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
+            if module is None:
+                module = tools_dir.modules[file.path] = Module(tools_dir, file, runner)
+                runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
+            module.file = file
+            if isinstance(outcome, LoadFailed):
+                self._fail(module, outcome.info)
+                failures.append(module)
+                continue
+            worker, definitions, load_ms = outcome
+            self._install(module, worker, definitions, load_ms)
+            if module.error is not None:
+                failures.append(module)
+        for path in removed:
+            tools_dir.modules.pop(path)
+            self.pool.discard(path)
+        if tools_dir.scanned is None:
+            tools_dir.scanned = asyncio.get_running_loop().create_future()
+        if not tools_dir.scanned.done():
+            tools_dir.scanned.set_result(None)
+        change = Change({tools_dir}, failures)
+        if results or removed:
+            tools_dir.version += 1
+            self._notify(change)
+        return change
+
+    def _install(self, module: Module, worker: Worker, definitions: list[dict[str, Any]], load_ms: float) -> None:
+        tools: dict[str, ToolDef] = {}
+        problems = []
+        for definition in definitions:
+            problem = check_tool_name(str(definition.get("name", "")))
+            if problem:
+                problems.append(problem)
+                continue
+            tools[definition["name"]] = ToolDef(module, definition)
+        module.tools = tools
+        module.state = "ready"
+        module.error = (
+            {"line": None, "message": "; ".join(problems), "traceback": ""} if problems else None
+        )
+        module.load_ms = load_ms
+        module.loaded_at = time.time()
+        module.runner.install(worker)
+        log.info("loaded %s (%d tools) in %.1f ms", module.path, len(tools), load_ms)
+
+    def _fail(self, module: Module, info: dict[str, Any]) -> None:
+        module.tools = {}
+        module.state = "failed"
+        module.error = info
+        module.runner.retire()
+        where = f"{module.path}:{info.get('line')}" if info.get("line") else module.path
+        log.warning("cannot load %s: %s", where, info.get("message"))
+
+    def _lazy_load_failed(self, module: Module, failure: LoadFailed) -> None:
+        """A worker started for a call could not load a module that had loaded before."""
+        if module.tools_dir.modules.get(module.path) is not module:
+            return
+        self._fail(module, failure.info)
+        module.tools_dir.version += 1
+        self._notify(Change({module.tools_dir}, [module]))
+
+    async def reload(self, project: Project) -> dict[str, Any]:
+        """Rescan every dir of a project: ``{success, toolCount, errors}``."""
+        for tools_dir in project.dirs:
+            self.ensure_scanned(tools_dir)
+            await self.scan(tools_dir)
+        view = project.view()
+        return {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "projects": [
+                {"root": str(root), "tools": len(p.view().tools), "dirs": [str(d.path) for d in p.dirs]}
+                for root, p in self.projects.items()
+            ],
+            "modules": [m.info() for d in self.dirs.values() for m in d.modules.values()],
+        }

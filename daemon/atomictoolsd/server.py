@@ -1,0 +1,317 @@
+"""The daemon's lifecycle: ``startup()`` → ``main_loop()`` → ``shutdown()``.
+
+Startup verifies the runtime dir (owned by this user, mode 0700), takes the single-instance lock
+before touching the socket (asyncio and uvloop silently delete an existing socket file when they
+bind), replaces a stale socket left by a killed daemon, binds with mode 0600, and reports readiness.
+Every connection is checked for the peer's uid. Shutdown stops accepting, lets calls in flight
+finish (bounded by ``shutdown_grace``), stops every worker, and removes the socket and lock files.
+
+Signal handlers only record the signal; the main loop acts on it. A second SIGINT forces the exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from atomictoolsd import __version__
+from atomictoolsd.config import Config
+from atomictoolsd.paths import Paths, PathError, check_private_dir, check_socket_path
+from atomictoolsd.registry import Change, Registry
+from atomictoolsd.session import Session
+from atomictoolsd.workers.pool import PoolSettings, WorkerPool
+from atomictoolsd.workers.truncate import remove_old_spills
+
+__all__ = ["AlreadyRunning", "Server", "peer_credentials"]
+
+log = logging.getLogger("atomictoolsd")
+
+
+class AlreadyRunning(Exception):
+    """Another daemon holds the instance lock."""
+
+    def __init__(self, pid: int | None) -> None:
+        super().__init__(f"atomictoolsd is already running (pid {pid})" if pid else "atomictoolsd is already running")
+        self.pid = pid
+
+
+def peer_credentials(sock: Any) -> tuple[int | None, int | None]:
+    """The (pid, uid) of the process at the other end of a Unix socket, where the OS tells."""
+    if hasattr(socket, "SO_PEERCRED"):
+        pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        return pid, uid
+    if sys.platform == "darwin":
+        # LOCAL_PEERCRED (1) at SOL_LOCAL (0) gives a struct xucred: version, uid, ngroups, groups.
+        data = sock.getsockopt(0, 0x001, struct.calcsize("IIh16I"))
+        _version, uid = struct.unpack_from("II", data)
+        pid_data = sock.getsockopt(0, 0x002, 4)  # LOCAL_PEERPID
+        return struct.unpack("i", pid_data)[0], uid
+    return None, None
+
+
+class InstanceLock:
+    """``flock`` on a pid file in the runtime dir, held for the daemon's life."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ``AlreadyRunning`` with the holder's pid."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise AlreadyRunning(self.read_pid()) from None
+                raise
+            # The previous holder may have unlinked the file between our open and our lock.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def read_pid(self) -> int | None:
+        try:
+            text = self.path.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink()  # while still locked: a newcomer then locks a fresh file
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+class Server:
+    """The daemon: socket, sessions, registry and workers."""
+
+    def __init__(self, paths: Paths, config: Config) -> None:
+        self.paths = paths
+        self.config = config
+        self.pool = WorkerPool(
+            PoolSettings(
+                threads=config.worker_threads,
+                memory_limit=config.memory_limit_mb * 1024 * 1024,
+                truncate_lines=config.truncate_lines,
+                truncate_bytes=config.truncate_bytes,
+                spill_dir=str(paths.spill_dir),
+                cancel_grace=config.cancel_grace,
+                load_timeout=config.load_timeout,
+            )
+        )
+        self.registry = Registry(self.pool, paths.home)
+        self.registry.add_listener(self._on_change)
+        self.sessions: set[Session] = set()
+        self.started = time.time()
+        self._lock = InstanceLock(paths.lock)
+        self._listener: asyncio.AbstractServer | None = None
+        self._socket_ino: int | None = None
+        self._stop: asyncio.Event | None = None
+        self._stop_reason = ""
+        self._sigints = 0
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def serve(self, ready_fd: int | None = None) -> None:
+        """Run until stopped. Raises ``AlreadyRunning`` or ``PathError`` before serving."""
+        try:
+            await self.startup()
+        except AlreadyRunning as exc:
+            _report_ready(ready_fd, f"running {exc.pid or 0}")
+            raise
+        _report_ready(ready_fd, f"started {os.getpid()}")
+        try:
+            await self.main_loop()
+        finally:
+            await self.shutdown()
+
+    async def startup(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        check_private_dir(self.paths.runtime_dir)
+        check_socket_path(self.paths.socket)
+        self._lock.acquire()
+        try:
+            sock = self._bind()
+            self._listener = await loop.create_unix_server(lambda: Session(self), sock=sock, backlog=512)
+        except BaseException:
+            self._lock.release()
+            raise
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            loop.add_signal_handler(sig, self._on_signal, name)
+        self.registry.ensure_scanned(self.registry.global_dir)
+        for tools_dir in self.registry.builtin_dirs:
+            self.registry.ensure_scanned(tools_dir)
+        self._housekeeping = loop.create_task(self._housekeep())
+        log.info("atomictoolsd %s serving on %s (pid %d)", __version__, self.paths.socket, os.getpid())
+
+    def _bind(self) -> socket.socket:
+        path = self.paths.socket
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            pass
+        else:
+            if not stat.S_ISSOCK(info.st_mode):
+                raise PathError(f"{path} exists and is not a socket; remove it")
+            path.unlink()  # we hold the lock, so this socket's daemon is gone
+            log.info("removed the stale socket of a previous daemon")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)  # created 0600: never a moment when others could connect
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old_umask)
+        self._socket_ino = os.stat(path).st_ino
+        sock.setblocking(False)
+        return sock
+
+    async def main_loop(self) -> None:
+        assert self._stop is not None
+        await self._stop.wait()
+        log.info("stopping (%s)", self._stop_reason)
+
+    async def shutdown(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+        deadline = time.monotonic() + self.config.shutdown_grace
+        while self.pool.inflight() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if self.pool.inflight():
+            log.warning("stopping with %d calls still running", self.pool.inflight())
+        for session in list(self.sessions):
+            if session.transport is not None:
+                session.transport.close()
+        await self.pool.close()
+        self._remove_socket()
+        self._lock.release()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        log.info("stopped")
+
+    def _remove_socket(self) -> None:
+        try:
+            if os.stat(self.paths.socket).st_ino == self._socket_ino:
+                self.paths.socket.unlink()
+        except FileNotFoundError:
+            pass
+
+    def request_stop(self, reason: str) -> None:
+        self._stop_reason = reason
+        if self._stop is not None:
+            self._stop.set()
+
+    def _on_signal(self, name: str) -> None:
+        if name == "SIGINT":
+            self._sigints += 1
+            if self._sigints > 1:
+                self._force_exit()
+        self.request_stop(name)
+
+    def _force_exit(self) -> None:
+        pid = self.pool.spawner.pid
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)  # the fork server kills every worker group, then exits
+        self._remove_socket()
+        os._exit(130)
+
+    async def _housekeep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await loop.run_in_executor(None, remove_old_spills, str(self.paths.spill_dir), self.config.spill_max_age)
+            await asyncio.sleep(min(3600.0, max(60.0, self.config.spill_max_age / 4)))
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    def accept(self, session: Session, transport: asyncio.BaseTransport) -> bool:
+        sock = transport.get_extra_info("socket")
+        try:
+            pid, uid = peer_credentials(sock)
+        except OSError:
+            pid, uid = None, None
+        if uid is not None and uid != os.geteuid():
+            log.warning("refused a connection from uid %s (pid %s): only uid %d may connect", uid, pid, os.geteuid())
+            return False
+        session.peer_pid = pid
+        self.sessions.add(session)
+        return True
+
+    def forget(self, session: Session) -> None:
+        self.sessions.discard(session)
+
+    def _on_change(self, change: Change) -> None:
+        """Tell every session that sees a changed dir: a new toolset, and any load errors."""
+        for session in list(self.sessions):
+            if not session.wants_notifications():
+                continue
+            if not any(session.project.sees(d) for d in change.dirs):
+                continue
+            for module in change.failures:
+                if session.project.sees(module.tools_dir) and module.error is not None:
+                    entry = module.error_entry()
+                    where = f"{entry['file']}:{entry['line']}" if entry["line"] else entry["file"]
+                    session.log_message("error", {"message": f"cannot load {where}: {entry['message']}", **entry})
+            if session.toolset_changed():
+                session.send_notification("notifications/tools/list_changed")
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        registry = self.registry.info()
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "python": sys.executable,
+            "started": self.started,
+            "uptime": round(time.time() - self.started, 3),
+            "socket": str(self.paths.socket),
+            "forkserver": self.pool.spawner.info(),
+            "sessions": [s.info() for s in self.sessions],
+            "projects": registry["projects"],
+            "modules": registry["modules"],
+            "config": {item["key"]: item["value"] for item in self.config.describe()},
+        }
+
+
+def _report_ready(fd: int | None, line: str) -> None:
+    if fd is None:
+        return
+    try:
+        os.write(fd, line.encode() + b"\n")
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -1,0 +1,569 @@
+"""One connection to the daemon: NDJSON JSON-RPC 2.0 with MCP's methods and the ``atomic/*`` ones.
+
+A session reads one message per line, answers each request exactly once, and never lets a bad line
+end the connection: a malformed line gets ``-32700``/``-32600``, an oversized one a clear error, and
+the next line is read as usual. Tool calls take a callback path with no task per call; results
+arrive from the worker as ready-made JSON and are spliced into the response.
+
+The session sees one project (``atomic/attach`` chooses it; until then, the global and built-in
+tools), filtered by its allow/deny globs, at listing and at dispatch alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import fnmatch
+import itertools
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from atomictools._protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LATEST_PROTOCOL_VERSION,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SUPPORTED_PROTOCOL_VERSIONS,
+)
+from atomictoolsd import __version__
+from atomictoolsd.discovery import git_worktree_root
+from atomictoolsd.registry import Project, ToolDef
+
+if TYPE_CHECKING:
+    from atomictoolsd.server import Server
+
+__all__ = ["Session"]
+
+log = logging.getLogger("atomictoolsd.session")
+
+_encode = msgspec.json.encode
+_ids = itertools.count(1)
+
+# Syslog severities, least severe first, as MCP's logging uses them.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_LEVEL_RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
+
+
+class Message(msgspec.Struct):
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | None | UnsetType = UNSET
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw | UnsetType = UNSET
+    result: msgspec.Raw | UnsetType = UNSET
+    error: msgspec.Raw | UnsetType = UNSET
+
+
+class CallParams(msgspec.Struct):
+    name: str
+    arguments: msgspec.Raw | UnsetType = UNSET  # Raw cannot share a union with None; null is Raw too
+    meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class InitializeParams(msgspec.Struct):
+    protocolVersion: str = LATEST_PROTOCOL_VERSION  # noqa: N815 - the wire name
+    capabilities: dict[str, Any] = {}
+    clientInfo: dict[str, Any] = {}  # noqa: N815
+
+
+class ListParams(msgspec.Struct):
+    cursor: str | None = None
+
+
+class AttachParams(msgspec.Struct):
+    directory: str | None = None
+    agent: str = ""
+    sessionId: str = ""  # noqa: N815
+    allow: list[str] = []
+    deny: list[str] = []
+
+
+class AtomicListParams(msgspec.Struct):
+    all: bool = False
+
+
+class SetLevelParams(msgspec.Struct):
+    level: str
+
+
+class CancelledParams(msgspec.Struct):
+    requestId: int | str  # noqa: N815
+    reason: str | None = None
+
+
+class ParamsError(Exception):
+    """Request parameters that do not fit the method (answered with -32602)."""
+
+
+_decode_message = msgspec.json.Decoder(Message).decode
+_param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def _params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
+    decoder = _param_decoders.get(kind)
+    if decoder is None:
+        decoder = _param_decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        return decoder.decode(raw if raw is not UNSET else b"{}")
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ParamsError(f"Invalid params: {exc}") from None
+
+
+Handler = Callable[["Session", bytes, Any], "None | Awaitable[None]"]
+
+
+class Session(asyncio.Protocol):
+    """The state and protocol of one connection."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.id = next(_ids)
+        self.transport: asyncio.Transport | None = None
+        self.peer_pid: int | None = None
+        self._buffer = bytearray()
+        self._discarding = False  # inside a line already refused as oversized
+        self.project: Project = server.registry.base
+        self.directory = ""
+        self.worktree = ""
+        self.agent = ""
+        self.session_id = ""
+        self.allow: tuple[str, ...] = ()
+        self.deny: tuple[str, ...] = ()
+        self.protocol_version: str | None = None
+        self.initialized = False
+        self.subscribed = False
+        self.log_level = "info"
+        self.calls: dict[bytes, Any] = {}  # calls in flight by their request id, as JSON
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._visible: tuple[Any, list[ToolDef]] | None = None
+        self._seen: int | None = None  # fingerprint of the toolset this client last saw
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if not self.server.accept(self, transport):
+            transport.close()
+            self.transport = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            call.cancel()  # nobody is left to read the answer
+        for task in self._tasks:
+            task.cancel()
+        self.server.forget(self)
+
+    def data_received(self, data: bytes) -> None:
+        limit = self.server.config.max_message_bytes
+        if self._discarding:
+            newline = data.find(b"\n")
+            if newline < 0:
+                return
+            data = data[newline + 1 :]
+            self._discarding = False
+        buffer = self._buffer
+        if not buffer and data.endswith(b"\n") and data.count(b"\n") == 1 and len(data) <= limit + 1:
+            self.handle_line(data)  # the common case: one whole message per read
+            return
+        buffer += data
+        start = 0
+        while True:
+            newline = buffer.find(b"\n", start)
+            if newline < 0:
+                break
+            if newline - start > limit:
+                self.send_error(b"null", INVALID_REQUEST, self._oversized(newline - start))
+            else:
+                self.handle_line(bytes(buffer[start:newline]))
+            start = newline + 1
+            if self.transport is None:
+                return
+        del buffer[:start]
+        if len(buffer) > limit:
+            size = len(buffer)
+            buffer.clear()
+            self._discarding = True
+            self.send_error(b"null", INVALID_REQUEST, self._oversized(size, partial=True))
+
+    def _oversized(self, size: int, partial: bool = False) -> str:
+        limit = self.server.config.max_message_bytes
+        grown = "at least " if partial else ""
+        return (
+            f"Message too large: {grown}{size} bytes, the limit is {limit} bytes "
+            f"(ATOMICTOOLS_MAX_MESSAGE_BYTES); it was discarded"
+        )
+
+    # -- framing --------------------------------------------------------------------------------
+
+    def handle_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = _decode_message(line)
+        except msgspec.ValidationError as exc:
+            stripped = line.lstrip()
+            if stripped.startswith(b"["):
+                self.send_error(b"null", INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per line")
+            else:
+                self.send_error(self._salvage_id(line), INVALID_REQUEST, f"Invalid request: {exc}")
+            return
+        except msgspec.DecodeError as exc:
+            self.send_error(b"null", PARSE_ERROR, f"Parse error: {exc}")
+            return
+        if message.jsonrpc != "2.0":
+            if message.id is not UNSET:
+                self.send_error(_encode(message.id), INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"')
+            return
+        method = message.method
+        if method is UNSET:
+            if message.result is UNSET and message.error is UNSET and message.id is not UNSET:
+                self.send_error(_encode(message.id), INVALID_REQUEST, 'Invalid request: no "method"')
+            return  # a response: the daemon sends no requests, so there is nothing to match
+        if message.id is UNSET:
+            self.handle_notification(method, message.params)
+            return
+        id_json = _encode(message.id)
+        handler = _HANDLERS.get(method)
+        if handler is None:
+            self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {method}")
+            return
+        try:
+            outcome = handler(self, id_json, message.params)
+        except ParamsError as exc:
+            self.send_error(id_json, INVALID_PARAMS, str(exc))
+            return
+        if outcome is not None:
+            self._spawn(outcome, id_json)
+
+    @staticmethod
+    def _salvage_id(line: bytes) -> bytes:
+        try:
+            value = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            return b"null"
+        if isinstance(value, dict) and isinstance(value.get("id"), (int, str)):
+            return _encode(value["id"])
+        return b"null"
+
+    def _spawn(self, coroutine: Awaitable[None], id_json: bytes) -> None:
+        async def run() -> None:
+            try:
+                await coroutine
+            except ParamsError as exc:
+                self.send_error(id_json, INVALID_PARAMS, str(exc))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # answer, and keep the connection serving
+                log.exception("request failed")
+                self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def send_result(self, id_json: bytes, result: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"result":' + result + b"}\n")
+
+    def send_error(self, id_json: bytes, code: int, message: str, data: Any = None) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        if self.transport is not None:
+            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode(error) + b"}\n")
+
+    def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
+        if self.transport is None:
+            return
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.transport.write(_encode(message) + b"\n")
+
+    def log_message(self, level: str, data: Any, logger: str = "atomictoolsd") -> None:
+        """Send ``notifications/message`` when ``level`` passes this client's level."""
+        if _LEVEL_RANK.get(level, 0) >= _LEVEL_RANK[self.log_level]:
+            self.send_notification("notifications/message", {"level": level, "logger": logger, "data": data})
+
+    # -- what this session sees -------------------------------------------------------------------
+
+    def allowed(self, name: str) -> bool:
+        if self.allow and not any(fnmatch.fnmatchcase(name, g) for g in self.allow):
+            return False
+        return not any(fnmatch.fnmatchcase(name, g) for g in self.deny)
+
+    def visible(self) -> list[ToolDef]:
+        """The tools this session may list and call, in name order."""
+        view = self.project.view()
+        cached = self._visible
+        if cached is not None and cached[0] is view:
+            return cached[1]
+        if self.allow or self.deny:
+            tools = [t for name, t in view.tools.items() if self.allowed(name)]
+        else:
+            tools = list(view.tools.values())
+        self._visible = (view, tools)
+        return tools
+
+    def fingerprint(self) -> int:
+        return hash(tuple(t.encoded for t in self.visible()))
+
+    def toolset_changed(self) -> bool:
+        """Whether the visible toolset differs from what this client last saw (and remember it)."""
+        current = self.fingerprint()
+        changed = self._seen is not None and current != self._seen
+        self._seen = current
+        return changed
+
+    def wants_notifications(self) -> bool:
+        return self.initialized or self.subscribed
+
+    # -- notifications from the client -------------------------------------------------------------
+
+    def handle_notification(self, method: str, raw: msgspec.Raw | UnsetType) -> None:
+        if method == "notifications/initialized":
+            self.initialized = True
+            if self._seen is None:
+                self._seen = self.fingerprint()
+        elif method == "notifications/cancelled":
+            try:
+                params = _params(raw, CancelledParams)
+            except ParamsError:
+                return  # notifications get no answer, not even an error
+            call = self.calls.pop(_encode(params.requestId), None)
+            if call is not None:
+                call.cancel()
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def on_initialize(self, id_json: bytes, raw: Any) -> None:
+        params = _params(raw, InitializeParams)
+        version = params.protocolVersion
+        self.protocol_version = version if version in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
+        if not self.agent:
+            self.agent = str(params.clientInfo.get("name", ""))
+        result = {
+            "protocolVersion": self.protocol_version,
+            "capabilities": {"tools": {"listChanged": True}, "logging": {}},
+            "serverInfo": {"name": "atomictoolsd", "title": "atomictoolsd", "version": __version__},
+            "instructions": (
+                "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
+                "The tool list changes when those files change."
+            ),
+        }
+        self.send_result(id_json, _encode(result))
+
+    def on_ping(self, id_json: bytes, raw: Any) -> None:
+        self.send_result(id_json, b"{}")
+
+    def on_set_level(self, id_json: bytes, raw: Any) -> None:
+        params = _params(raw, SetLevelParams)
+        if params.level not in _LEVEL_RANK:
+            raise ParamsError(f"Invalid params: level must be one of {', '.join(LOG_LEVELS)}")
+        self.log_level = params.level
+        self.send_result(id_json, b"{}")
+
+    def on_list(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
+        params = _params(raw, ListParams)
+        if not all(d.scanned is not None and d.scanned.done() for d in self.project.dirs):
+            return self._list_when_ready(id_json, params)
+        self._list(id_json, params)
+        return None
+
+    async def _list_when_ready(self, id_json: bytes, params: ListParams) -> None:
+        await self.project.ready()
+        self._list(id_json, params)
+
+    def _list(self, id_json: bytes, params: ListParams) -> None:
+        tools = self.visible()
+        size = self.server.config.page_size
+        start = 0
+        if params.cursor is not None:
+            start = _decode_cursor(params.cursor)
+            if start is None or start > len(tools):
+                raise ParamsError(f"Invalid params: unknown cursor {params.cursor!r}")
+        page = tools[start : start + size]
+        body = b'{"tools":[' + b",".join(t.encoded for t in page) + b"]"
+        if start + size < len(tools):
+            body += b',"nextCursor":' + _encode(_encode_cursor(start + size))
+        self.send_result(id_json, body + b"}")
+        if start == 0:
+            self._seen = self.fingerprint()
+
+    def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
+        params = _params(raw, CallParams)
+        if not all(d.scanned is not None and d.scanned.done() for d in self.project.dirs):
+            return self._call_when_ready(id_json, params)
+        self._call(id_json, params)
+        return None
+
+    async def _call_when_ready(self, id_json: bytes, params: CallParams) -> None:
+        await self.project.ready()
+        self._call(id_json, params)
+
+    def _call(self, id_json: bytes, params: CallParams) -> None:
+        name = params.name
+        tool = self.project.view().tools.get(name)
+        if tool is None or not self.allowed(name):
+            message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
+            self.send_error(id_json, INVALID_PARAMS, message, {"name": name})
+            return
+        meta = params.meta if params.meta is not UNSET else {}
+        timeout = tool.timeout or self.server.config.call_timeout
+        asked = meta.get("atomic/timeout")
+        if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
+            timeout = min(float(asked), self.server.config.max_call_timeout)
+        arguments = params.arguments
+        context = [
+            self.session_id,
+            str(meta.get("atomic/messageId", "")),
+            self.agent,
+            self.directory,
+            self.worktree,
+            str(meta.get("atomic/toolUseId") or meta.get("claudecode/toolUseId") or ""),
+        ]
+        token = meta.get("progressToken")
+
+        def on_result(result: bytes) -> None:
+            self.calls.pop(id_json, None)
+            self.send_result(id_json, result)
+
+        on_progress = None
+        if token is not None:
+            def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                payload: dict[str, Any] = {"progressToken": token, "progress": progress}
+                if total is not None:
+                    payload["total"] = total
+                if message is not None:
+                    payload["message"] = message
+                self.send_notification("notifications/progress", payload)
+
+        def on_log(level: str, data: bytes) -> None:
+            self.log_message(level, msgspec.Raw(data), logger=name)
+
+        self.calls[id_json] = tool.module.runner.call(
+            self.server.pool.next_call_id(),
+            name,
+            b"{}" if arguments is UNSET or bytes(arguments) == b"null" else bytes(arguments),
+            context,
+            timeout,
+            on_result,
+            on_progress,
+            on_log,
+        )
+
+    async def on_atomic_list(self, id_json: bytes, raw: Any) -> None:
+        """Tools with their source and path, counts by source, errors; shadowed ones with ``all``."""
+        params = _params(raw, AtomicListParams)
+        await self.project.ready()
+        view = self.project.view()
+        tools = self.visible()
+        counts: dict[str, int] = {}
+        for tool in tools:
+            counts[tool.module.scope] = counts.get(tool.module.scope, 0) + 1
+        result: dict[str, Any] = {
+            "root": str(self.project.root) if self.project.root else None,
+            "tools": [t.listing() for t in tools],
+            "counts": counts,
+            "errors": view.errors,
+        }
+        if params.all:
+            result["shadowed"] = [
+                {**tool.listing(), "shadowedBy": {"source": winner.module.scope, "path": winner.module.path}}
+                for tool, winner in view.shadowed
+                if self.allowed(tool.name)
+            ]
+        self.send_result(id_json, _encode(result))
+
+    async def on_attach(self, id_json: bytes, raw: Any) -> None:
+        params = _params(raw, AttachParams)
+        directory = Path(params.directory or os.getcwd()).expanduser()
+        if not directory.is_absolute() or not directory.is_dir():
+            raise ParamsError(f"Invalid params: directory {str(directory)!r} is not an existing absolute directory")
+        directory = directory.resolve()
+        self.project = self.server.registry.project(directory)
+        self.directory = str(directory)
+        root = git_worktree_root(directory) or self.project.root or directory
+        self.worktree = str(root)
+        self.agent = params.agent or self.agent
+        self.session_id = params.sessionId or self.session_id or f"s{self.id}"
+        self.allow = tuple(params.allow)
+        self.deny = tuple(params.deny)
+        await self.project.ready()
+        view = self.project.view()
+        if self._seen is not None:
+            self._seen = self.fingerprint()
+        result = {
+            "sessionId": self.session_id,
+            "directory": self.directory,
+            "root": str(self.project.root),
+            "toolCount": len(self.visible()),
+            "errors": view.errors,
+        }
+        self.send_result(id_json, _encode(result))
+
+    def on_subscribe(self, id_json: bytes, raw: Any) -> None:
+        self.subscribed = True
+        if self._seen is None:
+            self._seen = self.fingerprint()
+        self.send_result(id_json, b"{}")
+
+    async def on_reload(self, id_json: bytes, raw: Any) -> None:
+        result = await self.server.registry.reload(self.project)
+        self.send_result(id_json, _encode(result))
+
+    def on_status(self, id_json: bytes, raw: Any) -> None:
+        self.send_result(id_json, _encode(self.server.status()))
+
+    def on_shutdown(self, id_json: bytes, raw: Any) -> None:
+        self.send_result(id_json, _encode({"stopping": True, "pid": os.getpid()}))
+        self.server.request_stop("atomic/shutdown")
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "pid": self.peer_pid,
+            "agent": self.agent,
+            "sessionId": self.session_id,
+            "directory": self.directory,
+            "inflight": len(self.calls),
+        }
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"o{offset}".encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> int | None:
+    try:
+        text = base64.urlsafe_b64decode(cursor.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not text.startswith("o") or not text[1:].isdigit():
+        return None
+    return int(text[1:])
+
+
+_HANDLERS: dict[str, Handler] = {
+    "initialize": Session.on_initialize,
+    "ping": Session.on_ping,
+    "logging/setLevel": Session.on_set_level,
+    "tools/list": Session.on_list,
+    "tools/call": Session.on_call,
+    "atomic/attach": Session.on_attach,
+    "atomic/list": Session.on_atomic_list,
+    "atomic/subscribe": Session.on_subscribe,
+    "atomic/reload": Session.on_reload,
+    "atomic/status": Session.on_status,
+    "atomic/shutdown": Session.on_shutdown,
+}

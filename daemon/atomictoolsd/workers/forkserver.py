@@ -1,0 +1,165 @@
+"""The fork server: a small process with the worker runtime already imported, forking workers.
+
+A cold ``python -c "import msgspec"`` costs ~26 ms; forking this process costs well under 1 ms. The
+daemon starts one fork server (``python -m atomictoolsd.workers.forkserver FD DAEMON_PID``) and
+talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
+
+daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
+The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer
+goes, so end-of-file on stdin is how the fork server learns that the daemon closed it or died.
+fork server → daemon: ``["ready"]`` once; ``["spawned", request_id, pid]``; ``["exited", pid, status]``
+(``status`` as ``os.waitpid`` gives it) for every worker that ends, since only a parent can reap.
+
+No orphans: each worker leads its own process group (so a tool's children can be killed with it)
+and gets SIGKILL when the fork server dies (``PR_SET_PDEATHSIG``); the fork server gets SIGTERM when
+the daemon dies, and then kills every worker group. Where there is no ``PR_SET_PDEATHSIG`` (macOS),
+the closing channels do the same job: a worker exits when its channel to the daemon closes.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any, NoReturn
+
+import msgspec
+
+from atomictoolsd.workers import runtime  # the point of this process: pay for the import once
+
+__all__ = ["main", "set_parent_death_signal"]
+
+_encode = msgspec.msgpack.encode
+_decode = msgspec.msgpack.decode
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies. False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes  # imported once in the fork server, before any fork
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(1, sig, 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+
+
+class _Server:
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.children: set[int] = set()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.stopping = False
+
+    def send(self, message: list[Any]) -> None:
+        try:
+            self.control.send(_encode(message))
+        except OSError:
+            self.stopping = True  # the daemon is gone
+
+    def run(self) -> NoReturn:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the wakeup fd
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops us
+        self.send(["ready"])
+        while not self.stopping:
+            try:
+                readable, _, _ = select.select([self.control, self.wake_r, 0], [], [])
+            except InterruptedError:
+                continue
+            if 0 in readable and not os.read(0, 4096):
+                self.stopping = True  # EOF on stdin: the daemon is gone
+            if self.wake_r in readable:
+                os.read(self.wake_r, 4096)
+                self.reap()
+            if self.control in readable:
+                self.handle_request()
+        self.shutdown()
+
+    def _on_term(self, *_: Any) -> None:
+        self.stopping = True
+
+    def handle_request(self) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(self.control, 1 << 16, 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            return
+        message = _decode(data)
+        if message[0] == "spawn" and fds:
+            self.spawn(message[1], message[2], fds[0])
+        else:
+            for fd in fds:
+                os.close(fd)
+
+
+    def spawn(self, request_id: int, spec_json: bytes, channel_fd: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            self._become_worker(channel_fd, spec_json)
+        os.close(channel_fd)
+        self.children.add(pid)
+        self.send(["spawned", request_id, pid])
+
+    def _become_worker(self, channel_fd: int, spec_json: bytes) -> NoReturn:
+        try:
+            os.setsid()
+            set_parent_death_signal(signal.SIGKILL)
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            self.control.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # the daemon's liveness pipe is the fork server's business
+            os.close(devnull)
+            os.dup2(2, 1)  # a tool's print() goes to the daemon's log, never into a protocol
+            runtime.serve(channel_fd, msgspec.json.decode(spec_json, type=runtime.WorkerSpec))
+        finally:
+            os._exit(70)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.children.clear()
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.send(["exited", pid, status])
+
+    def shutdown(self) -> NoReturn:
+        for pid in list(self.children):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in list(self.children):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    args = sys.argv[1:] if argv is None else argv
+    control = socket.socket(fileno=int(args[0]))
+    daemon_pid = int(args[1])
+    set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != daemon_pid:
+        os._exit(0)  # the daemon died before the death signal was armed
+    _Server(control).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""The daemon's workers: one ``ModuleRunner`` per tool module, all started by one ``Spawner``.
+
+A runner owns the worker generation that serves its module. ``load()`` starts a new generation and
+returns it unused; the registry ``install()``s it in the same step that swaps the module's tools, so
+no call ever reaches a half-loaded module. The previous generation retires: it takes no new calls
+and stops once the calls it is running have answered.
+
+A call that times out or is cancelled is asked to stop; if it has not stopped after the grace period,
+its worker is retired (other calls on it finish first) and killed with its whole process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from typing import Any, Callable
+
+from atomictoolsd.workers.runtime import WorkerSpec
+from atomictoolsd.workers.spawner import SpawnError, Spawner
+from atomictoolsd.workers.worker import Call, LoadFailed, OnLog, OnProgress, OnResult, Worker, error_result
+
+__all__ = ["Call", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
+
+
+class PoolSettings:
+    """The worker limits the pool applies (filled from the daemon's configuration)."""
+
+    def __init__(
+        self,
+        *,
+        threads: int = 16,
+        memory_limit: int = 0,
+        truncate_lines: int = 2000,
+        truncate_bytes: int = 50 * 1024,
+        spill_dir: str = "",
+        cancel_grace: float = 2.0,
+        load_timeout: float = 30.0,
+    ) -> None:
+        self.threads = threads
+        self.memory_limit = memory_limit
+        self.truncate_lines = truncate_lines
+        self.truncate_bytes = truncate_bytes
+        self.spill_dir = spill_dir
+        self.cancel_grace = cancel_grace
+        self.load_timeout = load_timeout
+
+
+class ModuleRunner:
+    """Runs one tool module: its current worker, the ones retiring, and its call statistics."""
+
+    def __init__(self, pool: WorkerPool, path: str, kind: str, cwd: str) -> None:
+        self.pool = pool
+        self.spec = WorkerSpec(
+            path=path,
+            kind=kind,
+            cwd=cwd,
+            threads=pool.settings.threads,
+            memory_limit=pool.settings.memory_limit,
+            truncate_lines=pool.settings.truncate_lines,
+            truncate_bytes=pool.settings.truncate_bytes,
+            spill_dir=pool.settings.spill_dir,
+        )
+        self.current: Worker | None = None
+        self.retiring: set[Worker] = set()
+        self._starting: asyncio.Task[Worker] | None = None
+        self._queued: list[Call] = []
+        self.calls = 0
+        self.errors = 0
+        self.durations: deque[float] = deque(maxlen=1024)
+        self.last_error: str | None = None
+        self.spawns = 0
+        self.on_load_failure: Callable[[LoadFailed], None] | None = None
+
+    # -- generations ----------------------------------------------------------------------------
+
+    async def load(self) -> tuple[Worker, list[dict[str, Any]], float]:
+        """Start a new worker generation and wait for its module to load; does not install it.
+
+        Raises:
+            LoadFailed: the module failed to import or to build its tools, or the worker died.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            pid, sock = await self.pool.spawner.spawn(self.spec)
+        except SpawnError as exc:
+            raise LoadFailed({"file": self.spec.path, "line": None, "message": str(exc), "traceback": ""}) from None
+        self.spawns += 1
+        worker = Worker(self, pid, self.pool.spawner.exit_status(pid))
+        await loop.connect_accepted_socket(lambda: worker, sock=sock)
+        try:
+            definitions, load_ms = await asyncio.wait_for(
+                asyncio.shield(worker.loaded), self.pool.settings.load_timeout
+            )
+        except asyncio.TimeoutError:
+            worker.cause = f"did not finish importing the module within {self.pool.settings.load_timeout:g} s"
+            worker.kill()
+            raise LoadFailed(
+                {"file": self.spec.path, "line": None, "traceback": "",
+                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"}
+            ) from None
+        except LoadFailed:
+            worker.close()
+            raise
+        return worker, definitions, load_ms
+
+    def install(self, worker: Worker) -> None:
+        """Make ``worker`` serve new calls; the previous generation retires."""
+        old, self.current = self.current, worker
+        if old is not None and old is not worker:
+            self.retiring.add(old)
+            old.retire()
+        queued, self._queued = self._queued, []
+        for call in queued:
+            if not call.done:
+                worker.send_call(call)
+
+    def retire(self) -> None:
+        """Stop serving: the current worker retires (the module was removed or failed to reload)."""
+        if self.current is not None:
+            self.retiring.add(self.current)
+            self.current.retire()
+            self.current = None
+
+    def worker_ended(self, worker: Worker, was: str) -> None:
+        self.retiring.discard(worker)
+        if not self.retiring and self.current is None:
+            self.pool.discarded.discard(self)
+        if self.current is worker:
+            self.current = None
+            self.last_error = f"worker {worker.pid} {worker.cause}"
+        if self._queued and self._starting is None:
+            self._start()
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def call(
+        self,
+        call_id: int,
+        tool: str,
+        arguments: bytes,
+        context: list[str],
+        timeout: float,
+        on_result: OnResult,
+        on_progress: OnProgress | None = None,
+        on_log: OnLog | None = None,
+    ) -> Call:
+        """Start a call; ``on_result`` gets its answer. Starts a worker first if none is running."""
+        call = Call(self, call_id, tool, arguments, context, timeout, on_result, on_progress, on_log)
+        loop = asyncio.get_running_loop()
+        call.timer = loop.call_later(timeout, call.expire)
+        worker = self.current
+        if worker is not None and worker.state == "ready":
+            worker.send_call(call)
+        else:
+            self._queued.append(call)
+            if self._starting is None:
+                self._start()
+        return call
+
+    def _start(self) -> None:
+        self._starting = asyncio.get_running_loop().create_task(self._start_worker())
+
+    async def _start_worker(self) -> Worker | None:
+        try:
+            worker, _definitions, _ms = await self.load()
+        except LoadFailed as failure:
+            self.last_error = failure.info.get("message")
+            queued, self._queued = self._queued, []
+            for call in queued:
+                call.finish(error_result(f"Tool {call.tool!r} is unavailable: {self.last_error}"))
+            if self.on_load_failure is not None:
+                self.on_load_failure(failure)
+            return None
+        finally:
+            self._starting = None
+        self.install(worker)
+        return worker
+
+    def stop_call(self, call: Call) -> None:
+        """Ask the worker to stop a call; retire the worker if the call ignores that for too long."""
+        if call in self._queued:
+            self._queued.remove(call)
+            return
+        worker = call.worker
+        if worker is None or worker.state == "dead":
+            return
+        worker.send_cancel(call)
+
+        def give_up() -> None:
+            if call.id in worker.pending:
+                worker.cause = f"was stopped because tool {call.tool!r} did not stop when cancelled"
+                if worker is self.current:
+                    self.current = None
+                    self.retiring.add(worker)
+                worker.retire()
+
+        asyncio.get_running_loop().call_later(self.pool.settings.cancel_grace, give_up)
+
+    def record(self, call: Call, result: bytes) -> None:
+        self.calls += 1
+        self.durations.append(time.perf_counter() - call.started)
+        if result.endswith(b'"isError":true}'):
+            self.errors += 1
+
+    # -- status and shutdown --------------------------------------------------------------------
+
+    def inflight(self) -> int:
+        workers = [self.current, *self.retiring] if self.current else list(self.retiring)
+        return len(self._queued) + sum(w.live_calls() for w in workers if w is not None)
+
+    def info(self) -> dict[str, Any]:
+        durations = sorted(self.durations)
+
+        def pct(p: float) -> float | None:
+            if not durations:
+                return None
+            return round(durations[min(len(durations) - 1, int(p * len(durations)))] * 1000, 3)
+
+        return {
+            "worker": self.current.pid if self.current is not None else None,
+            "retiring": sorted(w.pid for w in self.retiring),
+            "calls": self.calls,
+            "errors": self.errors,
+            "inflight": self.inflight(),
+            "p50_ms": pct(0.5),
+            "p99_ms": pct(0.99),
+            "spawns": self.spawns,
+            "last_error": self.last_error,
+        }
+
+    async def close(self) -> None:
+        """Retire every worker and wait until they are gone."""
+        self.retire()
+        for worker in list(self.retiring):
+            worker.close()
+        while self.retiring:
+            await asyncio.sleep(0.01)
+
+
+class WorkerPool:
+    """Every module runner of the daemon, and the spawner they share."""
+
+    def __init__(self, settings: PoolSettings) -> None:
+        self.settings = settings
+        self.spawner = Spawner()
+        self.runners: dict[str, ModuleRunner] = {}
+        self.discarded: set[ModuleRunner] = set()  # runners of deleted modules, still draining
+        self._ids = itertools.count(1)
+
+    def runner(self, path: str, kind: str, cwd: str) -> ModuleRunner:
+        """The runner of the module at ``path`` (created on first use)."""
+        runner = self.runners.get(path)
+        if runner is None:
+            runner = self.runners[path] = ModuleRunner(self, path, kind, cwd)
+        return runner
+
+    def next_call_id(self) -> int:
+        return next(self._ids)
+
+    def discard(self, path: str) -> None:
+        """Forget the module at ``path`` (it was deleted); its workers retire in the background."""
+        runner = self.runners.pop(path, None)
+        if runner is not None:
+            runner.retire()
+            if runner.retiring:
+                self.discarded.add(runner)
+
+    def inflight(self) -> int:
+        return sum(r.inflight() for r in (*self.runners.values(), *self.discarded))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))
+        await self.spawner.close()

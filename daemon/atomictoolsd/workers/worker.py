@@ -1,0 +1,261 @@
+"""One worker process, seen from the daemon: its channel, its calls in flight, how it ended.
+
+A ``Worker`` is an ``asyncio.Protocol`` over the daemon's end of the worker's channel. It sends calls
+and cancellations, routes results, progress and logs back to each ``Call``, and when the channel
+closes it fails the calls still in flight with a result that names how the process ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
+
+from atomictoolsd.workers.channel import FrameReader, encode_frame
+from atomictoolsd.workers.spawner import describe_status
+
+if TYPE_CHECKING:
+    from atomictoolsd.workers.pool import ModuleRunner
+
+__all__ = ["Call", "LoadFailed", "Worker", "error_result"]
+
+_json = msgspec.json.encode
+
+OnResult = Callable[[bytes], None]
+OnProgress = Callable[[float, "float | None", "str | None"], None]
+OnLog = Callable[[str, bytes], None]
+
+
+def error_result(text: str) -> bytes:
+    """An MCP ``CallToolResult`` with ``isError: true`` and one text block."""
+    return b'{"content":[{"type":"text","text":' + _json(text) + b'}],"isError":true}'
+
+
+class LoadFailed(Exception):
+    """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        super().__init__(info.get("message", "load failed"))
+        self.info = info
+
+
+class Call:
+    """One ``tools/call`` in flight: answered exactly once, by a result, a timeout or a crash.
+
+    ``on_result`` receives the MCP result as JSON bytes. A call cancelled by its caller is never
+    answered (MCP: no response after ``notifications/cancelled``).
+    """
+
+    __slots__ = (
+        "arguments",
+        "context",
+        "done",
+        "id",
+        "on_log",
+        "on_progress",
+        "on_result",
+        "runner",
+        "started",
+        "timeout",
+        "timer",
+        "tool",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        runner: ModuleRunner,
+        call_id: int,
+        tool: str,
+        arguments: bytes,
+        context: list[str],
+        timeout: float,
+        on_result: OnResult,
+        on_progress: OnProgress | None = None,
+        on_log: OnLog | None = None,
+    ) -> None:
+        self.runner = runner
+        self.id = call_id
+        self.tool = tool
+        self.arguments = arguments
+        self.context = context
+        self.timeout = timeout
+        self.on_result = on_result
+        self.on_progress = on_progress
+        self.on_log = on_log
+        self.started = time.perf_counter()
+        self.done = False
+        self.worker: Worker | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def finish(self, result: bytes) -> None:
+        """Answer the call (once; later answers are dropped)."""
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.runner.record(self, result)
+        self.on_result(result)
+
+    def cancel(self) -> None:
+        """The caller cancelled: stop the work and never answer."""
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.runner.stop_call(self)
+
+    def expire(self) -> None:
+        """The timeout fired: answer with an error, then stop the work."""
+        if self.done:
+            return
+        self.finish(error_result(f"Tool {self.tool!r} timed out after {self.timeout:g} s"))
+        self.runner.stop_call(self)
+
+
+class Worker(asyncio.Protocol):
+    """The daemon's end of one worker process."""
+
+    def __init__(self, runner: ModuleRunner, pid: int, exit_status: asyncio.Future[int]) -> None:
+        self.runner = runner
+        self.pid = pid
+        self.exit_status = exit_status
+        self.state = "loading"  # → ready → retiring → dead
+        self.loaded: asyncio.Future[tuple[list[dict[str, Any]], float]] = asyncio.get_running_loop().create_future()
+        self.pending: dict[int, Call] = {}
+        self.abandoned: set[int] = set()  # cancelled or timed out, still running in the worker
+        self.started = time.monotonic()
+        self.last_used = self.started
+        self.cause: str | None = None
+        self._reader = FrameReader()
+        self._transport: asyncio.Transport | None = None
+        self._kill_timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            messages = self._reader.feed(data)
+        except (ValueError, msgspec.DecodeError) as exc:
+            self.cause = f"sent a corrupt message ({exc})"
+            self.kill()
+            return
+        for message in messages:
+            op = message[0]
+            if op == "result":
+                self._on_result(message[1], message[2])
+            elif op == "progress":
+                call = self.pending.get(message[1])
+                if call is not None and not call.done and call.on_progress is not None:
+                    call.on_progress(message[2], message[3], message[4])
+            elif op == "log":
+                call = self.pending.get(message[1])
+                if call is not None and not call.done and call.on_log is not None:
+                    call.on_log(message[2], message[3])
+            elif op == "loaded" and not self.loaded.done():
+                self.state = "ready"
+                self.loaded.set_result((message[1], message[2]))
+            elif op == "failed" and not self.loaded.done():
+                self.loaded.set_exception(LoadFailed(message[1]))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self.state == "dead":
+            return
+        was = self.state
+        self.state = "dead"
+        asyncio.get_running_loop().create_task(self._ended(was))
+
+    async def _ended(self, was: str) -> None:
+        try:
+            status = await asyncio.wait_for(asyncio.shield(self.exit_status), 2.0)
+        except asyncio.TimeoutError:
+            status = None
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        self._kill_group()  # children a tool left behind in the worker's process group
+        self.runner.pool.spawner.forget(self.pid)
+        if self.cause is None:
+            self.cause = describe_status(status)
+        if not self.loaded.done():
+            self.loaded.set_exception(
+                LoadFailed({"file": self.runner.spec.path, "line": None, "traceback": "",
+                            "message": f"the worker {self.cause} while loading the module"})
+            )
+            self.loaded.exception()
+        pending, self.pending = self.pending, {}
+        for call in pending.values():
+            call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
+        self.runner.worker_ended(self, was)
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def send_call(self, call: Call) -> None:
+        call.worker = self
+        self.pending[call.id] = call
+        self.last_used = time.monotonic()
+        self._write(
+            ["call", call.id, call.tool, call.arguments, call.context, call.on_progress is not None]
+        )
+
+    def send_cancel(self, call: Call) -> None:
+        if call.id in self.pending:
+            self.abandoned.add(call.id)
+            self._write(["cancel", call.id])
+
+    def _on_result(self, call_id: int, result: bytes | None) -> None:
+        call = self.pending.pop(call_id, None)
+        self.abandoned.discard(call_id)
+        self.last_used = time.monotonic()
+        if call is not None:
+            call.finish(result if result is not None else error_result(f"Tool {call.tool!r} was cancelled"))
+        if self.state == "retiring" and self.live_calls() == 0:
+            self.close()
+
+    def live_calls(self) -> int:
+        """Calls whose caller still waits for this worker's answer."""
+        return len(self.pending) - len(self.abandoned)
+
+    def _write(self, message: list[Any]) -> None:
+        if self._transport is not None:
+            self._transport.write(encode_frame(message))
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    def retire(self) -> None:
+        """Take no new calls; stop once the calls in flight have answered."""
+        if self.state in ("retiring", "dead"):
+            return
+        self.state = "retiring"
+        if self.live_calls() == 0:
+            self.close()
+
+    def close(self, grace: float = 2.0) -> None:
+        """Close the channel (the worker exits on EOF); kill it if it has not gone after ``grace``."""
+        if self._transport is not None:
+            self._transport.close()
+        if self._kill_timer is None and not self.exit_status.done():
+            self._kill_timer = asyncio.get_running_loop().call_later(grace, self.kill)
+
+    def kill(self) -> None:
+        """SIGKILL the worker and everything in its process group."""
+        if self.cause is None:
+            self.cause = "was stopped by the daemon"
+        self._kill_group()
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _kill_group(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
