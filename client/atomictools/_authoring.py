@@ -150,14 +150,14 @@ class Context:
         directory: the directory the session works in.
         worktree: the project root of that directory (its git worktree root, when it has one).
         tool_use_id: the agent's id for this tool use when the client sent one, or ``""``.
-        cancel_event: a ``threading.Event`` set when the caller cancels the call or it times out.
     """
 
     __slots__ = (
+        "_cancelled",
         "_emit",
+        "_event",
         "_last_progress",
         "agent",
-        "cancel_event",
         "directory",
         "message_id",
         "session_id",
@@ -182,14 +182,33 @@ class Context:
         self.directory = directory
         self.worktree = worktree
         self.tool_use_id = tool_use_id
-        self.cancel_event = threading.Event()
         self._emit = emit
         self._last_progress: float | None = None
+        self._cancelled = False
+        self._event: threading.Event | None = None  # made on first use: most tools never wait on it
 
     @property
     def cancelled(self) -> bool:
         """True once the caller cancelled the call or it timed out: stop work and return soon."""
-        return self.cancel_event.is_set()
+        return self._cancelled
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        """A ``threading.Event`` set on cancellation, for tools that wait (``ctx.cancel_event.wait(t)``)."""
+        event = self._event
+        if event is None:
+            event = threading.Event()
+            self._event = event  # published before the flag is read: see _cancel
+            if self._cancelled:
+                event.set()
+        return event
+
+    def _cancel(self) -> None:
+        """Mark the call cancelled (called by the worker runtime, from another thread)."""
+        self._cancelled = True
+        event = self._event
+        if event is not None:
+            event.set()
 
     def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress; it reaches the caller as ``notifications/progress``.
