@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import pathlib
 import re
+import types
 import typing
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable
@@ -162,7 +163,7 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
     context_param: str | None = None
     for param in signature.parameters.values():
         annotation = hints.get(param.name, Any)
-        if annotation is Context:
+        if _is_context(annotation):
             context_param = param.name
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -203,6 +204,16 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         title=options.title,
         timeout=options.timeout,
         annotations=dict(options.annotations) if options.annotations else None,
+    )
+
+
+def _is_context(annotation: Any) -> bool:
+    """``Context``, or an optional ``Context`` (``Context | None``)."""
+    if annotation is Context:
+        return True
+    args = typing.get_args(annotation)
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and Context in args and all(
+        a in (Context, type(None)) for a in args
     )
 
 

@@ -228,7 +228,10 @@ class Runtime:
     # reading
 
     def run(self, generation: int = 0) -> None:
-        """Read and dispatch messages while this thread holds the reading role."""
+        """Read and dispatch messages while this thread holds the reading role.
+
+        Returns when the role has moved on; the process exits (``_exit``) when the channel closes.
+        """
         while self._reader_gen == generation:
             message = self._next_message()
             if message[0] == "call":
@@ -452,7 +455,9 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     runtime = Runtime(sock, tools, spec)
     runtime.send(["loaded", [t.definition() for t in tools.values()], load_ms])
     runtime.run()
-    _exit()
+    # The reading role moved to another thread (a call here ran long); the process ends when
+    # the channel closes, from whichever thread reads the end of it.
+    threading.Event().wait()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,8 +41,7 @@ def describe_status(status: int | None) -> str:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        hint = " (perhaps out of memory)" if sig == signal.SIGKILL else ""
-        return f"was killed by {name} ({sig}){hint}"
+        return f"was killed by {name} ({sig})"
     if os.WIFEXITED(status):
         return f"exited with code {os.WEXITSTATUS(status)}"
     return f"ended with status {status}"

@@ -1,0 +1,179 @@
+"""The atomictoolsd command and the tiny client, as a user runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+from atomictools import AsyncClient, Client, ConnectError
+from helpers import Env, wait_for
+
+GREET = '''
+    from typing import Annotated
+    from atomictools import Field
+
+    def greet(name: str, times: Annotated[int, Field(ge=1)] = 1, loud: bool = False) -> str:
+        """Greet someone."""
+        text = " ".join([f"Hello, {name}"] * times)
+        return text.upper() if loud else text
+'''
+
+
+def run(env: Env, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "atomictoolsd", *args],
+        env=env.vars, cwd=cwd or env.project, capture_output=True, text=True, timeout=60,
+    )
+
+
+def daemon_pid(env: Env) -> int | None:
+    try:
+        return int((env.runtime_dir / "atomictoolsd.lock").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.fixture
+def detached(env: Env) -> Iterator[Env]:
+    """For tests whose daemon is started detached (by the CLI or a client): stop it by its pid."""
+    yield env
+    pid = daemon_pid(env)
+    if pid is None:
+        return
+    try:
+        process = psutil.Process(pid)
+        children = process.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    os.kill(pid, signal.SIGTERM)
+    gone, alive = psutil.wait_procs([process, *children], timeout=15)
+    for leftover in alive:
+        leftover.kill()
+    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+
+
+def test_start_list_call_status_stop(detached: Env) -> None:
+    env = detached
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    env.write_tool(env.local_tools, "broken.py", "def broken(:\n")
+
+    started = run(env, "start")
+    assert started.returncode == 0 and "atomictoolsd started (pid" in started.stdout
+    pid = daemon_pid(env)
+    assert pid is not None and psutil.Process(pid).ppid() != os.getpid(), "the daemon is detached"
+    again = run(env, "start")
+    assert again.returncode == 0 and f"already running (pid {pid})" in again.stdout
+
+    listing = run(env, "list")
+    assert listing.returncode == 0
+    assert "greet" in listing.stdout and "global" in listing.stdout
+    assert "broken.py:1: SyntaxError" in listing.stdout
+    as_json = json.loads(run(env, "list", "--json").stdout)
+    assert [t["name"] for t in as_json["tools"]] == ["greet"]
+    assert as_json["tools"][0]["source"] == "global" and as_json["tools"][0]["path"].endswith("greet.py")
+    assert as_json["errors"][0]["line"] == 1
+
+    # key=value: a string where the schema wants one, JSON otherwise.
+    called = run(env, "call", "greet", "name=123", "times=2", "loud=true")
+    assert (called.returncode, called.stdout) == (0, "HELLO, 123 HELLO, 123\n")
+    by_json = run(env, "call", "greet", "--json", '{"name": "Ada"}')
+    assert by_json.stdout == "Hello, Ada\n"
+    bad = run(env, "call", "greet", "name=x", "times=0")
+    assert bad.returncode == 1 and "Expected `int` >= 1 - at `$.times`" in bad.stdout
+    unknown = run(env, "call", "nope")
+    assert unknown.returncode == 2 and "Unknown tool: 'nope'" in unknown.stderr
+
+    status = run(env, "status")
+    assert status.returncode == 0 and f"pid {pid}" in status.stdout and "greet.py" in status.stdout
+    status_json = json.loads(run(env, "status", "--json").stdout)
+    assert status_json["pid"] == pid
+
+    stopped = run(env, "stop")
+    assert stopped.returncode == 0 and f"stopped (pid {pid})" in stopped.stdout
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert run(env, "status").returncode == 3
+    assert "not running" in run(env, "stop").stdout
+
+
+def test_start_reports_why_the_daemon_could_not_start(env: Env) -> None:
+    (env.root / "config" / "atomictools").mkdir(parents=True)
+    (env.root / "config" / "atomictools" / "config.toml").write_text("call_timeout = 'never'\n")
+    result = run(env, "start")
+    assert result.returncode == 1
+    assert "call_timeout" in result.stderr and "expected a number" in result.stderr
+    assert daemon_pid(env) is None
+
+
+def test_client_autostarts_a_daemon_that_outlives_its_process_group(detached: Env) -> None:
+    env = detached
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    script = (
+        "from atomictools import Client\n"
+        "with Client() as c:\n"
+        "    print(c.call('greet', name='auto').text, flush=True)\n"
+    )
+    # Like an MCP client shutting down its server: the whole process group gets SIGKILL.
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env.vars, cwd=env.project, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    out, _ = proc.communicate(timeout=60)
+    assert out == "Hello, auto\n"
+    pid = wait_for(lambda: daemon_pid(env), message="the daemon's pid file")
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    with Client(directory=str(env.project), autostart=False) as client:
+        assert client.status()["pid"] == pid
+
+
+def test_client_without_autostart_says_how_to_start(env: Env) -> None:
+    with pytest.raises(ConnectError, match="atomictoolsd start"):
+        Client(str(env.socket), autostart=False).connect()
+
+
+def test_list_formats_for_llm_apis(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        mcp = client.list_tools()
+        openai = client.list_tools(format="openai")
+        anthropic = client.list_tools(format="anthropic")
+    schema = mcp[0]["inputSchema"]
+    assert openai == [{"type": "function", "function": {"name": "greet", "description": "Greet someone.", "parameters": schema}}]
+    assert anthropic == [{"name": "greet", "description": "Greet someone.", "input_schema": schema}]
+
+
+def test_list_tools_for_another_directory(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    other = env.root / "other"
+    env.write_tool(other / ".atomic" / "tools", "only_here.py", "def only_here() -> str:\n    return 'here'\n")
+    env.write_tool(env.local_tools, "project_tool.py", "def project_tool() -> str:\n    return 'p'\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert [t["name"] for t in client.list_tools()] == ["project_tool"]
+        assert [t["name"] for t in client.list_tools(directory=str(other))] == ["only_here"]
+        assert client.call("only_here").text == "here"
+
+
+def test_async_client_twin(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    daemon = make_daemon()
+
+    async def main() -> tuple[list[str], list[str], dict]:  # type: ignore[type-arg]
+        async with AsyncClient(str(env.socket), directory=str(env.project), autostart=False) as client:
+            names = [t["name"] for t in await client.list_tools()]
+            texts = await asyncio.gather(*(client.call("greet", name=str(i)) for i in range(20)))
+            return names, [t.text for t in texts], await client.reload()
+
+    names, texts, reload = asyncio.run(main())
+    assert names == ["greet"]
+    assert texts == [f"Hello, {i}" for i in range(20)]
+    assert reload == {"success": True, "toolCount": 1, "errors": []}
+    assert daemon.proc.poll() is None

@@ -1,0 +1,162 @@
+"""Starting, stopping and guarding the daemon: lock, socket, permissions, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from helpers import Daemon, Env, RawConnection, wait_for
+
+SLOW = '''
+    import time
+    def slow(seconds: float) -> str:
+        time.sleep(seconds)
+        return "finished"
+'''
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_cleanly_leaving_no_socket_lock_or_worker(env: Env, make_daemon, sig: int) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "slow.py", SLOW)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        client.call("slow", seconds=0)
+    workers = daemon.workers()
+    assert workers, "a worker serves the module"
+    assert daemon.stop(sig) == 0
+    assert not env.socket.exists()
+    assert not (env.runtime_dir / "atomictoolsd.lock").exists()
+    assert daemon.leftovers() == []
+
+
+def test_calls_in_flight_finish_before_shutdown(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "slow.py", SLOW)
+    daemon = make_daemon()
+    result: list[str] = []
+    client = daemon.client()
+
+    def call() -> None:
+        result.append(client.call("slow", seconds=1.0).text)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    wait_for(lambda: any(m["inflight"] for m in client_status(env)["modules"]), message="the call to start")
+    started = time.monotonic()
+    assert daemon.stop(signal.SIGTERM) == 0
+    thread.join(5)
+    client.close()
+    assert result == ["finished"]
+    assert time.monotonic() - started >= 0.5, "the daemon waited for the call"
+
+
+def client_status(env: Env) -> dict:  # type: ignore[type-arg]
+    with RawConnection(env.socket) as raw:
+        return raw.request("atomic/status")["result"]
+
+
+def test_socket_is_0600_in_a_0700_dir(daemon: Daemon, env: Env) -> None:
+    assert stat.S_IMODE(os.stat(env.socket).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(env.runtime_dir).st_mode) == 0o700
+
+
+def test_a_second_daemon_refuses_and_leaves_the_first_serving(env: Env, make_daemon, daemon: Daemon) -> None:  # type: ignore[no-untyped-def]
+    second = subprocess.run(
+        [sys.executable, "-m", "atomictoolsd", "serve"], env=env.vars, capture_output=True, text=True, timeout=30
+    )
+    assert second.returncode == 0
+    assert f"already running (pid {daemon.pid})" in second.stderr
+    with daemon.raw() as raw:
+        assert raw.request("ping")["result"] == {}
+
+
+def test_restart_after_kill_9_replaces_the_stale_socket(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "slow.py", SLOW)
+    first = make_daemon()
+    with first.client() as client:
+        client.call("slow", seconds=0)
+    first.descendants()
+    first.kill()
+    assert env.socket.exists(), "a killed daemon leaves its socket behind"
+    with pytest.raises(ConnectionRefusedError):
+        socket.socket(socket.AF_UNIX).connect(str(env.socket))
+    assert first.leftovers() == [], "workers die with the daemon"
+    second = make_daemon()
+    with second.client() as client:
+        assert client.call("slow", seconds=0).text == "finished"
+
+
+def test_runtime_dir_open_to_others_is_refused(env: Env) -> None:
+    env.runtime_dir.mkdir(mode=0o755)
+    os.chmod(env.runtime_dir, 0o755)
+    proc = subprocess.run([sys.executable, "-m", "atomictoolsd", "serve"], env=env.vars, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert f"chmod 700 {env.runtime_dir}" in proc.stderr
+    assert not env.socket.exists()
+
+
+def test_too_long_socket_path_is_refused_with_the_fix(env: Env) -> None:
+    long_sock = "/tmp/" + "s" * 120 + ".sock"
+    proc = subprocess.run(
+        [sys.executable, "-m", "atomictoolsd", "serve"],
+        env={**env.vars, "ATOMICTOOLS_SOCKET": long_sock},
+        capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 1
+    assert "Set ATOMICTOOLS_SOCKET" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_connections_from_another_uid_are_refused(daemon: Daemon, env: Env) -> None:
+    os.chmod(env.runtime_base, 0o755)  # let the other user reach the socket file at all
+    os.chmod(env.runtime_dir, 0o755)
+    os.chmod(env.socket, 0o777)
+    try:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child becomes 'nobody' and tries to talk to the daemon
+            os.close(read_fd)
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                sock = socket.socket(socket.AF_UNIX)
+                sock.settimeout(5)
+                sock.connect(str(env.socket))
+                sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+                data = sock.recv(100)
+                os.write(write_fd, b"answered" if data else b"closed")
+            except OSError as exc:
+                os.write(write_fd, f"error {exc}".encode())
+            os._exit(0)
+        os.close(write_fd)
+        os.waitpid(pid, 0)
+        outcome = os.read(read_fd, 200).decode()
+        os.close(read_fd)
+    finally:
+        os.chmod(env.runtime_dir, 0o700)
+        os.chmod(env.runtime_base, 0o700)
+    # Closed before or after its write (EOF, ECONNRESET or EPIPE), but never answered.
+    assert outcome == "closed" or outcome.startswith("error [Errno"), outcome
+    assert "refused a connection from uid 65534" in daemon.stderr()
+    with daemon.raw() as raw:
+        assert raw.request("ping")["result"] == {}
+
+
+def test_workers_die_when_the_daemon_is_killed(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "slow.py", SLOW)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        client.call("slow", seconds=0)
+    processes = daemon.descendants()
+    assert len(processes) >= 2  # the fork server and a worker
+    daemon.kill()
+    assert daemon.leftovers() == []
+    assert all(not psutil.pid_exists(p.pid) or p.status() == psutil.STATUS_ZOMBIE for p in processes)

@@ -1,0 +1,146 @@
+"""The JSON-RPC protocol on the socket, byte by byte: what a raw client (or socat) sees."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
+from helpers import Daemon, Env
+
+
+@pytest.fixture
+def echo_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "echo.py", '''
+        def echo(text: str) -> str:
+            """Echo the text back."""
+            return text
+    ''')
+    return make_daemon()
+
+
+def test_each_error_answers_and_the_connection_stays_usable(echo_daemon: Daemon) -> None:
+    with echo_daemon.raw() as raw:
+        cases = [
+            (b"{not json\n", None, -32700),
+            (b'{"jsonrpc":"2.0","id":7}\n', 7, -32600),
+            (b'{"jsonrpc":"1.0","id":8,"method":"ping"}\n', 8, -32600),
+            (b'{"jsonrpc":"2.0","id":9,"method":42}\n', 9, -32600),
+            (b'[{"jsonrpc":"2.0","id":10,"method":"ping"}]\n', None, -32600),
+            (b'{"jsonrpc":"2.0","id":11,"method":"no/such"}\n', 11, -32601),
+            (b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"arguments":{}}}\n', 12, -32602),
+            (b'{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"missing"}}\n', 13, -32602),
+            (b'{"jsonrpc":"2.0","id":14,"method":"tools/list","params":{"cursor":"bogus"}}\n', 14, -32602),
+            (b'{"jsonrpc":"2.0","id":15,"method":"logging/setLevel","params":{"level":"chatty"}}\n', 15, -32602),
+        ]
+        for line, expected_id, code in cases:
+            raw.send_bytes(line)
+            reply = raw.recv()
+            assert reply["jsonrpc"] == "2.0"
+            assert reply["id"] == expected_id, line
+            assert reply["error"]["code"] == code, (line, reply)
+            assert reply["error"]["message"]
+        assert raw.request("ping")["result"] == {}
+
+
+def test_unknown_method_is_answered_at_once(echo_daemon: Daemon) -> None:
+    """The MCP 2.x client probes server/discover and waits 10 s for silence: answer it now."""
+    with echo_daemon.raw() as raw:
+        raw.sock.settimeout(1.0)
+        reply = raw.request("server/discover", {})
+        assert reply["error"] == {"code": -32601, "message": "Method not found: server/discover"}
+
+
+def test_notifications_get_no_answer_even_when_wrong(echo_daemon: Daemon) -> None:
+    with echo_daemon.raw() as raw:
+        raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "nope"}})
+        raw.send({"jsonrpc": "2.0", "method": "notifications/unknown"})
+        reply = raw.request("ping")
+        assert reply == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+def test_oversized_messages_are_refused_and_the_next_line_is_served(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_daemon({"ATOMICTOOLS_MAX_MESSAGE_BYTES": "4096"})
+    with daemon.raw() as raw:
+        # Whole oversized line in one write.
+        raw.send_bytes(b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + b"a" * 10000 + b'"}}\n')
+        reply = raw.recv()
+        assert reply["error"]["code"] == -32600
+        assert "too large" in reply["error"]["message"] and "4096" in reply["error"]["message"]
+        # An oversized line arriving in pieces, with no newline yet: refused once, the rest discarded.
+        raw.send_bytes(b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":"' + b"b" * 6000)
+        reply = raw.recv()
+        assert reply["error"]["code"] == -32600
+        raw.send_bytes(b"b" * 6000 + b'"}}\n')
+        assert raw.request("ping")["result"] == {}
+
+
+def test_messages_split_across_writes_and_coalesced_in_one(echo_daemon: Daemon) -> None:
+    with echo_daemon.raw() as raw:
+        line = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+        for byte in line:
+            raw.send_bytes(bytes([byte]))
+        assert raw.recv()["id"] == 1
+        raw.send_bytes(b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i for i in range(2, 50)))
+        assert sorted(raw.recv()["id"] for _ in range(2, 50)) == list(range(2, 50))
+
+
+@pytest.mark.parametrize("version", SUPPORTED_PROTOCOL_VERSIONS)
+def test_initialize_answers_with_the_clients_supported_version(echo_daemon: Daemon, version: str) -> None:
+    with echo_daemon.raw() as raw:
+        result = raw.request("initialize", {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})["result"]
+        assert result["protocolVersion"] == version
+        assert result["capabilities"] == {"tools": {"listChanged": True}, "logging": {}}
+        assert result["serverInfo"]["name"] == "atomictoolsd"
+
+
+def test_initialize_with_an_unknown_version_gets_the_latest(echo_daemon: Daemon) -> None:
+    with echo_daemon.raw() as raw:
+        result = raw.request("initialize", {"protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": {}})["result"]
+        assert result["protocolVersion"] == SUPPORTED_PROTOCOL_VERSIONS[-1]
+
+
+def test_tools_list_pages_with_opaque_cursors(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    for i in range(7):
+        env.write_tool(env.global_tools, f"t{i}.py", f"def t{i}() -> str:\n    return '{i}'\n")
+    daemon = make_daemon({"ATOMICTOOLS_PAGE_SIZE": "3"})
+    with daemon.raw() as raw:
+        names, cursor, pages = [], None, 0
+        while True:
+            reply = raw.request("tools/list", {"cursor": cursor} if cursor else {})["result"]
+            names += [t["name"] for t in reply["tools"]]
+            pages += 1
+            cursor = reply.get("nextCursor")
+            if not cursor:
+                break
+            assert not cursor.isdigit(), "cursors are opaque"
+        assert names == [f"t{i}" for i in range(7)]
+        assert pages == 3
+
+
+def test_calls_by_socket_work_without_initialize_like_socat(echo_daemon: Daemon) -> None:
+    with echo_daemon.raw() as raw:
+        raw.send_bytes(b'{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}\n')
+        assert raw.recv() == {"jsonrpc": "2.0", "id": "a", "result": {"content": [{"type": "text", "text": "hi"}]}}
+
+
+def test_null_arguments_mean_none(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "now.py", "def now() -> str:\n    return 'ok'\n")
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        for params in ({"name": "now"}, {"name": "now", "arguments": None}, {"name": "now", "arguments": {}}):
+            assert raw.request("tools/call", params)["result"]["content"][0]["text"] == "ok"
+
+
+def test_many_calls_in_flight_are_each_answered_once(echo_daemon: Daemon) -> None:
+    with echo_daemon.raw() as raw:
+        count = 500
+        raw.send_bytes(b"".join(
+            json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": f"m{i}"}}}).encode() + b"\n"
+            for i in range(count)
+        ))
+        answers = [raw.recv() for _ in range(count)]
+        assert sorted(a["id"] for a in answers) == list(range(count))
+        assert all(a["result"]["content"][0]["text"] == f"m{a['id']}" for a in answers)

@@ -1,0 +1,260 @@
+"""Test helpers: an isolated environment, a real daemon process, and a raw NDJSON connection.
+
+Every path a daemon uses comes from the environment built here, so tests never touch the real home
+or runtime dir. Every process a test starts is stopped by pid, and the daemon's descendants are
+checked to be gone after it stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from atomictools import Client
+
+__all__ = ["Daemon", "Env", "RawConnection", "wait_for"]
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)
+
+
+class Env:
+    """An isolated home, runtime dir and XDG dirs, and helpers to write tool modules into them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.home.mkdir()
+        # A short runtime dir: pytest's tmp paths can exceed the 108-byte socket path limit.
+        self.runtime_base = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
+        os.chmod(self.runtime_base, 0o700)
+        self.project = root / "project"
+        self.project.mkdir()
+        (self.project / ".atomic").mkdir()
+        self.vars = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith(("ATOMICTOOLS_", "XDG_", "LISTEN_", "NOTIFY_SOCKET"))
+        }
+        self.vars.update(
+            HOME=str(self.home),
+            XDG_RUNTIME_DIR=str(self.runtime_base),
+            XDG_STATE_HOME=str(root / "state"),
+            XDG_CONFIG_HOME=str(root / "config"),
+            XDG_CACHE_HOME=str(root / "cache"),
+            XDG_DATA_HOME=str(root / "data"),
+        )
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.runtime_base / "atomictools"
+
+    @property
+    def socket(self) -> Path:
+        return self.runtime_dir / "atomictoolsd.sock"
+
+    @property
+    def global_tools(self) -> Path:
+        return self.home / ".atomic" / "tools"
+
+    @property
+    def local_tools(self) -> Path:
+        return self.project / ".atomic" / "tools"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state" / "atomictools"
+
+    def write_tool(self, where: Path, filename: str, source: str) -> Path:
+        """Write a tool module (dedented); ``where`` is a tools dir, created when missing."""
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / filename
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.runtime_base, ignore_errors=True)
+
+
+class RawConnection:
+    """A plain socket speaking NDJSON, for testing the protocol byte by byte."""
+
+    def __init__(self, path: Path, timeout: float = 15.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self.file = self.sock.makefile("rb")
+        self._next_id = 0
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def recv(self) -> dict[str, Any]:
+        line = self.file.readline()
+        if not line:
+            raise EOFError("the daemon closed the connection")
+        return json.loads(line)
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a request; return its response, skipping notifications."""
+        self._next_id += 1
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        while True:
+            reply = self.recv()
+            if reply.get("id") == self._next_id and "method" not in reply:
+                return reply
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Daemon:
+    """A real ``atomictoolsd serve`` process in an ``Env``."""
+
+    def __init__(self, env: Env, extra_env: dict[str, str] | None = None) -> None:
+        self.env = env
+        self.extra_env = dict(extra_env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stderr_path = env.root / "daemon.stderr"
+        self._known: dict[int, psutil.Process] = {}
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 20.0) -> Daemon:
+        with open(self.stderr_path, "ab") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "atomictoolsd", "serve"],
+                env={**self.env.vars, **self.extra_env},
+                cwd=self.env.root,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the daemon exited with {self.proc.returncode}:\n{self.stderr()}")
+            try:
+                with RawConnection(self.env.socket, timeout=2) as raw:
+                    if "result" in raw.request("ping"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"the daemon did not answer within {timeout} s:\n{self.stderr()}")
+            time.sleep(0.01)
+        return self
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def descendants(self) -> list[psutil.Process]:
+        """Every process below the daemon (the fork server and the workers); remembered for checks."""
+        try:
+            found = psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            found = []
+        for process in found:
+            self._known[process.pid] = process
+        return found
+
+    def workers(self) -> list[psutil.Process]:
+        """Worker processes (children of the fork server)."""
+        return [p for p in self.descendants() if "forkserver" in " ".join(p.cmdline()) and p.ppid() != self.pid]
+
+    def client(self, directory: Path | None = None, **kwargs: Any) -> Client:
+        return Client(
+            str(self.env.socket),
+            directory=str(directory or self.env.project),
+            autostart=False,
+            **kwargs,
+        ).connect()
+
+    def raw(self) -> RawConnection:
+        return RawConnection(self.env.socket)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        """Signal the daemon and wait for it; return its exit code."""
+        assert self.proc is not None
+        self.descendants()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the daemon did not stop within {timeout} s:\n{self.stderr()}") from None
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (as a crash would)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.descendants()
+            self.proc.kill()
+            self.proc.wait()
+
+    def leftovers(self, timeout: float = 5.0) -> list[psutil.Process]:
+        """Processes this daemon started that are still alive after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            alive = [p for p in self._known.values() if _alive(p)]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.02)
+
+    def reap_leftovers(self) -> list[psutil.Process]:
+        """Kill (by pid) whatever this daemon left behind, and return what that was."""
+        alive = self.leftovers(timeout=0)
+        for process in alive:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

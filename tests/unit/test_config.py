@@ -1,0 +1,46 @@
+"""Configuration: defaults, config.toml, ATOMICTOOLS_* variables, and clear errors (config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from atomictoolsd.config import Config, ConfigError, load_config
+
+
+def test_defaults_without_file_or_environment(tmp_path: Path) -> None:
+    config = load_config(tmp_path / "config.toml", {})
+    assert config == Config()
+    assert config.call_timeout == 60.0 and config.max_message_bytes == 16 * 1024 * 1024
+    assert all(item["source"] == "default" for item in config.describe())
+
+
+def test_environment_overrides_file_overrides_default(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("call_timeout = 5\npage_size = 10\nbuiltins = false\n")
+    config = load_config(path, {"ATOMICTOOLS_CALL_TIMEOUT": "7.5"})
+    assert (config.call_timeout, config.page_size, config.builtins) == (7.5, 10, False)
+    sources = {item["key"]: item["source"] for item in config.describe()}
+    assert sources["call_timeout"] == "ATOMICTOOLS_CALL_TIMEOUT"
+    assert sources["page_size"] == str(path)
+    assert sources["truncate_lines"] == "default"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        ("call_timeout = 'soon'\n", {}, r"call_timeout \(from .*config.toml\): expected a number, got 'soon'"),
+        ("", {"ATOMICTOOLS_PAGE_SIZE": "0"}, r"page_size \(from ATOMICTOOLS_PAGE_SIZE\): must be at least 1"),
+        ("", {"ATOMICTOOLS_BUILTINS": "maybe"}, "expected true or false"),
+        ("", {"ATOMICTOOLS_LOG_LEVEL": "loud"}, "must be one of debug, info, warning, error"),
+        ("calltimeout = 3\n", {}, "unknown setting 'calltimeout'"),
+        ("call_timeout = \n", {}, "is not valid TOML"),
+        ("page_size = 2.5\n", {}, "expected an integer"),
+    ],
+)
+def test_bad_values_name_the_key_and_where_it_came_from(tmp_path: Path, text: str, env: dict[str, str], message: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path, env)

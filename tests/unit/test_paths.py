@@ -1,0 +1,69 @@
+"""Where the socket and the daemon's files are, and the checks on them (paths, atomictools._paths)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+from atomictools._paths import runtime_dir, socket_path
+from atomictoolsd.paths import Paths, PathError, check_private_dir, check_socket_path
+
+
+def test_runtime_dir_agrees_with_platformdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    xdg = tmp_path / "run"
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    monkeypatch.delenv("ATOMICTOOLS_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("ATOMICTOOLS_SOCKET", raising=False)
+    assert runtime_dir() == platformdirs.user_runtime_dir("atomictools") == str(xdg / "atomictools")
+    assert socket_path() == str(xdg / "atomictools" / "atomictoolsd.sock")
+
+
+def test_unusable_xdg_runtime_dir_defers_to_platformdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    xdg = tmp_path / "run"
+    xdg.mkdir(mode=0o755)  # open to others: the XDG spec (and platformdirs) reject it
+    os.chmod(xdg, 0o755)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    monkeypatch.delenv("ATOMICTOOLS_RUNTIME_DIR", raising=False)
+    with pytest.warns(platformdirs.RuntimeDirWarning):
+        ours = runtime_dir()
+    assert ours == platformdirs.user_runtime_dir("atomictools")
+    assert not ours.startswith(str(xdg))
+
+
+def test_environment_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATOMICTOOLS_RUNTIME_DIR", str(tmp_path / "r"))
+    assert socket_path() == str(tmp_path / "r" / "atomictoolsd.sock")
+    monkeypatch.setenv("ATOMICTOOLS_SOCKET", str(tmp_path / "s.sock"))
+    assert socket_path() == str(tmp_path / "s.sock")
+
+
+def test_isolating_home_and_xdg_moves_every_path(env: object) -> None:
+    paths = Paths.from_env()
+    root = env.root  # type: ignore[attr-defined]
+    for path in (paths.state_dir, paths.config_dir, paths.cache_dir, paths.log_dir, paths.spill_dir):
+        assert str(path).startswith(str(root)), path
+    assert paths.socket == env.socket  # type: ignore[attr-defined]
+    assert paths.home == env.home  # type: ignore[attr-defined]
+
+
+def test_private_dir_is_created_0700_and_checked(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b"
+    check_private_dir(target)
+    assert oct(os.stat(target).st_mode & 0o777) == "0o700"
+    os.chmod(target, 0o750)
+    with pytest.raises(PathError, match="chmod 700"):
+        check_private_dir(target)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(PathError, match="symlink"):
+        check_private_dir(link)
+
+
+def test_socket_paths_longer_than_sun_path_are_refused(tmp_path: Path) -> None:
+    check_socket_path(Path("/tmp/short.sock"))
+    with pytest.raises(PathError, match="ATOMICTOOLS_SOCKET"):
+        check_socket_path(Path("/tmp/" + "x" * 120 + ".sock"))
