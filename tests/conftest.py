@@ -7,8 +7,8 @@ stopped with SIGTERM and the test fails if any process it started is still alive
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

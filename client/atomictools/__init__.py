@@ -40,8 +40,8 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
-    from atomictools._authoring import Context, Field, tool
     from atomictools._async_client import AsyncClient
+    from atomictools._authoring import Context, Field, tool
     from atomictools._client import Client, ToolResult
     from atomictools._errors import AtomicToolsError, ConnectError, RPCError, ToolError
 

@@ -6,7 +6,8 @@ import asyncio
 import itertools
 import os
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from atomictools._client import (
     _CONNECT_ERRORS,
@@ -201,5 +202,5 @@ class AsyncClient:
         while True:
             try:
                 yield await asyncio.wait_for(self._notifications.get(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return

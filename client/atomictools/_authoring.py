@@ -8,8 +8,9 @@ function, so a tool's own tests can call it directly.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import msgspec
 

@@ -13,8 +13,9 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -311,7 +312,7 @@ class Client:
             self._sock.settimeout(timeout)
             try:
                 message = self._read()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 return
             finally:
                 if self._sock is not None:

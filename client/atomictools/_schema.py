@@ -13,8 +13,9 @@ import pathlib
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 import msgspec
 

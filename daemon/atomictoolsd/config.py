@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["Config", "ConfigError", "LOG_LEVELS", "load_config"]
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import msgspec
-
 from atomictools._protocol import check_tool_name
+
 from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
 from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, WorkerPool
 from atomictoolsd.workers.worker import Worker

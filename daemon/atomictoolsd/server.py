@@ -23,17 +23,20 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from atomictoolsd import __version__
 from atomictoolsd.config import Config
-from atomictoolsd.paths import Paths, PathError, check_private_dir, check_socket_path
+from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.registry import Change, Registry
 from atomictoolsd.session import Session
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.truncate import remove_old_spills
 
-__all__ = ["AlreadyRunning", "Server", "peer_credentials"]
+if TYPE_CHECKING:
+    from atomictoolsd.session import Handler
+
+__all__ = ["AlreadyRunning", "Component", "Server", "peer_credentials"]
 
 log = logging.getLogger("atomictoolsd")
 
@@ -108,6 +111,18 @@ class InstanceLock:
         self.fd = None
 
 
+class Component(Protocol):
+    """A part of the daemon with a lifetime of its own (file watcher, bridges, service glue, …).
+
+    Started in order once the socket serves and stopped in reverse order during shutdown, after
+    calls in flight have drained. A component may add JSON-RPC methods to ``server.methods``.
+    """
+
+    async def start(self, server: Server) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Server:
     """The daemon: socket, sessions, registry and workers."""
 
@@ -136,6 +151,8 @@ class Server:
         self._stop_reason = ""
         self._sigints = 0
         self._housekeeping: asyncio.Task[None] | None = None
+        self.methods: dict[str, Handler] = {}  # JSON-RPC methods added by components
+        self.components: list[Component] = []
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -170,6 +187,8 @@ class Server:
         for tools_dir in self.registry.builtin_dirs:
             self.registry.ensure_scanned(tools_dir)
         self._housekeeping = loop.create_task(self._housekeep())
+        for component in self.components:
+            await component.start(self)
         log.info("atomictoolsd %s serving on %s (pid %d)", __version__, self.paths.socket, os.getpid())
 
     def _bind(self) -> socket.socket:
@@ -211,6 +230,11 @@ class Server:
         for session in list(self.sessions):
             if session.transport is not None:
                 session.transport.close()
+        for component in reversed(self.components):
+            try:
+                await component.stop()
+            except Exception:  # one component's failure must not keep the rest from stopping
+                log.exception("stopping %s failed", type(component).__name__)
         await self.pool.close()
         self._remove_socket()
         self._lock.release()

@@ -17,12 +17,11 @@ import fnmatch
 import itertools
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from msgspec import UNSET, UnsetType
-
 from atomictools._protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -32,6 +31,8 @@ from atomictools._protocol import (
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
 )
+from msgspec import UNSET, UnsetType
+
 from atomictoolsd import __version__
 from atomictoolsd.discovery import git_worktree_root
 from atomictoolsd.registry import Project, ToolDef
@@ -39,7 +40,7 @@ from atomictoolsd.registry import Project, ToolDef
 if TYPE_CHECKING:
     from atomictoolsd.server import Server
 
-__all__ = ["Session"]
+__all__ = ["Handler", "ParamsError", "Session", "decode_params"]
 
 log = logging.getLogger("atomictoolsd.session")
 
@@ -105,7 +106,8 @@ _decode_message = msgspec.json.Decoder(Message).decode
 _param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
-def _params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
+def decode_params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
+    """Decode request params into ``kind``; raise ``ParamsError`` (answered -32602) when they do not fit."""
     decoder = _param_decoders.get(kind)
     if decoder is None:
         decoder = _param_decoders[kind] = msgspec.json.Decoder(kind)
@@ -115,6 +117,9 @@ def _params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
         raise ParamsError(f"Invalid params: {exc}") from None
 
 
+# A request handler: (session, request id as JSON, raw params) → None when it has answered, or an
+# awaitable that answers. Raising ParamsError answers -32602. Components add theirs to
+# ``Server.methods``.
 Handler = Callable[["Session", bytes, Any], "None | Awaitable[None]"]
 
 
@@ -231,7 +236,7 @@ class Session(asyncio.Protocol):
             self.handle_notification(method, message.params)
             return
         id_json = _encode(message.id)
-        handler = _HANDLERS.get(method)
+        handler = _HANDLERS.get(method) or self.server.methods.get(method)
         if handler is None:
             self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {method}")
             return
@@ -337,7 +342,7 @@ class Session(asyncio.Protocol):
                 self._seen = self.fingerprint()
         elif method == "notifications/cancelled":
             try:
-                params = _params(raw, CancelledParams)
+                params = decode_params(raw, CancelledParams)
             except ParamsError:
                 return  # notifications get no answer, not even an error
             call = self.calls.pop(_encode(params.requestId), None)
@@ -347,7 +352,7 @@ class Session(asyncio.Protocol):
     # -- requests -------------------------------------------------------------------------------
 
     def on_initialize(self, id_json: bytes, raw: Any) -> None:
-        params = _params(raw, InitializeParams)
+        params = decode_params(raw, InitializeParams)
         version = params.protocolVersion
         self.protocol_version = version if version in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         if not self.agent:
@@ -367,14 +372,14 @@ class Session(asyncio.Protocol):
         self.send_result(id_json, b"{}")
 
     def on_set_level(self, id_json: bytes, raw: Any) -> None:
-        params = _params(raw, SetLevelParams)
+        params = decode_params(raw, SetLevelParams)
         if params.level not in _LEVEL_RANK:
             raise ParamsError(f"Invalid params: level must be one of {', '.join(LOG_LEVELS)}")
         self.log_level = params.level
         self.send_result(id_json, b"{}")
 
     def on_list(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
-        params = _params(raw, ListParams)
+        params = decode_params(raw, ListParams)
         if not all(d.scanned is not None and d.scanned.done() for d in self.project.dirs):
             return self._list_when_ready(id_json, params)
         self._list(id_json, params)
@@ -401,7 +406,7 @@ class Session(asyncio.Protocol):
             self._seen = self.fingerprint()
 
     def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
-        params = _params(raw, CallParams)
+        params = decode_params(raw, CallParams)
         if not all(d.scanned is not None and d.scanned.done() for d in self.project.dirs):
             return self._call_when_ready(id_json, params)
         self._call(id_json, params)
@@ -464,7 +469,7 @@ class Session(asyncio.Protocol):
 
     async def on_atomic_list(self, id_json: bytes, raw: Any) -> None:
         """Tools with their source and path, counts by source, errors; shadowed ones with ``all``."""
-        params = _params(raw, AtomicListParams)
+        params = decode_params(raw, AtomicListParams)
         await self.project.ready()
         view = self.project.view()
         tools = self.visible()
@@ -486,7 +491,7 @@ class Session(asyncio.Protocol):
         self.send_result(id_json, _encode(result))
 
     async def on_attach(self, id_json: bytes, raw: Any) -> None:
-        params = _params(raw, AttachParams)
+        params = decode_params(raw, AttachParams)
         directory = Path(params.directory or os.getcwd()).expanduser()
         if not directory.is_absolute() or not directory.is_dir():
             raise ParamsError(f"Invalid params: directory {str(directory)!r} is not an existing absolute directory")

@@ -8,12 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 import pytest
-
 from atomictools import AsyncClient, Client, ConnectError
 from helpers import Env, wait_for
 

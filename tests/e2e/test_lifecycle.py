@@ -13,7 +13,6 @@ import time
 
 import psutil
 import pytest
-
 from helpers import Daemon, Env, RawConnection, wait_for
 
 SLOW = '''

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
 from helpers import Daemon, Env
 

@@ -6,9 +6,8 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 import atomictools
+import pytest
 
 
 def test_public_names_are_exactly_the_intended_ones() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from atomictoolsd.config import Config, ConfigError, load_config
 
 

@@ -9,7 +9,6 @@ from typing import Annotated, Any, Literal, Optional
 
 import msgspec
 import pytest
-
 from atomictools import Context, Field, tool
 from atomictools._schema import SchemaError, build_tool, collect_tools, inline_refs, tool_name
 
@@ -43,7 +42,7 @@ def test_input_schema_is_an_inlined_closed_object_with_required_and_defaults() -
         path: Annotated[str, Field("File to lint", min_length=1)],
         count: Annotated[int, Field(ge=0, le=10)] = 3,
         mode: Literal["fast", "full"] = "fast",
-        color: Optional[Color] = None,
+        color: Optional[Color] = None,  # noqa: UP045 - the typing spelling must work too
         points: list[Point] = [],  # noqa: B006 - a schema default, copied per call
         ctx: Context | None = None,
     ) -> str:

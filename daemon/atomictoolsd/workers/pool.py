@@ -15,10 +15,11 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from atomictoolsd.workers.runtime import WorkerSpec
-from atomictoolsd.workers.spawner import SpawnError, Spawner
+from atomictoolsd.workers.spawner import Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, LoadFailed, OnLog, OnProgress, OnResult, Worker, error_result
 
 __all__ = ["Call", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
@@ -93,7 +94,7 @@ class ModuleRunner:
             definitions, load_ms = await asyncio.wait_for(
                 asyncio.shield(worker.loaded), self.pool.settings.load_timeout
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             worker.cause = f"did not finish importing the module within {self.pool.settings.load_timeout:g} s"
             worker.kill()
             raise LoadFailed(

@@ -101,7 +101,7 @@ class Spawner:
             self._control = ours
             try:
                 await asyncio.wait_for(asyncio.shield(self._ready), self._start_timeout)
-            except (asyncio.TimeoutError, SpawnError) as exc:
+            except (TimeoutError, SpawnError) as exc:
                 self._lost(ours)
                 raise SpawnError(f"the fork server did not start: {exc or 'timed out'}") from None
             return ours

@@ -11,7 +11,8 @@ import asyncio
 import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -178,7 +179,7 @@ class Worker(asyncio.Protocol):
     async def _ended(self, was: str) -> None:
         try:
             status = await asyncio.wait_for(asyncio.shield(self.exit_status), 2.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             status = None
         if self._kill_timer is not None:
             self._kill_timer.cancel()

@@ -1,0 +1,129 @@
+"""Tool commands: list and call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from atomictoolsd.cli._common import connect, print_json, table, where
+
+__all__ = ["parse_call_arguments", "register"]
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List the tools visible from a directory, with their source; errors of modules that failed."""
+    from atomictools._errors import ConnectError
+
+    try:
+        with connect(args) as client:
+            listing = client.request("atomic/list", {"all": args.all})
+    except ConnectError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        out = {"tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"]}
+        if args.all:
+            out["shadowed"] = listing["shadowed"]
+        print_json(out)
+        return 0
+    rows = [[t["name"], t["source"], _first_line(t.get("description", ""))] for t in listing["tools"]]
+    if args.all:
+        rows += [
+            [t["name"], f"{t['source']} (shadowed by {t['shadowedBy']['source']})", _first_line(t.get("description", ""))]
+            for t in listing["shadowed"]
+        ]
+    if rows:
+        table(["NAME", "SOURCE", "DESCRIPTION"], rows)
+    else:
+        print(f"no tools (write one in {os.path.join(listing['root'] or '~', '.atomic', 'tools')}/)")
+    counts = ", ".join(f"{n} {source}" for source, n in sorted(listing["counts"].items()))
+    if counts:
+        print(f"\n{len(listing['tools'])} tools: {counts}")
+    if listing["errors"]:
+        print(f"\n{len(listing['errors'])} module(s) failed to load:")
+        for error in listing["errors"]:
+            print(f"  {where(error)}: {error['message']}")
+    return 0
+
+
+def _first_line(text: str, width: int = 72) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def parse_call_arguments(pairs: list[str], schema: dict[str, Any]) -> dict[str, Any]:
+    """``key=value`` pairs as tool arguments: strings where the schema wants a string, else JSON.
+
+    Raises:
+        ValueError: a pair has no ``=``.
+    """
+    properties = schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"expected key=value, got {pair!r}")
+        if _wants_string(properties.get(key, {})):
+            out[key] = value
+            continue
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # let the tool's validation say what it expected
+    return out
+
+
+def _wants_string(prop: dict[str, Any]) -> bool:
+    if prop.get("type") == "string":
+        return True
+    options = prop.get("anyOf", [])
+    return bool(options) and all(o.get("type") in ("string", "null") for o in options) and any(
+        o.get("type") == "string" for o in options
+    )
+
+
+def cmd_call(args: argparse.Namespace) -> int:
+    """Call a tool and print its text; exit 1 when the result is an error."""
+    from atomictools._errors import ConnectError, RPCError
+
+    try:
+        with connect(args) as client:
+            tools = {t["name"]: t for t in client.list_tools()}
+            schema = tools.get(args.name, {}).get("inputSchema", {})
+            try:
+                arguments = json.loads(args.json) if args.json else {}
+                arguments.update(parse_call_arguments(args.arguments, schema))
+            except (ValueError, AttributeError) as exc:
+                print(f"atomictoolsd: bad arguments: {exc}", file=sys.stderr)
+                return 2
+            result = client.call_tool(args.name, arguments, timeout=args.timeout)
+    except RPCError as exc:
+        print(f"atomictoolsd: {exc.message}", file=sys.stderr)
+        return 2
+    except ConnectError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 1
+    print(result.text)
+    return 1 if result.is_error else 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    listing = commands.add_parser("list", help="list the tools visible from a directory")
+    listing.add_argument("--directory", "-C", help="project directory (default: the current one)")
+    listing.add_argument("--all", action="store_true", help="include shadowed tools")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=cmd_list)
+
+    call = commands.add_parser("call", help="call a tool and print its result")
+    call.add_argument("name", help="tool name")
+    call.add_argument(
+        "arguments", nargs="*", metavar="key=value",
+        help="arguments (values parsed as JSON unless the tool wants a string)",
+    )
+    call.add_argument("--json", metavar="ARGS", help="arguments as one JSON object")
+    call.add_argument("--directory", "-C", help="project directory (default: the current one)")
+    call.add_argument("--timeout", type=float, help="seconds this call may run")
+    call.set_defaults(func=cmd_call)

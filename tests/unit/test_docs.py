@@ -1,0 +1,19 @@
+"""The docs say what the code does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from atomictoolsd.config import Config
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_every_setting_is_documented_with_its_default_and_variable() -> None:
+    text = (DOCS / "configuration.md").read_text()
+    for item in Config().describe():
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{item['key']}` |")), None)
+        assert row is not None, f"{item['key']} is missing from docs/configuration.md"
+        value = item["value"]
+        shown = str(value).lower() if isinstance(value, bool) else f'"{value}"' if isinstance(value, str) else str(value)
+        assert f"`{shown}`" in row and f"`{item['env']}`" in row, row
