@@ -167,11 +167,19 @@ class Project:
         self.root = root
         self.dirs = dirs
         self._view: View | None = None
+        self._ready = False
+
+    def is_ready(self) -> bool:
+        """Whether every dir has been scanned once (cheap: it is asked on every call)."""
+        if not self._ready:
+            self._ready = all(d.scanned is not None and d.scanned.done() for d in self.dirs)
+        return self._ready
 
     def view(self) -> View:
+        view = self._view
+        if view is not None:
+            return view  # the registry drops it whenever one of our dirs changes
         key = tuple(d.version for d in self.dirs)
-        if self._view is not None and self._view.key == key:
-            return self._view
         tools: dict[str, ToolDef] = {}
         shadowed: list[tuple[ToolDef, ToolDef]] = []
         errors: list[dict[str, Any]] = []
@@ -186,6 +194,9 @@ class Project:
                     shadowed.append((tool, winner))
         self._view = View(key, dict(sorted(tools.items())), shadowed, errors)
         return self._view
+
+    def invalidate(self) -> None:
+        self._view = None
 
     async def ready(self) -> None:
         """Wait until every dir of this project has been scanned once."""
@@ -338,9 +349,16 @@ class Registry:
             tools_dir.scanned.set_result(None)
         change = Change({tools_dir}, failures)
         if results or removed:
-            tools_dir.version += 1
+            self._changed(tools_dir)
             self._notify(change)
         return change
+
+    def _changed(self, tools_dir: ToolsDir) -> None:
+        """Record that ``tools_dir``'s tools changed: new version, stale views dropped."""
+        tools_dir.version += 1
+        for project in (self.base, *self.projects.values()):
+            if project.sees(tools_dir):
+                project.invalidate()
 
     def _install(self, module: Module, worker: Worker, definitions: list[dict[str, Any]], load_ms: float) -> None:
         tools: dict[str, ToolDef] = {}
@@ -374,7 +392,7 @@ class Registry:
         if module.tools_dir.modules.get(module.path) is not module:
             return
         self._fail(module, failure.info)
-        module.tools_dir.version += 1
+        self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module]))
 
     async def reload(self, project: Project) -> dict[str, Any]:

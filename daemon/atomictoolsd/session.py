@@ -148,6 +148,8 @@ class Session(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._visible: tuple[Any, list[ToolDef]] | None = None
         self._seen: int | None = None  # fingerprint of the toolset this client last saw
+        # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
+        self._context: list[str] = ["", "", "", "", "", ""]
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -357,6 +359,7 @@ class Session(asyncio.Protocol):
         self.protocol_version = version if version in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
+            self._context[2] = self.agent
         result = {
             "protocolVersion": self.protocol_version,
             "capabilities": {"tools": {"listChanged": True}, "logging": {}},
@@ -380,7 +383,7 @@ class Session(asyncio.Protocol):
 
     def on_list(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
         params = decode_params(raw, ListParams)
-        if not all(d.scanned is not None and d.scanned.done() for d in self.project.dirs):
+        if not self.project.is_ready():
             return self._list_when_ready(id_json, params)
         self._list(id_json, params)
         return None
@@ -407,7 +410,7 @@ class Session(asyncio.Protocol):
 
     def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
         params = decode_params(raw, CallParams)
-        if not all(d.scanned is not None and d.scanned.done() for d in self.project.dirs):
+        if not self.project.is_ready():
             return self._call_when_ready(id_json, params)
         self._call(id_json, params)
         return None
@@ -417,55 +420,53 @@ class Session(asyncio.Protocol):
         self._call(id_json, params)
 
     def _call(self, id_json: bytes, params: CallParams) -> None:
+        # The hot path: no closures, no tasks; the call reports back through call_result().
         name = params.name
         tool = self.project.view().tools.get(name)
-        if tool is None or not self.allowed(name):
+        if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
             message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
             self.send_error(id_json, INVALID_PARAMS, message, {"name": name})
             return
-        meta = params.meta if params.meta is not UNSET else {}
-        timeout = tool.timeout or self.server.config.call_timeout
-        asked = meta.get("atomic/timeout")
-        if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
-            timeout = min(float(asked), self.server.config.max_call_timeout)
+        config = self.server.config
+        timeout = tool.timeout or config.call_timeout
+        context = self._context
+        token = None
+        meta = params.meta
+        if meta is not UNSET and meta:
+            asked = meta.get("atomic/timeout")
+            if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
+                timeout = min(float(asked), config.max_call_timeout)
+            token = meta.get("progressToken")
+            message_id = meta.get("atomic/messageId")
+            tool_use_id = meta.get("atomic/toolUseId") or meta.get("claudecode/toolUseId")
+            if message_id or tool_use_id:
+                context = [*context]
+                context[1] = str(message_id or "")
+                context[5] = str(tool_use_id or "")
         arguments = params.arguments
-        context = [
-            self.session_id,
-            str(meta.get("atomic/messageId", "")),
-            self.agent,
-            self.directory,
-            self.worktree,
-            str(meta.get("atomic/toolUseId") or meta.get("claudecode/toolUseId") or ""),
-        ]
-        token = meta.get("progressToken")
-
-        def on_result(result: bytes) -> None:
-            self.calls.pop(id_json, None)
-            self.send_result(id_json, result)
-
-        on_progress = None
-        if token is not None:
-            def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                payload: dict[str, Any] = {"progressToken": token, "progress": progress}
-                if total is not None:
-                    payload["total"] = total
-                if message is not None:
-                    payload["message"] = message
-                self.send_notification("notifications/progress", payload)
-
-        def on_log(level: str, data: bytes) -> None:
-            self.log_message(level, msgspec.Raw(data), logger=name)
-
+        arguments = b"{}" if arguments is UNSET else bytes(arguments)
+        if arguments == b"null":
+            arguments = b"{}"
         self.calls[id_json] = tool.module.runner.call(
-            self.server.pool.next_call_id(),
-            name,
-            b"{}" if arguments is UNSET or bytes(arguments) == b"null" else bytes(arguments),
-            context,
-            timeout,
-            on_result,
-            on_progress,
-            on_log,
+            self.server.pool.next_call_id(), name, arguments, context, timeout, self, id_json, token
         )
+
+    # CallOwner: what a call started by this session produces
+
+    def call_result(self, call: Any, result: bytes) -> None:
+        self.calls.pop(call.request_id, None)
+        self.send_result(call.request_id, result)
+
+    def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
+        payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}
+        if total is not None:
+            payload["total"] = total
+        if message is not None:
+            payload["message"] = message
+        self.send_notification("notifications/progress", payload)
+
+    def call_log(self, call: Any, level: str, data: bytes) -> None:
+        self.log_message(level, msgspec.Raw(data), logger=call.tool)
 
     async def on_atomic_list(self, id_json: bytes, raw: Any) -> None:
         """Tools with their source and path, counts by source, errors; shadowed ones with ``all``."""
@@ -504,6 +505,8 @@ class Session(asyncio.Protocol):
         self.session_id = params.sessionId or self.session_id or f"s{self.id}"
         self.allow = tuple(params.allow)
         self.deny = tuple(params.deny)
+        self._visible = None
+        self._context = [self.session_id, "", self.agent, self.directory, self.worktree, ""]
         await self.project.ready()
         view = self.project.view()
         if self._seen is not None:

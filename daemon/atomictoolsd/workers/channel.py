@@ -41,6 +41,10 @@ class FrameReader:
             ValueError: a frame announces a size above ``MAX_FRAME`` (the stream is corrupt).
         """
         buffer = self._buffer
+        if not buffer and len(data) > 4:
+            (length,) = _HEADER.unpack_from(data)
+            if length + 4 == len(data):  # the common case: exactly one whole frame
+                return [_decode(memoryview(data)[4:])]
         buffer += data
         messages = []
         offset = 0

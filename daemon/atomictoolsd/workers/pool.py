@@ -20,9 +20,9 @@ from typing import Any
 
 from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.spawner import Spawner, SpawnError
-from atomictoolsd.workers.worker import Call, LoadFailed, OnLog, OnProgress, OnResult, Worker, error_result
+from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
 
-__all__ = ["Call", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
+__all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
 
 
 class PoolSettings:
@@ -143,14 +143,18 @@ class ModuleRunner:
         arguments: bytes,
         context: list[str],
         timeout: float,
-        on_result: OnResult,
-        on_progress: OnProgress | None = None,
-        on_log: OnLog | None = None,
+        owner: CallOwner,
+        request_id: Any = None,
+        progress_token: Any = None,
     ) -> Call:
-        """Start a call; ``on_result`` gets its answer. Starts a worker first if none is running."""
-        call = Call(self, call_id, tool, arguments, context, timeout, on_result, on_progress, on_log)
-        loop = asyncio.get_running_loop()
-        call.timer = loop.call_later(timeout, call.expire)
+        """Start a call; ``owner.call_result`` gets its answer. Starts a worker first if none runs.
+
+        Args:
+            context: ``[session_id, message_id, agent, directory, worktree, tool_use_id]``.
+            progress_token: the caller's ``_meta.progressToken``; progress is forwarded only with one.
+        """
+        call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
+        call.timer = asyncio.get_running_loop().call_later(timeout, call.expire)
         worker = self.current
         if worker is not None and worker.state == "ready":
             worker.send_call(call)

@@ -11,8 +11,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -22,13 +21,22 @@ from atomictoolsd.workers.spawner import describe_status
 if TYPE_CHECKING:
     from atomictoolsd.workers.pool import ModuleRunner
 
-__all__ = ["Call", "LoadFailed", "Worker", "error_result"]
+__all__ = ["Call", "CallOwner", "LoadFailed", "Worker", "error_result"]
 
 _json = msgspec.json.encode
 
-OnResult = Callable[[bytes], None]
-OnProgress = Callable[[float, "float | None", "str | None"], None]
-OnLog = Callable[[str, bytes], None]
+
+class CallOwner(Protocol):
+    """Who started a call and receives what it produces (a session, or a test)."""
+
+    def call_result(self, call: Call, result: bytes) -> None:
+        """The call's answer: an MCP ``CallToolResult`` as JSON."""
+
+    def call_progress(self, call: Call, progress: float, total: float | None, message: str | None) -> None:
+        """Progress reported by the tool (only for calls with a ``progress_token``)."""
+
+    def call_log(self, call: Call, level: str, data: bytes) -> None:
+        """A ``ctx.log`` message from the tool; ``data`` is JSON."""
 
 
 def error_result(text: str) -> bytes:
@@ -47,8 +55,9 @@ class LoadFailed(Exception):
 class Call:
     """One ``tools/call`` in flight: answered exactly once, by a result, a timeout or a crash.
 
-    ``on_result`` receives the MCP result as JSON bytes. A call cancelled by its caller is never
-    answered (MCP: no response after ``notifications/cancelled``).
+    The answer goes to ``owner.call_result``. A call cancelled by its caller is never answered
+    (MCP: no response after ``notifications/cancelled``). ``request_id`` and ``progress_token`` are
+    the owner's, kept here so that no per-call closure is needed.
     """
 
     __slots__ = (
@@ -56,9 +65,9 @@ class Call:
         "context",
         "done",
         "id",
-        "on_log",
-        "on_progress",
-        "on_result",
+        "owner",
+        "progress_token",
+        "request_id",
         "runner",
         "started",
         "timeout",
@@ -75,9 +84,9 @@ class Call:
         arguments: bytes,
         context: list[str],
         timeout: float,
-        on_result: OnResult,
-        on_progress: OnProgress | None = None,
-        on_log: OnLog | None = None,
+        owner: CallOwner,
+        request_id: Any = None,
+        progress_token: Any = None,
     ) -> None:
         self.runner = runner
         self.id = call_id
@@ -85,9 +94,9 @@ class Call:
         self.arguments = arguments
         self.context = context
         self.timeout = timeout
-        self.on_result = on_result
-        self.on_progress = on_progress
-        self.on_log = on_log
+        self.owner = owner
+        self.request_id = request_id
+        self.progress_token = progress_token
         self.started = time.perf_counter()
         self.done = False
         self.worker: Worker | None = None
@@ -101,7 +110,7 @@ class Call:
         if self.timer is not None:
             self.timer.cancel()
         self.runner.record(self, result)
-        self.on_result(result)
+        self.owner.call_result(self, result)
 
     def cancel(self) -> None:
         """The caller cancelled: stop the work and never answer."""
@@ -156,12 +165,12 @@ class Worker(asyncio.Protocol):
                 self._on_result(message[1], message[2])
             elif op == "progress":
                 call = self.pending.get(message[1])
-                if call is not None and not call.done and call.on_progress is not None:
-                    call.on_progress(message[2], message[3], message[4])
+                if call is not None and not call.done and call.progress_token is not None:
+                    call.owner.call_progress(call, message[2], message[3], message[4])
             elif op == "log":
                 call = self.pending.get(message[1])
-                if call is not None and not call.done and call.on_log is not None:
-                    call.on_log(message[2], message[3])
+                if call is not None and not call.done:
+                    call.owner.call_log(call, message[2], message[3])
             elif op == "loaded" and not self.loaded.done():
                 self.state = "ready"
                 self.loaded.set_result((message[1], message[2]))
@@ -204,9 +213,7 @@ class Worker(asyncio.Protocol):
         call.worker = self
         self.pending[call.id] = call
         self.last_used = time.monotonic()
-        self._write(
-            ["call", call.id, call.tool, call.arguments, call.context, call.on_progress is not None]
-        )
+        self._write(["call", call.id, call.tool, call.arguments, call.context, call.progress_token is not None])
 
     def send_cancel(self, call: Call) -> None:
         if call.id in self.pending:
