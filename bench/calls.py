@@ -20,10 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from atomictools import Client  # noqa: E402
 from clients import measure_latency, measure_throughput, socket_channel, stdio_channel  # noqa: E402
 from common import DaemonUnderTest, Stats, affinity, peer_commands, print_table, save  # noqa: E402
-
-from atomictools import Client  # noqa: E402
 
 
 def tiny_client_latency(socket_path: str, calls: int, warmup: int) -> Stats:

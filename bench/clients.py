@@ -13,7 +13,8 @@ import json
 import socket
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from common import INITIALIZE, Stats
 
@@ -193,7 +194,7 @@ def measure_throughput(target: str | list[str], streams: int, depth: int, second
         proc.stdin.close()
         try:
             await asyncio.wait_for(proc.wait(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             await proc.wait()
         reader.cancel()
