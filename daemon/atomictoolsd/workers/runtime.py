@@ -146,6 +146,14 @@ def _exception_text(tool: str, exc: BaseException) -> str:
 
 def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
     """Turn what a tool returned into an MCP ``CallToolResult`` (JSON bytes)."""
+    if (
+        type(value) is str
+        and spec.output_schema is None
+        and len(value) <= worker.truncate_bytes // 4  # 4 bytes a character at most in UTF-8
+        and value.count("\n") < worker.truncate_lines
+    ):
+        # The common case, well inside every limit: one text block, built directly.
+        return b'{"content":[{"type":"text","text":' + _json_encode(value) + b"}]}"
     structured = None
     if spec.output_schema is not None:
         try:
