@@ -491,7 +491,9 @@ class Session(asyncio.Protocol):
             ]
         self.send_result(id_json, _encode(result))
 
-    async def on_attach(self, id_json: bytes, raw: Any) -> None:
+    def on_attach(self, id_json: bytes, raw: Any) -> Awaitable[None]:
+        # The session moves to its project now, in message order: requests pipelined behind the
+        # attach must see it. Only the answer waits for the project's first scan.
         params = decode_params(raw, AttachParams)
         directory = Path(params.directory or os.getcwd()).expanduser()
         if not directory.is_absolute() or not directory.is_dir():
@@ -499,14 +501,16 @@ class Session(asyncio.Protocol):
         directory = directory.resolve()
         self.project = self.server.registry.project(directory)
         self.directory = str(directory)
-        root = git_worktree_root(directory) or self.project.root or directory
-        self.worktree = str(root)
+        self.worktree = str(git_worktree_root(directory) or self.project.root or directory)
         self.agent = params.agent or self.agent
         self.session_id = params.sessionId or self.session_id or f"s{self.id}"
         self.allow = tuple(params.allow)
         self.deny = tuple(params.deny)
         self._visible = None
         self._context = [self.session_id, "", self.agent, self.directory, self.worktree, ""]
+        return self._attached(id_json)
+
+    async def _attached(self, id_json: bytes) -> None:
         await self.project.ready()
         view = self.project.view()
         if self._seen is not None:

@@ -143,3 +143,18 @@ def test_many_calls_in_flight_are_each_answered_once(echo_daemon: Daemon) -> Non
         answers = [raw.recv() for _ in range(count)]
         assert sorted(a["id"] for a in answers) == list(range(count))
         assert all(a["result"]["content"][0]["text"] == f"m{a['id']}" for a in answers)
+
+
+def test_requests_pipelined_behind_attach_see_the_attached_project(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """The shim writes attach and the agent's first requests back to back: order must hold."""
+    env.write_tool(env.local_tools, "local_only.py", "def local_only() -> str:\n    return 'here'\n")
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        raw.send_bytes(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(env.project)}}).encode() + b"\n"
+            + b'{"jsonrpc":"2.0","id":2,"method":"tools/list"}\n'
+            + b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"local_only"}}\n'
+        )
+        replies = {reply["id"]: reply for reply in (raw.recv() for _ in range(3))}
+    assert [t["name"] for t in replies[2]["result"]["tools"]] == ["local_only"]
+    assert replies[3]["result"]["content"][0]["text"] == "here"
