@@ -168,6 +168,16 @@ class Session(asyncio.Protocol):
             task.cancel()
         self.server.forget(self)
 
+    def pause_writing(self) -> None:
+        # The client is not reading its answers: stop reading its requests until it catches up,
+        # so a stalled client cannot grow the daemon's memory without bound.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
         limit = self.server.config.max_message_bytes
         if self._discarding:

@@ -158,3 +158,27 @@ def test_requests_pipelined_behind_attach_see_the_attached_project(env: Env, mak
         replies = {reply["id"]: reply for reply in (raw.recv() for _ in range(3))}
     assert [t["name"] for t in replies[2]["result"]["tools"]] == ["local_only"]
     assert replies[3]["result"]["content"][0]["text"] == "here"
+
+
+def test_a_client_that_never_reads_cannot_grow_the_daemon(echo_daemon: Daemon) -> None:
+    """Requests keep coming, answers are never read: the daemon stops reading that client."""
+    import psutil
+
+    process = psutil.Process(echo_daemon.pid)
+    before = process.memory_info().rss
+    line = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"' + b"x" * 4000 + b'"}}}\n'
+    with echo_daemon.raw() as greedy:
+        greedy.sock.settimeout(0.2)
+        sent = 0
+        try:
+            while sent < 200_000:  # up to ~800 MB of requests, if the daemon kept reading
+                greedy.sock.sendall(line)
+                sent += 1
+        except (TimeoutError, BlockingIOError):
+            pass  # our send buffer is full: the daemon stopped reading us
+        grown = process.memory_info().rss - before
+        assert sent < 200_000, "the daemon kept reading a client that never reads"
+        assert grown < 200 * 1024 * 1024, f"daemon grew by {grown / 1e6:.0f} MB"
+        with echo_daemon.raw() as other:
+            assert other.request("ping")["result"] == {}, "other clients are still served"
+    print(f"requests accepted before the daemon pushed back: {sent}; daemon RSS growth: {grown / 1e6:.1f} MB")
