@@ -1,0 +1,121 @@
+"""Fuzz the socket: random bytes, truncated and oversized lines, random JSON-RPC.
+
+The invariants: the daemon never dies, every line it sends is a well-formed JSON-RPC message, the
+connection stays usable after every input, and its open file descriptors and memory come back to
+their baseline afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import psutil
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import Daemon, Env, RawConnection
+
+METHODS = [
+    "initialize", "ping", "tools/list", "tools/call", "logging/setLevel", "atomic/attach", "atomic/list",
+    "atomic/status", "atomic/subscribe", "atomic/reload", "notifications/cancelled", "notifications/initialized",
+    "server/discover", "resources/list", "", "tools/", "\u2603",
+]  # never atomic/shutdown: stopping is what that method is for
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+
+call_params = st.fixed_dictionaries(
+    {"name": st.sampled_from(["echo", "nope", "", "e" * 100])},
+    optional={"arguments": st.dictionaries(st.sampled_from(["text", "x", ""]), json_values, max_size=3) | json_values, "_meta": json_values},
+)
+
+rpc_messages = st.fixed_dictionaries(
+    {"jsonrpc": st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2]), "method": st.sampled_from(METHODS) | st.text(max_size=20)},
+    optional={"id": st.integers() | st.text(max_size=8) | st.none() | st.floats(allow_nan=False), "params": call_params | json_values},
+)
+
+
+def _line(message: Any) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+fuzz_inputs = st.one_of(
+    st.binary(max_size=300).map(lambda b: b + b"\n"),
+    rpc_messages.map(_line),
+    rpc_messages.map(_line).flatmap(lambda line: st.integers(1, max(1, len(line) - 1)).map(lambda cut: line[:cut] + b"\n")),
+    st.lists(rpc_messages.map(_line), min_size=2, max_size=5).map(b"".join),
+    st.integers(70_000, 200_000).map(lambda n: b'{"jsonrpc":"2.0","id":1,"method":"ping","params":"' + b"x" * n + b'"}\n'),
+)
+
+
+class Probe:
+    """One connection that checks every line the daemon sends and that it still answers."""
+
+    def __init__(self, path: str) -> None:
+        self.raw = RawConnection(path)  # type: ignore[arg-type]
+        self.lines = 0
+        self.next_ping = 10**9
+
+    def send_and_check(self, data: bytes) -> None:
+        self.raw.send_bytes(data)
+        self.next_ping += 1
+        self.raw.send({"jsonrpc": "2.0", "id": self.next_ping, "method": "ping"})
+        while True:
+            message = self.raw.recv()  # raises on EOF: the connection must stay open
+            self.lines += 1
+            assert message.get("jsonrpc") == "2.0", message
+            assert ("result" in message) != ("error" in message) or "method" in message, message
+            if "error" in message:
+                assert isinstance(message["error"]["code"], int) and message["error"]["message"], message
+            if message.get("id") == self.next_ping and "result" in message:
+                return
+
+
+@pytest.fixture
+def fuzz_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "echo.py", "def echo(text: str) -> str:\n    return text\n")
+    return make_daemon({"ATOMICTOOLS_MAX_MESSAGE_BYTES": "65536"})
+
+
+def test_fuzzed_input_never_breaks_the_daemon(fuzz_daemon: Daemon, env: Env, record) -> None:  # type: ignore[no-untyped-def]
+    process = psutil.Process(fuzz_daemon.pid)
+    with fuzz_daemon.raw() as warm:  # load the echo module and settle the baseline first
+        warm.request("tools/call", {"name": "echo", "arguments": {"text": "warm"}})
+    fds_before = process.num_fds()
+    rss_before = process.memory_info().rss
+    probe = Probe(str(env.socket))
+    tried = [0]
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+    @given(fuzz_inputs)
+    def check(data: bytes) -> None:
+        tried[0] += 1
+        probe.send_and_check(data)
+
+    check()
+    probe.raw.close()
+
+    # Connections that end abruptly, mid-line, many times.
+    for i in range(200):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(str(env.socket))
+        sock.sendall(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","argu' % i)
+        sock.close()
+
+    with fuzz_daemon.raw() as after:
+        assert after.request("ping")["result"] == {}
+        fds_after = process.num_fds()
+        rss_after = process.memory_info().rss
+    assert fuzz_daemon.proc.poll() is None
+    assert fds_after <= fds_before + 2, f"file descriptors {fds_before} → {fds_after}"
+    assert rss_after - rss_before < 64 * 1024 * 1024, f"RSS {rss_before / 1e6:.0f} → {rss_after / 1e6:.0f} MB"
+    record(
+        f"{tried[0]} fuzzed inputs and 200 torn connections; {probe.lines} reply lines all well-formed; "
+        f"fds {fds_before}→{fds_after}; RSS {rss_before / 1e6:.1f}→{rss_after / 1e6:.1f} MB"
+    )
