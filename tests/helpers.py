@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
 from atomictools import Client
 
 __all__ = ["Daemon", "Env", "RawConnection", "wait_for"]

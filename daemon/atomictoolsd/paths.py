@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
+
 from atomictools._paths import APP_NAME, runtime_dir, socket_path
 
 __all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path"]

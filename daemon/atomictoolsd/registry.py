@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from atomictools._protocol import check_tool_name
 
+from atomictools._protocol import check_tool_name
 from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
 from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, WorkerPool
 from atomictoolsd.workers.worker import Worker

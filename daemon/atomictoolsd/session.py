@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
+
 from atomictools._protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -31,8 +33,6 @@ from atomictools._protocol import (
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
 )
-from msgspec import UNSET, UnsetType
-
 from atomictoolsd import __version__
 from atomictoolsd.discovery import git_worktree_root
 from atomictoolsd.registry import Project, ToolDef

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from atomictools import AsyncClient, Client, ConnectError
 from helpers import Env, wait_for
 

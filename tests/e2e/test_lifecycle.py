@@ -13,6 +13,7 @@ import time
 
 import psutil
 import pytest
+
 from helpers import Daemon, Env, RawConnection, wait_for
 
 SLOW = '''

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
 from helpers import Daemon, Env
 

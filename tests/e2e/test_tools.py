@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from atomictools import RPCError
 from helpers import Daemon, Env, wait_for
 

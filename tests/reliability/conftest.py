@@ -4,7 +4,8 @@ normal test run reads as a record."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

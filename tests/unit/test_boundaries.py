@@ -6,8 +6,9 @@ import json
 import subprocess
 import sys
 
-import atomictools
 import pytest
+
+import atomictools
 
 
 def test_public_names_are_exactly_the_intended_ones() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import platformdirs
 import pytest
+
 from atomictools._paths import runtime_dir, socket_path
 from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import msgspec
 import pytest
+
 from atomictools import Context, Field, tool
 from atomictools._schema import SchemaError, build_tool, collect_tools, inline_refs, tool_name
 

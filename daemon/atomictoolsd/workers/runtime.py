@@ -36,10 +36,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
-
 from atomictoolsd.workers.channel import FrameReader, encode_frame
 from atomictoolsd.workers.truncate import truncate
 
