@@ -290,6 +290,7 @@ def test_the_default_mcp_client_connects_without_waiting_for_discover(kit_daemon
     assert run(scenario) < 8.0  # far below the 10 s a silent server would cost
 
 
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # logging, from 2026-07-28
 def test_logging_level_and_messages_from_tools(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "chatty.py", '''
         from atomictools import Context
