@@ -406,8 +406,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConnectionError as exc:
         _say(str(exc))
         return 1
+    # Never stall the daemon's side on a slow reader: stdout is non-blocking while we relay. Not on a
+    # terminal (a person trying the shim), whose flag a killed shim could not restore for the shell.
     blocking = os.get_blocking(1)
-    os.set_blocking(1, False)  # never stall the daemon's side on a slow reader; restored below
+    if not os.isatty(1):
+        os.set_blocking(1, False)
     try:
         return _Relay(sock, line).run()
     except BrokenPipeError:
