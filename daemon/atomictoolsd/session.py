@@ -33,7 +33,7 @@ from atomictools._protocol import (
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
 )
-from atomictoolsd import __version__
+from atomictoolsd import __version__, dispatcher
 from atomictoolsd.discovery import git_worktree_root
 from atomictoolsd.registry import Project, ToolDef
 
@@ -83,6 +83,7 @@ class AttachParams(msgspec.Struct):
     sessionId: str = ""  # noqa: N815
     allow: list[str] = []
     deny: list[str] = []
+    dispatcher: bool = False
 
 
 class AtomicListParams(msgspec.Struct):
@@ -140,6 +141,7 @@ class Session(asyncio.Protocol):
         self.session_id = ""
         self.allow: tuple[str, ...] = ()
         self.deny: tuple[str, ...] = ()
+        self.dispatcher = False  # also offer the meta-tools of atomictoolsd.dispatcher
         self.protocol_version: str | None = None
         self.initialized = False
         self.subscribed = False
@@ -403,7 +405,9 @@ class Session(asyncio.Protocol):
         self._list(id_json, params)
 
     def _list(self, id_json: bytes, params: ListParams) -> None:
-        tools = self.visible()
+        tools: list[Any] = self.visible()
+        if self.dispatcher:
+            tools = [*dispatcher.META_TOOLS, *(t for t in tools if t.name not in dispatcher.META_NAMES)]
         size = self.server.config.page_size
         start = 0
         if params.cursor is not None:
@@ -432,6 +436,13 @@ class Session(asyncio.Protocol):
     def _call(self, id_json: bytes, params: CallParams) -> None:
         # The hot path: no closures, no tasks; the call reports back through call_result().
         name = params.name
+        arguments = params.arguments
+        if self.dispatcher and name in dispatcher.META_NAMES:
+            raw_arguments = b"{}" if arguments is UNSET else bytes(arguments)
+            inner = dispatcher.handle(self, id_json, name, raw_arguments)
+            if inner is None:
+                return
+            name, arguments = inner[0], msgspec.Raw(inner[1])
         tool = self.project.view().tools.get(name)
         if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
             message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
@@ -453,7 +464,6 @@ class Session(asyncio.Protocol):
                 context = [*context]
                 context[1] = str(message_id or "")
                 context[5] = str(tool_use_id or "")
-        arguments = params.arguments
         arguments = b"{}" if arguments is UNSET else bytes(arguments)
         if arguments == b"null":
             arguments = b"{}"
@@ -502,8 +512,8 @@ class Session(asyncio.Protocol):
         self.send_result(id_json, _encode(result))
 
     def on_attach(self, id_json: bytes, raw: Any) -> Awaitable[None]:
-        # The session moves to its project now, in message order: requests pipelined behind the
-        # attach must see it. Only the answer waits for the project's first scan.
+        # Everything but the wait happens before the next line is read: the stdio shim sends its
+        # attach and the agent's first requests back to back, and those must see the attached project.
         params = decode_params(raw, AttachParams)
         directory = Path(params.directory or os.getcwd()).expanduser()
         if not directory.is_absolute() or not directory.is_dir():
@@ -516,6 +526,7 @@ class Session(asyncio.Protocol):
         self.session_id = params.sessionId or self.session_id or f"s{self.id}"
         self.allow = tuple(params.allow)
         self.deny = tuple(params.deny)
+        self.dispatcher = params.dispatcher
         self._visible = None
         self._context = [self.session_id, "", self.agent, self.directory, self.worktree, ""]
         return self._attached(id_json)

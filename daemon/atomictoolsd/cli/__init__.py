@@ -3,22 +3,32 @@
 Each command group is a module with a ``register(commands)`` function that adds its subcommands;
 each subcommand is a ``cmd_<name>(args) -> exit code`` function. Heavy imports happen inside the
 commands, so the ones agents spawn often stay cheap to start.
+
+``atomictoolsd mcp`` is the one command agents spawn for every session, so ``main()`` hands it to
+the stdio shim before anything else loads: argparse alone costs ~10 ms, building the parser imports
+every command module, and the shim's whole budget is tens of milliseconds.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import sys
 
 from atomictoolsd import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = ["build_parser", "main"]
 
 # Command groups, in the order ``--help`` lists them.
-COMMAND_MODULES = ("daemon", "tools")
+COMMAND_MODULES = ("daemon", "tools", "agents", "bridges")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+    import importlib
+
     parser = argparse.ArgumentParser(
         prog="atomictoolsd",
         description="Serve Python tool modules from .atomic/tools/ to AI coding agents.",
@@ -31,8 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["mcp"]:
+        from atomictoolsd.shim import main as shim_main
+
+        return shim_main(args[1:])
+    parsed = build_parser().parse_args(args)
     try:
-        return args.func(args)
+        return parsed.func(parsed)
     except KeyboardInterrupt:
         return 130

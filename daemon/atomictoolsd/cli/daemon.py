@@ -21,6 +21,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvloop
 
+    from atomictoolsd.bridges import Bridges
     from atomictoolsd.config import ConfigError, load_config
     from atomictoolsd.paths import PathError, Paths
     from atomictoolsd.server import AlreadyRunning, Server
@@ -37,7 +38,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     try:
-        uvloop.run(Server(paths, config).serve(ready_fd=args.ready_fd))
+        server = Server(paths, config)
+        server.components.append(Bridges())
+        uvloop.run(server.serve(ready_fd=args.ready_fd))
     except AlreadyRunning as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 0

@@ -1,0 +1,149 @@
+"""Agent commands: ``mcp`` (the stdio shim), ``connect`` and ``disconnect``.
+
+``atomictoolsd mcp`` never reaches this module when run from the command line: ``cli.main()`` hands
+it to the shim before argparse loads. It is registered here so that ``--help`` lists it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["register"]
+
+_AGENT_NAMES = {
+    "claude": "Claude Code",
+    "opencode": "OpenCode",
+    "codex": "Codex",
+    "copilot": "Copilot CLI",
+    "cursor": "Cursor",
+}
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from atomictoolsd.shim import main as shim_main
+
+    return shim_main(args.shim_args)
+
+
+def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from atomictoolsd import agents
+    from atomictoolsd.discovery import project_root
+
+    home = Path(os.environ.get("HOME") or Path.home())
+    directory = Path(args.directory or os.getcwd()).resolve()
+    scope = args.scope or agents.DEFAULT_SCOPE[args.agent]
+    return agents.config_file(args.agent, scope, home=home, root=project_root(directory, home))
+
+
+def _backup_dir() -> Path:
+    from atomictoolsd.paths import Paths
+
+    return Paths.from_env().state_dir / "backups"
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    """Write the agent's MCP config so that it launches the shim."""
+    from atomictools._protocol import check_tool_name
+    from atomictoolsd import agents
+
+    problem = check_tool_name(args.name)
+    if problem:
+        print(f"atomictoolsd: --name: {problem}", file=sys.stderr)
+        return 2
+    try:
+        target = _target(args)
+    except agents.ConfigError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 2
+    command = agents.shim_command()
+    command += ["--agent", args.agent]
+    dispatcher = args.dispatcher if args.dispatcher is not None else args.agent in agents.DISPATCHER_BY_DEFAULT
+    if dispatcher:
+        command.append("--dispatcher")
+    if args.agent == "cursor":
+        # Cursor starts servers from wherever its agent's terminal happens to be; it expands this.
+        command += ["--directory", "${workspaceFolder}"]
+    for glob in args.allow:
+        command += ["--allow", glob]
+    for glob in args.deny:
+        command += ["--deny", glob]
+    entry = agents.server_entry(args.agent, command)
+    if args.dry_run:
+        print(f"# {target.path}", file=sys.stderr)
+        print(agents.snippet(args.agent, command, args.name))
+        return 0
+    try:
+        outcome = agents.add_server(target, entry, name=args.name, backup_dir=_backup_dir())
+    except (agents.ConfigError, OSError) as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        print(f"the entry to add by hand:\n{agents.snippet(args.agent, command, args.name)}", file=sys.stderr)
+        return 1
+    name = _AGENT_NAMES[args.agent]
+    if outcome.action == "unchanged":
+        print(f"{name} is already connected: server {args.name!r} in {outcome.path}")
+        return 0
+    print(f"{name}: {outcome.action} server {args.name!r} in {outcome.path}")
+    print(f"  runs: {' '.join(command)}")
+    if outcome.backup is not None:
+        print(f"  previous file saved as {outcome.backup}")
+    print(f"Restart {name} (or reload its MCP servers) to use the tools.")
+    return 0
+
+
+def cmd_disconnect(args: argparse.Namespace) -> int:
+    """Remove exactly the entry ``connect`` wrote."""
+    from atomictoolsd import agents
+
+    try:
+        target = _target(args)
+        outcome = agents.remove_server(target, name=args.name, backup_dir=_backup_dir())
+    except (agents.ConfigError, OSError) as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 1
+    name = _AGENT_NAMES[args.agent]
+    if outcome.action == "absent":
+        print(f"{name} was not connected: no server {args.name!r} in {outcome.path}")
+        return 0
+    print(f"{name}: removed server {args.name!r} from {outcome.path}")
+    if outcome.backup is not None:
+        print(f"  previous file saved as {outcome.backup}")
+    return 0
+
+
+def _agent_options(parser: argparse.ArgumentParser) -> None:
+    from atomictoolsd.agents import AGENTS
+
+    parser.add_argument("agent", choices=AGENTS, help="the agent whose MCP config to change")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("--project", dest="scope", action="store_const", const="project",
+                       help="the project's config file (default for claude, opencode, cursor)")
+    scope.add_argument("--user", dest="scope", action="store_const", const="user",
+                       help="your user-wide config file (default for codex, copilot)")
+    parser.add_argument("--directory", "-C", help="a directory of the project (default: the current one)")
+    parser.add_argument("--name", default="atomic", help="the server's name in the config (default: atomic)")
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    mcp = commands.add_parser(
+        "mcp", help="run the stdio MCP server agents launch (see: atomictoolsd mcp --help)", add_help=False
+    )
+    mcp.add_argument("shim_args", nargs=argparse.REMAINDER)
+    mcp.set_defaults(func=cmd_mcp)
+
+    connect = commands.add_parser("connect", help="add atomictoolsd to an agent's MCP config")
+    _agent_options(connect)
+    connect.add_argument("--allow", action="append", default=[], metavar="GLOB", help="serve only matching tools")
+    connect.add_argument("--deny", action="append", default=[], metavar="GLOB", help="never serve matching tools")
+    dispatcher = connect.add_mutually_exclusive_group()
+    dispatcher.add_argument("--dispatcher", dest="dispatcher", action="store_true", default=None,
+                            help="add the meta-tools for agents that ignore list_changed (default for codex)")
+    dispatcher.add_argument("--no-dispatcher", dest="dispatcher", action="store_false")
+    connect.add_argument("--dry-run", action="store_true", help="print the entry instead of writing it")
+    connect.set_defaults(func=cmd_connect)
+
+    disconnect = commands.add_parser("disconnect", help="remove atomictoolsd from an agent's MCP config")
+    _agent_options(disconnect)
+    disconnect.set_defaults(func=cmd_disconnect)

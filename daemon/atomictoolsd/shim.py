@@ -1,0 +1,429 @@
+"""The stdio MCP shim: what ``atomictoolsd mcp`` and every bridge script run.
+
+An agent launches the shim as its MCP server. The shim connects to the daemon's socket (starting the
+daemon, fully detached, when none answers), sends ``atomic/attach`` with its directory, agent name,
+session id and allow/deny globs, and from then on relays bytes both ways. The socket speaks the same
+one-message-per-line JSON-RPC as MCP's stdio transport, so nothing is parsed on the way: the only
+line the shim looks at is the daemon's answer to its own attach, which it keeps off stdout.
+
+It exits when stdin closes (the MCP shutdown signal), when its parent process dies, or when the
+daemon closes the connection.
+
+Start-up cost is the product here: an agent spawns a shim for every session. So this module imports
+only ``os``, ``sys``, ``time``, ``select`` and ``_socket`` (the C module under ``socket``, which
+itself costs ~4 ms for ``enum``), plus ``atomictools._paths`` for the socket's location. It must
+never import argparse, json, subprocess, threading, the daemon's modules or any third-party package
+(a test checks the import set), and must never write anything but MCP to stdout: diagnostics go to
+stderr. Starting a daemon is the one slow path and imports ``atomictools._autostart`` only then.
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+import select
+import sys
+import time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (~5 ms)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = ["ATTACH_ID", "USAGE", "ShimOptions", "UsageError", "attach_line", "main", "parse_args"]
+
+# The id of the shim's own attach request. The daemon frames every answer as
+# ``{"jsonrpc":"2.0","id":<id>,…`` so the answer is recognised by this prefix alone.
+ATTACH_ID = "atomictoolsd-shim-attach"
+_ATTACH_ANSWER = b'{"jsonrpc":"2.0","id":"' + ATTACH_ID.encode() + b'",'
+
+_CHUNK = 1 << 16
+_HIGH_WATER = 1 << 22  # stop reading a side while 4 MiB wait to be written to the other
+_PARENT_CHECK = 1.0  # seconds between checks that the parent is still alive
+_EOF_GRACE = 5.0  # after stdin closes, seconds to wait for the daemon's last answers
+_CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
+_PARENT = os.getppid()  # as early as possible: the agent may die while we start
+
+USAGE = """\
+usage: atomictoolsd mcp [--directory DIR] [--allow GLOB ...] [--deny GLOB ...] [--dispatcher]
+                        [--agent NAME] [--no-autostart]
+
+A stdio MCP server for AI coding agents: relays MCP between stdin/stdout and the atomictoolsd daemon,
+starting the daemon when none is running.
+
+options:
+  -C, --directory DIR  project directory whose tools to serve (default: the current directory)
+  --allow GLOB         serve only tools whose name matches GLOB (repeatable)
+  --deny GLOB          never serve tools whose name matches GLOB (repeatable)
+  --dispatcher         add the meta-tools atomic_list_tools and atomic_call_tool, for agents
+                       that ignore notifications/tools/list_changed
+  --agent NAME         the agent's name, shown in `atomictoolsd status` and in ctx.agent
+  --no-autostart       fail instead of starting the daemon when none is running
+  -h, --help           show this message
+"""
+
+
+class UsageError(Exception):
+    """Bad command-line arguments (exit code 2)."""
+
+
+class ShimOptions:
+    """What one shim attaches with."""
+
+    __slots__ = ("agent", "allow", "autostart", "deny", "directory", "dispatcher", "help")
+
+    def __init__(self) -> None:
+        self.directory: str | None = None
+        self.allow: list[str] = []
+        self.deny: list[str] = []
+        self.dispatcher = False
+        self.agent = ""
+        self.autostart = True
+        self.help = False
+
+
+def parse_args(argv: Sequence[str]) -> ShimOptions:
+    """Parse the shim's arguments (argparse costs ~10 ms to import; these few need no parser)."""
+    options = ShimOptions()
+    args = list(argv)
+    valued = {"-C": "directory", "--directory": "directory", "--allow": "allow", "--deny": "deny", "--agent": "agent"}
+    while args:
+        arg = args.pop(0)
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in valued:
+            if not eq:
+                if not args:
+                    raise UsageError(f"{name} needs a value")
+                value = args.pop(0)
+            field = valued[name]
+            if field in ("allow", "deny"):
+                getattr(options, field).append(value)
+            else:
+                setattr(options, field, value)
+        elif eq:
+            raise UsageError(f"{name} takes no value")
+        elif arg == "--dispatcher":
+            options.dispatcher = True
+        elif arg == "--no-autostart":
+            options.autostart = False
+        elif arg in ("-h", "--help"):
+            options.help = True
+        else:
+            raise UsageError(f"unrecognized argument: {arg}")
+    return options
+
+
+def _json_string(text: str) -> str:
+    # json.dumps for one string, without importing json (~9 ms with re): escape what JSON requires.
+    return '"' + text.translate(_ESCAPES) + '"'
+
+
+_ESCAPES = {i: f"\\u{i:04x}" for i in range(0x20)}
+_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\", 0x7F: "\\u007f"})
+
+
+def attach_line(directory: str, agent: str, session_id: str, allow: Sequence[str], deny: Sequence[str],
+                dispatcher: bool) -> bytes:
+    """The shim's ``atomic/attach`` request, as one NDJSON line."""
+    params = [
+        f'"directory":{_json_string(directory)}',
+        f'"agent":{_json_string(agent)}',
+        f'"sessionId":{_json_string(session_id)}',
+        f'"allow":[{",".join(_json_string(g) for g in allow)}]',
+        f'"deny":[{",".join(_json_string(g) for g in deny)}]',
+    ]
+    if dispatcher:
+        params.append('"dispatcher":true')
+    text = f'{{"jsonrpc":"2.0","id":"{ATTACH_ID}","method":"atomic/attach","params":{{{",".join(params)}}}}}\n'
+    return text.encode("utf-8")
+
+
+def _say(message: str) -> None:
+    try:
+        os.write(2, f"atomictoolsd mcp: {message}\n".encode(errors="replace"))
+    except OSError:
+        pass
+
+
+def _resolve_directory(requested: str | None) -> str:
+    """The directory to attach: ``--directory`` or the current one, absolute.
+
+    An agent that does not expand a placeholder such as ``${workspaceFolder}`` passes it literally;
+    the shim then falls back to its working directory rather than failing the agent's session.
+    """
+    cwd = os.getcwd()
+    if requested is None:
+        return cwd
+    if "${" in requested:
+        _say(f"--directory {requested!r} was not expanded by the agent; using {cwd}")
+        return cwd
+    directory = os.path.abspath(os.path.expanduser(requested))
+    if not os.path.isdir(directory):
+        raise UsageError(f"--directory {requested!r} is not a directory")
+    return directory
+
+
+def _socket_path() -> str:
+    from atomictools._paths import socket_path  # stdlib only: os and stat
+
+    return socket_path()
+
+
+def _try_connect(path: str) -> _socket.socket:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def connect(path: str, autostart: bool, timeout: float = 20.0) -> _socket.socket:
+    """Connect to the daemon's socket, starting the daemon (detached) when none answers.
+
+    After a start, the connection is retried with a doubling backoff from 5 ms: a daemon that
+    another shim started at the same moment may hold the lock before its socket listens.
+
+    Raises:
+        ConnectionError: nothing listens and the daemon could not be started (or autostart is off);
+            the message says what to do.
+    """
+    try:
+        return _try_connect(path)
+    except _CONNECT_ERRORS:
+        if not autostart:
+            raise ConnectionError(f"no daemon is listening on {path}; start one with `atomictoolsd start`") from None
+    except OSError as exc:
+        raise ConnectionError(f"cannot connect to {path}: {exc}") from None
+    _start_daemon()
+    delay = 0.005
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _try_connect(path)
+        except _CONNECT_ERRORS:
+            if time.monotonic() > deadline:
+                raise ConnectionError(f"the daemon started but {path} does not accept connections") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {path}: {exc}") from None
+
+
+def _start_daemon() -> None:
+    # The slow path: subprocess and friends load only here. start_daemon() runs the daemon in a new
+    # session and double-forks it, so the agent killing this shim's process group leaves it running.
+    from atomictools._autostart import start_daemon
+    from atomictools._errors import ConnectError
+
+    try:
+        start_daemon()
+    except ConnectError as exc:
+        raise ConnectionError(str(exc)) from None
+
+
+class _Relay:
+    """Moves bytes between stdin/stdout and the daemon's socket until one side is done."""
+
+    def __init__(self, sock: _socket.socket, first: bytes) -> None:
+        self.sock = sock
+        self.sock_fd = sock.fileno()
+        self.to_daemon = bytearray(first)
+        self.to_client = bytearray()
+        self.before_attach: bytearray | None = bytearray()  # daemon bytes until the attach answer
+        self.stdin_open = True
+        self.daemon_open = True
+        self.parent = _PARENT
+        self.poller = select.poll()
+        self.masks: dict[int, int] = {}
+
+    def run(self) -> int:
+        sock = self.sock
+        sock.setblocking(False)
+        self._flush_to_daemon()
+        eof_deadline: float | None = None
+        next_parent_check = time.monotonic() + _PARENT_CHECK
+        while True:
+            if not self.stdin_open and not self.to_daemon and eof_deadline is None:
+                # The client is done. Half-close so the daemon answers what it already read, then
+                # closes; whatever it sends before that still reaches stdout.
+                try:
+                    sock.shutdown(_socket.SHUT_WR)
+                except OSError:
+                    pass
+                eof_deadline = time.monotonic() + _EOF_GRACE
+            if not self.daemon_open and not self.to_client:
+                if self.stdin_open:
+                    _say("the daemon closed the connection (it stopped or restarted); restart this MCP server")
+                    return 1
+                return 0
+            self._register()
+            timeout = _PARENT_CHECK if eof_deadline is None else max(0.0, eof_deadline - time.monotonic())
+            events = self.poller.poll(timeout * 1000)
+            for fd, event in events:
+                if fd == 0:
+                    self._read_stdin()
+                elif fd == 1:
+                    self._flush_to_client()
+                elif event & select.POLLOUT:
+                    self._flush_to_daemon()
+                    if event & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                        self._read_daemon()
+                else:
+                    self._read_daemon()
+            now = time.monotonic()
+            if eof_deadline is not None and now >= eof_deadline:
+                return 0
+            if now >= next_parent_check:
+                next_parent_check = now + _PARENT_CHECK
+                if os.getppid() != self.parent:
+                    return 0  # the agent died without closing our stdin
+
+    def _register(self) -> None:
+        wanted = {}
+        if self.stdin_open and len(self.to_daemon) < _HIGH_WATER:
+            wanted[0] = select.POLLIN
+        if self.to_client:
+            wanted[1] = select.POLLOUT
+        mask = 0
+        if self.daemon_open and len(self.to_client) < _HIGH_WATER:
+            mask |= select.POLLIN
+        if self.to_daemon and self.daemon_open:
+            mask |= select.POLLOUT
+        if mask:
+            wanted[self.sock_fd] = mask
+        if wanted == self.masks:
+            return
+        for fd in self.masks.keys() - wanted.keys():
+            self.poller.unregister(fd)
+        for fd, mask in wanted.items():
+            if fd in self.masks:
+                if self.masks[fd] != mask:
+                    self.poller.modify(fd, mask)
+            else:
+                self.poller.register(fd, mask)
+        self.masks = wanted
+
+    def _read_stdin(self) -> None:
+        try:
+            data = os.read(0, _CHUNK)
+        except OSError:  # stdin was closed or never opened
+            data = b""
+        if not data:
+            self.stdin_open = False
+            return
+        self.to_daemon += data
+        self._flush_to_daemon()
+
+    def _flush_to_daemon(self) -> None:
+        if not self.daemon_open:
+            self.to_daemon.clear()
+            return
+        while self.to_daemon:
+            try:
+                sent = self.sock.send(self.to_daemon)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.daemon_open = False
+                self.to_daemon.clear()
+                return
+            del self.to_daemon[:sent]
+
+    def _read_daemon(self) -> None:
+        try:
+            data = self.sock.recv(_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.daemon_open = False
+            self.to_daemon.clear()
+            return
+        if self.before_attach is not None:
+            data = self._drop_attach_answer(data)
+        self.to_client += data
+        self._flush_to_client()
+
+    def _drop_attach_answer(self, data: bytes) -> bytes:
+        """Pass on whole lines up to the answer to our attach, which goes to stderr when it is an error."""
+        assert self.before_attach is not None
+        buffer = self.before_attach
+        buffer += data
+        out = bytearray()
+        start = 0
+        while True:
+            newline = buffer.find(b"\n", start)
+            if newline < 0:
+                del buffer[:start]
+                return bytes(out)
+            line = buffer[start : newline + 1]
+            start = newline + 1
+            if line.startswith(_ATTACH_ANSWER):
+                if line[len(_ATTACH_ANSWER) :].startswith(b'"error"'):
+                    _say(f"attach failed: {line.decode(errors='replace').strip()}")
+                out += buffer[start:]
+                self.before_attach = None
+                return bytes(out)
+            out += line
+
+    def _flush_to_client(self) -> None:
+        while self.to_client:
+            try:
+                written = os.write(1, self.to_client)
+            except BlockingIOError:
+                return
+            del self.to_client[:written]
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run the shim; returns the exit code.
+
+    Args:
+        argv: the arguments after ``mcp`` (default ``sys.argv[1:]``).
+        environ: variables to set first; bridge scripts bake ``ATOMICTOOLS_SOCKET`` and
+            ``ATOMICTOOLS_RUNTIME_DIR`` in this way, so a daemon they start serves the same socket.
+    """
+    if environ:
+        os.environ.update(environ)
+    try:
+        options = parse_args(sys.argv[1:] if argv is None else argv)
+        if options.help:
+            sys.stderr.write(USAGE)
+            return 0
+        directory = _resolve_directory(options.directory)
+        line = attach_line(directory, options.agent, os.urandom(8).hex(), options.allow, options.deny,
+                           options.dispatcher)
+    except (UsageError, UnicodeEncodeError) as exc:
+        _say(f"{exc}\n{USAGE}")
+        return 2
+    except OSError as exc:
+        _say(str(exc))
+        return 2
+    try:
+        sock = connect(_socket_path(), options.autostart)
+    except ConnectionError as exc:
+        _say(str(exc))
+        return 1
+    # Never stall the daemon's side on a slow reader: stdout is non-blocking while we relay. Not on a
+    # terminal (a person trying the shim), whose flag a killed shim could not restore for the shell.
+    blocking = os.get_blocking(1)
+    if not os.isatty(1):
+        os.set_blocking(1, False)
+    try:
+        return _Relay(sock, line).run()
+    except BrokenPipeError:
+        return 0  # the agent closed our stdout: it is gone
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sock.close()
+        try:
+            os.set_blocking(1, blocking)
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
