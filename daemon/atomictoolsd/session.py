@@ -446,6 +446,9 @@ class Session(asyncio.Protocol):
         tool = self.project.view().tools.get(name)
         if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
             message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
+            blocked = self.project.view().blocked if tool is None else None
+            if blocked:
+                message += f"; this project's own tools are blocked until you trust it: {blocked[0]['command']}"
             self.send_error(id_json, INVALID_PARAMS, message, {"name": name})
             return
         config = self.server.config
@@ -495,13 +498,15 @@ class Session(asyncio.Protocol):
         view = self.project.view()
         tools = self.visible()
         counts: dict[str, int] = {}
-        for tool in tools:
-            counts[tool.module.scope] = counts.get(tool.module.scope, 0) + 1
+        for tool in tools:  # by source; tools of declarative files count apart, wherever they are
+            source = "declarative" if tool.module.kind == "declarative" else tool.module.scope
+            counts[source] = counts.get(source, 0) + 1
         result: dict[str, Any] = {
             "root": str(self.project.root) if self.project.root else None,
             "tools": [t.listing() for t in tools],
             "counts": counts,
             "errors": view.errors,
+            "blocked": view.blocked,
         }
         if params.all:
             result["shadowed"] = [
@@ -542,6 +547,7 @@ class Session(asyncio.Protocol):
             "root": str(self.project.root),
             "toolCount": len(self.visible()),
             "errors": view.errors,
+            "blocked": view.blocked,
         }
         self.send_result(id_json, _encode(result))
 
