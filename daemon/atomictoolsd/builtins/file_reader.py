@@ -16,8 +16,8 @@ __all__ = ["file_reader"]
 def file_reader(
     path: Annotated[str, Field("File to read, relative to the project root", min_length=1, max_length=4096)],
     ctx: Context,
-    start_line: Annotated[int | None, Field("First line to return (1-based)", ge=1)] = None,
-    end_line: Annotated[int | None, Field("Last line to return (inclusive)", ge=1)] = None,
+    start_line: Annotated[int, Field("First line to return (1-based)", ge=1)] | None = None,
+    end_line: Annotated[int, Field("Last line to return (inclusive)", ge=1)] | None = None,
 ) -> str:
     """Read a text file of the project (up to 1 MiB), whole or a range of lines. Paths that lead
     outside the project root, symlinks included, are refused."""

@@ -15,8 +15,8 @@ __all__ = ["git_diff_summary", "git_status"]
 def git_status(
     ctx: Context,
     subdirectory: Annotated[
-        str | None, Field("Only report paths under this directory (relative to the project root)", max_length=4096)
-    ] = None,
+        str, Field("Only report paths under this directory (relative to the project root)", max_length=4096)
+    ] | None = None,
 ) -> str:
     """Show the project's working tree status, one line per changed path (`git status --porcelain`:
     XY PATH, where X is the staged and Y the unstaged state; ?? means untracked)."""

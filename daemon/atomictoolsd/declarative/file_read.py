@@ -111,13 +111,12 @@ def read_inside(
     if start_line is None and end_line is None:
         return text
     lines = text.splitlines(keepends=True)
-    first = start_line or 1
-    last = end_line if end_line is not None else len(lines)
-    if first < 1 or last < first:
-        raise ToolError(f"Invalid line range {first}-{last}: lines count from 1 and the end may not precede the start")
+    first = 1 if start_line is None else start_line
+    if first < 1 or (end_line is not None and end_line < first):
+        raise ToolError(f"Invalid line range {first}-{end_line}: lines count from 1 and the end may not precede the start")
     if first > len(lines):
         raise ToolError(f"{path!r} has {len(lines)} lines; start_line {first} is past the end")
-    return "".join(lines[first - 1 : last])
+    return "".join(lines[first - 1 : end_line])
 
 
 class FileReadHandler:
