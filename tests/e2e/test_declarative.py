@@ -282,7 +282,7 @@ def web() -> Iterator[Any]:
     server.seen = []  # type: ignore[attr-defined]
     server.release = threading.Event()  # type: ignore[attr-defined]
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.release.set()  # type: ignore[attr-defined]
@@ -338,11 +338,12 @@ def test_http_non_2xx_is_an_error_and_redirects_are_not_followed(http_daemon: Da
         assert moved.is_error and moved.text.startswith("HTTP 302 Found")
 
 
-@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://127.0.0.1/x", "gopher://127.0.0.1:70/", "data:text/plain,hi", "/relative"])
-def test_http_refuses_every_scheme_but_http_and_https(http_daemon: Daemon, url: str) -> None:
+def test_http_refuses_every_scheme_but_http_and_https(http_daemon: Daemon) -> None:
     with http_daemon.client() as client:
-        result = client.call("fail", url=url)
-        assert result.is_error and result.text.startswith("Refused: only http and https URLs may be requested"), result.text
+        for url in ("file:///etc/passwd", "FILE:///etc/passwd", "ftp://127.0.0.1/x", "gopher://127.0.0.1:70/",
+                    "data:text/plain,hi", "javascript:alert(1)", "/relative"):
+            result = client.call("fail", url=url)
+            assert result.is_error and result.text.startswith("Refused: only http and https URLs may be requested"), url
 
 
 def test_http_honours_the_timeout(http_daemon: Daemon, web: Any) -> None:
@@ -384,12 +385,13 @@ def test_file_read_reads_inside_the_base_with_line_ranges(files_daemon: Daemon) 
         assert past.is_error and "has 10 lines" in past.text
 
 
-@pytest.mark.parametrize("path", ["../secret.txt", "guide/../../secret.txt", "escape", "outside-dir/secret.txt", "{root}/secret.txt", "/etc/passwd"])
-def test_file_read_refuses_traversal_and_symlink_escapes(env: Env, files_daemon: Daemon, path: str) -> None:
+def test_file_read_refuses_traversal_and_symlink_escapes(env: Env, files_daemon: Daemon) -> None:
     with files_daemon.client() as client:
-        result = client.call("doc", path=path.format(root=env.root))
-        assert result.is_error and result.text.startswith("Refused:") and "outside" in result.text, result.text
-        assert "top secret" not in result.text
+        for path in ("../secret.txt", "guide/../../secret.txt", "escape", "outside-dir/secret.txt",
+                     f"{env.root}/secret.txt", "/etc/passwd"):
+            result = client.call("doc", path=path)
+            assert result.is_error and result.text.startswith("Refused:") and "outside" in result.text, result.text
+            assert "top secret" not in result.text
 
 
 def test_file_read_refuses_large_binary_and_special_files(files_daemon: Daemon) -> None:
