@@ -314,7 +314,7 @@ class Server:
                 for entry in module.error_entries():
                     where = f"{entry['file']}:{entry['line']}" if entry["line"] else entry["file"]
                     what = f"skipped tool {entry['tool']!r} in {where}" if entry.get("tool") else f"cannot load {where}"
-                    session.log_message("error", {"message": f"{what}: {entry['message']}", **entry})
+                    session.log_message("error", {**entry, "message": f"{what}: {entry['message']}"})
             if session.toolset_changed():
                 session.send_notification("notifications/tools/list_changed")
 

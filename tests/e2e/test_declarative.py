@@ -213,6 +213,25 @@ def test_a_broken_file_next_to_a_good_one(env: Env, make_daemon) -> None:  # typ
     assert f"{env.local_tools / 'broken.json'}:3: not valid JSON" in out
 
 
+def test_skipped_tools_reach_subscribed_sessions_as_log_messages(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    path = write_json(env, "tools.json", [shell_tool("fine", "echo fine", {})])
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        raw.request("atomic/subscribe")
+        path.write_text(json.dumps({"tools": [shell_tool("fine", "echo fine", {}),
+                                              {"name": "oops", "description": "x", "handler": {"type": "nope"}}]}))
+        raw.send({"jsonrpc": "2.0", "id": 99, "method": "atomic/reload"})
+        messages = []
+        while (message := raw.recv()).get("id") != 99:
+            messages.append(message)
+    logs = [m["params"]["data"] for m in messages if m.get("method") == "notifications/message"]
+    assert len(logs) == 1 and logs[0]["tool"] == "oops" and logs[0]["line"] == 1
+    assert logs[0]["message"] == (
+        f"skipped tool 'oops' in {path}:1: handler.type must be one of shell, http, file-read; got 'nope'"
+    )
+
+
 def test_each_file_is_a_module_with_its_own_worker_reloaded_alone(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     first = write_json(env, "one.json", [shell_tool("one", "echo one", {})])
     write_json(env, "two.json", [shell_tool("two", "echo two", {})])

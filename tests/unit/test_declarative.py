@@ -231,3 +231,16 @@ def test_read_inside_names_the_limit(tree: Path) -> None:
         read_inside(str(tree), "big", 10)
     assert read_inside(str(tree), "in-link", 10) == "inside\n"
     assert os.path.islink(tree / "in-link")
+
+
+def test_definitions_are_valid_mcp_tools(tmp_path: Path) -> None:
+    from mcp.types import Tool
+
+    toolbox = Path(__file__).resolve().parents[2] / "examples" / "tools" / "toolbox.json"
+    specs, problems = load_file(str(toolbox))
+    assert problems == []
+    for spec in specs:
+        definition = spec.definition()
+        definition.pop("timeout", None)  # the daemon's own field, never sent to clients
+        tool_model = Tool.model_validate(definition)
+        assert tool_model.input_schema["type"] == "object"
