@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,6 +84,7 @@ async def load_times(rounds: int) -> dict[str, float]:
         out["Python module of 3 tools, reload (median)"] = statistics.median([await once(py_path, "python") for _ in range(rounds)])
     finally:
         await pool.close()
+        shutil.rmtree(directory, ignore_errors=True)
     return out
 
 
