@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+
 from atomictools import Context, Field, tool
 
 TEAM_DIRS = (".squad", ".ai-team")

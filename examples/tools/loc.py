@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
+
 from atomictools import Context, Field, ToolError, tool
 
 LANGUAGES = {

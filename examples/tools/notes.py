@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
+
 from atomictools import Context, Field, ToolError, tool
 
 

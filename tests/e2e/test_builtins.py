@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from helpers import Daemon, Env
 
 BUILTINS = ["file-reader", "git-diff-summary", "git-status", "workspace-info"]

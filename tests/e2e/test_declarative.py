@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from atomictools import RPCError
 from helpers import Daemon, Env, wait_for
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from helpers import Daemon, Env, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from atomictools import RPCError
 from helpers import Daemon, Env
 

@@ -9,6 +9,9 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from atomictools import ToolError
 from atomictoolsd.declarative.file_read import read_inside
 from atomictoolsd.declarative.http_request import HttpHandler
@@ -16,8 +19,6 @@ from atomictoolsd.declarative.loader import load_file
 from atomictoolsd.declarative.shell import ShellHandler
 from atomictoolsd.declarative.templates import TemplateError, ValueRejected, value_text
 from atomictoolsd.workers.runtime import LoadFailure
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def write(tmp_path: Path, data: Any, name: str = "t.json") -> str:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from atomictoolsd.declarative import load_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from atomictoolsd.trust import TrustError, TrustStore, trust_command
 
 

@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 from atomictools import Context, ToolError
-
 from atomictoolsd.discovery import project_root
 
 __all__ = ["GIT_TIMEOUT", "MAX_READ_BYTES", "git", "home", "inside", "project_of"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from atomictools import Context, Field, tool
-
 from atomictoolsd.builtins._common import MAX_READ_BYTES, project_of
 from atomictoolsd.declarative.file_read import read_inside
 

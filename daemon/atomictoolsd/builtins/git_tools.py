@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from atomictools import Context, Field, ToolError, tool
-
 from atomictoolsd.builtins._common import git, inside, project_of
 
 __all__ = ["git_diff_summary", "git_status"]

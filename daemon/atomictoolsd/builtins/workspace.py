@@ -7,8 +7,8 @@ import urllib.parse
 from typing import Literal
 
 import msgspec
-from atomictools import Context, tool
 
+from atomictools import Context, tool
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.builtins._common import git, home, project_of
 from atomictoolsd.discovery import global_tools_dir, local_tools_dir

@@ -21,7 +21,6 @@ from typing import Any
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
-
 from atomictoolsd.declarative.shell import resolve_dir
 from atomictoolsd.declarative.templates import PLACEHOLDER, TemplateError
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
-
 from atomictoolsd import __version__
 from atomictoolsd.declarative.shell import timeout_ms
 from atomictoolsd.declarative.templates import PLACEHOLDER, TemplateError, ValueRejected, placeholders, value_text

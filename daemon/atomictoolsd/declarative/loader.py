@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
 from atomictools._authoring import ANNOTATION_KEYS, Context
 from atomictools._protocol import check_tool_name
 from atomictools._schema import ToolSpec, inline_refs
-
 from atomictoolsd.declarative.file_read import FileReadHandler, default_schema
 from atomictoolsd.declarative.http_request import HttpHandler
 from atomictoolsd.declarative.shell import ShellHandler

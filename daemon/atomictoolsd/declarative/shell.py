@@ -24,7 +24,6 @@ from typing import Any
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
-
 from atomictoolsd.declarative.templates import (
     PLACEHOLDER,
     SHELL_METACHARACTERS,
