@@ -372,14 +372,21 @@ class Session(asyncio.Protocol):
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
             self._context[2] = self.agent
+        instructions = (
+            "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
+            "The tool list changes when those files change."
+        )
+        blocked = self.project.view().blocked  # the shim attaches first, so the project is known here
+        if blocked:
+            instructions += (
+                " This project's own tools are not loaded until the user trusts the project;"
+                f" if they want them, ask them to run: {blocked[0]['command']}"
+            )
         result = {
             "protocolVersion": self.protocol_version,
             "capabilities": {"tools": {"listChanged": True}, "logging": {}},
             "serverInfo": {"name": "atomictoolsd", "title": "atomictoolsd", "version": __version__},
-            "instructions": (
-                "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
-                "The tool list changes when those files change."
-            ),
+            "instructions": instructions,
         }
         self.send_result(id_json, _encode(result))
 

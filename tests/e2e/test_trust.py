@@ -109,6 +109,15 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
     assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
 
 
+def test_an_agent_is_told_how_to_trust_the_project(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_daemon()
+    with daemon.raw() as raw:  # what the shim does: attach, then relay the agent's initialize
+        raw.request("atomic/attach", {"directory": str(untrusted.project)})
+        init = raw.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}})
+    command = f"atomictoolsd trust {shlex.quote(str(untrusted.project.resolve()))}"
+    assert init["result"]["instructions"].endswith(f"if they want them, ask them to run: {command}")
+
+
 def test_trust_is_remembered_across_restarts_and_set_without_a_daemon(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     done = cli(untrusted, "trust", str(untrusted.project))
     assert done.stdout.splitlines()[-1] == "the daemon is not running; it will read this when it starts"
