@@ -64,6 +64,10 @@ class Env:
             XDG_CONFIG_HOME=str(root / "config"),
             XDG_CACHE_HOME=str(root / "cache"),
             XDG_DATA_HOME=str(root / "data"),
+            # Every test may use project-local tools without trusting its project first, and sees
+            # only the tools it wrote: tests of trust and of the built-ins remove these.
+            ATOMICTOOLS_TRUST_ALL="1",
+            ATOMICTOOLS_BUILTINS="0",
         )
 
     @property

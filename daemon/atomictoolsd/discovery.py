@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 # File suffix → module kind (the worker loader that serves it).
-MODULE_KINDS = {".py": "python"}
+MODULE_KINDS = {".py": "python", ".json": "declarative"}
 
 
 def global_tools_dir(home: Path) -> Path:

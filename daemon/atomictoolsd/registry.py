@@ -7,6 +7,10 @@ and every load error kept for listing. A scan loads changed modules in parallel,
 in one synchronous step (tools swapped and new worker generations installed together), so a call
 never sees a half-updated directory.
 
+A project's own dir loads only when the ``trusted`` predicate says so. Until then its modules are
+``blocked``: listed by file, never loaded — no worker starts and none of their code runs, not even
+to learn their tool names.
+
 The registry knows nothing of sockets or sessions: it tells its listeners which dirs changed.
 """
 
@@ -23,6 +27,7 @@ import msgspec
 
 from atomictools._protocol import check_tool_name
 from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
+from atomictoolsd.trust import trust_command
 from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
@@ -51,11 +56,15 @@ class ToolDef:
 
     def listing(self) -> dict[str, Any]:
         """The definition plus where it comes from, for ``atomictoolsd list --json``."""
-        return {**self.definition, "source": self.module.scope, "path": self.module.path}
+        return {**self.definition, "source": self.module.scope, "kind": self.module.kind, "path": self.module.path}
 
 
 class Module:
-    """One tool module file and its current state: ``pending``, ``ready`` or ``failed``."""
+    """One tool module file and its current state: ``pending``, ``ready``, ``failed`` or ``blocked``.
+
+    ``error`` says why a failed module failed; ``problems`` lists the tools a ready module skipped
+    (``{tool, line, message}``), so its other tools serve.
+    """
 
     def __init__(self, tools_dir: ToolsDir, file: ModuleFile, runner: ModuleRunner) -> None:
         self.tools_dir = tools_dir
@@ -66,6 +75,7 @@ class Module:
         self.state = "pending"
         self.tools: dict[str, ToolDef] = {}
         self.error: dict[str, Any] | None = None
+        self.problems: list[dict[str, Any]] = []
         self.load_ms: float | None = None
         self.loaded_at: float | None = None
 
@@ -82,6 +92,16 @@ class Module:
             "scope": self.scope,
         }
 
+    def error_entries(self) -> list[dict[str, Any]]:
+        """What ``list`` and ``reload`` report for this module: its failure, or each skipped tool."""
+        if self.error is not None:
+            return [self.error_entry()]
+        return [
+            {"file": self.path, "line": p.get("line"), "message": p.get("message", ""), "scope": self.scope,
+             "tool": p.get("tool")}
+            for p in self.problems
+        ]
+
     def info(self) -> dict[str, Any]:
         return {
             "path": self.path,
@@ -90,6 +110,7 @@ class Module:
             "tools": sorted(self.tools),
             "load_ms": round(self.load_ms, 2) if self.load_ms is not None else None,
             "error": self.error_entry() if self.error else None,
+            "problems": self.error_entries() if self.error is None else [],
             **self.runner.info(),
         }
 
@@ -108,24 +129,30 @@ class ToolsDir:
         self.scope = scope
         self.cwd = cwd
         self.modules: dict[str, Module] = {}
+        self.trusted = True  # a project's own dir is set from the trust store when it is created
         self.version = 0
         self.scanned: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
-        self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]]] | None = None
+        self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]] | None = None
 
-    def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]]]:
-        """This dir's tools by name, and its errors (load errors and name clashes between modules).
+    def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]]:
+        """This dir's tools by name, its errors (load errors, skipped tools and name clashes between
+        modules), and its blocked modules.
 
         Two modules of one dir that define the same name: the file that sorts first keeps it.
         """
         if self._catalog is not None and self._catalog[0] == self.version:
-            return self._catalog[1], self._catalog[2]
+            return self._catalog[1], self._catalog[2], self._catalog[3]
         tools: dict[str, ToolDef] = {}
         errors: list[dict[str, Any]] = []
+        blocked: list[dict[str, Any]] = []
         for path in sorted(self.modules):
             module = self.modules[path]
-            if module.error is not None:
-                errors.append(module.error_entry())
+            if module.state == "blocked":
+                blocked.append(
+                    {"file": path, "scope": self.scope, "root": str(self.cwd), "command": trust_command(self.cwd)}
+                )
+            errors.extend(module.error_entries())
             for name, tool in module.tools.items():
                 holder = tools.get(name)
                 if holder is not None:
@@ -135,17 +162,17 @@ class ToolsDir:
                     )
                     continue
                 tools[name] = tool
-        self._catalog = (self.version, tools, errors)
-        return tools, errors
+        self._catalog = (self.version, tools, errors, blocked)
+        return tools, errors, blocked
 
     def info(self) -> dict[str, Any]:
         return {"path": str(self.path), "scope": self.scope, "modules": len(self.modules)}
 
 
 class View:
-    """What a project sees: visible tools by name (sorted), shadowed ones, and errors."""
+    """What a project sees: visible tools by name (sorted), shadowed ones, errors, blocked modules."""
 
-    __slots__ = ("errors", "key", "shadowed", "tools")
+    __slots__ = ("blocked", "errors", "key", "shadowed", "tools")
 
     def __init__(
         self,
@@ -153,11 +180,13 @@ class View:
         tools: dict[str, ToolDef],
         shadowed: list[tuple[ToolDef, ToolDef]],
         errors: list[dict[str, Any]],
+        blocked: list[dict[str, Any]] | None = None,
     ) -> None:
         self.key = key
         self.tools = tools
         self.shadowed = shadowed
         self.errors = errors
+        self.blocked = blocked or []
 
 
 class Project:
@@ -183,16 +212,18 @@ class Project:
         tools: dict[str, ToolDef] = {}
         shadowed: list[tuple[ToolDef, ToolDef]] = []
         errors: list[dict[str, Any]] = []
+        blocked: list[dict[str, Any]] = []
         for tools_dir in self.dirs:
-            dir_tools, dir_errors = tools_dir.catalog()
+            dir_tools, dir_errors, dir_blocked = tools_dir.catalog()
             errors.extend(dir_errors)
+            blocked.extend(dir_blocked)
             for name, tool in dir_tools.items():
                 winner = tools.get(name)
                 if winner is None:
                     tools[name] = tool
                 else:
                     shadowed.append((tool, winner))
-        self._view = View(key, dict(sorted(tools.items())), shadowed, errors)
+        self._view = View(key, dict(sorted(tools.items())), shadowed, errors, blocked)
         return self._view
 
     def invalidate(self) -> None:
@@ -220,13 +251,26 @@ class Change:
 
 Listener = Callable[[Change], None]
 
+_BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
+
 
 class Registry:
-    """All projects in use, the global dir and the built-ins, kept in step with the files."""
+    """All projects in use, the global dir and the built-ins, kept in step with the files.
 
-    def __init__(self, pool: WorkerPool, home: Path, builtin_dirs: Iterable[ToolsDir] = ()) -> None:
+    Args:
+        trusted: whether a project root's own tools may load (default: every project's may).
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        home: Path,
+        builtin_dirs: Iterable[ToolsDir] = (),
+        trusted: Callable[[Path], bool] | None = None,
+    ) -> None:
         self.pool = pool
         self.home = home
+        self.trusted: Callable[[Path], bool] = trusted or (lambda root: True)
         self.global_dir = ToolsDir(global_tools_dir(home), "global", home)
         self.builtin_dirs = list(builtin_dirs)
         self.dirs: dict[Path, ToolsDir] = {self.global_dir.path: self.global_dir}
@@ -265,6 +309,7 @@ class Registry:
                 local = self.dirs.get(local_path)
                 if local is None:
                     local = self.dirs[local_path] = ToolsDir(local_path, "local", root)
+                    local.trusted = self.trusted(root)
                 dirs.insert(0, local)
             project = self.projects[root] = Project(root, dirs)
         for tools_dir in project.dirs:
@@ -300,14 +345,22 @@ class Registry:
             only: restrict the scan to these paths (what a file watcher reports); None scans all.
         """
         async with tools_dir.lock:
+            trusted = tools_dir.trusted
             on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
             removed = [p for p in tools_dir.modules if p not in on_disk and (only is None or p in only)]
             changed = [
                 f for p, f in on_disk.items()
                 if (only is None or p in only)
-                and (p not in tools_dir.modules or tools_dir.modules[p].file.key != f.key)
+                and (
+                    p not in tools_dir.modules
+                    or tools_dir.modules[p].file.key != f.key
+                    or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
+                )
             ]
-            results = await asyncio.gather(*(self._load(tools_dir, f) for f in changed))
+            if trusted:
+                results = await asyncio.gather(*(self._load(tools_dir, f) for f in changed))
+            else:
+                results = [(f, _BLOCKED) for f in changed]
             return self._commit(tools_dir, results, removed)
 
     async def _load(self, tools_dir: ToolsDir, file: ModuleFile) -> tuple[ModuleFile, Any]:
@@ -332,13 +385,16 @@ class Registry:
                 module = tools_dir.modules[file.path] = Module(tools_dir, file, runner)
                 runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
             module.file = file
+            if outcome is _BLOCKED:
+                self._block(module)
+                continue
             if isinstance(outcome, LoadFailed):
                 self._fail(module, outcome.info)
                 failures.append(module)
                 continue
             worker, definitions, load_ms = outcome
             self._install(module, worker, definitions, load_ms)
-            if module.error is not None:
+            if module.error is not None or module.problems:
                 failures.append(module)
         for path in removed:
             tools_dir.modules.pop(path)
@@ -362,27 +418,36 @@ class Registry:
 
     def _install(self, module: Module, worker: Worker, definitions: list[dict[str, Any]], load_ms: float) -> None:
         tools: dict[str, ToolDef] = {}
-        problems = []
+        problems = list(worker.problems)
         for definition in definitions:
-            problem = check_tool_name(str(definition.get("name", "")))
+            name = str(definition.get("name", ""))
+            problem = check_tool_name(name)
             if problem:
-                problems.append(problem)
+                problems.append({"tool": name, "line": None, "message": problem})
                 continue
             tools[definition["name"]] = ToolDef(module, definition)
         module.tools = tools
         module.state = "ready"
-        module.error = (
-            {"line": None, "message": "; ".join(problems), "traceback": ""} if problems else None
-        )
+        module.error = None
+        module.problems = problems
         module.load_ms = load_ms
         module.loaded_at = time.time()
         module.runner.install(worker)
         log.info("loaded %s (%d tools) in %.1f ms", module.path, len(tools), load_ms)
 
+    def _block(self, module: Module) -> None:
+        module.tools = {}
+        module.state = "blocked"
+        module.error = None
+        module.problems = []
+        module.runner.retire()
+        log.info("not loading %s: %s is not a trusted project", module.path, module.tools_dir.cwd)
+
     def _fail(self, module: Module, info: dict[str, Any]) -> None:
         module.tools = {}
         module.state = "failed"
         module.error = info
+        module.problems = []
         module.runner.retire()
         where = f"{module.path}:{info.get('line')}" if info.get("line") else module.path
         log.warning("cannot load %s: %s", where, info.get("message"))
@@ -396,12 +461,31 @@ class Registry:
         self._notify(Change({module.tools_dir}, [module]))
 
     async def reload(self, project: Project) -> dict[str, Any]:
-        """Rescan every dir of a project: ``{success, toolCount, errors}``."""
+        """Rescan every dir of a project (asking again whether it is trusted):
+        ``{success, toolCount, errors}``, and ``blocked`` when the project's own tools are."""
         for tools_dir in project.dirs:
+            if tools_dir.scope == "local":
+                tools_dir.trusted = self.trusted(tools_dir.cwd)
             self.ensure_scanned(tools_dir)
             await self.scan(tools_dir)
         view = project.view()
-        return {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
+        result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
+        if view.blocked:
+            result["blocked"] = view.blocked
+        return result
+
+    async def refresh_trust(self) -> list[ToolsDir]:
+        """Ask again whether each project's own dir is trusted; load or block the ones that changed."""
+        changed = []
+        for tools_dir in list(self.dirs.values()):
+            if tools_dir.scope != "local":
+                continue
+            trusted = self.trusted(tools_dir.cwd)
+            if trusted != tools_dir.trusted:
+                tools_dir.trusted = trusted
+                changed.append(tools_dir)
+        await asyncio.gather(*(self.scan(d) for d in changed))
+        return changed
 
     def info(self) -> dict[str, Any]:
         return {

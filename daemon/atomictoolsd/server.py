@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from atomictoolsd import __version__
+from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config import Config
 from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
-from atomictoolsd.registry import Change, Registry
+from atomictoolsd.registry import Change, Registry, ToolsDir
 from atomictoolsd.session import Session
+from atomictoolsd.trust import TrustService, TrustStore
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.truncate import remove_old_spills
 
@@ -140,7 +142,13 @@ class Server:
                 load_timeout=config.load_timeout,
             )
         )
-        self.registry = Registry(self.pool, paths.home)
+        self.trust = TrustStore(paths.state_dir)
+        self.registry = Registry(
+            self.pool,
+            paths.home,
+            builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", paths.home)] if config.builtins else [],
+            trusted=lambda root: config.trust_all or self.trust.is_trusted(root),
+        )
         self.registry.add_listener(self._on_change)
         self.sessions: set[Session] = set()
         self.started = time.time()
@@ -152,7 +160,7 @@ class Server:
         self._sigints = 0
         self._housekeeping: asyncio.Task[None] | None = None
         self.methods: dict[str, Handler] = {}  # JSON-RPC methods added by components
-        self.components: list[Component] = []
+        self.components: list[Component] = [TrustService()]
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -301,10 +309,12 @@ class Server:
             if not any(session.project.sees(d) for d in change.dirs):
                 continue
             for module in change.failures:
-                if session.project.sees(module.tools_dir) and module.error is not None:
-                    entry = module.error_entry()
+                if not session.project.sees(module.tools_dir):
+                    continue
+                for entry in module.error_entries():
                     where = f"{entry['file']}:{entry['line']}" if entry["line"] else entry["file"]
-                    session.log_message("error", {"message": f"cannot load {where}: {entry['message']}", **entry})
+                    what = f"skipped tool {entry['tool']!r} in {where}" if entry.get("tool") else f"cannot load {where}"
+                    session.log_message("error", {**entry, "message": f"{what}: {entry['message']}"})
             if session.toolset_changed():
                 session.send_notification("notifications/tools/list_changed")
 

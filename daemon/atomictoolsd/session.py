@@ -372,14 +372,21 @@ class Session(asyncio.Protocol):
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
             self._context[2] = self.agent
+        instructions = (
+            "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
+            "The tool list changes when those files change."
+        )
+        blocked = self.project.view().blocked  # the shim attaches first, so the project is known here
+        if blocked:
+            instructions += (
+                " This project's own tools are not loaded until the user trusts the project;"
+                f" if they want them, ask them to run: {blocked[0]['command']}"
+            )
         result = {
             "protocolVersion": self.protocol_version,
             "capabilities": {"tools": {"listChanged": True}, "logging": {}},
             "serverInfo": {"name": "atomictoolsd", "title": "atomictoolsd", "version": __version__},
-            "instructions": (
-                "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
-                "The tool list changes when those files change."
-            ),
+            "instructions": instructions,
         }
         self.send_result(id_json, _encode(result))
 
@@ -446,6 +453,9 @@ class Session(asyncio.Protocol):
         tool = self.project.view().tools.get(name)
         if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
             message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
+            blocked = self.project.view().blocked if tool is None else None
+            if blocked:
+                message += f"; this project's own tools are blocked until you trust it: {blocked[0]['command']}"
             self.send_error(id_json, INVALID_PARAMS, message, {"name": name})
             return
         config = self.server.config
@@ -495,13 +505,15 @@ class Session(asyncio.Protocol):
         view = self.project.view()
         tools = self.visible()
         counts: dict[str, int] = {}
-        for tool in tools:
-            counts[tool.module.scope] = counts.get(tool.module.scope, 0) + 1
+        for tool in tools:  # by source; tools of declarative files count apart, wherever they are
+            source = "declarative" if tool.module.kind == "declarative" else tool.module.scope
+            counts[source] = counts.get(source, 0) + 1
         result: dict[str, Any] = {
             "root": str(self.project.root) if self.project.root else None,
             "tools": [t.listing() for t in tools],
             "counts": counts,
             "errors": view.errors,
+            "blocked": view.blocked,
         }
         if params.all:
             result["shadowed"] = [
@@ -542,6 +554,7 @@ class Session(asyncio.Protocol):
             "root": str(self.project.root),
             "toolCount": len(self.visible()),
             "errors": view.errors,
+            "blocked": view.blocked,
         }
         self.send_result(id_json, _encode(result))
 

@@ -45,6 +45,22 @@ def test_the_worker_runtime_stays_light() -> None:
     assert not loaded & daemon_side
 
 
+def test_python_workers_never_pay_for_declarative_tools() -> None:
+    # The fork server imports these only before forking the first worker of a JSON file.
+    loaded = modules_after("import atomictoolsd.workers.runtime, atomictoolsd.workers.forkserver")
+    assert "fastjsonschema" not in loaded
+    assert not {m for m in loaded if m.startswith("atomictoolsd.declarative")}
+
+
+def test_declarative_handlers_and_builtins_stay_in_workers() -> None:
+    loaded = modules_after(
+        "import atomictoolsd.declarative, atomictoolsd.builtins._common, atomictoolsd.trust, atomictoolsd.discovery"
+    )
+    daemon_side = {"atomictoolsd.server", "atomictoolsd.session", "atomictoolsd.registry", "atomictoolsd.workers.pool"}
+    assert not loaded & daemon_side
+    assert not loaded & {"uvloop", "watchfiles", "psutil"}
+
+
 def test_socket_path_lookup_is_standard_library_only() -> None:
     loaded = modules_after("from atomictools._paths import socket_path; socket_path()")
     assert "msgspec" not in loaded

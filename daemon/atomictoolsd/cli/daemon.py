@@ -138,6 +138,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         for m in modules:
             if m["error"]:
                 print(f"\n{where(m['error'])}: {m['error']['message']}")
+            for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
+                tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
+                print(f"\n{where(problem)}:{tool} {problem['message']}")
     return 0
 
 

@@ -24,12 +24,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        out = {"tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"]}
+        out = {
+            "tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"],
+            "blocked": listing.get("blocked", []),
+        }
         if args.all:
             out["shadowed"] = listing["shadowed"]
         print_json(out)
         return 0
-    rows = [[t["name"], t["source"], _first_line(t.get("description", ""))] for t in listing["tools"]]
+    rows = [[t["name"], _source(t), _first_line(t.get("description", ""))] for t in listing["tools"]]
     if args.all:
         rows += [
             [t["name"], f"{t['source']} (shadowed by {t['shadowedBy']['source']})", _first_line(t.get("description", ""))]
@@ -43,10 +46,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     if counts:
         print(f"\n{len(listing['tools'])} tools: {counts}")
     if listing["errors"]:
-        print(f"\n{len(listing['errors'])} module(s) failed to load:")
+        print(f"\n{len(listing['errors'])} problem(s) loading tools:")
         for error in listing["errors"]:
-            print(f"  {where(error)}: {error['message']}")
+            tool = f" tool {error['tool']!r}:" if error.get("tool") else ""
+            print(f"  {where(error)}:{tool} {error['message']}")
+    blocked = listing.get("blocked", [])
+    if blocked:
+        print(f"\nblocked: {len(blocked)} tool module(s) of {blocked[0]['root']}, not a trusted project:")
+        for entry in blocked:
+            print(f"  {entry['file']}")
+        print(f"to load them, run: {blocked[0]['command']}")
     return 0
+
+
+def _source(tool: dict[str, Any]) -> str:
+    return f"{tool['source']} (json)" if tool.get("kind") == "declarative" else tool["source"]
 
 
 def _first_line(text: str, width: int = 72) -> str:

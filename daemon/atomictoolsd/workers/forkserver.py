@@ -100,14 +100,16 @@ class _Server:
 
 
     def spawn(self, request_id: int, spec_json: bytes, channel_fd: int) -> None:
+        spec = msgspec.json.decode(spec_json, type=runtime.WorkerSpec)
+        runtime.prepare(spec.kind)  # once per kind: its workers then fork with the loader imported
         pid = os.fork()
         if pid == 0:
-            self._become_worker(channel_fd, spec_json)
+            self._become_worker(channel_fd, spec)
         os.close(channel_fd)
         self.children.add(pid)
         self.send(["spawned", request_id, pid])
 
-    def _become_worker(self, channel_fd: int, spec_json: bytes) -> NoReturn:
+    def _become_worker(self, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
         try:
             os.setsid()
             set_parent_death_signal(signal.SIGKILL)
@@ -121,7 +123,7 @@ class _Server:
             os.dup2(devnull, 0)  # the daemon's liveness pipe is the fork server's business
             os.close(devnull)
             os.dup2(2, 1)  # a tool's print() goes to the daemon's log, never into a protocol
-            runtime.serve(channel_fd, msgspec.json.decode(spec_json, type=runtime.WorkerSpec))
+            runtime.serve(channel_fd, spec)
         finally:
             os._exit(70)
 

@@ -13,7 +13,8 @@ daemon → worker
     ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
 
 worker → daemon
-    ``["loaded", definitions, load_ms]`` once, when the module imported and its tools were built.
+    ``["loaded", definitions, load_ms, problems]`` once, when the module loaded; ``problems`` lists
+    the tools it skipped (``{tool, line, message}``: a declarative file's malformed tools), else ``[]``.
     ``["failed", {file, line, message, traceback}]`` once, instead, when it did not; then it exits.
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
@@ -43,7 +44,7 @@ from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
 from atomictoolsd.workers.channel import FrameReader, encode_frame
 from atomictoolsd.workers.truncate import truncate
 
-__all__ = ["LoadFailure", "WorkerSpec", "load_tools", "main", "make_result"]
+__all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "load_tools", "main", "make_result", "prepare"]
 
 _json_encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
@@ -114,16 +115,48 @@ def _load_python(path: str) -> list[ToolSpec]:
         raise LoadFailure(path, None, str(exc)) from None
 
 
-# Loaders by module kind. Declarative JSON tool files and built-ins register theirs here.
-LOADERS: dict[str, Callable[[str], list[ToolSpec]]] = {"python": _load_python}
+def _load_declarative(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
+    from atomictoolsd.declarative import load_file  # usually imported already: see prepare()
+
+    return load_file(path)
 
 
-def load_tools(spec: WorkerSpec) -> list[ToolSpec]:
-    """Load the module a worker serves. Raises ``LoadFailure``."""
+# Loaders by module kind. A loader returns the module's tools, or (tools, problems) when it can
+# skip a malformed tool and serve the rest.
+Loaded = list[ToolSpec] | tuple[list[ToolSpec], list[dict[str, Any]]]
+LOADERS: dict[str, Callable[[str], Loaded]] = {"python": _load_python, "declarative": _load_declarative}
+
+# Modules a loader needs beyond this one, by module kind. The fork server imports them just before it
+# forks the first worker of that kind, so every later worker of the kind starts warm, and a daemon
+# that serves no module of the kind never pays for them.
+LOADER_IMPORTS: dict[str, tuple[str, ...]] = {"declarative": ("atomictoolsd.declarative",)}
+
+
+def prepare(kind: str) -> None:
+    """Import what the loader of ``kind`` needs (in the fork server, before forking a worker)."""
+    for name in LOADER_IMPORTS.get(kind, ()):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the worker imports it again and reports the failure as a load error
+            pass
+
+
+def load_module(spec: WorkerSpec) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
+    """Load the module a worker serves: its tools, and the problems of tools it skipped.
+
+    Raises:
+        LoadFailure: the module cannot be served at all.
+    """
     loader = LOADERS.get(spec.kind)
     if loader is None:
         raise LoadFailure(spec.path, None, f"unknown module kind {spec.kind!r}")
-    return loader(spec.path)
+    loaded = loader(spec.path)
+    return loaded if isinstance(loaded, tuple) else (loaded, [])
+
+
+def load_tools(spec: WorkerSpec) -> list[ToolSpec]:
+    """Load the module a worker serves (its tools only). Raises ``LoadFailure``."""
+    return load_module(spec)[0]
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -453,7 +486,8 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     try:
         if spec.cwd:
             os.chdir(spec.cwd)
-        tools = {t.name: t for t in load_tools(spec)}
+        specs, problems = load_module(spec)
+        tools = {t.name: t for t in specs}
     except LoadFailure as failure:
         sock.sendall(encode_frame(["failed", failure.info]))
         _exit()
@@ -462,7 +496,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         _exit()
     load_ms = (time.perf_counter() - started) * 1000
     runtime = Runtime(sock, tools, spec)
-    runtime.send(["loaded", [t.definition() for t in tools.values()], load_ms])
+    runtime.send(["loaded", [t.definition() for t in tools.values()], load_ms, problems])
     runtime.run()
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.

@@ -143,6 +143,7 @@ class Worker(asyncio.Protocol):
         self.started = time.monotonic()
         self.last_used = self.started
         self.cause: str | None = None
+        self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -173,6 +174,7 @@ class Worker(asyncio.Protocol):
                     call.owner.call_log(call, message[2], message[3])
             elif op == "loaded" and not self.loaded.done():
                 self.state = "ready"
+                self.problems = message[3] if len(message) > 3 else []
                 self.loaded.set_result((message[1], message[2]))
             elif op == "failed" and not self.loaded.done():
                 self.loaded.set_exception(LoadFailed(message[1]))

@@ -1,0 +1,98 @@
+"""Built-in tool ``workspace-info``: where the caller is, and which tools dirs serve it."""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Literal
+
+import msgspec
+
+from atomictools import Context, tool
+from atomictoolsd.builtins import BUILTIN_DIR
+from atomictoolsd.builtins._common import git, home, project_of
+from atomictoolsd.discovery import global_tools_dir, local_tools_dir
+
+__all__ = ["ToolsDirInfo", "WorkspaceInfo", "workspace_info"]
+
+
+class ToolsDirInfo(msgspec.Struct):
+    path: str
+    scope: Literal["local", "global", "builtin"]
+    exists: bool
+    trusted: bool
+
+
+class WorkspaceInfo(msgspec.Struct):
+    directory: str
+    project_root: str
+    git_root: str | None
+    branch: str | None
+    remote_url: str | None
+    trusted: bool
+    tools_dirs: list[ToolsDirInfo]
+
+
+@tool(name="workspace-info", annotations={"readOnlyHint": True})
+def workspace_info(ctx: Context) -> WorkspaceInfo:
+    """Describe the workspace: the project root, its git branch and remote URL, whether the project
+    is trusted to load its own tools, and the tools directories in use (highest precedence first)."""
+    root = project_of(ctx)
+    git_root = branch = remote = None
+    top = git(["rev-parse", "--show-toplevel"], root, check=False)
+    if top.returncode == 0:
+        git_root = top.stdout.strip()
+        head = git(["symbolic-ref", "--short", "-q", "HEAD"], root, check=False)
+        if head.returncode == 0:
+            branch = head.stdout.strip()
+        else:
+            commit = git(["rev-parse", "--short", "HEAD"], root, check=False)
+            branch = f"(detached at {commit.stdout.strip()})" if commit.returncode == 0 else None
+        remote = _remote_url(root)
+    trusted = _trusted(root)
+    dirs = []
+    local = local_tools_dir(root)
+    global_dir = global_tools_dir(home())
+    if local != global_dir:
+        dirs.append(ToolsDirInfo(str(local), "local", local.is_dir(), trusted))
+    dirs.append(ToolsDirInfo(str(global_dir), "global", global_dir.is_dir(), True))
+    dirs.append(ToolsDirInfo(str(BUILTIN_DIR), "builtin", True, True))
+    return WorkspaceInfo(
+        directory=ctx.directory,
+        project_root=str(root),
+        git_root=git_root,
+        branch=branch,
+        remote_url=remote,
+        trusted=trusted,
+        tools_dirs=dirs,
+    )
+
+
+def _remote_url(root: os.PathLike[str]) -> str | None:
+    names = git(["remote"], root, check=False).stdout.split()
+    if not names:
+        return None
+    name = "origin" if "origin" in names else names[0]
+    url = git(["remote", "get-url", name], root, check=False).stdout.strip() or None
+    if url and "://" in url:
+        parts = urllib.parse.urlsplit(url)
+        if parts.username or parts.password:  # never hand a token in a URL to the model
+            host = parts.hostname or ""
+            netloc = f"{host}:{parts.port}" if parts.port else host
+            url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _trusted(root: os.PathLike[str]) -> bool:
+    """Whether the daemon loads this project's own tools (same rule as the daemon: config, then store)."""
+    from atomictoolsd.config import ConfigError, load_config
+    from atomictoolsd.paths import Paths
+    from atomictoolsd.trust import TrustStore
+
+    paths = Paths.from_env()
+    try:
+        if load_config(paths.config_file).trust_all:
+            return True
+    except ConfigError:
+        pass
+    return TrustStore(paths.state_dir).is_trusted(root)

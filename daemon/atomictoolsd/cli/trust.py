@@ -1,0 +1,124 @@
+"""Project trust commands: trust, untrust, trust --list.
+
+They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
+so the change takes effect at once; they never start a daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def _store_and_root(args: argparse.Namespace) -> tuple[object, Path | None]:
+    from atomictoolsd.discovery import project_root
+    from atomictoolsd.paths import Paths
+    from atomictoolsd.trust import TrustStore
+
+    paths = Paths.from_env()
+    store = TrustStore(paths.state_dir)
+    directory = getattr(args, "directory", None)
+    if directory is None:
+        return store, None
+    path = Path(directory).expanduser()
+    if not path.is_dir():
+        print(f"atomictoolsd: {directory} is not a directory", file=sys.stderr)
+        raise SystemExit(2)
+    return store, project_root(path.resolve(), paths.home)
+
+
+def _tell_daemon() -> str:
+    """Ask a running daemon to re-read the store; say what happened, in words."""
+    from atomictools import Client
+    from atomictools._errors import ConnectError, RPCError
+
+    try:
+        with Client(autostart=False, agent="cli").connect() as client:
+            changed = client.request("atomic/trust/refresh")["changed"]
+    except ConnectError:
+        return "the daemon is not running; it will read this when it starts"
+    except RPCError as exc:
+        return f"the running daemon did not take the change ({exc.message}); restart it: atomictoolsd restart"
+    return "the running daemon reloaded the project" if changed else "the running daemon already agreed"
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    """Trust a project (default: the one of the current directory) so its own tools load."""
+    from atomictoolsd.discovery import list_module_files, local_tools_dir
+    from atomictoolsd.trust import TrustError
+
+    if args.list:
+        return _list(args)
+    if args.directory is None:
+        args.directory = os.getcwd()
+    store, root = _store_and_root(args)
+    assert root is not None
+    try:
+        added = store.trust(root)  # type: ignore[attr-defined]
+    except TrustError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 1
+    modules = list_module_files(local_tools_dir(root))
+    what = f"{len(modules)} tool module(s) in {local_tools_dir(root)}" if modules else f"its tools in {local_tools_dir(root)}"
+    print(f"{'trusted' if added else 'already trusted'}: {root} ({what} will load)")
+    print(_tell_daemon())
+    return 0
+
+
+def cmd_untrust(args: argparse.Namespace) -> int:
+    """Stop trusting a project: its own tools stop loading (running calls finish)."""
+    from atomictoolsd.trust import TrustError
+
+    if args.directory is None:
+        args.directory = os.getcwd()
+    store, root = _store_and_root(args)
+    try:
+        removed = store.untrust(root)  # type: ignore[attr-defined]
+    except TrustError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 1
+    if not removed:
+        print(f"not trusted: {root} (nothing to do)")
+        return 0
+    print(f"untrusted: {root} (its own tools no longer load)")
+    print(_tell_daemon())
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from atomictoolsd.cli._common import print_json, table
+    from atomictoolsd.trust import TrustError
+
+    store, _root = _store_and_root(argparse.Namespace())
+    try:
+        entries = store.entries()  # type: ignore[attr-defined]
+    except TrustError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print_json([{"root": root, **info} for root, info in entries.items()])
+        return 0
+    if not entries:
+        print("no trusted projects (trust one with: atomictoolsd trust [DIR])")
+        return 0
+    table(
+        ["PROJECT", "TRUSTED SINCE"],
+        [[root + ("" if os.path.isdir(root) else "  (missing)"), info.get("trusted_at", "")] for root, info in entries.items()],
+    )
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    trust = commands.add_parser("trust", help="let a project's own tools (.atomic/tools/) load")
+    trust.add_argument("directory", nargs="?", metavar="DIR", help="a directory of the project (default: the current one)")
+    trust.add_argument("--list", action="store_true", help="list the trusted projects")
+    trust.add_argument("--json", action="store_true", help="with --list: print JSON")
+    trust.set_defaults(func=cmd_trust)
+
+    untrust = commands.add_parser("untrust", help="stop loading a project's own tools")
+    untrust.add_argument("directory", nargs="?", metavar="DIR", help="a directory of the project (default: the current one)")
+    untrust.set_defaults(func=cmd_untrust)

@@ -1,0 +1,11 @@
+"""Declarative tool files: ``*.json`` in a tools dir, whose tools run a command (``shell``), make an
+HTTP request (``http``) or read a file (``file-read``) without any Python from the user.
+
+Each file is a tool module like a ``.py`` file: it loads in a worker of its own (this package runs
+only there), and reloads when it changes. ``loader`` reads and checks the file; one module per
+handler type does the work; ``validation`` checks arguments against each tool's ``inputSchema``.
+"""
+
+from atomictoolsd.declarative.loader import load_file
+
+__all__ = ["load_file"]

@@ -1,0 +1,202 @@
+"""The ``shell`` handler: run a command from a template, never through a shell.
+
+The template is split into words once, when the file loads (``shlex`` rules, so quotes in the
+template group words as a reader expects). At call time each ``{{param}}`` is replaced inside its
+own word: a value can never become two words, a flag the template did not write, or a command of its
+own, because no shell ever reads the result. The program (the first word) is fixed by the template.
+
+A value still lands where the template put it, so a value starting with ``-`` is an option to the
+program if the template puts it where options are read: templates should write ``--`` before
+placeholders that are operands (``grep -rn -- {{pattern}} .``).
+
+Runs inside a worker; standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from atomictools._authoring import Context
+from atomictools._errors import ToolError
+from atomictoolsd.declarative.templates import (
+    PLACEHOLDER,
+    SHELL_METACHARACTERS,
+    TemplateError,
+    ValueRejected,
+    log,
+    placeholders,
+    value_text,
+)
+
+__all__ = ["DEFAULT_TIMEOUT_MS", "ShellHandler", "resolve_dir"]
+
+DEFAULT_TIMEOUT_MS = 30_000
+MAX_TIMEOUT_MS = 3_600_000
+_POLL = 0.1  # seconds between checks for cancellation while the command runs
+
+
+def resolve_dir(path: str | None, ctx: Context | None) -> str:
+    """A directory named in a tool file: ``~`` expanded, relative to the caller's directory.
+
+    The caller's directory is the one its session attached to; without one, the worker's own (the
+    project root for a project's tools, the home directory for global ones).
+    """
+    base = (ctx.directory if ctx is not None else "") or os.getcwd()
+    if not path:
+        return base
+    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+
+
+def timeout_ms(handler: Mapping[str, Any], default: int) -> int:
+    """The handler's ``timeout`` in milliseconds. Raises ``TemplateError`` when it is unusable."""
+    value = handler.get("timeout", default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_MS:
+        raise TemplateError(f"handler.timeout must be a number of milliseconds between 1 and {MAX_TIMEOUT_MS}")
+    return int(value)
+
+
+class ShellHandler:
+    """``{"type": "shell", "command": "...", "timeout": ms, "cwd": "..."}``."""
+
+    KEYS = frozenset({"type", "command", "timeout", "cwd"})
+
+    def __init__(self, handler: Mapping[str, Any]) -> None:
+        command = handler.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise TemplateError("handler.command must be a non-empty string")
+        try:
+            self.words = shlex.split(command)
+        except ValueError as exc:
+            raise TemplateError(f"handler.command cannot be split into words: {exc}") from None
+        if PLACEHOLDER.search(self.words[0]):
+            raise TemplateError(
+                "handler.command must start with a fixed program name; a parameter cannot choose the program"
+            )
+        cwd = handler.get("cwd")
+        if cwd is not None and (not isinstance(cwd, str) or PLACEHOLDER.search(cwd)):
+            raise TemplateError("handler.cwd must be a path without {{placeholders}}")
+        self.cwd: str | None = cwd
+        self.timeout = timeout_ms(handler, DEFAULT_TIMEOUT_MS) / 1000
+        self.params = placeholders(command)
+
+    def argv(self, tool: str, args: Mapping[str, Any]) -> list[str]:
+        """The argument list for one call.
+
+        A word that is one placeholder becomes one argument (one per item when the value is a list)
+        and disappears when the argument is absent or null; a word mixing text and placeholders
+        disappears when any of them is absent.
+
+        Raises:
+            ValueRejected: a value holds a NUL byte or is too long.
+        """
+        out: list[str] = []
+        suspicious: list[str] = []
+
+        def text(name: str, value: Any) -> str:
+            rendered = value_text(name, value)
+            if not SHELL_METACHARACTERS.isdisjoint(rendered):
+                suspicious.append(name)
+            return rendered
+
+        for word in self.words:
+            names = PLACEHOLDER.findall(word)
+            if not names:
+                out.append(word)
+                continue
+            whole = PLACEHOLDER.fullmatch(word)
+            if whole is not None:
+                name = whole.group(1)
+                value = args.get(name)
+                if value is None:
+                    continue
+                if isinstance(value, list):
+                    out.extend(text(name, item) for item in value)
+                else:
+                    out.append(text(name, value))
+                continue
+            if any(args.get(n) is None for n in names):
+                continue
+            out.append(PLACEHOLDER.sub(lambda m: text(m.group(1), args[m.group(1)]), word))
+        if suspicious:
+            log(
+                "warning",
+                f"tool {tool!r}: shell metacharacters in parameter(s) {', '.join(sorted(set(suspicious)))}; "
+                "passed literally as arguments (no shell runs)",
+            )
+        return out
+
+    def __call__(self, tool: str, args: dict[str, Any], ctx: Context) -> str:
+        try:
+            argv = self.argv(tool, args)
+        except ValueRejected as exc:
+            raise ToolError(f"Refused: {exc}") from None
+        cwd = resolve_dir(self.cwd, ctx)
+        if not os.path.isdir(cwd):
+            raise ToolError(f"The working directory {cwd} does not exist")
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group, so a timeout kills its children too
+            )
+        except FileNotFoundError:
+            raise ToolError(f"Cannot run {argv[0]!r}: no such program on PATH") from None
+        except PermissionError:
+            raise ToolError(f"Cannot run {argv[0]!r}: permission denied") from None
+        stdout, stderr = self._wait(proc, ctx)
+        out = stdout.decode("utf-8", "replace")
+        if proc.returncode == 0:
+            return out
+        err = stderr.decode("utf-8", "replace")
+        if proc.returncode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-proc.returncode).name}"
+            except ValueError:
+                how = f"was killed by signal {-proc.returncode}"
+        else:
+            how = f"exited with code {proc.returncode}"
+        parts = [f"Command {shlex.join(argv[:1])} {how}"]
+        if err.strip():
+            parts.append(f"stderr:\n{err.rstrip()}")
+        if out.strip():
+            parts.append(f"stdout:\n{out.rstrip()}")
+        raise ToolError("\n\n".join(parts))
+
+    def _wait(self, proc: subprocess.Popen[bytes], ctx: Context) -> tuple[bytes, bytes]:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _kill(proc)
+                raise ToolError(f"Command timed out after {self.timeout:g} s and was stopped")
+            if ctx.cancelled:
+                _kill(proc)
+                raise ToolError("Command cancelled")
+            try:
+                return proc.communicate(timeout=min(remaining, _POLL))
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.communicate(timeout=2)
+    except subprocess.TimeoutExpired:
+        # A descendant that left the group still holds the pipes: stop reading them, reap the command.
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()

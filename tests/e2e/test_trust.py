@@ -1,0 +1,155 @@
+"""Project trust through a real daemon and the real CLI: an untrusted project's own tools are listed as
+blocked and never run; trusting it (while the daemon runs) loads them at once; untrusting blocks them.
+
+These tests remove ATOMICTOOLS_TRUST_ALL, which the test environment sets for everyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from atomictools import RPCError
+from helpers import Daemon, Env
+
+PROBE = '''
+    import pathlib
+
+    pathlib.Path({marker!r}).write_text("imported")  # runs the moment the module is imported
+
+    def probe() -> str:
+        return "project code ran"
+'''
+DECL = '{"tools": [{"name": "decl", "description": "d", "handler": {"type": "shell", "command": "echo decl"}}]}'
+
+
+def cli(env: Env, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "atomictoolsd", *args], env=env.vars, cwd=cwd or env.project,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def untrusted(env: Env) -> Env:
+    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.marker = env.root / "imported"  # type: ignore[attr-defined]
+    env.write_tool(env.local_tools, "probe.py", PROBE.format(marker=str(env.marker)))  # type: ignore[attr-defined]
+    env.write_tool(env.local_tools, "decl.json", DECL)
+    env.write_tool(env.global_tools, "everywhere.py", "def everywhere() -> str:\n    return 'global'\n")
+    return env
+
+
+def project_modules(daemon: Daemon, env: Env) -> dict[str, tuple[str, int | None]]:
+    with daemon.client() as client:
+        modules = client.status()["modules"]
+    return {Path(m["path"]).name: (m["state"], m["worker"]) for m in modules if m["scope"] == "local"}
+
+
+def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env = untrusted
+    root = env.project.resolve()
+    command = f"atomictoolsd trust {shlex.quote(str(root))}"
+    daemon = make_daemon()
+    with daemon.client() as client:
+        listing = client.request("atomic/list")
+        assert [t["name"] for t in listing["tools"]] == ["everywhere"], "the global dir is always trusted"
+        assert listing["blocked"] == [
+            {"file": str(env.local_tools / "decl.json"), "scope": "local", "root": str(root), "command": command},
+            {"file": str(env.local_tools / "probe.py"), "scope": "local", "root": str(root), "command": command},
+        ]
+        assert listing["errors"] == []
+        with pytest.raises(RPCError) as info:
+            client.call("probe")
+        assert info.value.code == -32602
+        assert info.value.message == f"Unknown tool: 'probe'; this project's own tools are blocked until you trust it: {command}"
+    assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
+    assert not env.marker.exists(), "the module was never imported, not even to learn its tool names"  # type: ignore[attr-defined]
+
+    shown = cli(env, "list").stdout
+    assert f"blocked: 2 tool module(s) of {root}, not a trusted project" in shown
+    assert f"to load them, run: {command}" in shown
+
+    with daemon.raw() as watcher:
+        watcher.request("atomic/attach", {"directory": str(env.project)})
+        watcher.request("atomic/subscribe")
+        (env.project / "sub").mkdir()
+        trusted = cli(env, "trust", cwd=env.project / "sub")  # from a subdirectory: the project is trusted
+        assert trusted.returncode == 0, trusted.stderr
+        assert trusted.stdout.splitlines() == [
+            f"trusted: {root} (2 tool module(s) in {root / '.atomic' / 'tools'} will load)",
+            "the running daemon reloaded the project",
+        ]
+        assert watcher.recv() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, "no restart needed"
+
+    with daemon.client() as client:
+        assert [t["name"] for t in client.list_tools()] == ["decl", "everywhere", "probe"]
+        assert client.call("probe").text == "project code ran"
+        assert client.call("decl").text == "decl\n"
+        assert "blocked" not in client.reload()
+    assert env.marker.exists()  # type: ignore[attr-defined]
+
+    store = env.state_dir / "trust.json"
+    assert stat.S_IMODE(store.stat().st_mode) == 0o600
+    assert list(json.loads(store.read_text())["projects"]) == [str(root)]
+    listed = cli(env, "trust", "--list")
+    assert str(root) in listed.stdout and listed.returncode == 0
+
+    untrusted_now = cli(env, "untrust", str(env.project))
+    assert untrusted_now.stdout.splitlines()[0] == f"untrusted: {root} (its own tools no longer load)"
+    with daemon.client() as client:
+        assert [t["name"] for t in client.list_tools()] == ["everywhere"]
+        with pytest.raises(RPCError):
+            client.call("probe")
+    assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
+
+
+def test_an_agent_is_told_how_to_trust_the_project(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_daemon()
+    with daemon.raw() as raw:  # what the shim does: attach, then relay the agent's initialize
+        raw.request("atomic/attach", {"directory": str(untrusted.project)})
+        init = raw.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}})
+    command = f"atomictoolsd trust {shlex.quote(str(untrusted.project.resolve()))}"
+    assert init["result"]["instructions"].endswith(f"if they want them, ask them to run: {command}")
+
+
+def test_trust_is_remembered_across_restarts_and_set_without_a_daemon(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    done = cli(untrusted, "trust", str(untrusted.project))
+    assert done.stdout.splitlines()[-1] == "the daemon is not running; it will read this when it starts"
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("probe").text == "project code ran"
+    again = cli(untrusted, "trust")
+    assert again.stdout.startswith(f"already trusted: {untrusted.project.resolve()}")
+
+
+def test_trust_all_from_the_environment_or_the_config(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "1"})
+    with daemon.client() as client:
+        assert client.call("probe").text == "project code ran"
+    daemon.stop()
+    config = untrusted.root / "config" / "atomictools"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text("trust_all = true\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("decl").text == "decl\n"
+    assert not (untrusted.state_dir / "trust.json").exists(), "trust_all writes nothing to the store"
+
+
+def test_a_store_others_can_write_trusts_nothing(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    untrusted.state_dir.mkdir(parents=True)
+    store = untrusted.state_dir / "trust.json"
+    store.write_text(json.dumps({"version": 1, "projects": {str(untrusted.project.resolve()): {}}}))
+    os.chmod(store, 0o666)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert [t["name"] for t in client.list_tools()] == ["everywhere"]
+    assert "ignoring the trust store" in daemon.stderr() and "chmod 600" in daemon.stderr()
+    refused = cli(untrusted, "trust")
+    assert refused.returncode == 1 and "can be written by other users" in refused.stderr

@@ -1,0 +1,77 @@
+"""The trust store on its own: where it lives, who may write it, and concurrent changes (trust)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from atomictoolsd.trust import TrustError, TrustStore, trust_command
+
+
+def test_trust_and_untrust_round_trip_in_a_private_file(tmp_path: Path) -> None:
+    store = TrustStore(tmp_path / "state")
+    assert not store.is_trusted("/p/one")
+    assert store.trust("/p/one") is True
+    assert store.trust("/p/one") is False
+    assert store.is_trusted("/p/one") and not store.is_trusted("/p")
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert list(store.entries()) == ["/p/one"] and "trusted_at" in store.entries()["/p/one"]
+    assert store.untrust("/p/one") is True and store.untrust("/p/one") is False
+    assert not store.is_trusted("/p/one")
+
+
+def test_another_writer_is_seen_at_once(tmp_path: Path) -> None:
+    reader, writer = TrustStore(tmp_path), TrustStore(tmp_path)
+    assert not reader.is_trusted("/p")
+    writer.trust("/p")
+    assert reader.is_trusted("/p")
+    writer.untrust("/p")
+    assert not reader.is_trusted("/p")
+
+
+def test_concurrent_changes_are_not_lost(tmp_path: Path) -> None:
+    roots = [f"/p/{i}" for i in range(24)]
+    threads = [threading.Thread(target=TrustStore(tmp_path).trust, args=(root,)) for root in roots]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(TrustStore(tmp_path).entries()) == sorted(roots)
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "problem"),
+    [
+        ('{"version": 1, "projects": {"/p": {}}}', 0o620, "can be written by other users"),
+        ("{not json", 0o600, "is not a valid trust store"),
+        ('{"version": 1, "projects": ["/p"]}', 0o600, "is not a valid trust store"),
+    ],
+)
+def test_a_suspect_store_trusts_nothing_and_is_not_overwritten(tmp_path: Path, content: str, mode: int, problem: str) -> None:
+    store = TrustStore(tmp_path)
+    store.path.write_text(content)
+    os.chmod(store.path, mode)
+    assert not store.is_trusted("/p")
+    assert problem in (store.problem or "")
+    with pytest.raises(TrustError, match=problem):
+        store.trust("/q")
+    assert store.path.read_text() == content
+
+
+def test_the_trust_command_is_quoted_for_a_shell() -> None:
+    assert trust_command("/home/me/my project") == "atomictoolsd trust '/home/me/my project'"
+    assert trust_command(Path("/srv/app")) == "atomictoolsd trust /srv/app"
+
+
+def test_the_file_format(tmp_path: Path) -> None:
+    store = TrustStore(tmp_path)
+    store.trust("/b")
+    store.trust("/a")
+    data = json.loads(store.path.read_text())
+    assert data["version"] == 1 and list(data["projects"]) == ["/a", "/b"]
