@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import psutil
+
 from helpers import Daemon, Env, RawConnection, wait_for
 
 TOOLS = '''

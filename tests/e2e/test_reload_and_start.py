@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+
 from helpers import Daemon, Env, RawConnection, wait_for
 
 SLOW = '''

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from atomictools import Client
 from helpers import Daemon, Env, RawConnection, wait_for
 

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from atomictoolsd.paths import Paths
 from atomictoolsd.service.install import install, plan
 from helpers import Env

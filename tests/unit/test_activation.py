@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from atomictoolsd.service.activation import ActivationError, adopt, launch_activate_socket, launchd_listener
 from atomictoolsd.service.manager import ServiceContext, capture
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
 from atomictoolsd.eventlog import (
     FLUSH_INTERVAL,
     LOG_NAME,

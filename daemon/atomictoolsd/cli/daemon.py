@@ -111,7 +111,6 @@ def cmd_start(args: argparse.Namespace) -> int:
     from atomictools._autostart import start_daemon
     from atomictools._errors import ConnectError
     from atomictools._paths import socket_path
-
     from atomictoolsd.config import ConfigError, load_config
     from atomictoolsd.paths import Paths
 
