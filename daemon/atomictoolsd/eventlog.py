@@ -194,7 +194,7 @@ class EventLog:
             pending, self._pending = self._pending, []
         if not pending or self._fd < 0:
             return
-        data = _encode_lines([_as_dict(entry) for entry in pending])
+        data = _encode_lines([_as_record(entry) for entry in pending])
         with self._write_lock:
             try:
                 if self._size and self._size + len(data) > self.max_bytes:
@@ -232,8 +232,9 @@ def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-# ISO timestamps are formatted once per second and reused: a busy flush formats thousands.
+# ISO timestamps: the seconds are formatted once per second, the milliseconds come from a table.
 _second_cache: list[Any] = [-1, ""]
+_MILLIS = [f".{i:03d}Z" for i in range(1000)]
 
 
 def _iso(ts: float) -> str:
@@ -241,10 +242,25 @@ def _iso(ts: float) -> str:
     if _second_cache[0] != second:
         _second_cache[0] = second
         _second_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    return f"{_second_cache[1]}.{int((ts - second) * 1000):03d}Z"
+    return _second_cache[1] + _MILLIS[int((ts - second) * 1000)]
 
 
-def _as_dict(entry: tuple[Any, ...]) -> dict[str, Any]:
+class _ToolEvent(msgspec.Struct, omit_defaults=True):
+    """A tool event as written (a Struct: cheaper to build and to encode than a dict)."""
+
+    ts: str
+    level: str
+    event: str
+    tool: str
+    module: str
+    call: int
+    session: str | None = None
+    agent: str | None = None
+    ms: float | None = None
+    error: str | None = None
+
+
+def _as_record(entry: tuple[Any, ...]) -> Any:
     kind = entry[0]
     if kind == _GENERIC:
         _, ts, level, event, fields = entry
@@ -253,26 +269,18 @@ def _as_dict(entry: tuple[Any, ...]) -> dict[str, Any]:
             out.update(fields)
         return out
     call = entry[2]
-    out = {
-        "ts": _iso(entry[1]),
-        "level": "info",
-        "event": "tool.start",
-        "tool": call.tool,
-        "module": call.runner.spec.path,
-        "call": call.id,
-        "session": call.context[0] or None,
-        "agent": call.context[2] or None,
-    }
-    if kind == _TOOL_END:
-        out["ms"] = round(entry[3] * 1000, 3)
-        failure = entry[4]
-        if failure is None:
-            out["event"] = "tool.complete"
-        else:
-            out["event"] = "tool.failed"
-            out["level"] = "warning"
-            out["error"] = error_text(failure)
-    return out
+    context = call.context
+    if kind == _TOOL_START:
+        return _ToolEvent(
+            _iso(entry[1]), "info", "tool.start", call.tool, call.runner.spec.path, call.id,
+            context[0] or None, context[2] or None,
+        )
+    failure = entry[4]
+    return _ToolEvent(
+        _iso(entry[1]), "info" if failure is None else "warning", "tool.complete" if failure is None else "tool.failed",
+        call.tool, call.runner.spec.path, call.id, context[0] or None, context[2] or None,
+        round(entry[3] * 1000, 3), None if failure is None else error_text(failure),
+    )
 
 
 def error_text(result: bytes) -> str:
