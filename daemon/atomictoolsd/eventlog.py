@@ -6,7 +6,8 @@ arrive through ``EventLogHandler`` (module loads and reloads, worker spawns and 
 configuration: those carry ``extra={"event": name, "data": {...}}``, so they become structured
 events; other records become ``log`` events).
 
-The call path costs one list append: events are kept as tuples holding the call itself and are
+The call path costs one list append: events are kept as tuples of plain values (strings and
+numbers only, so the garbage collector leaves them alone and no call outlives its answer) and are
 turned into JSON lines (msgspec, in one batch) by a flush that runs at most every
 ``FLUSH_INTERVAL`` seconds, or at once when ``FLUSH_AT`` events are waiting. So a busy daemon makes
 one ``write`` per batch, never one per call. The price: events of the last interval are lost if the
@@ -153,14 +154,20 @@ class EventLog:
 
     def tool_started(self, call: Call) -> None:
         """``tool.start`` for ``call`` (event loop thread only; callers check ``calls_on``)."""
-        self._pending.append((_TOOL_START, time.time(), call))
+        context = call.context
+        self._pending.append(
+            (_TOOL_START, time.time(), call.tool, call.runner.spec.path, call.id, context[0], context[2])
+        )
         if not self._scheduled:
             self._schedule()
 
     def tool_finished(self, call: Call, duration: float, failure: bytes | None) -> None:
         """``tool.complete``, or ``tool.failed`` when ``failure`` (the result) is given."""
         pending = self._pending
-        pending.append((_TOOL_END, time.time(), call, duration, failure))
+        context = call.context
+        pending.append(
+            (_TOOL_END, time.time(), call.tool, call.runner.spec.path, call.id, context[0], context[2], duration, failure)
+        )
         if not self._scheduled:
             self._schedule()
         elif len(pending) >= FLUSH_AT and not self._urgent and self._loop is not None:
@@ -268,18 +275,14 @@ def _as_record(entry: tuple[Any, ...]) -> Any:
         if fields:
             out.update(fields)
         return out
-    call = entry[2]
-    context = call.context
+    _, ts, tool, module, call_id, session, agent, *end = entry
     if kind == _TOOL_START:
-        return _ToolEvent(
-            _iso(entry[1]), "info", "tool.start", call.tool, call.runner.spec.path, call.id,
-            context[0] or None, context[2] or None,
-        )
-    failure = entry[4]
+        return _ToolEvent(_iso(ts), "info", "tool.start", tool, module, call_id, session or None, agent or None)
+    duration, failure = end
     return _ToolEvent(
-        _iso(entry[1]), "info" if failure is None else "warning", "tool.complete" if failure is None else "tool.failed",
-        call.tool, call.runner.spec.path, call.id, context[0] or None, context[2] or None,
-        round(entry[3] * 1000, 3), None if failure is None else error_text(failure),
+        _iso(ts), "info" if failure is None else "warning", "tool.complete" if failure is None else "tool.failed",
+        tool, module, call_id, session or None, agent or None,
+        round(duration * 1000, 3), None if failure is None else error_text(failure),
     )
 
 

@@ -127,7 +127,9 @@ class Component(Protocol):
     """A part of the daemon with a lifetime of its own (file watcher, bridges, service glue, …).
 
     Started in order once the socket serves and stopped in reverse order during shutdown, after
-    calls in flight have drained. A component may add JSON-RPC methods to ``server.methods``.
+    calls in flight have drained. A component may add JSON-RPC methods to ``server.methods``, a
+    section to ``server.status_sections``, and a ``reconfigure(config)`` method that SIGHUP calls
+    with the reloaded configuration.
     """
 
     async def start(self, server: Server) -> None: ...
