@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.service.activation import ActivationError, adopt, launch_activate_socket, launchd_listener
+from atomictoolsd.service.activation import (
+    ActivationError,
+    adopt,
+    inherited_listener,
+    launch_activate_socket,
+    launchd_listener,
+)
 from atomictoolsd.service.manager import ServiceContext, capture
 
 
@@ -118,3 +124,20 @@ def test_no_launchd_here() -> None:
         launch_activate_socket("Listeners")
     assert caught.value.errno == errno.ENOSYS
     assert launchd_listener() is None
+
+
+def test_the_daemon_asks_launchd_only_when_launchd_started_it(tmp_path: Path) -> None:
+    original = listening_socket(tmp_path)
+    fd = os.dup(original.fileno())
+    asked: list[str] = []
+
+    def activate(name: str) -> list[int]:
+        asked.append(name)
+        return [fd]
+
+    assert inherited_listener(ServiceContext(manager="none"), activate=activate) is None
+    assert asked == []
+    adopted = inherited_listener(ServiceContext(manager="launchd", unit="org.atomictools.atomictoolsd"), activate=activate)
+    assert asked == ["Listeners"] and adopted is not None and adopted.fileno() == fd
+    adopted.close()
+    original.close()
