@@ -445,7 +445,8 @@ _KNOWN = ("ts", "level", "event", "message", "logger")
 
 
 def format_event(event: dict[str, Any]) -> str:
-    """One human line: time, level, event, message, then the other fields as key=value."""
+    """One human line: time, level, event, message, then the other fields as key=value; the rest of a
+    multi-line field (an error's traceback) follows on indented lines."""
     ts = str(event.get("ts", ""))
     parts = [ts.replace("T", " ").rstrip("Z"), f"{str(event.get('level', '')).upper():7}", str(event.get("event", ""))]
     message = event.get("message")
@@ -453,14 +454,21 @@ def format_event(event: dict[str, Any]) -> str:
         parts.append(f"{event.get('logger', '')}: {message}")
     elif message:
         parts.append(str(message))
+    tails = []
     for key, value in event.items():
         if key in _KNOWN or value is None or key == "traceback":
             continue
-        text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
-        if isinstance(value, str) and (" " in text or not text):
-            text = msgspec.json.encode(text).decode()
+        if isinstance(value, str):
+            first, _, rest = value.partition("\n")
+            if rest.strip():
+                tails.append(rest.strip("\n"))
+            text = msgspec.json.encode(first).decode() if (" " in first or not first or rest) else first
+        else:
+            text = msgspec.json.encode(value).decode()
         parts.append(f"{key}={text}")
-    line = "  ".join(p for p in parts if p)
     if event.get("traceback"):
-        line += "\n" + str(event["traceback"])
+        tails.append(str(event["traceback"]))
+    line = "  ".join(p for p in parts if p)
+    for tail in tails:
+        line += "\n" + "\n".join("    " + t for t in tail.splitlines())
     return line

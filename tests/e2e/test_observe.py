@@ -215,3 +215,17 @@ def test_status_prints_sections_other_parts_add() -> None:
     with contextlib.redirect_stdout(out):
         print_status(status)
     assert "AGENT   PATH" in out.getvalue() and "claude  /run/b/claude" in out.getvalue()
+
+
+def test_logs_into_a_closed_pipe_ends_quietly(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "greet.py", TOOLS)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        for i in range(300):
+            client.call("greet", name=f"n{i}")
+    wait_for_event(env, lambda e: e["event"] == "tool.complete" and e["call"] >= 300, "the calls in the log")
+    piped = subprocess.run(
+        f"{sys.executable} -m atomictoolsd logs | head -n 1", shell=True, env=env.vars,
+        capture_output=True, text=True, timeout=60,
+    )
+    assert piped.stdout.count("\n") == 1 and piped.stderr == ""

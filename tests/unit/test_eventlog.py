@@ -153,3 +153,15 @@ def test_journal_prefix_and_detection(tmp_path: Path, monkeypatch: pytest.Monkey
     assert stderr_is_journal({"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"})
     assert not stderr_is_journal({"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino + 1}"})
     assert not stderr_is_journal({})
+
+
+def test_a_multi_line_error_reads_as_a_line_and_its_traceback() -> None:
+    text = format_event({
+        "ts": "2025-01-02T03:04:05.678Z", "level": "warning", "event": "tool.failed", "tool": "g",
+        "error": "Tool 'g' raised ValueError: no\n\nTraceback (most recent call last):\nValueError: no",
+    })
+    assert text.splitlines() == [
+        "2025-01-02 03:04:05.678  WARNING  tool.failed  tool=g  error=\"Tool 'g' raised ValueError: no\"",
+        "    Traceback (most recent call last):",
+        "    ValueError: no",
+    ]

@@ -51,3 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         return parsed.func(parsed)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `atomictoolsd logs | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -214,7 +214,9 @@ def print_status(status: dict[str, Any]) -> None:
     print(f"atomictoolsd {status['version']}  pid {status['pid']}  up {_duration(status['uptime'])}")
     print(f"socket    {status['socket']}")
     print(f"service   {manager}")
-    print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, {fork['workers']} workers")
+    workers = fork["workers"]
+    print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
+          f"{workers} worker{'s' * (workers != 1)}")
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
