@@ -193,7 +193,9 @@ def test_status_shows_the_running_configuration_and_its_sources(env: Env, make_d
     with RawConnection(env.socket) as raw:
         status = raw.request("atomic/status")["result"]
     assert status["config"]["page_size"] == 10 and status["config"]["call_timeout"] == 9.0
-    assert status["config_sources"] == {"page_size": str(config), "call_timeout": "ATOMICTOOLS_CALL_TIMEOUT"}
+    sources = status["config_sources"]
+    assert (sources["page_size"], sources["call_timeout"]) == (str(config), "ATOMICTOOLS_CALL_TIMEOUT")
+    assert "truncate_lines" not in sources, "only the settings not at their defaults"
     out = run(env, "status").stdout
     assert any(line.split() == ["page_size", "10", str(config)] for line in out.splitlines()), out
     assert any(line.split() == ["call_timeout", "9.0", "ATOMICTOOLS_CALL_TIMEOUT"] for line in out.splitlines())
@@ -229,3 +231,22 @@ def test_logs_into_a_closed_pipe_ends_quietly(env: Env, make_daemon) -> None:  #
         capture_output=True, text=True, timeout=60,
     )
     assert piped.stdout.count("\n") == 1 and piped.stderr == ""
+
+
+def test_status_lists_the_bridges(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    make_daemon()
+    with RawConnection(env.socket) as raw:
+        assert raw.request("atomic/status")["result"]["bridges"] == []
+        created = raw.request(
+            "atomic/bridges/create", {"agent": "claude", "directory": str(env.project), "ownerPid": os.getpid()}
+        )["result"]
+        bridges = raw.request("atomic/status")["result"]["bridges"]
+    assert bridges == [{
+        "id": created["id"], "agent": "claude", "directory": str(env.project), "owner": os.getpid(),
+        "path": created["path"],
+    }]
+    out = run(env, "status").stdout
+    header = next(line for line in out.splitlines() if line.startswith("ID "))
+    assert header.split() == ["ID", "AGENT", "DIRECTORY", "OWNER", "PATH"]
+    assert any(line.split() == [created["id"], "claude", str(env.project), str(os.getpid()), created["path"]]
+               for line in out.splitlines())
