@@ -136,6 +136,14 @@ class Bridges:
         server.methods["atomic/bridges/create"] = self.on_create
         server.methods["atomic/bridges/list"] = self.on_list
         server.methods["atomic/bridges/remove"] = self.on_remove
+        server.status_sections["bridges"] = self.status
+
+    def status(self) -> list[dict[str, Any]]:
+        """One line per bridge for ``atomic/status`` (``atomic/bridges/list`` has the details)."""
+        return [
+            {"id": b.id, "agent": b.agent, "directory": b.directory, "owner": b.ownerPid, "path": b.path}
+            for b in self.bridges.values()
+        ]
 
     async def stop(self) -> None:
         self.remove_all()

@@ -399,6 +399,7 @@ class Registry:
         for path in removed:
             tools_dir.modules.pop(path)
             self.pool.discard(path)
+            log.info("removed %s", path, extra={"event": "module.removed", "data": {"path": path, "scope": tools_dir.scope}})
         if tools_dir.scanned is None:
             tools_dir.scanned = asyncio.get_running_loop().create_future()
         if not tools_dir.scanned.done():
@@ -430,10 +431,17 @@ class Registry:
         module.state = "ready"
         module.error = None
         module.problems = problems
+        event = "module.reload" if module.loaded_at is not None else "module.load"
         module.load_ms = load_ms
         module.loaded_at = time.time()
         module.runner.install(worker)
-        log.info("loaded %s (%d tools) in %.1f ms", module.path, len(tools), load_ms)
+        log.info(
+            "%s %s (%d tools) in %.1f ms", "reloaded" if event == "module.reload" else "loaded",
+            module.path, len(tools), load_ms,
+            extra={"event": event, "data": {
+                "path": module.path, "scope": module.scope, "tools": sorted(tools), "ms": round(load_ms, 3),
+            }},
+        )
 
     def _block(self, module: Module) -> None:
         module.tools = {}
@@ -450,7 +458,12 @@ class Registry:
         module.problems = []
         module.runner.retire()
         where = f"{module.path}:{info.get('line')}" if info.get("line") else module.path
-        log.warning("cannot load %s: %s", where, info.get("message"))
+        log.warning(
+            "cannot load %s: %s", where, info.get("message"),
+            extra={"event": "module.failed", "data": {
+                "path": module.path, "scope": module.scope, "line": info.get("line"), "error": info.get("message"),
+            }},
+        )
 
     def _lazy_load_failed(self, module: Module, failure: LoadFailed) -> None:
         """A worker started for a call could not load a module that had loaded before."""

@@ -2,11 +2,18 @@
 
 Startup verifies the runtime dir (owned by this user, mode 0700), takes the single-instance lock
 before touching the socket (asyncio and uvloop silently delete an existing socket file when they
-bind), replaces a stale socket left by a killed daemon, binds with mode 0600, and reports readiness.
-Every connection is checked for the peer's uid. Shutdown stops accepting, lets calls in flight
+bind), replaces a stale socket left by a killed daemon (one that refuses connections; a socket some
+other process serves is left alone), binds with mode 0600, and reports readiness. Under socket
+activation it serves on the socket the service manager passed (``listen_socket``) and never unlinks
+it. Every connection is checked for the peer's uid. Shutdown stops accepting, lets calls in flight
 finish (bounded by ``shutdown_grace``), stops every worker, and removes the socket and lock files.
 
 Signal handlers only record the signal; the main loop acts on it. A second SIGINT forces the exit.
+SIGHUP reloads the configuration and rescans every tools dir (``reconfigure``); connections stay.
+
+Extension points: ``components`` (started once the socket serves, stopped after calls drain),
+``methods`` (extra JSON-RPC methods), ``lifecycle_hooks`` (told ``ready``, ``reloading``,
+``reloaded``, ``stopping``) and ``status_sections`` (extra keys of ``atomic/status``, e.g. bridges).
 """
 
 from __future__ import annotations
@@ -22,14 +29,17 @@ import stat
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from atomictoolsd import __version__
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config import Config
+from atomictoolsd.eventlog import events
 from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.registry import Change, Registry, ToolsDir
+from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.session import Session
 from atomictoolsd.trust import TrustService, TrustStore
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
@@ -117,7 +127,9 @@ class Component(Protocol):
     """A part of the daemon with a lifetime of its own (file watcher, bridges, service glue, …).
 
     Started in order once the socket serves and stopped in reverse order during shutdown, after
-    calls in flight have drained. A component may add JSON-RPC methods to ``server.methods``.
+    calls in flight have drained. A component may add JSON-RPC methods to ``server.methods``, a
+    section to ``server.status_sections``, and a ``reconfigure(config)`` method that SIGHUP calls
+    with the reloaded configuration.
     """
 
     async def start(self, server: Server) -> None: ...
@@ -161,6 +173,15 @@ class Server:
         self._housekeeping: asyncio.Task[None] | None = None
         self.methods: dict[str, Handler] = {}  # JSON-RPC methods added by components
         self.components: list[Component] = [TrustService()]
+        # (event, detail) with event in ready, reloading, reloaded, stopping: service glue listens.
+        self.lifecycle_hooks: list[Callable[[str, str], None]] = []
+        # Extra keys of atomic/status, each computed when asked (bridges, …).
+        self.status_sections: dict[str, Callable[[], Any]] = {}
+        self.service = ServiceContext()  # what the service manager told us (set before serve())
+        self.listen_socket: socket.socket | None = None  # passed by the service manager: adopt it
+        self.socket_path = paths.socket
+        self._reload_task: asyncio.Task[None] | None = None
+        self._reload_again = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -169,9 +190,12 @@ class Server:
         try:
             await self.startup()
         except AlreadyRunning as exc:
-            _report_ready(ready_fd, f"running {exc.pid or 0}")
-            raise
+            # Report only once the holder serves, so that a racing `start` returns to a usable socket.
+            pid = _wait_until_served(self.paths.socket, self._lock, 10.0) or exc.pid
+            _report_ready(ready_fd, f"running {pid or 0}")
+            raise AlreadyRunning(pid) from None
         _report_ready(ready_fd, f"started {os.getpid()}")
+        self.lifecycle("ready")
         try:
             await self.main_loop()
         finally:
@@ -181,15 +205,16 @@ class Server:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         check_private_dir(self.paths.runtime_dir)
-        check_socket_path(self.paths.socket)
+        if self.listen_socket is None:
+            check_socket_path(self.paths.socket)
         self._lock.acquire()
         try:
-            sock = self._bind()
+            sock = self._bind() if self.listen_socket is None else self._adopt(self.listen_socket)
             self._listener = await loop.create_unix_server(lambda: Session(self), sock=sock, backlog=512)
         except BaseException:
             self._lock.release()
             raise
-        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT"), (signal.SIGHUP, "SIGHUP")):
             loop.add_signal_handler(sig, self._on_signal, name)
         self.registry.ensure_scanned(self.registry.global_dir)
         for tools_dir in self.registry.builtin_dirs:
@@ -197,7 +222,25 @@ class Server:
         self._housekeeping = loop.create_task(self._housekeep())
         for component in self.components:
             await component.start(self)
-        log.info("atomictoolsd %s serving on %s (pid %d)", __version__, self.paths.socket, os.getpid())
+        log.info(
+            "atomictoolsd %s serving on %s (pid %d)", __version__, self.socket_path, os.getpid(),
+            extra={"event": "daemon.start", "data": {
+                "pid": os.getpid(), "version": __version__, "socket": str(self.socket_path),
+                "manager": self.service.manager, "activated": self.listen_socket is not None,
+            }},
+        )
+
+    def _adopt(self, sock: socket.socket) -> socket.socket:
+        """Serve on the service manager's socket; it owns the file, so it is never unlinked here."""
+        name = sock.getsockname()
+        if isinstance(name, str) and name:
+            self.socket_path = Path(name)
+            if self.socket_path != self.paths.socket:
+                log.warning(
+                    "the service manager's socket is %s, but clients look for %s: set ATOMICTOOLS_SOCKET",
+                    name, self.paths.socket,
+                )
+        return sock
 
     def _bind(self) -> socket.socket:
         path = self.paths.socket
@@ -208,7 +251,17 @@ class Server:
         else:
             if not stat.S_ISSOCK(info.st_mode):
                 raise PathError(f"{path} exists and is not a socket; remove it")
-            path.unlink()  # we hold the lock, so this socket's daemon is gone
+            holder = _listener_pid(path)
+            if holder is not False:
+                # Someone serves it without holding our lock: not a daemon of ours (a service
+                # manager's socket, another program). Never take it over.
+                who = f" (pid {holder})" if holder else ""
+                raise PathError(
+                    f"{path} is served by another process{who} that does not hold {self.paths.lock}; "
+                    f"stop it (if it is a systemd socket unit: systemctl --user stop atomictoolsd.socket) "
+                    f"or set ATOMICTOOLS_SOCKET to another path"
+                )
+            path.unlink()  # we hold the lock and nothing answers: a killed daemon's socket
             log.info("removed the stale socket of a previous daemon")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)  # created 0600: never a moment when others could connect
@@ -223,9 +276,15 @@ class Server:
     async def main_loop(self) -> None:
         assert self._stop is not None
         await self._stop.wait()
-        log.info("stopping (%s)", self._stop_reason)
+        log.info(
+            "stopping (%s)", self._stop_reason,
+            extra={"event": "daemon.stop", "data": {"reason": self._stop_reason, "uptime": round(time.time() - self.started, 3)}},
+        )
 
     async def shutdown(self) -> None:
+        self.lifecycle("stopping", self._stop_reason)
+        if self._reload_task is not None:
+            self._reload_task.cancel()
         if self._listener is not None:
             self._listener.close()
         if self._housekeeping is not None:
@@ -247,11 +306,13 @@ class Server:
         self._remove_socket()
         self._lock.release()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         log.info("stopped")
 
     def _remove_socket(self) -> None:
+        if self._socket_ino is None:  # adopted: the service manager's file, not ours
+            return
         try:
             if os.stat(self.paths.socket).st_ino == self._socket_ino:
                 self.paths.socket.unlink()
@@ -263,7 +324,37 @@ class Server:
         if self._stop is not None:
             self._stop.set()
 
+    def lifecycle(self, event: str, detail: str = "") -> None:
+        """Tell the lifecycle hooks (service glue) that the daemon is ready, reloading, … stopping."""
+        for hook in list(self.lifecycle_hooks):
+            try:
+                hook(event, detail)
+            except Exception:  # a hook's bug must not stop the daemon's lifecycle
+                log.exception("lifecycle hook failed on %s", event)
+
+    def request_reload(self) -> None:
+        """Reload the configuration and rescan every tools dir (once more if asked again meanwhile)."""
+        if self._reload_task is not None and not self._reload_task.done():
+            self._reload_again = True
+            return
+        self._reload_task = asyncio.get_running_loop().create_task(self._reload())
+
+    async def _reload(self) -> None:
+        from atomictoolsd.reconfigure import reload
+
+        while True:
+            self._reload_again = False
+            try:
+                await reload(self)
+            except Exception:
+                log.exception("reload failed")
+            if not self._reload_again:
+                return
+
     def _on_signal(self, name: str) -> None:
+        if name == "SIGHUP":
+            self.request_reload()
+            return
         if name == "SIGINT":
             self._sigints += 1
             if self._sigints > 1:
@@ -328,13 +419,60 @@ class Server:
             "python": sys.executable,
             "started": self.started,
             "uptime": round(time.time() - self.started, 3),
-            "socket": str(self.paths.socket),
+            "socket": str(self.socket_path),
+            "service": {**self.service.info(), "activated": self.listen_socket is not None},
             "forkserver": self.pool.spawner.info(),
             "sessions": [s.info() for s in self.sessions],
             "projects": registry["projects"],
-            "modules": registry["modules"],
+            "modules": _with_rss(registry["modules"]),
             "config": {item["key"]: item["value"] for item in self.config.describe()},
+            "config_sources": dict(self.config.sources),
+            "config_file": str(self.paths.config_file),
+            "log": {"file": str(events.path) if events.path else None, "level": self.config.log_level,
+                    "written": events.written, "dropped": events.dropped},
+            **{name: section() for name, section in self.status_sections.items()},
         }
+
+
+def _with_rss(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each module's worker resident memory in bytes (None without a worker)."""
+    import psutil  # only when status is asked for
+
+    for module in modules:
+        rss = None
+        if module.get("worker"):
+            try:
+                rss = psutil.Process(module["worker"]).memory_info().rss
+            except (psutil.Error, OSError):
+                rss = None
+        module["rss"] = rss
+    return modules
+
+
+def _wait_until_served(path: Path, lock: InstanceLock, timeout: float) -> int | None:
+    """Wait (blocking: nothing else runs yet) until the lock holder serves; return its pid."""
+    deadline = time.monotonic() + timeout
+    while _listener_pid(path) is False and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return lock.read_pid()
+
+
+def _listener_pid(path: Path) -> int | None | bool:
+    """False when nothing accepts connections on ``path``; else the listener's pid (None if unknown)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return None  # a full backlog or a timeout: alive but busy
+    try:
+        return peer_credentials(probe)[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
 
 
 def _report_ready(fd: int | None, line: str) -> None:

@@ -108,8 +108,8 @@ def test_start_reports_why_the_daemon_could_not_start(env: Env) -> None:
     (env.root / "config" / "atomictools").mkdir(parents=True)
     (env.root / "config" / "atomictools" / "config.toml").write_text("call_timeout = 'never'\n")
     result = run(env, "start")
-    assert result.returncode == 1
-    assert "call_timeout" in result.stderr and "expected a number" in result.stderr
+    assert result.returncode == 2  # as `serve` exits on a bad configuration
+    assert "bad configuration: call_timeout (from " in result.stderr and "expected a number" in result.stderr
     assert daemon_pid(env) is None
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 # Command groups, in the order ``--help`` lists them.
-COMMAND_MODULES = ("daemon", "tools", "trust", "agents", "bridges")
+COMMAND_MODULES = ("daemon", "tools", "trust", "agents", "bridges", "observe", "service")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,3 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         return parsed.func(parsed)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `atomictoolsd logs | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["connect", "not_running", "print_json", "table", "where"]
+__all__ = ["connect", "not_running", "print_json", "raw_request", "table", "where"]
 
 
 def print_json(value: Any) -> None:
@@ -19,6 +19,24 @@ def connect(args: argparse.Namespace, autostart: bool = True) -> Any:
     from atomictools import Client
 
     return Client(directory=getattr(args, "directory", None), autostart=autostart, agent="cli").connect()
+
+
+def raw_request(method: str, timeout: float = 30.0) -> Any:
+    """One request on the daemon's socket without attaching to a project; None if nothing answers."""
+    import socket
+
+    from atomictools._paths import socket_path
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(socket_path())
+        sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method}).encode() + b"\n")
+        return json.loads(sock.makefile("rb").readline())["result"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        sock.close()
 
 
 def not_running() -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from typing import Any
 
-from atomictoolsd.cli._common import connect, not_running, print_json, table, where
+from atomictoolsd.cli._common import connect, not_running, print_json, raw_request, table, where
 
 __all__ = ["register"]
 
@@ -17,37 +19,91 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.detach and os.fork() > 0:
         os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
 
-    import logging
+    from atomictoolsd.service.manager import capture
+
+    # First of all: these variables are for this process only, never for the fork server or workers.
+    service = capture()
+
+    import asyncio
 
     import uvloop
 
     from atomictoolsd.bridges import Bridges
     from atomictoolsd.config import ConfigError, load_config
+    from atomictoolsd.eventlog import LOG_NAME, events
     from atomictoolsd.paths import PathError, Paths
     from atomictoolsd.server import AlreadyRunning, Server
+    from atomictoolsd.service.activation import ActivationError, inherited_listener
+    from atomictoolsd.service.notify import Notifier, ServiceNotify
+
+    notifier = None
+    if service.notify_socket:
+        try:
+            notifier = Notifier(service.notify_socket)
+        except (ValueError, OSError) as exc:
+            print(f"atomictoolsd: not notifying the service manager: {exc}", file=sys.stderr)
+
+    def fail(message: str, code: int) -> int:
+        print(f"atomictoolsd: {message}", file=sys.stderr)
+        if notifier is not None:  # `systemctl status` shows the last STATUS= line
+            notifier.notify(f"STATUS={message}")
+        return code
 
     paths = Paths.from_env()
     try:
         config = load_config(paths.config_file)
     except ConfigError as exc:
-        print(f"atomictoolsd: bad configuration: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+        return fail(f"bad configuration: {exc}", 2)
+    _setup_logging(config.log_level)
     try:
-        server = Server(paths, config)
-        server.components.append(Bridges())
-        uvloop.run(server.serve(ready_fd=args.ready_fd))
+        events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
+    except OSError as exc:
+        print(f"atomictoolsd: no event log ({exc}); set ATOMICTOOLS_LOG_DIR to a writable directory", file=sys.stderr)
+    try:
+        listener = inherited_listener(service)
+    except ActivationError as exc:
+        return fail(str(exc), 1)
+
+    server = Server(paths, config)
+    server.service = service
+    server.listen_socket = listener
+    server.components.append(Bridges())
+    if notifier is not None:
+        server.components.append(ServiceNotify(notifier, service.watchdog_usec))
+
+    async def run() -> None:
+        events.bind_loop(asyncio.get_running_loop())
+        await server.serve(ready_fd=args.ready_fd)
+
+    try:
+        uvloop.run(run())
     except AlreadyRunning as exc:
+        if listener is not None:  # the service manager expects this process to serve: it cannot
+            return fail(f"{exc}, started outside the service manager; stop it with `atomictoolsd stop`", 1)
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 0
     except PathError as exc:
-        print(f"atomictoolsd: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)
+    finally:
+        events.close()
     return 0
+
+
+def _setup_logging(level: str) -> None:
+    """stderr (the journal's own format under systemd), and the event log."""
+    import logging
+
+    from atomictoolsd.eventlog import EventLogHandler, JournalFormatter, stderr_is_journal
+
+    stderr = logging.StreamHandler(sys.stderr)
+    if stderr_is_journal():
+        stderr.setFormatter(JournalFormatter())
+    else:
+        stderr.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    root.addHandler(stderr)
+    root.addHandler(EventLogHandler())
 
 
 def cmd_start(args: argparse.Namespace) -> int:
@@ -55,7 +111,18 @@ def cmd_start(args: argparse.Namespace) -> int:
     from atomictools._autostart import start_daemon
     from atomictools._errors import ConnectError
     from atomictools._paths import socket_path
+    from atomictoolsd.config import ConfigError, load_config
+    from atomictoolsd.paths import Paths
 
+    try:  # the same check the daemon makes, said here rather than from a log's tail
+        load_config(Paths.from_env().config_file)
+    except ConfigError as exc:
+        print(f"atomictoolsd: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    running = _running_pid(args)  # a daemon may serve already (or a service manager's socket start it)
+    if running is not None:
+        print(f"atomictoolsd is already running (pid {running}) on {socket_path()}")
+        return 0
     try:
         state, pid = start_daemon()
     except ConnectError as exc:
@@ -68,16 +135,20 @@ def cmd_start(args: argparse.Namespace) -> int:
     return 0
 
 
+def _running_pid(args: argparse.Namespace) -> int | None:
+    """The pid of the daemon answering on the socket, or None (a bare request: no attach, no scan)."""
+    status = raw_request("atomic/status")
+    return int(status["pid"]) if isinstance(status, dict) and "pid" in status else None
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the daemon: calls in flight finish first (within the configured grace)."""
-    from atomictools._errors import ConnectError
-
-    try:
-        with connect(args, autostart=False) as client:
-            pid = client.request("atomic/shutdown")["pid"]
-    except ConnectError:
+    status = raw_request("atomic/status")
+    reply = raw_request("atomic/shutdown") if status is not None else None
+    if reply is None:
         print("atomictoolsd is not running")
         return 0
+    pid = reply["pid"]
     deadline = time.monotonic() + 60
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -85,6 +156,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
         print(f"atomictoolsd (pid {pid}) is still stopping", file=sys.stderr)
         return 1
     print(f"atomictoolsd stopped (pid {pid})")
+    manager = (status.get("service") or {}).get("manager")
+    if manager == "systemd":
+        print("(its socket unit starts it again on the next connection; "
+              "`systemctl --user stop atomictoolsd.socket atomictoolsd.service` keeps it stopped)")
+    elif manager == "launchd":
+        print("(launchd starts it again on the next connection; "
+              f"`launchctl bootout gui/{os.getuid()}/{status['service'].get('unit')}` keeps it stopped)")
     return 0
 
 
@@ -108,7 +186,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Show the daemon's state: process, sessions, modules and their workers."""
+    """Show the daemon's state: process, service manager, projects, modules and their workers, config."""
     from atomictools._errors import ConnectError
 
     try:
@@ -119,18 +197,42 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(status)
         return 0
+    print_status(status)
+    return 0
+
+
+def print_status(status: dict[str, Any]) -> None:
+    """The human form of ``atomic/status``."""
+    service = status.get("service") or {}
+    manager = service.get("manager", "none")
+    if manager != "none":
+        unit = f" ({service['unit']})" if service.get("unit") else ""
+        manager += unit + (", socket-activated" if service.get("activated") else "")
+        if service.get("watchdog_sec"):
+            manager += f", watchdog {service['watchdog_sec']:g} s"
+    fork = status["forkserver"]
     print(f"atomictoolsd {status['version']}  pid {status['pid']}  up {_duration(status['uptime'])}")
-    print(f"socket   {status['socket']}")
-    print(f"sessions {len(status['sessions'])}  fork server pid {status['forkserver']['pid']}")
+    print(f"socket    {status['socket']}")
+    print(f"service   {manager}")
+    workers = fork["workers"]
+    print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
+          f"{workers} worker{'s' * (workers != 1)}")
+    log = status.get("log") or {}
+    if log.get("file"):
+        print(f"log       {log['file']} ({log.get('level')})")
+    projects = status.get("projects") or []
+    if projects:
+        print()
+        table(["PROJECT", "TOOLS"], [[p["root"], p["tools"]] for p in projects])
     modules = status["modules"]
     if modules:
         print()
         table(
-            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "CALLS", "ERRORS", "P50 MS"],
+            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "P50 MS", "P99 MS"],
             [
                 [
-                    m["path"], m["scope"], m["state"], len(m["tools"]), m["worker"] or "-",
-                    m["calls"], m["errors"], "-" if m["p50_ms"] is None else m["p50_ms"],
+                    m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
+                    m["calls"], m["errors"], _ms(m["p50_ms"]), _ms(m["p99_ms"]),
                 ]
                 for m in modules
             ],
@@ -138,10 +240,69 @@ def cmd_status(args: argparse.Namespace) -> int:
         for m in modules:
             if m["error"]:
                 print(f"\n{where(m['error'])}: {m['error']['message']}")
+            elif m.get("last_error"):
+                print(f"\n{m['path']}: last error: {_first_lines(m['last_error'])}")
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
-    return 0
+    for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
+        if name not in _CORE_KEYS:
+            _print_section(name, value)
+    sources = status.get("config_sources") or {}
+    print()
+    if sources:
+        table(
+            ["SETTING", "VALUE", "FROM"],
+            [[key, json.dumps(status["config"][key]), source] for key, source in sorted(sources.items())],
+        )
+        print("(every other setting has its default: `atomictoolsd config` lists them all)")
+    else:
+        print("configuration: all defaults (`atomictoolsd config` lists them)")
+
+
+_CORE_KEYS = frozenset({
+    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
+    "projects", "modules", "config", "config_sources", "config_file", "log",
+})
+
+
+def _print_section(name: str, value: Any) -> None:
+    print()
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        headers = list(dict.fromkeys(k for item in value for k in item))
+        table([h.upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value])
+    elif isinstance(value, list) and not value:
+        print(f"{name}: none")
+    else:
+        print(f"{name}: {json.dumps(value)}")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _state(module: dict[str, Any]) -> str:
+    worker = module.get("worker_state")
+    if module["state"] == "ready" and worker and worker != "ready":
+        return f"ready/{worker}"
+    return module["state"] if module["state"] != "ready" or worker else "ready/idle"
+
+
+def _size(rss: int | None) -> str:
+    if not rss:
+        return "-"
+    return f"{rss / (1024 * 1024):.1f}M"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _first_lines(text: str, limit: int = 3) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n  ".join(lines[:limit]) + (" …" if len(lines) > limit else "")
 
 
 def _duration(seconds: float) -> str:

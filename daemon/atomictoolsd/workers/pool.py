@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from atomictoolsd.eventlog import error_text, events
 from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.spawner import Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
+
+log = logging.getLogger("atomictoolsd.workers")
 
 
 class PoolSettings:
@@ -83,11 +87,17 @@ class ModuleRunner:
             LoadFailed: the module failed to import or to build its tools, or the worker died.
         """
         loop = asyncio.get_running_loop()
+        started = time.perf_counter()
         try:
             pid, sock = await self.pool.spawner.spawn(self.spec)
         except SpawnError as exc:
             raise LoadFailed({"file": self.spec.path, "line": None, "message": str(exc), "traceback": ""}) from None
         self.spawns += 1
+        spawn_ms = (time.perf_counter() - started) * 1000
+        log.info(
+            "worker %d started for %s in %.2f ms", pid, self.spec.path, spawn_ms,
+            extra={"event": "worker.spawn", "data": {"pid": pid, "module": self.spec.path, "ms": round(spawn_ms, 3)}},
+        )
         worker = Worker(self, pid, self.pool.spawner.exit_status(pid))
         await loop.connect_accepted_socket(lambda: worker, sock=sock)
         try:
@@ -125,6 +135,15 @@ class ModuleRunner:
             self.current = None
 
     def worker_ended(self, worker: Worker, was: str) -> None:
+        # A retired worker that exits cleanly is routine; any other end is worth a warning.
+        routine = was == "retiring" and worker.cause == "exited with code 0"
+        log.log(
+            logging.INFO if routine else logging.WARNING,
+            "worker %d for %s %s", worker.pid, self.spec.path, worker.cause,
+            extra={"event": "worker.exit", "data": {
+                "pid": worker.pid, "module": self.spec.path, "cause": worker.cause, "state": was,
+            }},
+        )
         self.retiring.discard(worker)
         if not self.retiring and self.current is None:
             self.pool.discarded.discard(self)
@@ -154,6 +173,8 @@ class ModuleRunner:
             progress_token: the caller's ``_meta.progressToken``; progress is forwarded only with one.
         """
         call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
+        if events.calls_on:
+            events.tool_started(call)
         call.timer = asyncio.get_running_loop().call_later(timeout, call.expire)
         worker = self.current
         if worker is not None and worker.state == "ready":
@@ -205,9 +226,15 @@ class ModuleRunner:
 
     def record(self, call: Call, result: bytes) -> None:
         self.calls += 1
-        self.durations.append(time.perf_counter() - call.started)
+        duration = time.perf_counter() - call.started
+        self.durations.append(duration)
         if result.endswith(b'"isError":true}'):
             self.errors += 1
+            self.last_error = f"{call.tool}: {error_text(result)}"
+            if events.failures_on:
+                events.tool_finished(call, duration, result)
+        elif events.calls_on:
+            events.tool_finished(call, duration, None)
 
     # -- status and shutdown --------------------------------------------------------------------
 
@@ -225,6 +252,7 @@ class ModuleRunner:
 
         return {
             "worker": self.current.pid if self.current is not None else None,
+            "worker_state": self.current.state if self.current is not None else None,
             "retiring": sorted(w.pid for w in self.retiring),
             "calls": self.calls,
             "errors": self.errors,

@@ -1,0 +1,108 @@
+"""SIGHUP: read the configuration again, apply it, and rescan every tools dir — connections stay open.
+
+A configuration that does not load (bad TOML, an unknown key, a bad value) is reported (log, status
+line) and the daemon keeps the one it has. One that loads replaces ``server.config``; what is read at
+use time (timeouts, message size, page size, grace periods) applies at once. Settings that shape a
+worker (threads, memory limit, truncation) apply to workers started from now on, and the running
+workers retire (their calls in flight finish) so the next call gets a worker with the new limits.
+Components with a ``reconfigure(config)`` method are given the new configuration.
+
+Then every tools dir is rescanned: new, changed and deleted modules are loaded or dropped, and
+sessions whose tools changed get ``notifications/tools/list_changed`` as on any reload.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from atomictoolsd.config import Config, ConfigError, load_config
+from atomictoolsd.eventlog import events
+
+if TYPE_CHECKING:
+    from atomictoolsd.server import Server
+
+__all__ = ["WORKER_SETTINGS", "apply_config", "reload"]
+
+log = logging.getLogger("atomictoolsd")
+
+# Settings baked into a worker when it starts.
+WORKER_SETTINGS = frozenset({"worker_threads", "memory_limit_mb", "truncate_lines", "truncate_bytes"})
+
+
+async def reload(server: Server) -> dict[str, Any]:
+    """Reload the configuration and rescan every tools dir; return what happened."""
+    started = time.perf_counter()
+    server.lifecycle("reloading")
+    note = error = ""
+    changed: list[str] = []
+    try:
+        config = load_config(server.paths.config_file)
+    except ConfigError as exc:
+        error = str(exc)
+        note = f"configuration not reloaded: {error}"
+        log.error(
+            "configuration not reloaded, keeping the current one: %s", exc,
+            extra={"event": "config.error", "data": {"error": str(exc)}},
+        )
+    else:
+        changed = apply_config(server, config)
+    registry = server.registry
+    for tools_dir in list(registry.dirs.values()):
+        registry.ensure_scanned(tools_dir)
+        await registry.scan(tools_dir)
+    modules = [m for d in registry.dirs.values() for m in d.modules.values()]
+    result = {
+        "ms": round((time.perf_counter() - started) * 1000, 3),
+        "changed": changed,
+        "modules": len(modules),
+        "tools": sum(len(m.tools) for m in modules),
+        "errors": sum(1 for m in modules if m.error is not None),
+        "config_error": error or None,
+    }
+    log.info(
+        "reloaded on SIGHUP in %.1f ms: %d tools in %d modules%s%s", result["ms"], result["tools"], result["modules"],
+        f"; settings changed: {', '.join(changed)}" if changed else "",
+        f"; {note}" if note else "",
+        extra={"event": "daemon.reload", "data": result},
+    )
+    server.lifecycle("reloaded", note)
+    return result
+
+
+def apply_config(server: Server, config: Config) -> list[str]:
+    """Make ``config`` the daemon's configuration; return the names of the settings that changed."""
+    old = server.config
+    changed = [f.name for f in Config.settings() if getattr(old, f.name) != getattr(config, f.name)]
+    server.config = config
+    settings = server.pool.settings
+    settings.threads = config.worker_threads
+    settings.memory_limit = config.memory_limit_mb * 1024 * 1024
+    settings.truncate_lines = config.truncate_lines
+    settings.truncate_bytes = config.truncate_bytes
+    settings.cancel_grace = config.cancel_grace
+    settings.load_timeout = config.load_timeout
+    if WORKER_SETTINGS.intersection(changed):
+        for runner in server.pool.runners.values():
+            runner.spec = msgspec.structs.replace(
+                runner.spec,
+                threads=settings.threads,
+                memory_limit=settings.memory_limit,
+                truncate_lines=settings.truncate_lines,
+                truncate_bytes=settings.truncate_bytes,
+            )
+            runner.retire()  # calls in flight finish; the next call starts a worker with the new limits
+    if events.is_open:
+        events.configure(level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
+    logging.getLogger().setLevel(config.log_level.upper())
+    for component in server.components:
+        reconfigure = getattr(component, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(config)
+            except Exception:  # one component's failure must not stop the reload
+                log.exception("%s could not apply the new configuration", type(component).__name__)
+    return changed

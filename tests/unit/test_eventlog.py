@@ -1,0 +1,167 @@
+"""The event log: buffered JSON lines, size rotation, levels, and reading it back (eventlog)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from atomictoolsd.eventlog import (
+    FLUSH_INTERVAL,
+    LOG_NAME,
+    EventLog,
+    EventLogHandler,
+    JournalFormatter,
+    format_event,
+    log_files,
+    read_events,
+    stderr_is_journal,
+)
+
+
+def fake_call(tool: str = "greet", call_id: int = 1) -> SimpleNamespace:
+    """The attributes of a ``Call`` the log reads (a real Call needs a running worker)."""
+    return SimpleNamespace(
+        tool=tool, id=call_id, runner=SimpleNamespace(spec=SimpleNamespace(path="/t/greet.py")),
+        context=["s1", "", "agent", "/p", "/p", ""],
+    )
+
+
+def lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME)
+    path = tmp_path / LOG_NAME
+
+    async def calls() -> tuple[int, int]:
+        for i in range(1000):
+            call = fake_call(call_id=i)
+            log.tool_started(call)
+            log.tool_finished(call, 0.000123, None)
+        size_right_after = path.stat().st_size
+        await asyncio.sleep(FLUSH_INTERVAL * 4)
+        return size_right_after, path.stat().st_size
+
+    before, after = asyncio.run(calls())
+    assert before == 0, "nothing is written on the call path"
+    assert after > 0
+    written = lines(path)
+    assert len(written) == 2000 and log.written == 2000
+    assert written[0] == {
+        "ts": written[0]["ts"], "level": "info", "event": "tool.start", "tool": "greet", "module": "/t/greet.py",
+        "call": 0, "session": "s1", "agent": "agent",
+    }
+    assert written[1]["event"] == "tool.complete" and written[1]["ms"] == 0.123
+    assert written[0]["ts"].endswith("Z") and "T" in written[0]["ts"]
+    log.close()
+
+
+def test_failures_carry_the_error_text_and_levels_filter(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME, level="warning")
+    assert not log.calls_on and log.failures_on
+    result = b'{"content":[{"type":"text","text":"Tool \'greet\' raised ValueError: no"}],"isError":true}'
+    log.tool_finished(fake_call(), 0.5, result)
+    log.emit("info", "module.load", {"path": "x"})  # below the level: dropped
+    log.emit("error", "config.error", {"error": "bad"})
+    log.close()
+    written = lines(tmp_path / LOG_NAME)
+    assert [e["event"] for e in written] == ["tool.failed", "config.error"]
+    assert written[0]["level"] == "warning" and written[0]["ms"] == 500.0
+    assert written[0]["error"] == "Tool 'greet' raised ValueError: no"
+
+
+def test_rotation_by_size_keeps_the_configured_backups(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME, max_bytes=4096, backups=2)
+    for i in range(400):
+        log.emit("info", "n", {"i": i, "pad": "x" * 40})
+        log.flush()
+    log.close()
+    files = log_files(tmp_path)
+    assert [f.name for f in files] == [f"{LOG_NAME}.2", f"{LOG_NAME}.1", LOG_NAME]
+    assert not (tmp_path / f"{LOG_NAME}.3").exists()
+    assert all(f.stat().st_size <= 4096 for f in files)
+    numbers = [e["i"] for e in read_events(tmp_path)]
+    assert numbers == list(range(numbers[0], 400)), "oldest first, nothing missing between the kept files"
+    assert oct((tmp_path / LOG_NAME).stat().st_mode & 0o777) == "0o600"
+
+
+def test_no_backups_means_the_log_starts_over(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME, max_bytes=4096, backups=0)
+    for i in range(200):
+        log.emit("info", "n", {"i": i, "pad": "x" * 40})
+        log.flush()
+    log.close()
+    assert [f.name for f in log_files(tmp_path)] == [LOG_NAME]
+    assert (tmp_path / LOG_NAME).stat().st_size <= 4096
+
+
+def test_logging_records_become_structured_events(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME)
+    logger = logging.getLogger("test.eventlog")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = EventLogHandler(log)
+    logger.addHandler(handler)
+    try:
+        logger.info("loaded %s", "x.py", extra={"event": "module.load", "data": {"path": "x.py", "ms": 1.5}})
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logger.exception("plain")
+    finally:
+        logger.removeHandler(handler)
+    log.close()
+    first, second = lines(tmp_path / LOG_NAME)
+    assert first["event"] == "module.load" and first["path"] == "x.py" and first["ms"] == 1.5
+    assert first["message"] == "loaded x.py" and first["logger"] == "test.eventlog"
+    assert second["event"] == "log" and second["level"] == "error" and "RuntimeError: boom" in second["traceback"]
+
+
+def test_a_closed_log_costs_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    log = EventLog()
+    assert not log.calls_on and not log.failures_on
+    log.emit("error", "x")
+    assert log.written == 0 and list(tmp_path.iterdir()) == []
+
+
+def test_human_format() -> None:
+    line = format_event({
+        "ts": "2025-01-02T03:04:05.678Z", "level": "warning", "event": "tool.failed", "tool": "greet",
+        "ms": 1.5, "error": "bad thing",
+    })
+    assert line.startswith("2025-01-02 03:04:05.678  WARNING  tool.failed")
+    assert 'tool=greet' in line and "ms=1.5" in line and 'error="bad thing"' in line
+
+
+def test_journal_prefix_and_detection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = logging.LogRecord("atomictoolsd", logging.WARNING, __file__, 1, "one\ntwo", None, None)
+    assert JournalFormatter().format(record) == "<4>atomictoolsd: one\n<4>two"
+    info = os.fstat(sys.stderr.fileno())
+    assert stderr_is_journal({"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino}"})
+    assert not stderr_is_journal({"JOURNAL_STREAM": f"{info.st_dev}:{info.st_ino + 1}"})
+    assert not stderr_is_journal({})
+
+
+def test_a_multi_line_error_reads_as_a_line_and_its_traceback() -> None:
+    text = format_event({
+        "ts": "2025-01-02T03:04:05.678Z", "level": "warning", "event": "tool.failed", "tool": "g",
+        "error": "Tool 'g' raised ValueError: no\n\nTraceback (most recent call last):\nValueError: no",
+    })
+    assert text.splitlines() == [
+        "2025-01-02 03:04:05.678  WARNING  tool.failed  tool=g  error=\"Tool 'g' raised ValueError: no\"",
+        "    Traceback (most recent call last):",
+        "    ValueError: no",
+    ]
