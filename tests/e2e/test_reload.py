@@ -114,7 +114,7 @@ def test_deleted_module_withdraws_its_tools_and_its_worker(env: Env, make_daemon
 def test_same_length_rewrites_within_a_second_serve_the_new_code(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     """Python's bytecode cache trusts a file with the same size and mtime second: tools bypass it."""
     path = env.write_tool(env.local_tools, "ver.py", "def ver() -> str:\n    return 'v1'\n")
-    daemon = make_daemon()
+    daemon = make_daemon({"PYTHONDONTWRITEBYTECODE": ""})  # as on most machines: Python writes .pyc files
     with daemon.client() as client:
         assert client.call("ver").text == "v1"
         for version in ("v2", "v3"):
