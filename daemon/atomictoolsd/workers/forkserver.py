@@ -137,6 +137,13 @@ class _Server:
             if pid == 0:
                 return
             self.children.discard(pid)
+            # What the worker's tools started lives on in its process group, reparented to init:
+            # end it now, while the group id cannot yet belong to anyone else. (Left for later, a
+            # worker that died just before a shutdown would no longer be in ``children``.)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             self.send(["exited", pid, status])
 
     def shutdown(self) -> NoReturn:
