@@ -36,13 +36,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from watchfiles._rust_notify import RustNotify
 
 from atomictoolsd.discovery import MODULE_KINDS
+from atomictoolsd.doorbell import Doorbell
 from atomictoolsd.registry import ToolsDir
 
 if TYPE_CHECKING:
@@ -74,13 +77,47 @@ class _Pending:
 
 
 class _Watch:
-    """One watchfiles watcher over a fixed set of directories, read on a thread of its own."""
+    """One watchfiles watcher over a fixed set of directories, read on a thread of its own, and the
+    doorbell that wakes that thread (where there is one)."""
 
-    def __init__(self, paths: frozenset[str], notify: RustNotify) -> None:
+    def __init__(self, paths: frozenset[str], notify: RustNotify, doorbell: Doorbell | None) -> None:
         self.paths = paths
         self.notify = notify
+        self.doorbell = doorbell
         self.stopping = threading.Event()  # checked by watchfiles on every step
         self.thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def stop(self) -> None:
+        """Ask the thread to end (from any thread)."""
+        with self._lock:
+            self.stopping.set()
+            if not self._closed:
+                os.write(self._wake_w, b"x")
+
+    def wait_for_doorbell(self) -> bool:
+        """Sleep until a watched directory changes (True) or ``stop()`` (False)."""
+        assert self.doorbell is not None
+        while True:
+            try:
+                readable, _, _ = select.select([self.doorbell.fd, self._wake_r], [], [])
+            except InterruptedError:
+                continue
+            if self.stopping.is_set() or self._wake_r in readable:
+                return False
+            self.doorbell.drain()
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        self.notify.close()
+        if self.doorbell is not None:
+            self.doorbell.close()
 
 
 class FileWatcher:
@@ -103,6 +140,7 @@ class FileWatcher:
         self._force_polling = bool(os.environ.get("WATCHFILES_FORCE_POLLING"))
         self.restarts = 0
         self.reloads = 0
+        self._sweeper: asyncio.Task[None] | None = None
 
     # -- component --------------------------------------------------------------------------------
 
@@ -118,6 +156,8 @@ class FileWatcher:
 
     async def stop(self) -> None:
         self._stopped = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self.registry is not None:
             self.registry.remove_dir_listener(self._dir_added)
         for pending in self._pending.values():
@@ -125,7 +165,7 @@ class FileWatcher:
                 pending.task.cancel()
         watch, self._watch = self._watch, None
         if watch is not None:
-            watch.stopping.set()
+            watch.stop()
             if watch.thread is not None:
                 await asyncio.get_running_loop().run_in_executor(None, watch.thread.join, 5.0)
 
@@ -133,6 +173,7 @@ class FileWatcher:
         return {
             "watching": sorted(self._watch.paths) if self._watch is not None else [],
             "polling": self._force_polling,
+            "doorbell": self._watch is not None and self._watch.doorbell is not None,
             "debounce_ms": self.debounce_ms,
             "step_ms": self.step_ms,
             "restarts": self.restarts,
@@ -198,19 +239,29 @@ class FileWatcher:
                 log.warning("cannot watch the tools directories with OS events (%s); polling instead", exc)
                 self._force_polling = True
                 continue
+            try:
+                doorbell = None if self._force_polling else Doorbell.create(paths)
+            except FileNotFoundError:
+                notify.close()
+                continue
+            except OSError as exc:  # watchfiles still works, just with its step loop always running
+                log.warning("no inotify doorbell for the watcher (%s); watching with a %d ms step", exc, self.step_ms)
+                doorbell = None
             break
         else:
             log.error("cannot watch the tools directories: they keep changing")
             return
-        old, self._watch = self._watch, _Watch(paths, notify)
+        old, self._watch = self._watch, _Watch(paths, notify, doorbell)
         self._watch.thread = threading.Thread(
             target=self._run, args=(self._watch,), name="atomictoolsd-watcher", daemon=True
         )
         self._watch.thread.start()
         if old is not None:
-            old.stopping.set()  # after the new one started: no moment without a watch
+            old.stop()  # after the new one started: no moment without a watch
         self.restarts += 1
         log.debug("watching %d directories", len(paths))
+        if self._force_polling and self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         # Changes between the old watch's last report and the new watch's start are in no event:
         # rescan every tools dir, and reload what may use files of the directories just added (a
         # helper package written before we watched it), and modules that failed (it may be theirs).
@@ -225,14 +276,35 @@ class FileWatcher:
                         pending.paths.add(module.path)
             self._kick(tools_dir)
 
+    async def _sweep(self) -> None:
+        """Polling only: rescan every tools dir twice a second. watchfiles' poller compares mtimes
+        in whole seconds, so a second save within the same second would go unseen; a rescan
+        compares size and mtime in nanoseconds (and costs a directory listing when nothing changed)."""
+        while True:
+            await asyncio.sleep(0.5)
+            for tools_dir in self._dirs():
+                if not _settled(tools_dir.path):
+                    continue  # being written: the next sweep reads it whole
+                pending = self._pending_for(tools_dir)
+                pending.full = True
+                for module in tools_dir.modules.values():
+                    if any(_key(path) != (size, mtime_ns) for path, size, mtime_ns in module.deps):
+                        pending.paths.add(module.path)  # a helper it imported changed
+                self._kick(tools_dir)
+
     # -- events -----------------------------------------------------------------------------------
 
     def _run(self, watch: _Watch) -> None:
         """The watch thread: wait for changes and hand each batch to the event loop."""
         assert self.debounce_ms is not None and self.step_ms is not None
+        # With a doorbell, watchfiles runs only from the first change until it reports (its timeout
+        # covers a ring for changes it already reported); without one, it runs all the time.
+        timeout_ms = max(100, 10 * self.step_ms) if watch.doorbell is not None else 0
         try:
             while not watch.stopping.is_set():
-                changes = watch.notify.watch(self.debounce_ms, self.step_ms, 0, watch.stopping)
+                if watch.doorbell is not None and not watch.wait_for_doorbell():
+                    break
+                changes = watch.notify.watch(self.debounce_ms, self.step_ms, timeout_ms, watch.stopping)
                 if isinstance(changes, set) and changes and not watch.stopping.is_set():
                     if not self._deliver(self._on_changes, changes):
                         return
@@ -241,7 +313,7 @@ class FileWatcher:
                 log.warning("the file watcher failed (%s); restarting it", exc)
                 self._deliver(self._watch_failed, watch)
         finally:
-            watch.notify.close()
+            watch.close()
 
     def _deliver(self, callback: Any, argument: Any) -> bool:
         assert self._loop is not None
@@ -318,8 +390,9 @@ class FileWatcher:
             if tools_dir.scanned is not None:
                 await asyncio.shield(tools_dir.scanned)  # its first scan reads everything anyway
             while pending.full or pending.paths:
-                if not pending.full and any(not os.path.exists(p) for p in pending.paths):
-                    # Some editors move the old file away before writing the new one.
+                for _ in range(10):  # at most a second: then the file is what it is
+                    if not _mid_write(tools_dir, pending):
+                        break
                     await asyncio.sleep(max(0.1, 2 * self.debounce_ms / 1000))
                 full, paths = pending.full, pending.paths
                 pending.full, pending.paths = False, set()
@@ -336,6 +409,40 @@ class FileWatcher:
             pending.task = None
         if pending.full or pending.paths:
             self._kick(tools_dir)
+
+
+def _mid_write(tools_dir: ToolsDir, pending: _Pending) -> bool:
+    """Whether a module about to be reloaded looks half-saved: some editors move the old file away
+    before writing the new one, others truncate it first. Reading it now would withdraw its tools."""
+    for path in pending.paths | (set(tools_dir.modules) if pending.full else set()):
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            if path in pending.paths and not pending.full:
+                return True  # reported changed and now missing: perhaps it is being replaced
+            continue
+        module = tools_dir.modules.get(path)
+        if size == 0 and module is not None and module.file.size > 0:
+            return True
+    return False
+
+
+def _key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _settled(tools_dir: Path, quiet: float = 0.2) -> bool:
+    """Whether no module file of ``tools_dir`` was written in the last ``quiet`` seconds."""
+    recent = time.time() - quiet
+    try:
+        with os.scandir(tools_dir) as entries:
+            return all(e.stat().st_mtime < recent for e in entries if is_module_name(e.name))
+    except OSError:
+        return True
 
 
 def _subdirs(tools_dir: Path) -> list[str]:
