@@ -67,7 +67,6 @@ def runtime_version() -> str:
     """A digest of everything besides the module's own files that shapes its definitions."""
     import atomictools._authoring
     import atomictools._schema
-
     import atomictoolsd.workers.runtime
     import atomictoolsd.workers.sourceload
 

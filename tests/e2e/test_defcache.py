@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from helpers import Daemon, Env
 from listener import Listener
+
+from helpers import Daemon, Env
 
 
 def modules(client: Any) -> dict[str, dict[str, Any]]:

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from listener import Listener
+
 from atomictools import RPCError
 from helpers import Daemon, Env, wait_for
-from listener import Listener
 
 
 def names(client: Any) -> list[str]:

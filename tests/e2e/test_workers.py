@@ -10,8 +10,9 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import Daemon, Env, RawConnection, wait_for
 from listener import Listener
+
+from helpers import Daemon, Env, RawConnection, wait_for
 
 HANG = '''
     import os, time
