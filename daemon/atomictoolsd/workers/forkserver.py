@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
+    runtime.warm_up()
     _Server(control).run()
 
 

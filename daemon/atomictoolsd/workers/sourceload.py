@@ -24,11 +24,17 @@ __all__ = ["SourceOnlyLoader", "imported_from", "install_source_only_finder"]
 
 
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
-    """A source loader that never consults or writes the bytecode cache."""
+    """A source loader that never consults or writes the bytecode cache, and remembers what it loaded."""
+
+    loaded: list[str] = []  # every file loaded through this class, in this process
 
     def path_stats(self, path: str) -> Any:
         # SourceLoader.get_code reads and writes bytecode only when it knows the source's mtime.
         raise OSError("tool sources are always compiled from source")
+
+    def get_code(self, fullname: str) -> Any:
+        SourceOnlyLoader.loaded.append(self.path)
+        return super().get_code(fullname)
 
 
 def install_source_only_finder(directory: str) -> None:
@@ -51,17 +57,19 @@ def install_source_only_finder(directory: str) -> None:
 
 
 def imported_from(directory: str, exclude: str) -> list[list[Any]]:
-    """``[path, size, mtime_ns]`` of each file under ``directory`` that has been imported, but ``exclude``."""
+    """``[path, size, mtime_ns]`` of each file under ``directory`` that has been imported, but ``exclude``.
+
+    Read from what ``SourceOnlyLoader`` loaded, not from ``sys.modules``: walking every module of a
+    freshly forked worker touches (and so copies) hundreds of pages for nothing.
+    """
     prefix = os.path.abspath(directory) + os.sep
     found = []
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if not isinstance(path, str) or not path.startswith(prefix) or path == exclude:
+    for path in sorted(set(SourceOnlyLoader.loaded)):
+        if not path.startswith(prefix) or path == exclude:
             continue
         try:
             st = os.stat(path)
         except OSError:
             continue
         found.append([path, st.st_size, st.st_mtime_ns])
-    found.sort()
     return found
