@@ -2,8 +2,8 @@
 changes, so the watcher sleeps in ``select`` while nothing happens.
 
 watchfiles reports changes from a loop that wakes every ``step`` milliseconds and takes the GIL each
-time; with the 10 ms step a quick reload needs, that loop alone costs ~0.5 % of a core around the
-clock. The watcher therefore calls watchfiles only after the doorbell rang, and watchfiles then
+time; with the 5–10 ms step a quick reload needs, that loop alone costs ~0.4–1 % of a core around
+the clock (bench/reload.py). The watcher therefore calls watchfiles only after the doorbell rang, and watchfiles then
 groups and reports the changes as usual. On Linux the doorbell is an inotify descriptor over the
 same directories (``inotify_init1`` and ``inotify_add_watch`` through ctypes; no events are
 decoded). Elsewhere ``Doorbell.create`` returns None and the watcher keeps watchfiles' loop running.

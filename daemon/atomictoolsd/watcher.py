@@ -25,8 +25,10 @@ A change reloads only what it touches, through ``Registry.scan(only=…, force=T
 
 Changes that arrive while a directory is reloading are merged and applied once that reload ends,
 so a burst of saves settles to the final content. watchfiles' debounce and step come from the
-``watch_debounce_ms`` and ``watch_step_ms`` settings (50 and 10 ms: a save reaches the registry
-10–20 ms later, where watchfiles' defaults take ~100 ms).
+``watch_debounce_ms`` and ``watch_step_ms`` settings. watchfiles reports a change once it has seen
+no new one for a whole step, two steps after the doorbell rang (see ``doorbell``): with the default
+5 ms a save reaches a client as ``list_changed`` ~17 ms later (10 ms: ~28 ms; watchfiles' own
+defaults, 1600/50: ~100 ms; bench/reload.py). A burst is cut after ``watch_debounce_ms`` (50).
 
 Never imported by the worker runtime (watchfiles stays out of workers).
 """
