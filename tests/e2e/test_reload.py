@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import textwrap
 import threading
 import time
@@ -271,3 +272,22 @@ def test_a_module_that_failed_for_a_missing_helper_loads_once_the_helper_exists(
         # A file of the helper package is watched too: editing it reloads the module.
         env.write_tool(env.local_tools / "_lib", "text.py", "def shout(s: str) -> str:\n    return s.upper() + '!'\n")
         wait_for(lambda: client.call("needs").text == "X!", message="the package edit to reach its user")
+
+
+def test_removing_the_whole_tools_dir_withdraws_its_tools_and_recreating_it_brings_them_back(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "one.py", "def one() -> str:\n    return '1'\n")
+    env.write_tool(env.local_tools / "_lib", "__init__.py", "")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        assert names(client) == ["one"]
+        shutil.rmtree(env.local_tools)
+        listener.next("notifications/tools/list_changed")
+        assert names(client) == []
+        wait_for(lambda: str(env.local_tools) not in client.status()["watcher"]["watching"], message="the watch to move up")
+        assert str(env.project / ".atomic") in client.status()["watcher"]["watching"]
+        env.write_tool(env.local_tools, "two.py", "def two() -> str:\n    return '2'\n")
+        listener.next("notifications/tools/list_changed")
+        wait_for(lambda: names(client) == ["two"], message="the recreated dir's tool")
+        assert client.call("two").text == "2"
+        if sys.platform.startswith("linux"):
+            assert client.status()["watcher"]["doorbell"] is True, "idle, the watcher sleeps on inotify"
