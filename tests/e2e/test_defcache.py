@@ -44,7 +44,7 @@ def test_list_after_a_restart_starts_no_worker_and_the_first_call_does(env: Env,
     second = cli_list(env, daemon)
     assert second == first, "the same listing, errors included"
     assert daemon.descendants() == [], "no worker (and no fork server) was started to list"
-    with daemon.client() as client:
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
         assert [t["name"] for t in client.list_tools()] == ["alpha", "beta"]
         states = modules(client)
         assert {name: (m["state"], m["source"], m["worker"]) for name, m in states.items()} == {
@@ -57,6 +57,10 @@ def test_list_after_a_restart_starts_no_worker_and_the_first_call_does(env: Env,
         workers = daemon.workers()
         assert len(workers) == 1 and modules(client)["alpha.py"]["worker"] == workers[0].pid
         assert modules(client)["beta.py"]["worker"] is None, "only the module called has a worker"
+        assert modules(client)["alpha.py"]["source"] == "cache", "the worker confirmed the cached definitions"
+        assert "notifications/tools/list_changed" not in listener.methods(listener.sync()), (
+            "the worker reported what the cache said: nothing changed for the agent"
+        )
 
 
 def test_entries_go_stale_with_the_module_its_helpers_or_a_new_file_and_nothing_else(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
