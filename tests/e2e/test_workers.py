@@ -64,7 +64,7 @@ def call_raw(raw: RawConnection, name: str, arguments: dict[str, Any], meta: dic
 @pytest.fixture
 def hang_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
     env.write_tool(env.local_tools, "hang.py", HANG)
-    return make_daemon({"ATOMICTOOLS_CALL_TIMEOUT": "0.5", "ATOMICTOOLS_MAX_CALL_TIMEOUT": "1", "ATOMICTOOLS_CANCEL_GRACE": "0.3"})
+    return make_daemon({"ATOMICTOOLS_CALL_TIMEOUT": "0.5", "ATOMICTOOLS_MAX_CALL_TIMEOUT": "1.5", "ATOMICTOOLS_CANCEL_GRACE": "0.3"})
 
 
 def test_default_per_tool_and_per_call_timeouts(hang_daemon: Daemon) -> None:
@@ -76,8 +76,8 @@ def test_default_per_tool_and_per_call_timeouts(hang_daemon: Daemon) -> None:
         result = client.call_tool("hang", {"seconds": 30}, timeout=0.2)
         assert result.is_error and result.text == "Tool 'hang' timed out after 0.2 s", "a caller may shorten it"
         result = client.call_tool("hang", {"seconds": 30}, timeout=100)
-        assert result.is_error and result.text == "Tool 'hang' timed out after 1 s", "capped by max_call_timeout"
-        result = client.call_tool("hang", {"seconds": 0.7}, timeout=0.9)
+        assert result.is_error and result.text == "Tool 'hang' timed out after 1.5 s", "capped by max_call_timeout"
+        result = client.call_tool("hang", {"seconds": 0.7}, timeout=1.5)
         assert not result.is_error and result.text == "done", "a caller may lengthen it up to the cap"
 
 
