@@ -189,6 +189,8 @@ class Server:
         self.watcher = FileWatcher()
         self.monitor = WorkerMonitor()
         self.components += [self.watcher, self.monitor]
+        self.status_sections["watcher"] = self.watcher.info
+        self.status_sections["monitor"] = self.monitor.info
         if self.registry.cache is not None:
             self.status_sections["cache"] = self.registry.cache.info
 

@@ -171,6 +171,11 @@ class FileWatcher:
             if watch.thread is not None:
                 await asyncio.get_running_loop().run_in_executor(None, watch.thread.join, 5.0)
 
+    def reconfigure(self, config: Any) -> None:
+        """SIGHUP: new debounce and step apply from the next batch of changes."""
+        self.debounce_ms = config.watch_debounce_ms
+        self.step_ms = config.watch_step_ms
+
     def info(self) -> dict[str, Any]:
         return {
             "watching": sorted(self._watch.paths) if self._watch is not None else [],

@@ -4,6 +4,7 @@ idle reaping, orphans, and the notifications a call sends on its way."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -350,3 +351,17 @@ def test_workers_are_forked_by_the_fork_server_running_the_daemons_interpreter(e
     command = forkserver.cmdline()
     assert command[1:3] == ["-m", "atomictoolsd.workers.forkserver"]
     assert command[0] == psutil.Process(daemon.pid).cmdline()[0], "sys.executable, never a pyenv/asdf shim"
+
+
+def test_sighup_applies_a_new_idle_timeout_and_memory_limit_to_the_monitor(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "nap.py", "import os\n\ndef nap() -> str:\n    return str(os.getpid())\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.status()["monitor"]["interval"] == 0.5
+        config = env.root / "config" / "atomictools" / "config.toml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text("idle_timeout = 0.4\nmemory_limit_mb = 300\n")
+        daemon.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        wait_for(lambda: client.status()["monitor"]["interval"] == 0.1, message="the monitor to take the new settings")
+        pid = int(client.call("nap").text)
+        wait_for(lambda: not alive(pid), timeout=10, message="the idle worker to be reaped under the new timeout")

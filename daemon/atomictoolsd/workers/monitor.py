@@ -49,17 +49,23 @@ class WorkerMonitor:
         self.memory_limit = 0
         self.idle_timeout = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._fixed_interval = False
         self._processes: dict[int, Any] = {}  # pid → psutil.Process, made once per worker
         self.killed = 0
         self.reaped = 0
 
     async def start(self, server: Server) -> None:
         self.pool = server.pool
-        self.memory_limit = server.config.memory_limit_mb * _MIB
-        self.idle_timeout = server.config.idle_timeout
-        if self.interval is None:
+        self._fixed_interval = self.interval is not None
+        self.reconfigure(server.config)
+
+    def reconfigure(self, config: Any) -> None:
+        """Apply ``memory_limit_mb`` and ``idle_timeout`` (at start, and on SIGHUP)."""
+        self.memory_limit = config.memory_limit_mb * _MIB
+        self.idle_timeout = config.idle_timeout
+        if not self._fixed_interval:
             self.interval = 0.5 if not self.idle_timeout else max(0.05, min(0.5, self.idle_timeout / 4))
-        if self.memory_limit or self.idle_timeout:
+        if (self.memory_limit or self.idle_timeout) and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -71,9 +77,8 @@ class WorkerMonitor:
                 pass
 
     async def _run(self) -> None:
-        assert self.interval is not None
-        while True:
-            await asyncio.sleep(self.interval)
+        while self.memory_limit or self.idle_timeout:
+            await asyncio.sleep(self.interval or 0.5)
             try:
                 self.tick()
             except Exception:  # a surprise in one look must not end the watch

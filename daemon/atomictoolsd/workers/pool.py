@@ -142,15 +142,23 @@ class ModuleRunner:
             if not call.done:
                 worker.send_call(call)
 
-    def retire(self, why: str = "its module was removed") -> None:
-        """Stop serving: the current worker retires (the module was removed or failed to reload, or
-        the worker was idle); calls waiting for a worker to start are answered with ``why``."""
+    def retire(self, why: str | None = None) -> None:
+        """Stop serving from the current worker: it finishes its calls in flight, then exits.
+
+        Args:
+            why: the module itself is gone (removed, failed to reload, blocked): calls waiting for a
+                worker are answered with this reason. None (idle, new worker limits): they get a
+                new worker.
+        """
         self._epoch += 1
         if self.current is not None:
             self.retiring.add(self.current)
             self.current.retire()
             self.current = None
-        self._fail_queued(why)
+        if why is not None:
+            self._fail_queued(why)
+        else:
+            self._restart_if_waiting()
 
     def _fail_queued(self, why: str) -> None:
         queued, self._queued = self._queued, []
@@ -330,7 +338,7 @@ class ModuleRunner:
 
     async def close(self) -> None:
         """Retire every worker and wait until they are gone."""
-        self.retire()
+        self.retire("the daemon is stopping")
         for worker in list(self.retiring):
             worker.close()
         while self.retiring:
@@ -361,7 +369,7 @@ class WorkerPool:
         """Forget the module at ``path`` (it was deleted); its workers retire in the background."""
         runner = self.runners.pop(path, None)
         if runner is not None:
-            runner.retire()
+            runner.retire("its module was removed")
             if runner.retiring:
                 self.discarded.add(runner)
 
