@@ -43,8 +43,12 @@ class Config:
     worker_threads: int = _setting(16, "Threads per worker for sync tools (concurrent calls to one module).", minimum=1)
     memory_limit_mb: int = _setting(2048, "Memory limit per worker in MiB (0: no limit).", minimum=0)
     idle_timeout: float = _setting(600.0, "Seconds an idle worker lives before it is stopped (0: never).", minimum=0)
-    watch_debounce_ms: int = _setting(50, "File watcher debounce, in milliseconds.", minimum=1)
-    watch_step_ms: int = _setting(10, "File watcher step, in milliseconds.", minimum=1)
+    watch_debounce_ms: int = _setting(
+        50, "Longest time the file watcher groups a burst of changes, in milliseconds.", minimum=1
+    )
+    watch_step_ms: int = _setting(
+        5, "Quiet time after which the file watcher reports changes, in milliseconds.", minimum=1
+    )
     builtins: bool = _setting(True, "Serve the built-in tools.")
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)

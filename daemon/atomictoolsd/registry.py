@@ -11,7 +11,12 @@ A project's own dir loads only when the ``trusted`` predicate says so. Until the
 ``blocked``: listed by file, never loaded — no worker starts and none of their code runs, not even
 to learn their tool names.
 
-The registry knows nothing of sockets or sessions: it tells its listeners which dirs changed.
+Module definitions come from a worker that loaded the module or, when it is fresh, from the
+definition cache (``defcache``): after a restart, listing starts no worker, and a module's worker
+starts on its first call. A worker that starts later and reports other definitions updates them.
+
+The registry knows nothing of sockets or sessions: it tells its listeners which dirs changed, and
+its dir listeners which tools dirs came into use (the file watcher watches those).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import msgspec
 
 from atomictools._protocol import check_tool_name
+from atomictoolsd.defcache import CacheEntry, DefinitionCache
 from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
 from atomictoolsd.trust import trust_command
 from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, WorkerPool
@@ -60,10 +66,11 @@ class ToolDef:
 
 
 class Module:
-    """One tool module file and its current state: ``pending``, ``ready``, ``failed`` or ``blocked``.
+    """One tool module file and its current state: ``pending``, ``ready``, ``failed``, ``blocked`` or
+    ``failing`` (it loaded, but its workers keep crashing).
 
-    ``error`` says why a failed module failed; ``problems`` lists the tools a ready module skipped
-    (``{tool, line, message}``), so its other tools serve.
+    ``error`` says why a failed module failed (or what a failing one keeps dying of); ``problems``
+    lists the tools a ready module skipped (``{tool, line, message}``), so its other tools serve.
     """
 
     def __init__(self, tools_dir: ToolsDir, file: ModuleFile, runner: ModuleRunner) -> None:
@@ -78,6 +85,13 @@ class Module:
         self.problems: list[dict[str, Any]] = []
         self.load_ms: float | None = None
         self.loaded_at: float | None = None
+        self.definitions: list[dict[str, Any]] = []  # as the worker reported them (for the cache)
+        self.worker_problems: list[dict[str, Any]] = []  # the tools the worker reported skipping
+        self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers it imported
+        self.source = ""  # where its definitions came from: "worker" or "cache"
+
+    def depends_on(self, path: str) -> bool:
+        return any(dep[0] == path for dep in self.deps)
 
     @property
     def scope(self) -> Scope:
@@ -109,6 +123,7 @@ class Module:
             "state": self.state,
             "tools": sorted(self.tools),
             "load_ms": round(self.load_ms, 2) if self.load_ms is not None else None,
+            "source": self.source,
             "error": self.error_entry() if self.error else None,
             "problems": self.error_entries() if self.error is None else [],
             **self.runner.info(),
@@ -250,6 +265,7 @@ class Change:
 
 
 Listener = Callable[[Change], None]
+DirListener = Callable[[ToolsDir], None]
 
 _BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
 
@@ -259,6 +275,7 @@ class Registry:
 
     Args:
         trusted: whether a project root's own tools may load (default: every project's may).
+        cache: where module definitions are kept across restarts (None: nowhere).
     """
 
     def __init__(
@@ -267,9 +284,11 @@ class Registry:
         home: Path,
         builtin_dirs: Iterable[ToolsDir] = (),
         trusted: Callable[[Path], bool] | None = None,
+        cache: DefinitionCache | None = None,
     ) -> None:
         self.pool = pool
         self.home = home
+        self.cache = cache
         self.trusted: Callable[[Path], bool] = trusted or (lambda root: True)
         self.global_dir = ToolsDir(global_tools_dir(home), "global", home)
         self.builtin_dirs = list(builtin_dirs)
@@ -279,6 +298,7 @@ class Registry:
         self.projects: dict[Path, Project] = {}
         self.base = Project(None, [self.global_dir, *self.builtin_dirs])
         self._listeners: list[Listener] = []
+        self._dir_listeners: list[DirListener] = []
         self._tasks: set[asyncio.Future[None]] = set()
 
     # -- listeners ------------------------------------------------------------------------------
@@ -288,6 +308,13 @@ class Registry:
 
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
+
+    def add_dir_listener(self, listener: DirListener) -> None:
+        """Call ``listener(tools_dir)`` when a tools dir comes into use, before its first scan."""
+        self._dir_listeners.append(listener)
+
+    def remove_dir_listener(self, listener: DirListener) -> None:
+        self._dir_listeners.remove(listener)
 
     def _notify(self, change: Change) -> None:
         for listener in list(self._listeners):
@@ -322,6 +349,11 @@ class Registry:
         if tools_dir.scanned is not None:
             return
         scanned = tools_dir.scanned = asyncio.get_running_loop().create_future()
+        for listener in list(self._dir_listeners):
+            try:
+                listener(tools_dir)
+            except Exception:  # a listener's bug must not keep a project from loading
+                log.exception("registry dir listener failed")
 
         async def first_scan() -> None:
             try:
@@ -338,11 +370,13 @@ class Registry:
 
     # -- scanning and loading ---------------------------------------------------------------------
 
-    async def scan(self, tools_dir: ToolsDir, only: set[str] | None = None) -> Change:
+    async def scan(self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
 
         Args:
             only: restrict the scan to these paths (what a file watcher reports); None scans all.
+            force: reload every module in ``only`` even if its size and mtime look unchanged (the
+                watcher saw it written: two saves within one mtime tick can keep both).
         """
         async with tools_dir.lock:
             trusted = tools_dir.trusted
@@ -352,18 +386,45 @@ class Registry:
                 f for p, f in on_disk.items()
                 if (only is None or p in only)
                 and (
-                    p not in tools_dir.modules
+                    force
+                    or p not in tools_dir.modules
                     or tools_dir.modules[p].file.key != f.key
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
                 )
             ]
             if trusted:
                 results = await asyncio.gather(*(self._load(tools_dir, f) for f in changed))
+                results = await self._reload_torn(tools_dir, results)
             else:
                 results = [(f, _BLOCKED) for f in changed]
             return self._commit(tools_dir, results, removed)
 
+    async def _reload_torn(self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]]) -> list[tuple[ModuleFile, Any]]:
+        """Load again the modules whose file changed while their worker read it: it may have read
+        it half-written (an editor truncates, then writes), and committing that would withdraw the
+        tools of a module that is fine a moment later."""
+        for _attempt in range(3):
+            current = {f.path: f for f in list_module_files(tools_dir.path)}
+            torn = [
+                i for i, (file, outcome) in enumerate(results)
+                if not isinstance(outcome, CacheEntry) and file.path in current and current[file.path].key != file.key
+            ]
+            if not torn:
+                break
+            for i in torn:
+                outcome = results[i][1]
+                if isinstance(outcome, tuple):
+                    outcome[0].close()  # a worker that loaded what is no longer on disk
+            again = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path]) for i in torn))
+            for i, result in zip(torn, again, strict=True):
+                results[i] = result
+        return results
+
     async def _load(self, tools_dir: ToolsDir, file: ModuleFile) -> tuple[ModuleFile, Any]:
+        if self.cache is not None and file.path not in tools_dir.modules:
+            entry = self.cache.lookup(tools_dir.path, file)  # first sight of it in this daemon's life
+            if entry is not None:
+                return file, entry
         runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
         try:
             return file, await runner.load()
@@ -378,22 +439,36 @@ class Registry:
     ) -> Change:
         """Apply loaded modules and removals in one step, then tell listeners."""
         failures: list[Module] = []
+        loaded = bool(removed)
         for file, outcome in results:
             module = tools_dir.modules.get(file.path)
             runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
             if module is None:
                 module = tools_dir.modules[file.path] = Module(tools_dir, file, runner)
                 runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
+                runner.on_loaded = lambda worker, definitions, m=module: self._lazy_loaded(m, worker, definitions)
+                runner.on_health = lambda m=module: self._health_changed(m)
             module.file = file
             if outcome is _BLOCKED:
                 self._block(module)
                 continue
+            if isinstance(outcome, CacheEntry):
+                if outcome.error is not None:
+                    self._fail(module, {**outcome.error, "deps": outcome.deps})
+                else:
+                    self._install(module, None, outcome.definitions, outcome.load_ms or 0.0, outcome.deps, outcome.problems)
+                module.source = "cache"
+                if module.error is not None or module.problems:
+                    failures.append(module)
+                continue
+            loaded = True
+            module.source = "worker"
             if isinstance(outcome, LoadFailed):
                 self._fail(module, outcome.info)
                 failures.append(module)
                 continue
             worker, definitions, load_ms = outcome
-            self._install(module, worker, definitions, load_ms)
+            self._install(module, worker, definitions, load_ms, worker.deps, worker.problems)
             if module.error is not None or module.problems:
                 failures.append(module)
         for path in removed:
@@ -405,10 +480,27 @@ class Registry:
         if not tools_dir.scanned.done():
             tools_dir.scanned.set_result(None)
         change = Change({tools_dir}, failures)
+        if loaded:
+            self._save_cache(tools_dir)
         if results or removed:
             self._changed(tools_dir)
             self._notify(change)
         return change
+
+    def _save_cache(self, tools_dir: ToolsDir) -> None:
+        if self.cache is None:
+            return
+        entries: dict[str, CacheEntry] = {}
+        for path, module in tools_dir.modules.items():
+            file = module.file
+            if module.state == "failed" and module.error is not None:
+                entries[path] = self.cache.failure_entry(tools_dir.path, file, {**module.error, "deps": module.deps})
+            elif module.state in ("ready", "failing"):
+                entries[path] = CacheEntry(
+                    file.size, file.mtime_ns, deps=[tuple(d) for d in module.deps],  # type: ignore[misc]
+                    definitions=module.definitions, problems=module.worker_problems, load_ms=module.load_ms,
+                )
+        self.cache.store(tools_dir.path, entries)
 
     def _changed(self, tools_dir: ToolsDir) -> None:
         """Record that ``tools_dir``'s tools changed: new version, stale views dropped."""
@@ -417,9 +509,37 @@ class Registry:
             if project.sees(tools_dir):
                 project.invalidate()
 
-    def _install(self, module: Module, worker: Worker, definitions: list[dict[str, Any]], load_ms: float) -> None:
+    def _install(
+        self,
+        module: Module,
+        worker: Worker | None,
+        definitions: list[dict[str, Any]],
+        load_ms: float,
+        deps: list[Any],
+        problems: list[dict[str, Any]],
+    ) -> None:
+        """Serve ``definitions`` for ``module``: from ``worker`` (a new generation), or from the cache
+        when ``worker`` is None (the runner then starts a worker on the first call)."""
+        self._set_tools(module, definitions, problems)
+        event = "module.reload" if module.loaded_at is not None else "module.load"
+        module.deps = [list(d) for d in deps]
+        module.load_ms = load_ms
+        module.loaded_at = time.time()
+        if worker is None:
+            return
+        module.runner.install(worker)
+        log.info(
+            "%s %s (%d tools) in %.1f ms", "reloaded" if event == "module.reload" else "loaded",
+            module.path, len(module.tools), load_ms,
+            extra={"event": event, "data": {
+                "path": module.path, "scope": module.scope, "tools": sorted(module.tools), "ms": round(load_ms, 3),
+            }},
+        )
+
+    def _set_tools(self, module: Module, definitions: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:
         tools: dict[str, ToolDef] = {}
-        problems = list(worker.problems)
+        module.worker_problems = list(skipped)  # what the module itself skipped, kept for the cache
+        problems = list(skipped)
         for definition in definitions:
             name = str(definition.get("name", ""))
             problem = check_tool_name(name)
@@ -428,35 +548,28 @@ class Registry:
                 continue
             tools[definition["name"]] = ToolDef(module, definition)
         module.tools = tools
+        module.definitions = definitions
         module.state = "ready"
         module.error = None
         module.problems = problems
-        event = "module.reload" if module.loaded_at is not None else "module.load"
-        module.load_ms = load_ms
-        module.loaded_at = time.time()
-        module.runner.install(worker)
-        log.info(
-            "%s %s (%d tools) in %.1f ms", "reloaded" if event == "module.reload" else "loaded",
-            module.path, len(tools), load_ms,
-            extra={"event": event, "data": {
-                "path": module.path, "scope": module.scope, "tools": sorted(tools), "ms": round(load_ms, 3),
-            }},
-        )
 
     def _block(self, module: Module) -> None:
         module.tools = {}
         module.state = "blocked"
         module.error = None
         module.problems = []
-        module.runner.retire()
+        module.runner.retire("its project is not trusted")
         log.info("not loading %s: %s is not a trusted project", module.path, module.tools_dir.cwd)
 
     def _fail(self, module: Module, info: dict[str, Any]) -> None:
         module.tools = {}
+        module.definitions = []
+        module.worker_problems = []
+        module.deps = [list(d) for d in info.get("deps", [])]
         module.state = "failed"
-        module.error = info
+        module.error = {k: v for k, v in info.items() if k != "deps"}
         module.problems = []
-        module.runner.retire()
+        module.runner.retire(f"its module failed to load: {info.get('message')}")
         where = f"{module.path}:{info.get('line')}" if info.get("line") else module.path
         log.warning(
             "cannot load %s: %s", where, info.get("message"),
@@ -470,8 +583,46 @@ class Registry:
         if module.tools_dir.modules.get(module.path) is not module:
             return
         self._fail(module, failure.info)
+        module.source = "worker"
+        self._save_cache(module.tools_dir)
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module]))
+
+    def _lazy_loaded(self, module: Module, worker: Worker, definitions: list[dict[str, Any]]) -> None:
+        """A worker started for a call loaded the module: if it reports other definitions than the
+        listed ones (a stale cache entry, a module that depends on more than its files), serve its."""
+        if module.tools_dir.modules.get(module.path) is not module:
+            return
+        deps = [list(d) for d in worker.deps]
+        if definitions == module.definitions and worker.problems == module.worker_problems and deps == module.deps:
+            return
+        log.info("%s now defines other tools than listed: updating", module.path)
+        self._set_tools(module, definitions, worker.problems)
+        module.deps = deps
+        module.source = "worker"
+        self._save_cache(module.tools_dir)
+        self._changed(module.tools_dir)
+        self._notify(Change({module.tools_dir}, [module] if module.problems else []))
+
+    def _health_changed(self, module: Module) -> None:
+        """The module's workers started crashing in a loop (or kept on), or it recovered."""
+        if module.tools_dir.modules.get(module.path) is not module or module.state not in ("ready", "failing"):
+            return
+        backoff = module.runner.backoff
+        if backoff.failing:
+            module.state = "failing"
+            module.error = {
+                "line": None, "traceback": "",
+                "message": f"the module keeps crashing ({backoff.crashes} times in a row; last: {backoff.last_error}); "
+                           f"calls fail at once until it recovers",
+            }
+            log.warning("%s keeps crashing (%d times in a row)", module.path, backoff.crashes)
+        else:
+            module.state = "ready"
+            module.error = None
+            log.info("%s recovered", module.path)
+        self._changed(module.tools_dir)
+        self._notify(Change({module.tools_dir}, [module] if backoff.failing else []))
 
     async def reload(self, project: Project) -> dict[str, Any]:
         """Rescan every dir of a project (asking again whether it is trusted):

@@ -36,12 +36,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from atomictoolsd import __version__
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config import Config
+from atomictoolsd.defcache import DefinitionCache
 from atomictoolsd.eventlog import events
 from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.registry import Change, Registry, ToolsDir
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.session import Session
 from atomictoolsd.trust import TrustService, TrustStore
+from atomictoolsd.watcher import FileWatcher
+from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.truncate import remove_old_spills
 
@@ -160,6 +163,7 @@ class Server:
             paths.home,
             builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", paths.home)] if config.builtins else [],
             trusted=lambda root: config.trust_all or self.trust.is_trusted(root),
+            cache=DefinitionCache(paths.cache_dir / "definitions"),
         )
         self.registry.add_listener(self._on_change)
         self.sessions: set[Session] = set()
@@ -182,6 +186,13 @@ class Server:
         self.socket_path = paths.socket
         self._reload_task: asyncio.Task[None] | None = None
         self._reload_again = False
+        self.watcher = FileWatcher()
+        self.monitor = WorkerMonitor()
+        self.components += [self.watcher, self.monitor]
+        self.status_sections["watcher"] = self.watcher.info
+        self.status_sections["monitor"] = self.monitor.info
+        if self.registry.cache is not None:
+            self.status_sections["cache"] = self.registry.cache.info
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -404,7 +415,10 @@ class Server:
                     continue
                 for entry in module.error_entries():
                     where = f"{entry['file']}:{entry['line']}" if entry["line"] else entry["file"]
-                    what = f"skipped tool {entry['tool']!r} in {where}" if entry.get("tool") else f"cannot load {where}"
+                    if entry.get("tool"):
+                        what = f"skipped tool {entry['tool']!r} in {where}"
+                    else:
+                        what = f"cannot load {where}" if module.state == "failed" else where
                     session.log_message("error", {**entry, "message": f"{what}: {entry['message']}"})
             if session.toolset_changed():
                 session.send_notification("notifications/tools/list_changed")

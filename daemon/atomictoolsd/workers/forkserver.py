@@ -137,6 +137,13 @@ class _Server:
             if pid == 0:
                 return
             self.children.discard(pid)
+            # What the worker's tools started lives on in its process group, reparented to init:
+            # end it now, while the group id cannot yet belong to anyone else. (Left for later, a
+            # worker that died just before a shutdown would no longer be in ``children``.)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             self.send(["exited", pid, status])
 
     def shutdown(self) -> NoReturn:
@@ -160,6 +167,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
+    runtime.warm_up()
     _Server(control).run()
 
 

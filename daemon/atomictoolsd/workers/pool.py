@@ -7,6 +7,9 @@ and stops once the calls it is running have answered.
 
 A call that times out or is cancelled is asked to stop; if it has not stopped after the grace period,
 its worker is retired (other calls on it finish first) and killed with its whole process group.
+
+A module whose workers keep crashing backs off (``backoff``); an idle worker is retired by the
+daemon's monitor (``reap_idle``) and the next call starts a new one, as after a restart of the daemon.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from atomictoolsd.eventlog import error_text, events
+from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.spawner import Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
@@ -76,7 +80,13 @@ class ModuleRunner:
         self.durations: deque[float] = deque(maxlen=1024)
         self.last_error: str | None = None
         self.spawns = 0
+        self.backoff = CrashBackoff()
+        self._epoch = 0  # bumped by install() and retire(): a lazy start begun before is stale
+        # Set by the registry: a lazily started worker could not load the module; it loaded it
+        # (definitions to compare with what is listed); the crash streak began, grew or ended.
         self.on_load_failure: Callable[[LoadFailed], None] | None = None
+        self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
+        self.on_health: Callable[[], None] | None = None
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -117,7 +127,12 @@ class ModuleRunner:
         return worker, definitions, load_ms
 
     def install(self, worker: Worker) -> None:
-        """Make ``worker`` serve new calls; the previous generation retires."""
+        """Make ``worker`` (a new generation of the module) serve new calls; the previous one retires."""
+        self._epoch += 1
+        self.backoff.reset()  # new code: its crash streak starts afresh
+        self._swap_in(worker)
+
+    def _swap_in(self, worker: Worker) -> None:
         old, self.current = self.current, worker
         if old is not None and old is not worker:
             self.retiring.add(old)
@@ -127,12 +142,38 @@ class ModuleRunner:
             if not call.done:
                 worker.send_call(call)
 
-    def retire(self) -> None:
-        """Stop serving: the current worker retires (the module was removed or failed to reload)."""
+    def retire(self, why: str | None = None) -> None:
+        """Stop serving from the current worker: it finishes its calls in flight, then exits.
+
+        Args:
+            why: the module itself is gone (removed, failed to reload, blocked): calls waiting for a
+                worker are answered with this reason. None (idle, new worker limits): they get a
+                new worker.
+        """
+        self._epoch += 1
         if self.current is not None:
             self.retiring.add(self.current)
             self.current.retire()
             self.current = None
+        if why is not None:
+            self._fail_queued(why)
+        else:
+            self._restart_if_waiting()
+
+    def _fail_queued(self, why: str) -> None:
+        queued, self._queued = self._queued, []
+        for call in queued:
+            call.finish(error_result(f"Tool {call.tool!r} is unavailable: {why}"))
+
+    def reap_idle(self, idle_for: float, now: float) -> bool:
+        """Retire the current worker if no call has used it for ``idle_for`` seconds."""
+        worker = self.current
+        if worker is None or worker.state != "ready" or worker.pending or self._queued:
+            return False
+        if now - worker.last_used < idle_for:
+            return False
+        self.retire()  # it exits on end-of-file: a routine end (the monitor logs why)
+        return True
 
     def worker_ended(self, worker: Worker, was: str) -> None:
         # A retired worker that exits cleanly is routine; any other end is worth a warning.
@@ -150,8 +191,17 @@ class ModuleRunner:
         if self.current is worker:
             self.current = None
             self.last_error = f"worker {worker.pid} {worker.cause}"
+            if was == "ready":  # it died on its own (or for its memory): a crash
+                self.backoff.crashed(self.last_error)
+                if self.backoff.failing and self.on_health is not None:
+                    self.on_health()
         if self._queued and self._starting is None:
             self._start()
+
+    def served(self) -> None:
+        """A worker answered a call: the module works, whatever crashed before."""
+        if self.backoff.reset() and self.on_health is not None:
+            self.on_health()
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -186,23 +236,44 @@ class ModuleRunner:
         return call
 
     def _start(self) -> None:
-        self._starting = asyncio.get_running_loop().create_task(self._start_worker())
+        loop = asyncio.get_running_loop()
+        wait = self.backoff.remaining()
+        if wait > 0:
+            # Answered on the next turn of the loop: the caller has not yet recorded the call.
+            loop.call_soon(self._fail_queued, f"{self.backoff.describe()}; the next try is in {wait:.1f} s")
+            return
+        self._starting = loop.create_task(self._start_worker())
 
     async def _start_worker(self) -> Worker | None:
+        epoch = self._epoch
         try:
-            worker, _definitions, _ms = await self.load()
+            worker, definitions, _ms = await self.load()
         except LoadFailed as failure:
+            self._starting = None
+            if epoch != self._epoch:
+                self._restart_if_waiting()  # reloaded or retired meanwhile: that decided the module's fate
+                return None
             self.last_error = failure.info.get("message")
-            queued, self._queued = self._queued, []
-            for call in queued:
-                call.finish(error_result(f"Tool {call.tool!r} is unavailable: {self.last_error}"))
+            self._fail_queued(self.last_error or "its module failed to load")
             if self.on_load_failure is not None:
                 self.on_load_failure(failure)
             return None
-        finally:
+        except BaseException:
             self._starting = None
-        self.install(worker)
+            raise
+        self._starting = None
+        if epoch != self._epoch:
+            worker.close()  # a newer generation was installed (it took the queued calls), or retired
+            self._restart_if_waiting()
+            return None
+        self._swap_in(worker)
+        if self.on_loaded is not None:
+            self.on_loaded(worker, definitions)
         return worker
+
+    def _restart_if_waiting(self) -> None:
+        if self._queued and self.current is None and self._starting is None:
+            self._start()
 
     def stop_call(self, call: Call) -> None:
         """Ask the worker to stop a call; retire the worker if the call ignores that for too long."""
@@ -261,11 +332,13 @@ class ModuleRunner:
             "p99_ms": pct(0.99),
             "spawns": self.spawns,
             "last_error": self.last_error,
+            "crashes": self.backoff.crashes,
+            "retry_in": round(self.backoff.remaining(), 3) if self.backoff.failing else None,
         }
 
     async def close(self) -> None:
         """Retire every worker and wait until they are gone."""
-        self.retire()
+        self.retire("the daemon is stopping")
         for worker in list(self.retiring):
             worker.close()
         while self.retiring:
@@ -296,7 +369,7 @@ class WorkerPool:
         """Forget the module at ``path`` (it was deleted); its workers retire in the background."""
         runner = self.runners.pop(path, None)
         if runner is not None:
-            runner.retire()
+            runner.retire("its module was removed")
             if runner.retiring:
                 self.discarded.add(runner)
 

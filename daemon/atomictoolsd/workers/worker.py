@@ -144,6 +144,7 @@ class Worker(asyncio.Protocol):
         self.last_used = self.started
         self.cause: str | None = None
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
+        self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -175,6 +176,7 @@ class Worker(asyncio.Protocol):
             elif op == "loaded" and not self.loaded.done():
                 self.state = "ready"
                 self.problems = message[3] if len(message) > 3 else []
+                self.deps = message[4] if len(message) > 4 else []
                 self.loaded.set_result((message[1], message[2]))
             elif op == "failed" and not self.loaded.done():
                 self.loaded.set_exception(LoadFailed(message[1]))
@@ -228,6 +230,8 @@ class Worker(asyncio.Protocol):
         self.last_used = time.monotonic()
         if call is not None:
             call.finish(result if result is not None else error_result(f"Tool {call.tool!r} was cancelled"))
+        if self.runner.backoff.crashes:
+            self.runner.served()
         if self.state == "retiring" and self.live_calls() == 0:
             self.close()
 

@@ -1,0 +1,314 @@
+"""Hot reload: how soon a saved tool reaches a client, and what reloading costs the calls in flight.
+
+    python bench/reload.py [--edits 30] [--seconds 5]
+
+Three measurements against a real daemon in a temporary home:
+
+1. **save → ``list_changed``** at a socket client that initialized (as the shim does): each edit
+   changes the tool's description, so the toolset changes; the clock starts when the write (or the
+   editor-style rename) returns and stops when the notification's line arrives; then the new tool is
+   called and must answer with the new version ("callable"). Run with the daemon's defaults
+   (debounce 50 ms, step 5 ms), with a 10 ms step, and with watchfiles' own defaults (1600 / 50).
+2. **idle CPU** of the daemon watching its tools dirs, against watchfiles' own loop with the same
+   step running alone in this process (what the daemon would burn without its inotify doorbell).
+3. **calls/s while a module is reloaded every 100 ms**: 8 connections keep 4 calls each in flight
+   to one module for ``--seconds``, first with no reload, then while the module file is rewritten
+   every 100 ms; failures (a JSON-RPC error or ``isError``) are counted.
+
+Prints tables and writes ``bench/results/reload-*.json``. No assertion: the figures go into
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import DaemonUnderTest, print_table, save  # noqa: E402
+
+TOOL = '''
+def hot(x: int) -> str:
+    """Version {version}."""
+    return "v{version}"
+'''
+
+STEADY = '''
+def steady(text: str) -> str:
+    """Steady, revision {version}."""
+    return text
+'''
+
+
+class Session:
+    """A raw socket session that attached and initialized: it receives notifications."""
+
+    def __init__(self, path: Path, directory: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(str(path))
+        self.file = self.sock.makefile("rb")
+        self.next_id = 0
+        self.request("atomic/attach", {"directory": str(directory)})
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench"}})
+        self.sock.sendall(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).encode() + b"\n")
+        while True:
+            message = json.loads(self.file.readline())
+            if message.get("id") == self.next_id and "method" not in message:
+                return message
+
+    def wait_for(self, method: str, timeout: float = 10.0) -> float:
+        """Block until a notification ``method`` arrives; return when (perf_counter)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                line = self.file.readline()
+                if not line:
+                    raise EOFError("the daemon closed the connection")
+                if json.loads(line).get("method") == method:
+                    return time.perf_counter()
+        finally:
+            self.sock.settimeout(None)
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+def save_latency(edits: int, atomic: bool, extra_env: dict[str, str]) -> dict[str, Any]:
+    with DaemonUnderTest(extra_env) as daemon:
+        tools = daemon.project / ".atomic" / "tools"
+        tools.mkdir(parents=True)
+        path = tools / "hot.py"
+        path.write_text(TOOL.format(version=0))
+        session = Session(daemon.socket, daemon.project)
+        session.request("tools/list", {})
+        to_notice, to_callable = [], []
+        for version in range(1, edits + 1):
+            source = TOOL.format(version=version)
+            if atomic:
+                temp = tools / f".hot.py.{version}.tmp"
+                temp.write_text(source)
+                os.replace(temp, path)
+            else:
+                path.write_text(source)
+            saved = time.perf_counter()
+            noticed = session.wait_for("notifications/tools/list_changed")
+            reply = session.request("tools/call", {"name": "hot", "arguments": {"x": 1}})
+            answered = time.perf_counter()
+            if reply.get("result", {}).get("content", [{}])[0].get("text") != f"v{version}":
+                raise RuntimeError(f"after list_changed, the call answered {reply}")
+            to_notice.append(noticed - saved)
+            to_callable.append(answered - saved)
+            time.sleep(0.15)  # one edit at a time: let the previous generation retire
+        session.close()
+    return {
+        "edits": edits,
+        "list_changed_p50_ms": round(statistics.median(to_notice) * 1000, 1),
+        "list_changed_p99_ms": round(percentile(to_notice, 0.99) * 1000, 1),
+        "list_changed_min_ms": round(min(to_notice) * 1000, 1),
+        "callable_p50_ms": round(statistics.median(to_callable) * 1000, 1),
+        "callable_p99_ms": round(percentile(to_callable, 0.99) * 1000, 1),
+    }
+
+
+def idle_cpu(seconds: float) -> dict[str, float]:
+    import psutil
+    from watchfiles._rust_notify import RustNotify
+
+    with DaemonUnderTest() as daemon:
+        (daemon.project / ".atomic" / "tools").mkdir(parents=True)
+        Session(daemon.socket, daemon.project).close()  # a project in use: its dir is watched too
+        time.sleep(1.0)
+        assert daemon.proc is not None
+        process = psutil.Process(daemon.proc.pid)
+        before = process.cpu_times()
+        time.sleep(seconds)
+        after = process.cpu_times()
+        daemon_cpu = (after.user + after.system - before.user - before.system) / seconds
+
+    with tempfile.TemporaryDirectory() as tmp:
+        notify = RustNotify([tmp], False, False, 300, False, True)
+        stop = threading.Event()
+        thread = threading.Thread(target=lambda: notify.watch(50, 5, 0, stop))
+        own = psutil.Process()
+        before = own.cpu_times()
+        thread.start()
+        time.sleep(seconds)
+        stop.set()
+        thread.join()
+        after = own.cpu_times()
+        loop_cpu = (after.user + after.system - before.user - before.system) / seconds
+    return {"daemon_idle_cpu_pct": round(daemon_cpu * 100, 3), "watchfiles_step_loop_cpu_pct": round(loop_cpu * 100, 3)}
+
+
+CALL = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"steady","arguments":{"text":"x"}}}\n'
+
+
+class Load(asyncio.Protocol):
+    """Keeps ``depth`` calls in flight on one connection; records each answer's latency and outcome."""
+
+    def __init__(self, depth: int, tally: dict[str, Any]) -> None:
+        self.depth = depth
+        self.tally = tally
+        self.buffer = b""
+        self.sent: dict[int, float] = {}
+        self.next_id = 1
+        self.stopping = False
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        for _ in range(self.depth):
+            self.send()
+
+    def send(self) -> None:
+        self.sent[self.next_id] = time.perf_counter()
+        self.transport.write(CALL % self.next_id)
+        self.next_id += 1
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if "id" not in message:
+                continue
+            started = self.sent.pop(message["id"])
+            if self.tally["counting"]:
+                self.tally["latencies"].append(now - started)
+                result = message.get("result")
+                if result is None or result.get("isError") or result["content"][0]["text"] != "x":
+                    self.tally["failures"].append(message)
+                else:
+                    self.tally["ok"] += 1
+            if not self.stopping:
+                self.send()
+
+
+async def calls_under_reload(seconds: float, reload_every: float | None) -> dict[str, Any]:
+    with DaemonUnderTest() as daemon:
+        tools = daemon.project / ".atomic" / "tools"
+        tools.mkdir(parents=True)
+        path = tools / "steady.py"
+        path.write_text(STEADY.format(version=0))
+        with socket.socket(socket.AF_UNIX) as sock:  # attach a project: the load connections are raw
+            sock.connect(str(daemon.socket))
+            sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(daemon.project)}}).encode() + b"\n")
+            sock.recv(65536)
+        loop = asyncio.get_running_loop()
+        tally: dict[str, Any] = {"counting": False, "ok": 0, "failures": [], "latencies": []}
+        protocols = []
+        for _ in range(8):
+            raw = socket.socket(socket.AF_UNIX)
+            raw.connect(str(daemon.socket))
+            raw.sendall(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "atomic/attach", "params": {"directory": str(daemon.project)}}).encode() + b"\n")
+            raw.recv(65536)
+            raw.setblocking(False)
+            _, protocol = await loop.create_unix_connection(lambda: Load(4, tally), sock=raw)
+            protocols.append(protocol)
+        await asyncio.sleep(1.0)  # warm up
+        reloads = 0
+        tally["counting"] = True
+        started = time.perf_counter()
+        deadline = started + seconds
+        while time.perf_counter() < deadline:
+            if reload_every is None:
+                await asyncio.sleep(0.05)
+                continue
+            await asyncio.sleep(reload_every)
+            reloads += 1
+            path.write_text(STEADY.format(version=reloads))
+        elapsed = time.perf_counter() - started
+        tally["counting"] = False
+        for protocol in protocols:
+            protocol.stopping = True
+        await asyncio.sleep(0.2)
+        for protocol in protocols:
+            protocol.transport.close()
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(daemon.socket))
+            sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"atomic/attach","params":{"directory":"%s"}}\n' % str(daemon.project).encode())
+            sock.sendall(b'{"jsonrpc":"2.0","id":2,"method":"atomic/status"}\n')
+            data = b""
+            while data.count(b"\n") < 2:
+                data += sock.recv(1 << 20)
+            replies = [json.loads(line) for line in data.split(b"\n") if line]
+            status = next(r["result"] for r in replies if r.get("id") == 2)
+        spawns = next(m["spawns"] for m in status["modules"] if m["path"] == str(path))
+    latencies = tally["latencies"]
+    return {
+        "seconds": round(elapsed, 2),
+        "rewrites": reloads,
+        "worker_generations": spawns,
+        "calls": tally["ok"] + len(tally["failures"]),
+        "calls_per_s": round((tally["ok"] + len(tally["failures"])) / elapsed),
+        "failures": len(tally["failures"]),
+        "first_failure": tally["failures"][0] if tally["failures"] else None,
+        "p50_us": round(statistics.median(latencies) * 1e6),
+        "p99_us": round(percentile(latencies, 0.99) * 1e6),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--edits", type=int, default=30)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+
+    import uvloop
+
+    latency = {
+        "in-place write, defaults (50/5 ms)": save_latency(args.edits, False, {}),
+        "editor rename, defaults (50/5 ms)": save_latency(args.edits, True, {}),
+        "in-place write, step 10 ms (50/10 ms)": save_latency(args.edits, False, {"ATOMICTOOLS_WATCH_STEP_MS": "10"}),
+        "in-place write, watchfiles defaults (1600/50 ms)": save_latency(
+            args.edits, False, {"ATOMICTOOLS_WATCH_DEBOUNCE_MS": "1600", "ATOMICTOOLS_WATCH_STEP_MS": "50"}
+        ),
+    }
+    print_table(
+        ["save → client", "edits", "list_changed p50", "p99", "min", "callable p50", "p99"],
+        [[name, r["edits"], f"{r['list_changed_p50_ms']} ms", f"{r['list_changed_p99_ms']} ms", f"{r['list_changed_min_ms']} ms",
+          f"{r['callable_p50_ms']} ms", f"{r['callable_p99_ms']} ms"] for name, r in latency.items()],
+    )
+    print()
+    idle = idle_cpu(args.idle_seconds)
+    print_table([f"idle CPU over {args.idle_seconds:g} s", "share of one core"], [
+        ["daemon (watcher on its inotify doorbell)", f"{idle['daemon_idle_cpu_pct']} %"],
+        ["watchfiles' own loop, step 5 ms", f"{idle['watchfiles_step_loop_cpu_pct']} %"],
+    ])
+    print()
+    steady = uvloop.run(calls_under_reload(args.seconds, None))
+    reloading = uvloop.run(calls_under_reload(args.seconds, 0.1))
+    print_table(
+        ["8 connections x 4 in flight", "calls/s", "failures", "p50 µs", "p99 µs", "rewrites", "generations"],
+        [[name, r["calls_per_s"], r["failures"], r["p50_us"], r["p99_us"], r["rewrites"], r["worker_generations"]]
+         for name, r in (("no reload", steady), ("module rewritten every 100 ms", reloading))],
+    )
+    path = save("reload", {"save_to_list_changed": latency, "idle": idle, "calls": {"steady": steady, "reloading": reloading}})
+    print(f"\nsaved {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,464 @@
+"""The file watcher: reload a tool module when its file, or a helper it imports, changes.
+
+A daemon component. It watches, with watchfiles, every tools directory in use (the global one and
+each attached project's) and, for a tools directory that does not exist yet, the nearest existing
+directory on the way to it (``.atomic/``, else the project root or the home directory), so a
+``.atomic/tools/`` created later is picked up. Nothing is watched recursively: a tools directory
+and its subdirectories (helper packages) are listed one by one, and a project root is watched
+without its subtree, so a large repository costs one watch, never thousands.
+
+When the set of directories to watch changes (a project attached, a directory created or removed),
+a new watcher starts before the old one stops, and every tools directory is rescanned, so a change
+that fell between the two is not lost. Tools directories come into use through the registry's dir
+listener, which calls us before their first scan: a file written after ``atomic/attach`` answered
+is always seen.
+
+A change reloads only what it touches, through ``Registry.scan(only=…, force=True)``:
+
+- a module file written, created or renamed into place → that module (editors' atomic saves are a
+  rename, so they count as a write);
+- a module file gone → its tools are withdrawn, after a short grace in which an editor that moves
+  the old file away before writing the new one puts it back;
+- any other file of the tools directory (``_shared.py``, ``_lib/x.py``) → the modules that
+  imported it, and the modules that failed to load (a missing helper is a common reason);
+- ``__pycache__`` and files no module imported (editor swap and backup files) → nothing.
+
+Changes that arrive while a directory is reloading are merged and applied once that reload ends,
+so a burst of saves settles to the final content. watchfiles' debounce and step come from the
+``watch_debounce_ms`` and ``watch_step_ms`` settings. watchfiles reports a change once it has seen
+no new one for a whole step, two steps after the doorbell rang (see ``doorbell``): with the default
+5 ms a save reaches a client as ``list_changed`` ~17 ms later (10 ms: ~28 ms; watchfiles' own
+defaults, 1600/50: ~100 ms; bench/reload.py). A burst is cut after ``watch_debounce_ms`` (50).
+
+Never imported by the worker runtime (watchfiles stays out of workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import select
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from watchfiles._rust_notify import RustNotify
+
+from atomictoolsd.discovery import MODULE_KINDS
+from atomictoolsd.doorbell import Doorbell
+from atomictoolsd.registry import ToolsDir
+
+if TYPE_CHECKING:
+    from atomictoolsd.registry import Registry
+    from atomictoolsd.server import Server
+
+__all__ = ["FileWatcher", "is_module_name"]
+
+log = logging.getLogger("atomictoolsd.watcher")
+
+_DELETED = 3  # watchfiles.Change.deleted
+_MAX_SUBDIRS = 256  # per tools directory: a symlinked tree behind a tools dir must not cost thousands of watches
+
+
+def is_module_name(name: str) -> bool:
+    """Whether a file name in a tools directory is a tool module (``discovery.list_module_files``'s rule)."""
+    return not name.startswith(("_", ".")) and os.path.splitext(name)[1] in MODULE_KINDS
+
+
+class _Pending:
+    """Work waiting for one tools directory: paths to reload, or a full rescan."""
+
+    __slots__ = ("full", "paths", "task")
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self.full = False
+        self.task: asyncio.Task[None] | None = None
+
+
+class _Watch:
+    """One watchfiles watcher over a fixed set of directories, read on a thread of its own, and the
+    doorbell that wakes that thread (where there is one)."""
+
+    def __init__(self, paths: frozenset[str], notify: RustNotify, doorbell: Doorbell | None) -> None:
+        self.paths = paths
+        self.notify = notify
+        self.doorbell = doorbell
+        self.stopping = threading.Event()  # checked by watchfiles on every step
+        self.thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def stop(self) -> None:
+        """Ask the thread to end (from any thread)."""
+        with self._lock:
+            self.stopping.set()
+            if not self._closed:
+                os.write(self._wake_w, b"x")
+
+    def wait_for_doorbell(self) -> bool:
+        """Sleep until a watched directory changes (True) or ``stop()`` (False)."""
+        assert self.doorbell is not None
+        while True:
+            try:
+                readable, _, _ = select.select([self.doorbell.fd, self._wake_r], [], [])
+            except InterruptedError:
+                continue
+            if self.stopping.is_set() or self._wake_r in readable:
+                return False
+            self.doorbell.drain()
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+        self.notify.close()
+        if self.doorbell is not None:
+            self.doorbell.close()
+
+
+class FileWatcher:
+    """Component: keeps the registry in step with the tools files while the daemon runs.
+
+    Args:
+        debounce_ms: longest time watchfiles groups changes (default: the ``watch_debounce_ms`` setting).
+        step_ms: quiet time after which watchfiles reports them (default: ``watch_step_ms``).
+    """
+
+    def __init__(self, debounce_ms: int | None = None, step_ms: int | None = None) -> None:
+        self.debounce_ms = debounce_ms
+        self.step_ms = step_ms
+        self.registry: Registry | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watch: _Watch | None = None
+        self._pending: dict[ToolsDir, _Pending] = {}
+        self._rewatch_scheduled = False
+        self._stopped = False
+        self._force_polling = bool(os.environ.get("WATCHFILES_FORCE_POLLING"))
+        self.restarts = 0
+        self.reloads = 0
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # -- component --------------------------------------------------------------------------------
+
+    async def start(self, server: Server) -> None:
+        self.registry = server.registry
+        if self.debounce_ms is None:
+            self.debounce_ms = server.config.watch_debounce_ms
+        if self.step_ms is None:
+            self.step_ms = server.config.watch_step_ms
+        self._loop = asyncio.get_running_loop()
+        self.registry.add_dir_listener(self._dir_added)
+        self._rewatch()
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self.registry is not None:
+            self.registry.remove_dir_listener(self._dir_added)
+        for pending in self._pending.values():
+            if pending.task is not None:
+                pending.task.cancel()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
+            if watch.thread is not None:
+                await asyncio.get_running_loop().run_in_executor(None, watch.thread.join, 5.0)
+
+    def reconfigure(self, config: Any) -> None:
+        """SIGHUP: new debounce and step apply from the next batch of changes."""
+        self.debounce_ms = config.watch_debounce_ms
+        self.step_ms = config.watch_step_ms
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "watching": sorted(self._watch.paths) if self._watch is not None else [],
+            "polling": self._force_polling,
+            "doorbell": self._watch is not None and self._watch.doorbell is not None,
+            "debounce_ms": self.debounce_ms,
+            "step_ms": self.step_ms,
+            "restarts": self.restarts,
+            "reloads": self.reloads,
+        }
+
+    # -- what to watch ------------------------------------------------------------------------------
+
+    def _dirs(self) -> list[ToolsDir]:
+        """Tools directories in use (their first scan started), built-ins excepted: they never change."""
+        assert self.registry is not None
+        return [d for d in self.registry.dirs.values() if d.scope != "builtin" and d.scanned is not None]
+
+    def _watch_set(self) -> frozenset[str]:
+        paths: set[str] = set()
+        for tools_dir in self._dirs():
+            if tools_dir.path.is_dir():
+                paths.add(str(tools_dir.path))
+                paths.update(_subdirs(tools_dir.path))
+                continue
+            # Not there yet: watch the nearest existing directory between it and its project root
+            # (or the home directory), never above, and never recursively.
+            stop = tools_dir.cwd
+            candidate = tools_dir.path.parent
+            while True:
+                if candidate.is_dir():
+                    paths.add(str(candidate))
+                    break
+                if candidate == stop or candidate.parent == candidate or stop not in candidate.parents:
+                    break
+                candidate = candidate.parent
+        return frozenset(paths)
+
+    def _dir_added(self, tools_dir: ToolsDir) -> None:
+        # Runs inside ensure_scanned, before the first scan's task takes its first step: the
+        # callback below is queued ahead of it, so the watch exists before the directory is read.
+        self._schedule_rewatch()
+
+    def _schedule_rewatch(self) -> None:
+        if self._rewatch_scheduled or self._stopped or self._loop is None:
+            return
+        self._rewatch_scheduled = True
+        self._loop.call_soon(self._rewatch)
+
+    def _rewatch(self) -> None:
+        """Watch the current set of directories; when it changed, rescan every tools directory."""
+        self._rewatch_scheduled = False
+        if self._stopped:
+            return
+        for _attempt in range(5):
+            paths = self._watch_set()
+            if self._watch is not None and self._watch.paths == paths and self._watch.thread is not None \
+                    and self._watch.thread.is_alive():
+                return
+            try:
+                notify = RustNotify(sorted(paths), False, self._force_polling, 300, False, True)
+            except FileNotFoundError:
+                continue  # a directory went away between listing and watching: list again
+            except Exception as exc:  # inotify limits and the like: polling still works
+                if self._force_polling:
+                    log.error("cannot watch the tools directories: %s", exc)
+                    return
+                log.warning("cannot watch the tools directories with OS events (%s); polling instead", exc)
+                self._force_polling = True
+                continue
+            try:
+                doorbell = None if self._force_polling else Doorbell.create(paths)
+            except FileNotFoundError:
+                notify.close()
+                continue
+            except OSError as exc:  # watchfiles still works, just with its step loop always running
+                log.warning("no inotify doorbell for the watcher (%s); watching with a %d ms step", exc, self.step_ms)
+                doorbell = None
+            break
+        else:
+            log.error("cannot watch the tools directories: they keep changing")
+            return
+        old, self._watch = self._watch, _Watch(paths, notify, doorbell)
+        self._watch.thread = threading.Thread(
+            target=self._run, args=(self._watch,), name="atomictoolsd-watcher", daemon=True
+        )
+        self._watch.thread.start()
+        if old is not None:
+            old.stop()  # after the new one started: no moment without a watch
+        self.restarts += 1
+        log.debug("watching %d directories", len(paths))
+        if self._force_polling and self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        # Changes between the old watch's last report and the new watch's start are in no event:
+        # rescan every tools dir, and reload what may use files of the directories just added (a
+        # helper package written before we watched it), and modules that failed (it may be theirs).
+        added = [p for p in paths if old is not None and p not in old.paths]
+        for tools_dir in self._dirs():
+            pending = self._pending_for(tools_dir)
+            pending.full = True
+            inside = [a + os.sep for a in added if a.startswith(str(tools_dir.path) + os.sep)]
+            if inside:
+                for module in tools_dir.modules.values():
+                    if module.state == "failed" or any(dep[0].startswith(tuple(inside)) for dep in module.deps):
+                        pending.paths.add(module.path)
+            self._kick(tools_dir)
+
+    async def _sweep(self) -> None:
+        """Polling only: rescan every tools dir twice a second. watchfiles' poller compares mtimes
+        in whole seconds, so a second save within the same second would go unseen; a rescan
+        compares size and mtime in nanoseconds (and costs a directory listing when nothing changed)."""
+        while True:
+            await asyncio.sleep(0.5)
+            for tools_dir in self._dirs():
+                if not _settled(tools_dir.path):
+                    continue  # being written: the next sweep reads it whole
+                pending = self._pending_for(tools_dir)
+                pending.full = True
+                for module in tools_dir.modules.values():
+                    if any(_key(path) != (size, mtime_ns) for path, size, mtime_ns in module.deps):
+                        pending.paths.add(module.path)  # a helper it imported changed
+                self._kick(tools_dir)
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _run(self, watch: _Watch) -> None:
+        """The watch thread: wait for changes and hand each batch to the event loop."""
+        assert self.debounce_ms is not None and self.step_ms is not None
+        # With a doorbell, watchfiles runs only from the first change until it reports (its timeout
+        # covers a ring for changes it already reported); without one, it runs all the time.
+        timeout_ms = max(100, 10 * self.step_ms) if watch.doorbell is not None else 0
+        try:
+            while not watch.stopping.is_set():
+                if watch.doorbell is not None and not watch.wait_for_doorbell():
+                    break
+                changes = watch.notify.watch(self.debounce_ms, self.step_ms, timeout_ms, watch.stopping)
+                if isinstance(changes, set) and changes and not watch.stopping.is_set():
+                    if not self._deliver(self._on_changes, changes):
+                        return
+        except Exception as exc:  # the OS watcher failed: start over (polling, if events keep failing)
+            if not watch.stopping.is_set():
+                log.warning("the file watcher failed (%s); restarting it", exc)
+                self._deliver(self._watch_failed, watch)
+        finally:
+            watch.close()
+
+    def _deliver(self, callback: Any, argument: Any) -> bool:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, argument)
+        except RuntimeError:
+            return False  # the loop has closed: the daemon is stopping
+        return True
+
+    def _watch_failed(self, watch: _Watch) -> None:
+        if self._watch is watch:
+            self._watch = None
+            self._schedule_rewatch()
+
+    def _on_changes(self, changes: set[tuple[int, str]]) -> None:
+        rewatch = False
+        touched: set[ToolsDir] = set()
+        dirs = self._dirs()
+        for change, path in changes:
+            for tools_dir in dirs:
+                outcome = self._classify(tools_dir, change, path)
+                if outcome == "rewatch":
+                    rewatch = True
+                elif outcome:
+                    touched.add(tools_dir)
+        for tools_dir in touched:
+            self._kick(tools_dir)
+        if rewatch:
+            self._schedule_rewatch()
+
+    def _classify(self, tools_dir: ToolsDir, change: int, path: str) -> str:
+        """Record what ``path`` changing means for ``tools_dir``: ``"reload"``, ``"rewatch"`` or ``""``."""
+        root = str(tools_dir.path)
+        if path == root or root.startswith(path + os.sep):
+            # The tools dir itself, or a directory on the way to it, appeared or went away.
+            self._pending_for(tools_dir).full = True
+            self._kick(tools_dir)
+            return "rewatch"
+        if not path.startswith(root + os.sep):
+            return ""
+        relative = path[len(root) + 1 :].split(os.sep)
+        if "__pycache__" in relative:
+            return ""
+        pending = self._pending_for(tools_dir)
+        if len(relative) == 1 and is_module_name(relative[0]):
+            pending.paths.add(path)
+            return "reload"
+        outcome = ""
+        if os.path.isdir(path) or (change == _DELETED and self._watch is not None and path in self._watch.paths):
+            outcome = "rewatch"  # a helper package appeared or went away
+        helper = path.endswith(".py")
+        for module in tools_dir.modules.values():
+            if module.depends_on(path) or (helper and module.state == "failed"):
+                pending.paths.add(module.path)
+                outcome = outcome or "reload"
+        return outcome
+
+    def _pending_for(self, tools_dir: ToolsDir) -> _Pending:
+        pending = self._pending.get(tools_dir)
+        if pending is None:
+            pending = self._pending[tools_dir] = _Pending()
+        return pending
+
+    def _kick(self, tools_dir: ToolsDir) -> None:
+        pending = self._pending_for(tools_dir)
+        if pending.task is None and not self._stopped and (pending.full or pending.paths):
+            assert self._loop is not None
+            pending.task = self._loop.create_task(self._drain(tools_dir, pending))
+
+    async def _drain(self, tools_dir: ToolsDir, pending: _Pending) -> None:
+        """Apply the pending work of one tools directory until none is left."""
+        assert self.registry is not None and self.debounce_ms is not None
+        try:
+            if tools_dir.scanned is not None:
+                await asyncio.shield(tools_dir.scanned)  # its first scan reads everything anyway
+            while pending.full or pending.paths:
+                for _ in range(10):  # at most a second: then the file is what it is
+                    if not _mid_write(tools_dir, pending):
+                        break
+                    await asyncio.sleep(max(0.1, 2 * self.debounce_ms / 1000))
+                full, paths = pending.full, pending.paths
+                pending.full, pending.paths = False, set()
+                if full:
+                    await self.registry.scan(tools_dir)
+                if paths:
+                    self.reloads += 1
+                    await self.registry.scan(tools_dir, only=paths, force=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("reloading %s failed", tools_dir.path)
+        finally:
+            pending.task = None
+        if pending.full or pending.paths:
+            self._kick(tools_dir)
+
+
+def _mid_write(tools_dir: ToolsDir, pending: _Pending) -> bool:
+    """Whether a module about to be reloaded looks half-saved: some editors move the old file away
+    before writing the new one, others truncate it first. Reading it now would withdraw its tools."""
+    for path in pending.paths | (set(tools_dir.modules) if pending.full else set()):
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            if path in pending.paths and not pending.full:
+                return True  # reported changed and now missing: perhaps it is being replaced
+            continue
+        module = tools_dir.modules.get(path)
+        if size == 0 and module is not None and module.file.size > 0:
+            return True
+    return False
+
+
+def _key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _settled(tools_dir: Path, quiet: float = 0.2) -> bool:
+    """Whether no module file of ``tools_dir`` was written in the last ``quiet`` seconds."""
+    recent = time.time() - quiet
+    try:
+        with os.scandir(tools_dir) as entries:
+            return all(e.stat().st_mtime < recent for e in entries if is_module_name(e.name))
+    except OSError:
+        return True
+
+
+def _subdirs(tools_dir: Path) -> list[str]:
+    """The directories below a tools directory (helper packages), without caches and hidden ones."""
+    found: list[str] = []
+    for top, dirnames, _files in os.walk(tools_dir):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        for name in dirnames:
+            found.append(os.path.join(top, name))
+            if len(found) >= _MAX_SUBDIRS:
+                return found
+    return found

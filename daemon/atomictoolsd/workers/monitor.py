@@ -1,0 +1,124 @@
+"""The worker monitor: stop workers that use too much memory, and workers that sit idle.
+
+A daemon component. Twice a second (more often when ``idle_timeout`` is short) it looks at every
+live worker:
+
+- **memory**: a worker whose resident set passes ``memory_limit_mb`` is killed with its process
+  group. The rlimit inside the worker (``limits``) already turns most over-allocation into a
+  ``MemoryError`` the tool's caller reads; this watch catches memory the rlimit does not count
+  (shared mappings, memory a native library maps itself). Calls in flight on the worker are answered
+  with an error that names the limit, and the kill counts as a crash for the module's back-off.
+- **idle**: a worker with no call for ``idle_timeout`` seconds is retired; the next call starts a
+  fresh one (listing never needs it: the registry keeps the definitions).
+
+Daemon side: uses psutil, never imported by workers. Reads ``/proc`` (or the OS's equivalent) once
+per live worker per tick, and nothing at all while no worker runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from atomictoolsd.workers.limits import describe_limit
+
+if TYPE_CHECKING:
+    from atomictoolsd.server import Server
+    from atomictoolsd.workers.pool import WorkerPool
+    from atomictoolsd.workers.worker import Worker
+
+__all__ = ["WorkerMonitor"]
+
+log = logging.getLogger("atomictoolsd.monitor")
+
+_MIB = 1024 * 1024
+
+
+class WorkerMonitor:
+    """Component: the memory watch and the idle reaper.
+
+    Args:
+        interval: seconds between two looks (default: 0.5, or a quarter of ``idle_timeout`` when shorter).
+    """
+
+    def __init__(self, interval: float | None = None) -> None:
+        self.interval = interval
+        self.pool: WorkerPool | None = None
+        self.memory_limit = 0
+        self.idle_timeout = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._fixed_interval = False
+        self._processes: dict[int, Any] = {}  # pid → psutil.Process, made once per worker
+        self.killed = 0
+        self.reaped = 0
+
+    async def start(self, server: Server) -> None:
+        self.pool = server.pool
+        self._fixed_interval = self.interval is not None
+        self.reconfigure(server.config)
+
+    def reconfigure(self, config: Any) -> None:
+        """Apply ``memory_limit_mb`` and ``idle_timeout`` (at start, and on SIGHUP)."""
+        self.memory_limit = config.memory_limit_mb * _MIB
+        self.idle_timeout = config.idle_timeout
+        if not self._fixed_interval:
+            self.interval = 0.5 if not self.idle_timeout else max(0.05, min(0.5, self.idle_timeout / 4))
+        if (self.memory_limit or self.idle_timeout) and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        while self.memory_limit or self.idle_timeout:
+            await asyncio.sleep(self.interval or 0.5)
+            try:
+                self.tick()
+            except Exception:  # a surprise in one look must not end the watch
+                log.exception("the worker monitor failed")
+
+    def tick(self) -> None:
+        """One look at every worker."""
+        assert self.pool is not None
+        now = time.monotonic()
+        alive: set[int] = set()
+        for runner in (*self.pool.runners.values(), *self.pool.discarded):
+            if self.idle_timeout and runner.reap_idle(self.idle_timeout, now):
+                self.reaped += 1
+                log.info("stopped the idle worker of %s", runner.spec.path)
+            if not self.memory_limit:
+                continue
+            workers = [runner.current, *runner.retiring] if runner.current is not None else list(runner.retiring)
+            for worker in workers:
+                if worker.state != "dead":
+                    alive.add(worker.pid)
+                    self._check_memory(worker)
+        for pid in [p for p in self._processes if p not in alive]:
+            del self._processes[pid]
+
+    def _check_memory(self, worker: Worker) -> None:
+        process = self._processes.get(worker.pid)
+        try:
+            if process is None:
+                import psutil  # only once a worker runs: the daemon starts without it
+
+                process = self._processes[worker.pid] = psutil.Process(worker.pid)
+            rss = process.memory_info().rss
+        except Exception:  # psutil.Error: the worker has just ended
+            return
+        if rss <= self.memory_limit:
+            return
+        worker.cause = f"was killed for using {rss / _MIB:.0f} MiB, over {describe_limit(self.memory_limit)}"
+        log.warning("worker %d of %s %s", worker.pid, worker.runner.spec.path, worker.cause)
+        self.killed += 1
+        worker.kill()
+
+    def info(self) -> dict[str, Any]:
+        return {"interval": self.interval, "killed_for_memory": self.killed, "reaped_idle": self.reaped}

@@ -1,0 +1,75 @@
+"""Import tool code from its source, every time: no bytecode cache is read or written.
+
+Python trusts a cached ``.pyc`` whose source has the same size and the same mtime in whole seconds,
+so two saves of a tool file within one second that keep its length (``return "v1"`` → ``"v2"``)
+would make the reloaded worker run the old code. Importing would also litter the user's tools dir
+with ``__pycache__`` and wake the file watcher. A worker therefore loads its tool module, and every
+helper it imports from the tools directory, through ``SourceOnlyLoader``; everything else (the
+standard library, installed packages) imports as usual.
+
+After the module loaded, ``imported_from(directory)`` names the files of that directory the worker
+imported, so the daemon can reload a module when a helper it uses changes.
+
+Runs inside workers: standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+from typing import Any
+
+__all__ = ["SourceOnlyLoader", "imported_from", "install_source_only_finder"]
+
+
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """A source loader that never consults or writes the bytecode cache, and remembers what it loaded."""
+
+    loaded: list[str] = []  # every file loaded through this class, in this process
+
+    def path_stats(self, path: str) -> Any:
+        # SourceLoader.get_code reads and writes bytecode only when it knows the source's mtime.
+        raise OSError("tool sources are always compiled from source")
+
+    def get_code(self, fullname: str) -> Any:
+        SourceOnlyLoader.loaded.append(self.path)
+        return super().get_code(fullname)
+
+
+def install_source_only_finder(directory: str) -> None:
+    """Make imports from ``directory`` (and the packages inside it) use ``SourceOnlyLoader``."""
+    root = os.path.abspath(directory)
+    loaders = [
+        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+        (SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES),
+    ]
+
+    def hook(path: str) -> importlib.machinery.FileFinder:
+        absolute = os.path.abspath(path or ".")
+        if absolute != root and not absolute.startswith(root + os.sep):
+            raise ImportError("not a tools directory")  # the next hook handles it
+        return importlib.machinery.FileFinder(path, *loaders)
+
+    sys.path_hooks.insert(0, hook)
+    for cached in [p for p in sys.path_importer_cache if os.path.abspath(p or ".").startswith(root)]:
+        del sys.path_importer_cache[cached]
+
+
+def imported_from(directory: str, exclude: str) -> list[list[Any]]:
+    """``[path, size, mtime_ns]`` of each file under ``directory`` that has been imported, but ``exclude``.
+
+    Read from what ``SourceOnlyLoader`` loaded, not from ``sys.modules``: walking every module of a
+    freshly forked worker touches (and so copies) hundreds of pages for nothing.
+    """
+    prefix = os.path.abspath(directory) + os.sep
+    found = []
+    for path in sorted(set(SourceOnlyLoader.loaded)):
+        if not path.startswith(prefix) or path == exclude:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found.append([path, st.st_size, st.st_mtime_ns])
+    return found

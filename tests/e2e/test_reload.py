@@ -1,0 +1,293 @@
+"""Hot reload: editing tool files while clients are attached, with a real daemon and real files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from listener import Listener
+
+from atomictools import RPCError
+from helpers import Daemon, Env, wait_for
+
+
+def names(client: Any) -> list[str]:
+    return [t["name"] for t in client.list_tools()]
+
+
+def module_status(client: Any, filename: str) -> dict[str, Any]:
+    return next(m for m in client.status()["modules"] if Path(m["path"]).name == filename)
+
+
+def write_atomically(path: Path, source: str) -> None:
+    """Save like an editor does: write a temporary file beside it, then rename it into place."""
+    temp = path.with_name(f".{path.name}.swp")
+    temp.write_text(textwrap.dedent(source))
+    os.replace(temp, path)
+
+
+@pytest.fixture
+def watched(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+    """A daemon whose project has ``.atomic/`` but no ``tools/`` yet."""
+    return make_daemon()
+
+
+def test_added_module_appears_in_a_tools_dir_created_after_attach(env: Env, watched: Daemon) -> None:
+    assert not env.local_tools.exists()
+    with Listener(env.socket, env.project) as listener, watched.client() as client:
+        assert names(client) == []
+        env.write_tool(env.local_tools, "greet.py", '''
+            def greet(name: str) -> str:
+                """Say hello."""
+                return f"hello {name}"
+        ''')
+        listener.next("notifications/tools/list_changed")
+        assert names(client) == ["greet"]
+        assert client.call("greet", name="Ada").text == "hello Ada"
+
+
+def test_edit_changes_answers_and_notifies_only_when_definitions_change(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "calc.py", "def calc(x: int) -> str:\n    return f'one {x}'\n")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        assert client.call("calc", x=1).text == "one 1"
+        # A new body, the same definition: new answers, and no list_changed (the toolset did not change).
+        env.write_tool(env.local_tools, "calc.py", "def calc(x: int) -> str:\n    return f'two {x}'\n")
+        wait_for(lambda: client.call("calc", x=1).text == "two 1", message="the edited body to serve")
+        assert "notifications/tools/list_changed" not in listener.methods(listener.sync())
+        # A new parameter: list_changed, and the listing shows the new schema.
+        env.write_tool(env.local_tools, "calc.py", "def calc(x: int, y: int = 0) -> str:\n    return f'three {x + y}'\n")
+        listener.next("notifications/tools/list_changed")
+        (tool,) = client.list_tools()
+        assert sorted(tool["inputSchema"]["properties"]) == ["x", "y"]
+        assert client.call("calc", x=1, y=2).text == "three 3"
+
+
+def test_broken_edit_withdraws_tools_with_the_error_and_the_fix_brings_them_back(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "calc.py", "def calc(x: int) -> str:\n    return str(x)\n")
+    env.write_tool(env.local_tools, "other.py", "def other() -> str:\n    return 'still here'\n")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        assert names(client) == ["calc", "other"]
+        env.write_tool(env.local_tools, "calc.py", "import os\n\ndef calc(x: int) -> str\n    return str(x)\n")
+        listener.next("notifications/tools/list_changed")
+        logs = [m for m in listener.seen if m.get("method") == "notifications/message"]
+        assert logs, "the load error is sent as a log notification"
+        data = logs[-1]["params"]["data"]
+        assert logs[-1]["params"]["level"] == "error"
+        assert (Path(data["file"]).name, data["line"]) == ("calc.py", 3)
+        assert "SyntaxError" in data["message"] and "calc.py:3" in data["message"]
+
+        assert names(client) == ["other"], "only the broken module's tools are withdrawn"
+        with pytest.raises(RPCError) as excinfo:
+            client.call("calc", x=1)
+        assert excinfo.value.code == -32602
+        (error,) = client.request("atomic/list")["errors"]
+        assert (Path(error["file"]).name, error["line"]) == ("calc.py", 3) and "SyntaxError" in error["message"]
+        status = module_status(client, "calc.py")
+        assert status["state"] == "failed" and status["error"]["line"] == 3
+        assert client.call("other").text == "still here"
+
+        env.write_tool(env.local_tools, "calc.py", "def calc(x: int) -> str:\n    return f'fixed {x}'\n")
+        listener.next("notifications/tools/list_changed")
+        assert names(client) == ["calc", "other"]
+        assert client.call("calc", x=2).text == "fixed 2"
+        assert client.request("atomic/list")["errors"] == []
+
+
+def test_deleted_module_withdraws_its_tools_and_its_worker(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    path = env.write_tool(env.local_tools, "gone.py", "import os\ndef gone() -> str:\n    return str(os.getpid())\n")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        pid = int(client.call("gone").text)
+        path.unlink()
+        listener.next("notifications/tools/list_changed")
+        assert names(client) == []
+        wait_for(lambda: pid not in {p.pid for p in daemon.workers()}, message="the deleted module's worker to stop")
+
+
+def test_same_length_rewrites_within_a_second_serve_the_new_code(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Python's bytecode cache trusts a file with the same size and mtime second: tools bypass it."""
+    path = env.write_tool(env.local_tools, "ver.py", "def ver() -> str:\n    return 'v1'\n")
+    daemon = make_daemon({"PYTHONDONTWRITEBYTECODE": ""})  # as on most machines: Python writes .pyc files
+    with daemon.client() as client:
+        assert client.call("ver").text == "v1"
+        for version in ("v2", "v3"):
+            path.write_text(f"def ver() -> str:\n    return '{version}'\n")
+            wait_for(lambda v=version: client.call("ver").text == v, message=f"{version} to serve")
+    assert not (env.local_tools / "__pycache__").exists(), "workers write no bytecode into tools dirs"
+
+
+def test_atomic_saves_and_bursts_settle_to_the_final_content(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    path = env.local_tools / "burst.py"
+    env.write_tool(env.local_tools, "burst.py", "def burst() -> str:\n    '''v0'''\n    return 'v0'\n")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        assert client.call("burst").text == "v0"
+        for i in range(1, 21):
+            write_atomically(path, f"def burst() -> str:\n    '''v{i}'''\n    return 'v{i}'\n")
+        listener.next("notifications/tools/list_changed")
+        wait_for(lambda: client.call("burst").text == "v20", message="the last save to serve")
+        wait_for(lambda: client.list_tools()[0]["description"] == "v20", message="the listing to settle")
+        status = module_status(client, "burst.py")
+        assert status["state"] == "ready"
+        wait_for(lambda: module_status(client, "burst.py")["retiring"] == [], message="old generations to stop")
+        assert len([p for p in daemon.workers()]) == 1
+    assert not list(env.local_tools.glob(".*.swp"))
+
+
+def test_an_editor_that_moves_the_old_file_away_first_never_withdraws_the_tools(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    path = env.write_tool(env.local_tools, "keep.py", "def keep() -> str:\n    return 'old'\n")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        assert client.call("keep").text == "old"
+        backup = path.with_name("keep.py~")
+        os.rename(path, backup)  # vim without backupcopy: the file is absent for a moment
+        time.sleep(0.03)  # the editor's gap, longer than the watcher's quiet step
+        path.write_text("def keep() -> str:\n    return 'new'\n")
+        backup.unlink()
+        wait_for(lambda: client.call("keep").text == "new", message="the new content to serve")
+        assert "notifications/tools/list_changed" not in listener.methods(listener.sync())
+
+
+def test_a_slow_call_across_a_reload_returns_the_old_generations_answer(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    source = '''
+        import os, time
+        def slow(seconds: float) -> str:
+            time.sleep(seconds)
+            return f"{VERSION} from {os.getpid()}"
+    '''
+    path = env.write_tool(env.local_tools, "slow.py", "VERSION = 'old'\n" + textwrap.dedent(source))
+    daemon = make_daemon()
+    answers: list[str] = []
+    with daemon.client() as client, daemon.client() as other:
+        old_pid = int(client.call("slow", seconds=0).text.split()[-1])
+
+        def slow_call() -> None:
+            answers.append(other.call("slow", seconds=2.0).text)
+
+        thread = threading.Thread(target=slow_call)
+        thread.start()
+        wait_for(lambda: module_status(client, "slow.py")["inflight"] == 1, message="the slow call to run")
+        path.write_text("VERSION = 'new'\n" + textwrap.dedent(source))
+        wait_for(lambda: client.call("slow", seconds=0).text.startswith("new"), message="the new generation")
+        assert old_pid in {p.pid for p in daemon.workers()}, "the old generation still serves its call"
+        thread.join(15)
+        assert answers == [f"old from {old_pid}"]
+        wait_for(lambda: old_pid not in {p.pid for p in daemon.workers()}, message="the old generation to stop")
+
+
+def test_no_call_fails_while_a_module_is_reloaded_again_and_again(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    path = env.write_tool(env.local_tools, "steady.py", "def steady(x: int) -> int:\n    return x + 0\n")
+    daemon = make_daemon()
+    failures: list[str] = []
+    done = threading.Event()
+    counts = [0]
+
+    def hammer() -> None:
+        with daemon.client() as client:
+            while not done.is_set():
+                try:
+                    result = client.call("steady", x=1)
+                except RPCError as exc:
+                    failures.append(f"RPCError {exc}")
+                    continue
+                if result.is_error or result.structured != {"result": 1}:
+                    failures.append(result.text)
+                counts[0] += 1
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    with daemon.client() as client:
+        for i in range(1, 11):
+            path.write_text(f"def steady(x: int) -> int:\n    return x + {i} - {i}\n")
+            wait_for(lambda n=i: module_status(client, "steady.py")["spawns"] >= n + 1, message=f"reload {i}")
+    done.set()
+    for thread in threads:
+        thread.join(15)
+    assert failures == []
+    assert counts[0] > 0
+
+
+def test_global_tools_dir_created_after_the_daemon_started(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    shutil.rmtree(env.home / ".atomic", ignore_errors=True)
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        env.write_tool(env.global_tools, "everywhere.py", "def everywhere() -> str:\n    return 'global'\n")
+        listener.next("notifications/tools/list_changed")
+        assert names(client) == ["everywhere"]
+        assert client.list_tools()[0]["name"] == "everywhere"
+        assert client.call("everywhere").text == "global"
+
+
+def test_a_project_whose_atomic_tools_appears_later(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    repo = env.root / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "src").mkdir()
+    daemon = make_daemon()
+    with Listener(env.socket, repo / "src") as listener, daemon.client(directory=repo / "src") as client:
+        assert names(client) == []
+        (repo / "src" / "main.py").write_text("print('unrelated')\n")  # the repository's own files: no reload
+        env.write_tool(repo / ".atomic" / "tools", "late.py", "def late() -> str:\n    return 'late'\n")
+        listener.next("notifications/tools/list_changed")
+        assert names(client) == ["late"]
+        assert client.call("late").text == "late"
+        watching = client.status()["watcher"]["watching"]
+        assert str(repo / ".atomic" / "tools") in watching and str(repo) not in watching
+        assert str(repo / "src") not in watching, "nothing in the repository is watched but its tools dir"
+
+
+def test_a_helper_edit_reloads_the_modules_that_import_it(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "_shared.py", "PREFIX = 'a'\n")
+    env.write_tool(env.local_tools, "uses.py", "from _shared import PREFIX\n\ndef uses() -> str:\n    return PREFIX\n")
+    env.write_tool(env.local_tools, "alone.py", "import os\n\ndef alone() -> str:\n    return str(os.getpid())\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("uses").text == "a"
+        alone = client.call("alone").text
+        env.write_tool(env.local_tools, "_shared.py", "PREFIX = 'b'\n")
+        wait_for(lambda: client.call("uses").text == "b", message="the helper's change to reach its user")
+        assert client.call("alone").text == alone, "a module that does not import the helper keeps its worker"
+
+
+def test_a_module_that_failed_for_a_missing_helper_loads_once_the_helper_exists(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "needs.py", "from _lib.text import shout\n\ndef needs() -> str:\n    return shout('x')\n")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        assert names(client) == []
+        assert "No module named '_lib'" in client.request("atomic/list")["errors"][0]["message"]
+        env.write_tool(env.local_tools / "_lib", "__init__.py", "")
+        env.write_tool(env.local_tools / "_lib", "text.py", "def shout(s: str) -> str:\n    return s.upper()\n")
+        listener.next("notifications/tools/list_changed")
+        wait_for(lambda: names(client) == ["needs"], message="the module to load")
+        assert client.call("needs").text == "X"
+        # A file of the helper package is watched too: editing it reloads the module.
+        env.write_tool(env.local_tools / "_lib", "text.py", "def shout(s: str) -> str:\n    return s.upper() + '!'\n")
+        wait_for(lambda: client.call("needs").text == "X!", message="the package edit to reach its user")
+
+
+def test_removing_the_whole_tools_dir_withdraws_its_tools_and_recreating_it_brings_them_back(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "one.py", "def one() -> str:\n    return '1'\n")
+    env.write_tool(env.local_tools / "_lib", "__init__.py", "")
+    daemon = make_daemon()
+    with Listener(env.socket, env.project) as listener, daemon.client() as client:
+        assert names(client) == ["one"]
+        shutil.rmtree(env.local_tools)
+        listener.next("notifications/tools/list_changed")
+        assert names(client) == []
+        wait_for(lambda: str(env.local_tools) not in client.status()["watcher"]["watching"], message="the watch to move up")
+        assert str(env.project / ".atomic") in client.status()["watcher"]["watching"]
+        env.write_tool(env.local_tools, "two.py", "def two() -> str:\n    return '2'\n")
+        listener.next("notifications/tools/list_changed")
+        wait_for(lambda: names(client) == ["two"], message="the recreated dir's tool")
+        assert client.call("two").text == "2"
+        if sys.platform.startswith("linux"):
+            assert client.status()["watcher"]["doorbell"] is True, "idle, the watcher sleeps on inotify"
