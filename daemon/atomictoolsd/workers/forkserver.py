@@ -130,20 +130,22 @@ class _Server:
     def reap(self) -> None:
         while self.children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = _next_exited()
             except ChildProcessError:
                 self.children.clear()
                 return
             if pid == 0:
                 return
-            self.children.discard(pid)
-            # What the worker's tools started lives on in its process group, reparented to init:
-            # end it now, while the group id cannot yet belong to anyone else. (Left for later, a
-            # worker that died just before a shutdown would no longer be in ``children``.)
+            # What the worker's tools started lives on in its process group. An unreaped worker
+            # still holds its pid, so the group id cannot belong to anyone else yet: end the group,
+            # then reap.
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            if status is None:
+                _, status = os.waitpid(pid, 0)
+            self.children.discard(pid)
             self.send(["exited", pid, status])
 
     def shutdown(self) -> NoReturn:
@@ -158,6 +160,16 @@ class _Server:
             except ChildProcessError:
                 pass
         os._exit(0)
+
+
+def _next_exited() -> tuple[int, int | None]:
+    """A child that has exited: ``(pid, None)`` left unreaped where ``waitid`` can peek, else
+    ``(pid, status)`` already reaped; ``(0, None)`` when none has exited."""
+    if hasattr(os, "waitid"):
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return (info.si_pid, None) if info is not None else (0, None)
+    pid, status = os.waitpid(-1, os.WNOHANG)
+    return pid, (status if pid else None)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -196,7 +196,7 @@ class Worker(asyncio.Protocol):
             status = None
         if self._kill_timer is not None:
             self._kill_timer.cancel()
-        self._kill_group()  # children a tool left behind in the worker's process group
+        # The fork server has killed what was left in the worker's process group before reaping it.
         self.runner.pool.spawner.forget(self.pid)
         if self.cause is None:
             self.cause = describe_status(status)
