@@ -8,6 +8,7 @@ says where each value came from. A bad value is a ``ConfigError`` naming the key
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -102,6 +103,8 @@ def _convert(f: dataclasses.Field[Any], raw: Any, source: str) -> Any:
             raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
         if kind is int and isinstance(raw, float) and raw != int(raw):
             raise ConfigError(f"{where}: expected an integer, got {raw!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: must be a finite number, got {raw!r}")
         minimum = f.metadata["minimum"]
         if minimum is not None and value < minimum:
             raise ConfigError(f"{where}: must be at least {minimum:g}, got {raw!r}")

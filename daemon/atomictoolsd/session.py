@@ -259,6 +259,10 @@ class Session(asyncio.Protocol):
         except ParamsError as exc:
             self.send_error(id_json, INVALID_PARAMS, str(exc))
             return
+        except Exception as exc:  # answer, and keep the connection serving (as _spawn does)
+            log.exception("request %s failed", method)
+            self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+            return
         if outcome is not None:
             self._spawn(outcome, id_json)
 
@@ -527,7 +531,10 @@ class Session(asyncio.Protocol):
         # Everything but the wait happens before the next line is read: the stdio shim sends its
         # attach and the agent's first requests back to back, and those must see the attached project.
         params = decode_params(raw, AttachParams)
-        directory = Path(params.directory or os.getcwd()).expanduser()
+        try:
+            directory = Path(params.directory or os.getcwd()).expanduser()
+        except RuntimeError as exc:  # ~user of a user who does not exist
+            raise ParamsError(f"Invalid params: directory {params.directory!r}: {exc}") from None
         if not directory.is_absolute() or not directory.is_dir():
             raise ParamsError(f"Invalid params: directory {str(directory)!r} is not an existing absolute directory")
         directory = directory.resolve()

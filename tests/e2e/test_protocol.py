@@ -183,3 +183,12 @@ def test_a_client_that_never_reads_cannot_grow_the_daemon(echo_daemon: Daemon) -
         with echo_daemon.raw() as other:
             assert other.request("ping")["result"] == {}, "other clients are still served"
     print(f"requests accepted before the daemon pushed back: {sent}; daemon RSS growth: {grown / 1e6:.1f} MB")
+
+
+def test_a_request_that_fails_unexpectedly_is_answered_and_the_connection_lives(echo_daemon: Daemon) -> None:
+    """``~nosuchuser`` makes Path.expanduser raise RuntimeError inside a synchronous handler."""
+    with echo_daemon.raw() as raw:
+        reply = raw.request("atomic/attach", {"directory": "~nosuchuser-atomictools/x"})
+        assert reply["error"]["code"] in (-32602, -32603), reply
+        assert "nosuchuser" in reply["error"]["message"]
+        assert raw.request("ping")["result"] == {}

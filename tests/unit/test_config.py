@@ -44,3 +44,9 @@ def test_bad_values_name_the_key_and_where_it_came_from(tmp_path: Path, text: st
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_config(path, env)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_numbers_are_refused(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match="finite"):
+        load_config(tmp_path / "config.toml", {"ATOMICTOOLS_CALL_TIMEOUT": value})
