@@ -31,12 +31,12 @@ SUPPORTED_PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-06-18", "2025-11-25")
 LATEST_PROTOCOL_VERSION = SUPPORTED_PROTOCOL_VERSIONS[-1]
 
 # Stricter than MCP allows: Claude, Copilot and Codex reject dots and names over 64 characters.
-NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # whole name: use fullmatch ("$" lets "x\n" through)
 
 
 def check_tool_name(name: str) -> str | None:
     """Return why ``name`` is not a valid tool name, or None when it is."""
-    if NAME_PATTERN.match(name):
+    if NAME_PATTERN.fullmatch(name):
         return None
     if not name:
         return "tool name is empty"

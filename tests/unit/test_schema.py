@@ -267,6 +267,7 @@ def test_a_module_without_tools_is_an_error() -> None:
     [
         ("from atomictools import tool\n@tool(name='has.dot')\ndef a(): pass\n", "may contain only letters"),
         ("from atomictools import tool\n@tool(name='x' * 65)\ndef a(): pass\n", "the limit is 64"),
+        ("from atomictools import tool\n@tool(name='bad\\n')\ndef a(): pass\n", "may contain only letters"),
         ("from atomictools import tool\n@tool(name='same')\ndef a(): pass\n@tool(name='same')\ndef b(): pass\n", "two tools are named 'same'"),
     ],
 )
