@@ -51,6 +51,7 @@ async def reload(server: Server) -> dict[str, Any]:
     else:
         changed = apply_config(server, config)
     registry = server.registry
+    await registry.refresh_trust()  # trust_all may have changed
     for tools_dir in list(registry.dirs.values()):
         registry.ensure_scanned(tools_dir)
         await registry.scan(tools_dir)

@@ -162,7 +162,8 @@ class Server:
             self.pool,
             paths.home,
             builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", paths.home)] if config.builtins else [],
-            trusted=lambda root: config.trust_all or self.trust.is_trusted(root),
+            # self.config, not config: SIGHUP may replace it, trust_all included.
+            trusted=lambda root: self.config.trust_all or self.trust.is_trusted(root),
             cache=DefinitionCache(paths.cache_dir / "definitions"),
         )
         self.registry.add_listener(self._on_change)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from atomictools import RPCError
-from helpers import Daemon, Env
+from helpers import Daemon, Env, wait_for
 
 PROBE = '''
     import pathlib
@@ -153,3 +154,17 @@ def test_a_store_others_can_write_trusts_nothing(untrusted: Env, make_daemon) ->
     assert "ignoring the trust store" in daemon.stderr() and "chmod 600" in daemon.stderr()
     refused = cli(untrusted, "trust")
     assert refused.returncode == 1 and "can be written by other users" in refused.stderr
+
+
+def test_trust_all_switched_off_by_sighup_blocks_the_project_again(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    config = untrusted.root / "config" / "atomictools"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text("trust_all = true\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("probe").text == "project code ran"
+        (config / "config.toml").write_text("trust_all = false\n")
+        os.kill(daemon.pid, signal.SIGHUP)
+        wait_for(lambda: "probe" not in {t["name"] for t in client.list_tools()}, message="the project to be blocked")
+        with pytest.raises(RPCError, match="atomictoolsd trust"):
+            client.call("probe")
