@@ -54,7 +54,7 @@ class Paths:
     @classmethod
     def from_env(cls) -> Paths:
         env = os.environ
-        home = Path(env.get("HOME") or Path.home())
+        home = Path(env.get("HOME") or Path.home()).resolve()  # one spelling: a symlinked HOME is still home
         rundir = Path(runtime_dir())
         return cls(
             home=home,

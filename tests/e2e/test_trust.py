@@ -168,3 +168,15 @@ def test_trust_all_switched_off_by_sighup_blocks_the_project_again(untrusted: En
         wait_for(lambda: "probe" not in {t["name"] for t in client.list_tools()}, message="the project to be blocked")
         with pytest.raises(RPCError, match="atomictoolsd trust"):
             client.call("probe")
+
+
+def test_a_symlinked_home_is_still_the_global_dir_not_a_project(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    real = env.root / "real-home"
+    env.home.rename(real)
+    env.home.symlink_to(real)
+    env.write_tool(env.global_tools, "greet.py", "def greet() -> str:\n    return 'hi'\n")
+    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    with daemon.client(directory=env.home) as client:
+        listing = client.request("atomic/list", {"all": True})
+    assert [(t["name"], t["source"]) for t in listing["tools"]] == [("greet", "global")]
+    assert not listing.get("blocked") and not listing.get("shadowed"), listing
