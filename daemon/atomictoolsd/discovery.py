@@ -7,6 +7,7 @@ bridges use it too).
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 __all__ = [
@@ -45,15 +46,25 @@ def git_worktree_root(directory: Path) -> Path | None:
 def project_root(directory: Path, home: Path) -> Path:
     """The project a directory belongs to.
 
-    The nearest ancestor with an ``.atomic/`` directory (the home directory does not count: its
-    ``.atomic/`` holds the global tools), else the git worktree root, else the directory itself.
+    The nearest ancestor with an ``.atomic/`` directory of this user's (the home directory does not
+    count: its ``.atomic/`` holds the global tools), else the git worktree root, else the directory
+    itself. An ``.atomic/`` owned by someone else (anyone can create ``/tmp/.atomic``) is ignored.
     """
     directory = directory.resolve()
     home = home.resolve()
+    uid = os.geteuid()
     for candidate in (directory, *directory.parents):
-        if candidate != home and (candidate / ".atomic").is_dir():
+        if candidate != home and _own_dir(candidate / ".atomic", uid):
             return candidate
     return git_worktree_root(directory) or directory
+
+
+def _own_dir(path: Path, uid: int) -> bool:
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid
 
 
 class ModuleFile:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from atomictoolsd.discovery import git_worktree_root, list_module_files, project_root
 
@@ -41,3 +44,14 @@ def test_module_files_skip_helpers_hidden_and_other_files(tmp_path: Path) -> Non
     (tmp_path / "pkg.py").mkdir()
     assert [Path(m.path).name for m in list_module_files(tmp_path)] == ["a.py", "b.py"]
     assert list_module_files(tmp_path / "missing") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_an_atomic_dir_of_another_user_marks_no_project(tmp_path: Path) -> None:
+    """Anyone can create /tmp/.atomic; it must not make every directory under /tmp one project."""
+    shared = tmp_path / "shared"
+    (shared / ".atomic").mkdir(parents=True)
+    os.chown(shared / ".atomic", 65534, 65534)
+    work = shared / "mine"
+    work.mkdir()
+    assert project_root(work, tmp_path / "home") == work
