@@ -250,6 +250,17 @@ class Project:
             if tools_dir.scanned is not None:
                 await asyncio.shield(tools_dir.scanned)
 
+    def trust_command(self) -> str | None:
+        """The command that trusts this project, when its own tools are blocked for want of trust.
+
+        Known without waiting for a scan: trust is decided when the project is created, and the
+        dir listing is one ``scandir``.
+        """
+        for tools_dir in self.dirs:
+            if tools_dir.scope == "local" and not tools_dir.trusted and list_module_files(tools_dir.path):
+                return trust_command(tools_dir.cwd)
+        return None
+
     def sees(self, tools_dir: ToolsDir) -> bool:
         return any(d is tools_dir for d in self.dirs)
 

@@ -380,11 +380,11 @@ class Session(asyncio.Protocol):
             "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
             "The tool list changes when those files change."
         )
-        blocked = self.project.view().blocked  # the shim attaches first, so the project is known here
-        if blocked:
+        command = self.project.trust_command()  # the shim attaches first, so the project is known here
+        if command:
             instructions += (
                 " This project's own tools are not loaded until the user trusts the project;"
-                f" if they want them, ask them to run: {blocked[0]['command']}"
+                f" if they want them, ask them to run: {command}"
             )
         result = {
             "protocolVersion": self.protocol_version,

@@ -180,3 +180,17 @@ def test_a_symlinked_home_is_still_the_global_dir_not_a_project(env: Env, make_d
         listing = client.request("atomic/list", {"all": True})
     assert [(t["name"], t["source"]) for t in listing["tools"]] == [("greet", "global")]
     assert not listing.get("blocked") and not listing.get("shadowed"), listing
+
+
+def test_initialize_sent_with_the_attach_names_the_trust_command(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A shim that has just started the daemon writes attach and initialize in one go."""
+    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    with daemon.raw() as raw:
+        raw.send_bytes(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(untrusted.project)}}).encode()
+            + b"\n"
+            + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+            + b"\n"
+        )
+        replies = {r["id"]: r for r in (raw.recv() for _ in range(2))}
+    assert f"atomictoolsd trust {untrusted.project.resolve()}" in replies[2]["result"]["instructions"]
