@@ -166,3 +166,24 @@ def test_builtins_can_be_switched_off_in_the_config(builtin_env: Env, make_daemo
     with daemon.client() as client:
         assert client.list_tools() == []
         assert not [m for m in client.status()["modules"] if m["scope"] == "builtin"]
+
+
+def test_git_tools_never_run_commands_the_repository_configures(builtin_env: Env, repo: Path, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A repository's own .git/config can name filter commands; git runs them on diff and status.
+    The built-ins serve any project, trusted or not, so they must switch every filter off."""
+    marker = builtin_env.root / "repo-command-ran"
+    git(repo, "config", "filter.evil.clean", f"touch {marker}; cat")
+    git(repo, "config", "filter.evil.smudge", f"touch {marker}; cat")
+    git(repo, "config", "filter.evil.process", f"touch {marker}; cat")
+    git(repo, "config", "filter.a.b.clean", f"touch {marker}; cat")  # a driver name with a dot
+    (repo / ".gitattributes").write_text("* filter=evil\n*.py filter=a.b\n")
+    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    with daemon.client() as client:
+        (repo / "src" / "app.py").touch()  # a stale index entry makes status read the file through filters
+        status = client.call("git-status")
+        diff = client.call("git-diff-summary")
+        staged = client.call("git-diff-summary", staged=True)
+    assert not status.is_error and "src/app.py" in status.text
+    assert not diff.is_error and "src/app.py" in diff.text
+    assert not staged.is_error
+    assert not marker.exists(), "a command from the repository's config ran"

@@ -45,11 +45,34 @@ def inside(root: Path, relative: str) -> Path:
     return target
 
 
+def _no_filters(cwd: Path) -> list[str]:
+    """``-c`` options that switch off every filter driver the repository's config names.
+
+    A repository's own ``.git/config`` can set ``filter.<driver>.clean``/``smudge``/``process`` to
+    any command, and ``git status``/``git diff`` run them; the built-ins serve untrusted projects
+    too. Listing the config runs nothing; an empty value disables the command.
+    """
+    listed = subprocess.run(
+        ["git", "config", "--name-only", "--get-regexp", r"^filter\."],
+        cwd=cwd, env={**os.environ, **_GIT_ENV}, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, errors="replace", timeout=GIT_TIMEOUT,
+    )
+    drivers = sorted({name[len("filter."):].rpartition(".")[0] for name in listed.stdout.split()})
+    options: list[str] = []
+    for driver in drivers:
+        for key in ("clean", "smudge", "process"):
+            options += ["-c", f"filter.{driver}.{key}="]
+        options += ["-c", f"filter.{driver}.required=false"]
+    return options
+
+
 def git(args: list[str], cwd: Path, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run git in ``cwd``; with ``check``, a failure is a ``ToolError`` carrying git's message."""
+    """Run git in ``cwd`` with nothing the repository configures allowed to run a command (no
+    fsmonitor, pager, filters; callers add ``--no-ext-diff --no-textconv`` to diffs). With
+    ``check``, a failure is a ``ToolError`` carrying git's message."""
     try:
         done = subprocess.run(
-            ["git", *_GIT_SAFETY, *args],
+            ["git", *_GIT_SAFETY, *_no_filters(cwd), *args],
             cwd=cwd,
             env={**os.environ, **_GIT_ENV},
             stdin=subprocess.DEVNULL,
