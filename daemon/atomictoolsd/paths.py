@@ -16,7 +16,7 @@ import platformdirs
 
 from atomictools._paths import APP_NAME, runtime_dir, socket_path
 
-__all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path"]
+__all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path", "make_private"]
 
 # sun_path is 108 bytes on Linux and 104 on macOS, including the terminating NUL.
 _SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
@@ -66,6 +66,19 @@ class Paths:
             config_dir=Path(env.get("ATOMICTOOLS_CONFIG_DIR") or platformdirs.user_config_dir(APP_NAME)),
             cache_dir=Path(env.get("ATOMICTOOLS_CACHE_DIR") or platformdirs.user_cache_dir(APP_NAME)),
         )
+
+
+def make_private(path: Path) -> None:
+    """Create ``path`` (and missing parents) and make it 0700 if it is ours and open to others.
+
+    For the daemon's own state, cache and log dirs, which hold tool output, the trust store and
+    the call log. ``mkdir(parents=True, mode=…)`` gives the mode to the last directory only, so a
+    dir first created as the parent of another would otherwise stay 0755.
+    """
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.stat(path)
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
 
 
 def check_private_dir(path: Path, create: bool = True) -> None:

@@ -38,7 +38,7 @@ from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config import Config
 from atomictoolsd.defcache import DefinitionCache
 from atomictoolsd.eventlog import events
-from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
+from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path, make_private
 from atomictoolsd.registry import Change, Registry, ToolsDir
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.session import Session
@@ -217,6 +217,8 @@ class Server:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         check_private_dir(self.paths.runtime_dir)
+        for own in (self.paths.state_dir, self.paths.cache_dir, self.paths.log_dir):
+            make_private(own)
         if self.listen_socket is None:
             check_socket_path(self.paths.socket)
         self._lock.acquire()

@@ -160,3 +160,15 @@ def test_workers_die_when_the_daemon_is_killed(env: Env, make_daemon) -> None:  
     daemon.kill()
     assert daemon.leftovers() == []
     assert all(not psutil.pid_exists(p.pid) or p.status() == psutil.STATUS_ZOMBIE for p in processes)
+
+
+def test_the_daemons_own_dirs_are_private(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Spill files hold tool output, the state dir the trust store, the logs every call: 0700."""
+    (env.root / "state" / "atomictools").mkdir(parents=True, mode=0o755)  # left open by an older run
+    os.chmod(env.root / "state" / "atomictools", 0o755)
+    env.write_tool(env.global_tools, "big.py", "def big() -> str:\n    return 'x\\n' * 5000\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("big").meta["atomic/fullOutput"]
+    for path in (env.root / "state" / "atomictools", env.root / "cache" / "atomictools", env.state_dir / "spill"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700, path
