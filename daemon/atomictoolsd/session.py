@@ -78,6 +78,7 @@ class ListParams(msgspec.Struct):
 
 
 class AttachParams(msgspec.Struct):
+    lock: bool = False  # the shim locks its agent's session to this attach: see LOCKED_OUT
     directory: str | None = None
     agent: str = ""
     sessionId: str = ""  # noqa: N815
@@ -102,6 +103,11 @@ class CancelledParams(msgspec.Struct):
 class ParamsError(Exception):
     """Request parameters that do not fit the method (answered with -32602)."""
 
+
+# What a locked session (an agent's, through the shim, which relays every line) may not do: move
+# to another project or allowlist, stop the daemon, or make launchers. The allowlist is what the
+# agent is offered over MCP; it is no sandbox against an agent that also has a shell.
+LOCKED_OUT = frozenset({"atomic/attach", "atomic/shutdown", "atomic/bridges/create", "atomic/bridges/remove"})
 
 _decode_message = msgspec.json.Decoder(Message).decode
 _param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
@@ -142,6 +148,7 @@ class Session(asyncio.Protocol):
         self.allow: tuple[str, ...] = ()
         self.deny: tuple[str, ...] = ()
         self.dispatcher = False  # also offer the meta-tools of atomictoolsd.dispatcher
+        self.locked = False  # attached with lock: LOCKED_OUT methods are refused from now on
         self.protocol_version: str | None = None
         self.initialized = False
         self.subscribed = False
@@ -250,6 +257,12 @@ class Session(asyncio.Protocol):
             self.handle_notification(method, message.params)
             return
         id_json = _encode(message.id)
+        if self.locked and method in LOCKED_OUT:
+            self.send_error(
+                id_json, INVALID_REQUEST,
+                f"{method} is not available: this session is locked to the project and tools it attached with",
+            )
+            return
         handler = _HANDLERS.get(method) or self.server.methods.get(method)
         if handler is None:
             self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {method}")
@@ -546,6 +559,7 @@ class Session(asyncio.Protocol):
         self.allow = tuple(params.allow)
         self.deny = tuple(params.deny)
         self.dispatcher = params.dispatcher
+        self.locked = params.lock
         self._visible = None
         self._context = [self.session_id, "", self.agent, self.directory, self.worktree, ""]
         return self._attached(id_json)

@@ -125,6 +125,7 @@ def attach_line(directory: str, agent: str, session_id: str, allow: Sequence[str
                 dispatcher: bool) -> bytes:
     """The shim's ``atomic/attach`` request, as one NDJSON line."""
     params = [
+        '"lock":true',  # the agent may not re-attach (widen its allowlist) or stop the daemon
         f'"directory":{_json_string(directory)}',
         f'"agent":{_json_string(agent)}',
         f'"sessionId":{_json_string(session_id)}',

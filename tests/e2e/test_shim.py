@@ -223,6 +223,28 @@ def test_allow_and_deny_hold_at_dispatch_not_only_in_the_list(kit_daemon: Daemon
     run(scenario)
 
 
+def test_an_agent_cannot_widen_its_allowlist_or_stop_the_daemon(kit_daemon: Daemon, env: Env) -> None:
+    """The shim relays every line, atomic/* included: its session is locked to what it attached."""
+    shim = spawn_shim(env, "--allow", "kit_echo")
+    assert shim.stdin is not None and shim.stdout is not None
+    attempts = [
+        {"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(env.project)}},
+        {"jsonrpc": "2.0", "id": 2, "method": "atomic/shutdown"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "kit_refuse", "arguments": {"reason": "x"}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "kit_echo", "arguments": {"text": "still here"}}},
+    ]
+    shim.stdin.write(b"".join(json.dumps(a).encode() + b"\n" for a in attempts))
+    shim.stdin.flush()
+    answers = {a["id"]: a for a in (json.loads(shim.stdout.readline()) for _ in attempts)}
+    shim.stdin.close()
+    shim.wait(timeout=10)
+    assert answers[1]["error"]["code"] == -32600 and "locked" in answers[1]["error"]["message"]
+    assert answers[2]["error"]["code"] == -32600 and "locked" in answers[2]["error"]["message"]
+    assert answers[3]["error"]["code"] == -32602 and "not allowed" in answers[3]["error"]["message"]
+    assert answers[4]["result"]["content"][0]["text"] == "still here"
+    assert kit_daemon.proc.poll() is None
+
+
 def test_dispatcher_lists_and_calls_tools_added_after_the_listing(kit_daemon: Daemon, env: Env) -> None:
     updates: list[float] = []
 

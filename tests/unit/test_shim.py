@@ -46,6 +46,7 @@ def test_the_attach_line_is_one_line_of_exact_json(directory: str, globs: list[s
     assert params["directory"] == directory and params["agent"] == "agent\n\"x\""
     assert params["allow"] == globs and params["deny"] == globs[::-1]
     assert params.get("dispatcher", False) is dispatcher
+    assert params["lock"] is True
 
 
 def test_the_bridge_path_imports_only_a_few_standard_modules() -> None:
