@@ -231,7 +231,8 @@ def test_async_and_sync_tools_run_concurrently(env: Env, make_daemon) -> None:  
         thread.join()
     elapsed = time.monotonic() - started
     assert sorted(results) == ["async"] * 8 + ["sync"] * 8
-    assert elapsed < 4.0, f"16 one-second calls took {elapsed:.1f} s: they queued instead of overlapping"
+    # Queued one after another they would take 16 s; half that proves overlap on a noisy machine.
+    assert elapsed < 8.0, f"16 one-second calls took {elapsed:.1f} s: they queued instead of overlapping"
 
 
 def test_large_output_is_truncated_and_spilled(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
