@@ -279,6 +279,7 @@ Listener = Callable[[Change], None]
 DirListener = Callable[[ToolsDir], None]
 
 _BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
+CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is tried again
 
 
 class Registry:
@@ -406,6 +407,7 @@ class Registry:
             if trusted:
                 results = await asyncio.gather(*(self._load(tools_dir, f) for f in changed))
                 results = await self._reload_torn(tools_dir, results)
+                results = await self._confirm_failures(tools_dir, results)
             else:
                 results = [(f, _BLOCKED) for f in changed]
             return self._commit(tools_dir, results, removed)
@@ -425,11 +427,37 @@ class Registry:
             for i in torn:
                 outcome = results[i][1]
                 if isinstance(outcome, tuple):
-                    outcome[0].close()  # a worker that loaded what is no longer on disk
+                    outcome[0].runner.drop(outcome[0])  # it loaded what is no longer on disk
             again = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path]) for i in torn))
             for i, result in zip(torn, again, strict=True):
                 results[i] = result
         return results
+
+    async def _confirm_failures(
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]]
+    ) -> list[tuple[ModuleFile, Any]]:
+        """Load once more, after a short settle, the modules that served tools and now fail.
+
+        A reload can read a file that is being written (truncated, the writer not yet scheduled
+        again) even after ``_reload_torn``'s checks when the machine is busy; committing that would
+        withdraw tools that are fine a moment later. So a module that was ready keeps serving its
+        old generation until the failure is seen twice. A real breaking edit shows CONFIRM_SETTLE
+        later; a torn read never withdraws tools.
+        """
+        failing = [
+            i for i, (file, outcome) in enumerate(results)
+            if isinstance(outcome, LoadFailed)
+            and getattr(tools_dir.modules.get(file.path), "state", None) == "ready"
+        ]
+        if not failing:
+            return results
+        await asyncio.sleep(CONFIRM_SETTLE)
+        current = {f.path: f for f in list_module_files(tools_dir.path)}
+        again = [i for i in failing if results[i][0].path in current]
+        retried = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path]) for i in again))
+        for i, result in zip(again, retried, strict=True):
+            results[i] = result
+        return await self._reload_torn(tools_dir, results)
 
     async def _load(self, tools_dir: ToolsDir, file: ModuleFile) -> tuple[ModuleFile, Any]:
         if self.cache is not None and file.path not in tools_dir.modules:

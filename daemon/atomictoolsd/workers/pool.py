@@ -73,6 +73,7 @@ class ModuleRunner:
         )
         self.current: Worker | None = None
         self.retiring: set[Worker] = set()
+        self.loading = 0  # generations being started (spawned, not yet loaded)
         self._starting: asyncio.Task[Worker] | None = None
         self._queued: list[Call] = []
         self.calls = 0
@@ -96,6 +97,13 @@ class ModuleRunner:
         Raises:
             LoadFailed: the module failed to import or to build its tools, or the worker died.
         """
+        self.loading += 1
+        try:
+            return await self._load()
+        finally:
+            self.loading -= 1
+
+    async def _load(self) -> tuple[Worker, list[dict[str, Any]], float]:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
@@ -122,7 +130,7 @@ class ModuleRunner:
                  "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"}
             ) from None
         except LoadFailed:
-            worker.close()
+            self.drop(worker)
             raise
         return worker, definitions, load_ms
 
@@ -141,6 +149,14 @@ class ModuleRunner:
         for call in queued:
             if not call.done:
                 worker.send_call(call)
+
+    def drop(self, worker: Worker) -> None:
+        """Stop a generation that will never serve (it failed, or what it loaded is already stale).
+
+        It counts among the retiring until it has exited, so status and shutdown see it.
+        """
+        self.retiring.add(worker)
+        worker.retire()
 
     def retire(self, why: str | None = None) -> None:
         """Stop serving from the current worker: it finishes its calls in flight, then exits.
@@ -263,7 +279,7 @@ class ModuleRunner:
             raise
         self._starting = None
         if epoch != self._epoch:
-            worker.close()  # a newer generation was installed (it took the queued calls), or retired
+            self.drop(worker)  # a newer generation was installed (it took the queued calls), or retired
             self._restart_if_waiting()
             return None
         self._swap_in(worker)
@@ -325,6 +341,7 @@ class ModuleRunner:
             "worker": self.current.pid if self.current is not None else None,
             "worker_state": self.current.state if self.current is not None else None,
             "retiring": sorted(w.pid for w in self.retiring),
+            "loading": self.loading,  # new generations being started
             "calls": self.calls,
             "errors": self.errors,
             "inflight": self.inflight(),
