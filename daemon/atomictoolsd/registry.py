@@ -43,7 +43,6 @@ log = logging.getLogger("atomictoolsd.registry")
 _json = msgspec.json.encode
 
 Scope = str  # "local" | "global" | "builtin"
-SCOPE_ORDER = ("local", "global", "builtin")
 
 
 class ToolDef:

@@ -47,7 +47,7 @@ from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memo
 from atomictoolsd.workers.sourceload import SourceOnlyLoader, imported_from, install_source_only_finder
 from atomictoolsd.workers.truncate import truncate
 
-__all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "load_tools", "main", "make_result", "prepare", "warm_up"]
+__all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "warm_up"]
 
 _json_encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
@@ -194,11 +194,6 @@ def warm_up() -> None:
             spec.parse_arguments(b'{"name":"abc","points":[{"x":1}]}')
     except Exception:  # noqa: BLE001 - only an optimisation: workers load as well without it
         pass
-
-
-def load_tools(spec: WorkerSpec) -> list[ToolSpec]:
-    """Load the module a worker serves (its tools only). Raises ``LoadFailure``."""
-    return load_module(spec)[0]
 
 
 # -- results -------------------------------------------------------------------------------------
