@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Config", "ConfigError", "LOG_LEVELS", "load_config"]
+from atomictoolsd.loglevels import DAEMON_LOG_LEVELS
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
+__all__ = ["Config", "ConfigError", "load_config"]
 
 
 class ConfigError(Exception):
@@ -54,7 +54,7 @@ class Config:
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
     shutdown_grace: float = _setting(10.0, "Seconds calls in flight may finish when the daemon stops.", minimum=0)
-    log_level: str = _setting("info", "Least severe level written to the log.", choices=LOG_LEVELS)
+    log_level: str = _setting("info", "Least severe level written to the log.", choices=DAEMON_LOG_LEVELS)
     log_max_bytes: int = _setting(10 * 1024 * 1024, "Size at which the log file is rotated.", minimum=4096)
     log_backups: int = _setting(3, "Rotated log files kept.", minimum=0)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)

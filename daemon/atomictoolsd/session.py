@@ -29,6 +29,7 @@ from atomictools._protocol import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     LATEST_PROTOCOL_VERSION,
+    LOG_LEVELS,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
@@ -47,8 +48,6 @@ log = logging.getLogger("atomictoolsd.session")
 _encode = msgspec.json.encode
 _ids = itertools.count(1)
 
-# Syslog severities, least severe first, as MCP's logging uses them.
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _LEVEL_RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 
 
