@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ import msgspec
 from atomictoolsd import __version__
 from atomictoolsd.discovery import ModuleFile
 
-__all__ = ["CacheEntry", "DefinitionCache", "runtime_version"]
+__all__ = ["CacheEntry", "DefinitionCache", "deps_fresh", "runtime_version"]
 
 log = logging.getLogger("atomictoolsd.defcache")
 
@@ -79,12 +80,17 @@ def runtime_version() -> str:
     return digest.hexdigest()[:24]
 
 
-def _stat_key(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
+def deps_fresh(deps: Iterable[Sequence[Any]]) -> bool:
+    """Whether every ``[path, size, mtime_ns]`` in ``deps`` (the helpers a module imported) still
+    has that size and mtime; a file gone is a change."""
+    for path, size, mtime_ns in deps:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+            return False
+    return True
 
 
 class DefinitionCache:
@@ -134,9 +140,8 @@ class DefinitionCache:
 
     @staticmethod
     def _deps_fresh(tools_dir: Path, entry: CacheEntry) -> bool:
-        for path, size, mtime_ns in entry.deps:
-            if _stat_key(path) != (size, mtime_ns):
-                return False
+        if not deps_fresh(entry.deps):
+            return False
         if entry.error is not None:
             try:
                 return os.stat(tools_dir).st_mtime_ns == entry.dir_mtime_ns

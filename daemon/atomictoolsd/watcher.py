@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchfiles._rust_notify import RustNotify
 
+from atomictoolsd.defcache import deps_fresh
 from atomictoolsd.discovery import MODULE_KINDS
 from atomictoolsd.doorbell import Doorbell
 from atomictoolsd.registry import ToolsDir
@@ -295,7 +296,7 @@ class FileWatcher:
                 pending = self._pending_for(tools_dir)
                 pending.full = True
                 for module in tools_dir.modules.values():
-                    if any(_key(path) != (size, mtime_ns) for path, size, mtime_ns in module.deps):
+                    if not deps_fresh(module.deps):
                         pending.paths.add(module.path)  # a helper it imported changed
                 self._kick(tools_dir)
 
@@ -432,14 +433,6 @@ def _mid_write(tools_dir: ToolsDir, pending: _Pending) -> bool:
         if size == 0 and module is not None and module.file.size > 0:
             return True
     return False
-
-
-def _key(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
 
 
 def _settled(tools_dir: Path, quiet: float = 0.2) -> bool:
