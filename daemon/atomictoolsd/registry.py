@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -381,21 +381,27 @@ class Registry:
 
     # -- scanning and loading ---------------------------------------------------------------------
 
-    async def scan(self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False) -> Change:
+    async def scan(
+        self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False, skip: Collection[str] = ()
+    ) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
 
         Args:
             only: restrict the scan to these paths (what a file watcher reports); None scans all.
             force: reload every module in ``only`` even if its size and mtime look unchanged (the
                 watcher saw it written: two saves within one mtime tick can keep both).
+            skip: leave these modules as they are (files the watcher sees half-saved).
         """
         async with tools_dir.lock:
             trusted = tools_dir.trusted
             on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
-            removed = [p for p in tools_dir.modules if p not in on_disk and (only is None or p in only)]
+            removed = [
+                p for p in tools_dir.modules if p not in on_disk and (only is None or p in only) and p not in skip
+            ]
             changed = [
                 f for p, f in on_disk.items()
                 if (only is None or p in only)
+                and p not in skip
                 and (
                     force
                     or p not in tools_dir.modules

@@ -18,7 +18,8 @@ A change reloads only what it touches, through ``Registry.scan(only=…, force=T
 - a module file written, created or renamed into place → that module (editors' atomic saves are a
   rename, so they count as a write);
 - a module file gone → its tools are withdrawn, after a short grace in which an editor that moves
-  the old file away before writing the new one puts it back;
+  the old file away before writing the new one puts it back (only that file waits: the rest of its
+  directory reloads meanwhile; so does a file emptied by an editor that truncates before writing);
 - any other file of the tools directory (``_shared.py``, ``_lib/x.py``) → the modules that
   imported it, and the modules that failed to load (a missing helper is a common reason);
 - ``__pycache__`` and files no module imported (editor swap and backup files) → nothing.
@@ -69,14 +70,17 @@ def is_module_name(name: str) -> bool:
 
 
 class _Pending:
-    """Work waiting for one tools directory: paths to reload, or a full rescan."""
+    """Work waiting for one tools directory: paths to reload, or a full rescan, and the module files
+    held back because they look half-saved (path → when first seen so)."""
 
-    __slots__ = ("full", "paths", "task")
+    __slots__ = ("full", "held", "paths", "task", "wake")
 
     def __init__(self) -> None:
         self.paths: set[str] = set()
         self.full = False
+        self.held: dict[str, float] = {}
         self.task: asyncio.Task[None] | None = None
+        self.wake = asyncio.Event()  # set when new work arrives while the task waits out a held file
 
 
 class _Watch:
@@ -387,28 +391,38 @@ class FileWatcher:
 
     def _kick(self, tools_dir: ToolsDir) -> None:
         pending = self._pending_for(tools_dir)
-        if pending.task is None and not self._stopped and (pending.full or pending.paths):
+        if pending.task is not None:
+            pending.wake.set()  # it may be waiting out a half-saved file: this work need not wait
+        elif not self._stopped and (pending.full or pending.paths):
             assert self._loop is not None
             pending.task = self._loop.create_task(self._drain(tools_dir, pending))
 
     async def _drain(self, tools_dir: ToolsDir, pending: _Pending) -> None:
-        """Apply the pending work of one tools directory until none is left."""
+        """Apply the pending work of one tools directory until none is left.
+
+        A module file that looks half-saved is held back, alone, for up to ten looks (a second with
+        the default debounce); the rest of the directory's work goes ahead meanwhile.
+        """
         assert self.registry is not None and self.debounce_ms is not None
         try:
             if tools_dir.scanned is not None:
                 await asyncio.shield(tools_dir.scanned)  # its first scan reads everything anyway
-            while pending.full or pending.paths:
-                for _ in range(10):  # at most a second: then the file is what it is
-                    if not _mid_write(tools_dir, pending):
-                        break
-                    await asyncio.sleep(max(0.1, 2 * self.debounce_ms / 1000))
-                full, paths = pending.full, pending.paths
+            while pending.full or pending.paths or pending.held:
+                look = max(0.1, 2 * self.debounce_ms / 1000)
+                full, paths = pending.full, pending.paths | set(pending.held)
                 pending.full, pending.paths = False, set()
+                held = _hold_half_saved(tools_dir, pending, paths, full, grace=10 * look)
                 if full:
-                    await self.registry.scan(tools_dir)
-                if paths:
+                    await self.registry.scan(tools_dir, skip=held)
+                if paths - held:
                     self.reloads += 1
-                    await self.registry.scan(tools_dir, only=paths, force=True)
+                    await self.registry.scan(tools_dir, only=paths - held, force=True)
+                if held and not (pending.full or pending.paths):
+                    pending.wake.clear()
+                    try:
+                        await asyncio.wait_for(pending.wake.wait(), look)
+                    except TimeoutError:
+                        pass
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -419,20 +433,25 @@ class FileWatcher:
             self._kick(tools_dir)
 
 
-def _mid_write(tools_dir: ToolsDir, pending: _Pending) -> bool:
-    """Whether a module about to be reloaded looks half-saved: some editors move the old file away
-    before writing the new one, others truncate it first. Reading it now would withdraw its tools."""
-    for path in pending.paths | (set(tools_dir.modules) if pending.full else set()):
+def _hold_half_saved(tools_dir: ToolsDir, pending: _Pending, paths: set[str], full: bool, grace: float) -> set[str]:
+    """The module files to leave alone for now because they look half-saved: some editors move the
+    old file away before writing the new one, others truncate it first, and reading one now would
+    withdraw its tools. Each is held for ``grace`` seconds at most; then the file is what it is."""
+    now = time.monotonic()
+    held: set[str] = set()
+    for path in paths | (set(tools_dir.modules) if full else set()):
         try:
             size = os.stat(path).st_size
         except OSError:
-            if path in pending.paths and not pending.full:
-                return True  # reported changed and now missing: perhaps it is being replaced
-            continue
-        module = tools_dir.modules.get(path)
-        if size == 0 and module is not None and module.file.size > 0:
-            return True
-    return False
+            half_saved = path in paths  # reported changed and now missing: perhaps it is being replaced
+        else:
+            module = tools_dir.modules.get(path)
+            half_saved = size == 0 and module is not None and module.file.size > 0
+        if half_saved and now - pending.held.setdefault(path, now) < grace:
+            held.add(path)
+        else:
+            pending.held.pop(path, None)
+    return held
 
 
 def _settled(tools_dir: Path, quiet: float = 0.2) -> bool:
