@@ -45,6 +45,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# Private, and pinned for it in pyproject.toml: the public watchfiles.watch() creates its RustNotify
+# inside a generator on the first next(), which blocks until a change, so nothing could tell when a
+# directory is watched (a tools dir must be before its first scan) or that a path is missing.
 from watchfiles._rust_notify import RustNotify
 
 from atomictoolsd.defcache import deps_fresh
