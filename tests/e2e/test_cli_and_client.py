@@ -177,3 +177,15 @@ def test_async_client_twin(env: Env, make_daemon) -> None:  # type: ignore[no-un
     assert texts == [f"Hello, {i}" for i in range(20)]
     assert reload == {"success": True, "toolCount": 1, "errors": []}
     assert daemon.proc.poll() is None
+
+
+def test_watch_yields_notifications_and_its_timeout_leaves_the_client_usable(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert list(client.watch(timeout=0.2)) == []  # subscribed; nothing happened meanwhile
+        assert client.status()["pid"] == daemon.pid  # the timed-out wait left the connection usable
+        env.write_tool(env.global_tools, "greet.py", GREET)
+        notification = next(client.watch(timeout=30))
+        assert notification["method"] == "notifications/tools/list_changed"
+        assert [t["name"] for t in client.list_tools()] == ["greet"]
+
