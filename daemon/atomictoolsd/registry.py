@@ -275,7 +275,7 @@ class Change:
 
 
 Listener = Callable[[Change], None]
-DirListener = Callable[[ToolsDir], None]
+DirListener = Callable[[ToolsDir, bool], None]  # (tools_dir, in use): True when it comes into use
 
 _BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
 CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is tried again
@@ -321,7 +321,8 @@ class Registry:
         self._listeners.remove(listener)
 
     def add_dir_listener(self, listener: DirListener) -> None:
-        """Call ``listener(tools_dir)`` when a tools dir comes into use, before its first scan."""
+        """Call ``listener(tools_dir, True)`` when a tools dir comes into use, before its first scan
+        (and ``listener(tools_dir, False)`` should it go out of use)."""
         self._dir_listeners.append(listener)
 
     def remove_dir_listener(self, listener: DirListener) -> None:
@@ -360,11 +361,7 @@ class Registry:
         if tools_dir.scanned is not None:
             return
         scanned = tools_dir.scanned = asyncio.get_running_loop().create_future()
-        for listener in list(self._dir_listeners):
-            try:
-                listener(tools_dir)
-            except Exception:  # a listener's bug must not keep a project from loading
-                log.exception("registry dir listener failed")
+        self._tell_dir_listeners(tools_dir, True)
 
         async def first_scan() -> None:
             try:
@@ -378,6 +375,13 @@ class Registry:
         task = asyncio.ensure_future(first_scan())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _tell_dir_listeners(self, tools_dir: ToolsDir, in_use: bool) -> None:
+        for listener in list(self._dir_listeners):
+            try:
+                listener(tools_dir, in_use)
+            except Exception:  # a listener's bug must not keep a project from loading or going
+                log.exception("registry dir listener failed")
 
     # -- scanning and loading ---------------------------------------------------------------------
 

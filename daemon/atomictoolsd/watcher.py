@@ -7,11 +7,14 @@ directory on the way to it (``.atomic/``, else the project root or the home dire
 and its subdirectories (helper packages) are listed one by one, and a project root is watched
 without its subtree, so a large repository costs one watch, never thousands.
 
-When the set of directories to watch changes (a project attached, a directory created or removed),
-a new watcher starts before the old one stops, and every tools directory is rescanned, so a change
-that fell between the two is not lost. Tools directories come into use through the registry's dir
-listener, which calls us before their first scan: a file written after ``atomic/attach`` answered
-is always seen.
+When the set of directories to watch changes (a project attached or forgotten, a directory
+created or removed), a new watcher starts before the old one retires, and the old one reports what
+it saw before it goes (it ends after a quiet spell with nothing left to report). So only the tools
+directories with a newly watched path are rescanned — what happened there before the new watch is
+in no event — and attaching one more project costs one directory, never all of them. Tools
+directories come into use through the registry's dir listener, which calls us before their first
+scan: a file written after ``atomic/attach`` answered is always seen. A project the registry forgets
+takes its tools directory out of the watch.
 
 A change reloads only what it touches, through ``Registry.scan(only=…, force=True)``:
 
@@ -90,25 +93,36 @@ class _Watch:
     """One watchfiles watcher over a fixed set of directories, read on a thread of its own, and the
     doorbell that wakes that thread (where there is one)."""
 
-    def __init__(self, paths: frozenset[str], notify: RustNotify, doorbell: Doorbell | None) -> None:
+    def __init__(self, paths: frozenset[str], notify: RustNotify, doorbell: Doorbell | None, polling: bool) -> None:
         self.paths = paths
         self.notify = notify
         self.doorbell = doorbell
+        self.polling = polling
         self.stopping = threading.Event()  # checked by watchfiles on every step
+        self.retiring = threading.Event()  # replaced: report what is left, then end
         self.thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
         self._lock = threading.Lock()
         self._closed = False
 
     def stop(self) -> None:
-        """Ask the thread to end (from any thread)."""
+        """Ask the thread to end at once, dropping changes not yet reported (from any thread)."""
         with self._lock:
             self.stopping.set()
-            if not self._closed:
-                os.write(self._wake_w, b"x")
+            self._wake()
+
+    def retire(self) -> None:
+        """Ask the thread to report the changes it has seen, then end (a newer watch has started)."""
+        with self._lock:
+            self.retiring.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        if not self._closed:
+            os.write(self._wake_w, b"x")
 
     def wait_for_doorbell(self) -> bool:
-        """Sleep until a watched directory changes (True) or ``stop()`` (False)."""
+        """Sleep until a watched directory changes (True), or ``stop()`` or ``retire()`` (False)."""
         assert self.doorbell is not None
         while True:
             try:
@@ -144,12 +158,14 @@ class FileWatcher:
         self.registry: Registry | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watch: _Watch | None = None
+        self._retiring: list[_Watch] = []  # replaced watches still reporting what they saw
         self._pending: dict[ToolsDir, _Pending] = {}
         self._rewatch_scheduled = False
         self._stopped = False
         self._force_polling = bool(os.environ.get("WATCHFILES_FORCE_POLLING"))
         self.restarts = 0
         self.reloads = 0
+        self.rescans = 0  # full rescans of one tools directory
         self._sweeper: asyncio.Task[None] | None = None
 
     # -- component --------------------------------------------------------------------------------
@@ -161,7 +177,7 @@ class FileWatcher:
         if self.step_ms is None:
             self.step_ms = server.config.watch_step_ms
         self._loop = asyncio.get_running_loop()
-        self.registry.add_dir_listener(self._dir_added)
+        self.registry.add_dir_listener(self._dir_in_use)
         self._rewatch()
 
     async def stop(self) -> None:
@@ -169,15 +185,17 @@ class FileWatcher:
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self.registry is not None:
-            self.registry.remove_dir_listener(self._dir_added)
+            self.registry.remove_dir_listener(self._dir_in_use)
         for pending in self._pending.values():
             if pending.task is not None:
                 pending.task.cancel()
-        watch, self._watch = self._watch, None
-        if watch is not None:
-            watch.stop()
-            if watch.thread is not None:
-                await asyncio.get_running_loop().run_in_executor(None, watch.thread.join, 5.0)
+        watches, self._retiring = [*self._retiring, self._watch], []
+        self._watch = None
+        for watch in watches:
+            if watch is not None:
+                watch.stop()
+                if watch.thread is not None:
+                    await asyncio.get_running_loop().run_in_executor(None, watch.thread.join, 5.0)
 
     def reconfigure(self, config: Any) -> None:
         """SIGHUP: new debounce and step apply from the next batch of changes."""
@@ -193,6 +211,7 @@ class FileWatcher:
             "step_ms": self.step_ms,
             "restarts": self.restarts,
             "reloads": self.reloads,
+            "rescans": self.rescans,
         }
 
     # -- what to watch ------------------------------------------------------------------------------
@@ -202,12 +221,13 @@ class FileWatcher:
         assert self.registry is not None
         return [d for d in self.registry.dirs.values() if d.scope != "builtin" and d.scanned is not None]
 
-    def _watch_set(self) -> frozenset[str]:
-        paths: set[str] = set()
+    def _watch_set(self) -> dict[str, list[ToolsDir]]:
+        """The directories to watch, each with the tools directories it is watched for."""
+        paths: dict[str, list[ToolsDir]] = {}
         for tools_dir in self._dirs():
             if tools_dir.path.is_dir():
-                paths.add(str(tools_dir.path))
-                paths.update(_subdirs(tools_dir.path))
+                for path in (str(tools_dir.path), *_subdirs(tools_dir.path)):
+                    paths.setdefault(path, []).append(tools_dir)
                 continue
             # Not there yet: watch the nearest existing directory between it and its project root
             # (or the home directory), never above, and never recursively.
@@ -215,16 +235,21 @@ class FileWatcher:
             candidate = tools_dir.path.parent
             while True:
                 if candidate.is_dir():
-                    paths.add(str(candidate))
+                    paths.setdefault(str(candidate), []).append(tools_dir)
                     break
                 if candidate == stop or candidate.parent == candidate or stop not in candidate.parents:
                     break
                 candidate = candidate.parent
-        return frozenset(paths)
+        return paths
 
-    def _dir_added(self, tools_dir: ToolsDir) -> None:
-        # Runs inside ensure_scanned, before the first scan's task takes its first step: the
-        # callback below is queued ahead of it, so the watch exists before the directory is read.
+    def _dir_in_use(self, tools_dir: ToolsDir, in_use: bool) -> None:
+        # Coming into use, this runs inside ensure_scanned, before the first scan's task takes its
+        # first step: the callback below is queued ahead of it, so the watch exists before the
+        # directory is read. Going out of use (its project forgotten), its pending work goes too.
+        if not in_use:
+            pending = self._pending.pop(tools_dir, None)
+            if pending is not None and pending.task is not None:
+                pending.task.cancel()
         self._schedule_rewatch()
 
     def _schedule_rewatch(self) -> None:
@@ -234,12 +259,14 @@ class FileWatcher:
         self._loop.call_soon(self._rewatch)
 
     def _rewatch(self) -> None:
-        """Watch the current set of directories; when it changed, rescan every tools directory."""
+        """Watch the current set of directories; when it changed, rescan the tools directories that
+        have a newly watched path."""
         self._rewatch_scheduled = False
         if self._stopped:
             return
         for _attempt in range(5):
-            paths = self._watch_set()
+            owners = self._watch_set()
+            paths = frozenset(owners)
             if self._watch is not None and self._watch.paths == paths and self._watch.thread is not None \
                     and self._watch.thread.is_alive():
                 return
@@ -266,30 +293,41 @@ class FileWatcher:
         else:
             log.error("cannot watch the tools directories: they keep changing")
             return
-        old, self._watch = self._watch, _Watch(paths, notify, doorbell)
+        old, self._watch = self._watch, _Watch(paths, notify, doorbell, self._force_polling)
         self._watch.thread = threading.Thread(
             target=self._run, args=(self._watch,), name="atomictoolsd-watcher", daemon=True
         )
         self._watch.thread.start()
         if old is not None:
-            old.stop()  # after the new one started: no moment without a watch
+            # After the new one started: no moment without a watch. The old one reports what it
+            # saw before it goes, so the directories both watch need no rescan. A poller cannot
+            # tell when it has seen everything; the polling sweep rescans in its place.
+            if old.polling:
+                old.stop()
+            else:
+                old.retire()
+                self._retiring = [w for w in self._retiring if w.thread is not None and w.thread.is_alive()]
+                self._retiring.append(old)
         self.restarts += 1
         log.debug("watching %d directories", len(paths))
         if self._force_polling and self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-        # Changes between the old watch's last report and the new watch's start are in no event:
-        # rescan every tools dir, and reload what may use files of the directories just added (a
-        # helper package written before we watched it), and modules that failed (it may be theirs).
-        added = [p for p in paths if old is not None and p not in old.paths]
-        for tools_dir in self._dirs():
-            pending = self._pending_for(tools_dir)
-            pending.full = True
-            inside = [a + os.sep for a in added if a.startswith(str(tools_dir.path) + os.sep)]
-            if inside:
-                for module in tools_dir.modules.values():
-                    if module.state == "failed" or any(dep[0].startswith(tuple(inside)) for dep in module.deps):
-                        pending.paths.add(module.path)
-            self._kick(tools_dir)
+        # What changed in a newly watched path before the new watch started is in no event: rescan
+        # the tools dirs it is watched for, or, for a new subdirectory (a helper package written
+        # before we watched it), reload the modules that use its files and those that failed (the
+        # failure may be its absence).
+        added = paths if old is None else paths - old.paths
+        for path in added:
+            for tools_dir in owners[path]:
+                pending = self._pending_for(tools_dir)
+                if not path.startswith(str(tools_dir.path) + os.sep):
+                    pending.full = True
+                else:
+                    inside = path + os.sep
+                    for module in tools_dir.modules.values():
+                        if module.state == "failed" or any(dep[0].startswith(inside) for dep in module.deps):
+                            pending.paths.add(module.path)
+                self._kick(tools_dir)
 
     async def _sweep(self) -> None:
         """Polling only: rescan every tools dir twice a second. watchfiles' poller compares mtimes
@@ -313,16 +351,25 @@ class FileWatcher:
         """The watch thread: wait for changes and hand each batch to the event loop."""
         assert self.debounce_ms is not None and self.step_ms is not None
         # With a doorbell, watchfiles runs only from the first change until it reports (its timeout
-        # covers a ring for changes it already reported); without one, it runs all the time.
-        timeout_ms = max(100, 10 * self.step_ms) if watch.doorbell is not None else 0
+        # covers a ring for changes it already reported); without one, it runs all the time, coming
+        # back after each timeout to see whether it was retired.
+        timeout_ms = max(100, 10 * self.step_ms)
+        # Retired: a spell this long with no change shows that nothing it saw is left to report
+        # (inotify hands an event to watchfiles' thread within microseconds).
+        quiet_ms = max(50, 4 * self.step_ms)
         try:
             while not watch.stopping.is_set():
-                if watch.doorbell is not None and not watch.wait_for_doorbell():
-                    break
-                changes = watch.notify.watch(self.debounce_ms, self.step_ms, timeout_ms, watch.stopping)
+                retiring = watch.retiring.is_set()
+                if not retiring and watch.doorbell is not None and not watch.wait_for_doorbell():
+                    continue  # stopped or retired: the loop decides which
+                changes = watch.notify.watch(
+                    self.debounce_ms, self.step_ms, quiet_ms if retiring else timeout_ms, watch.stopping
+                )
                 if isinstance(changes, set) and changes and not watch.stopping.is_set():
                     if not self._deliver(self._on_changes, changes):
                         return
+                elif retiring:
+                    return
         except Exception as exc:  # the OS watcher failed: start over (polling, if events keep failing)
             if not watch.stopping.is_set():
                 log.warning("the file watcher failed (%s); restarting it", exc)
@@ -416,6 +463,7 @@ class FileWatcher:
                 pending.full, pending.paths = False, set()
                 held = _hold_half_saved(tools_dir, pending, paths, full, grace=10 * look)
                 if full:
+                    self.rescans += 1
                     await self.registry.scan(tools_dir, skip=held)
                 if paths - held:
                     self.reloads += 1
