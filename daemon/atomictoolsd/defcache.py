@@ -165,6 +165,11 @@ class DefinitionCache:
                 return False
         return True
 
+    def forget(self, tools_dir: Path) -> None:
+        """Drop the entries of ``tools_dir`` from memory (its project is no longer in use); the file
+        stays, and is read again if the dir comes back into use."""
+        self._dirs.pop(tools_dir, None)
+
     def store(self, tools_dir: Path, entries: dict[str, CacheEntry]) -> None:
         """Replace the entries of ``tools_dir`` and write them out (a failed write is only logged)."""
         self._dirs[tools_dir] = entries

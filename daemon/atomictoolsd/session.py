@@ -174,6 +174,7 @@ class Session(asyncio.Protocol):
             call.cancel()  # nobody is left to read the answer
         for task in self._tasks:
             task.cancel()
+        self.server.registry.release(self.project)
         self.server.forget(self)
 
     def pause_writing(self) -> None:
@@ -550,7 +551,9 @@ class Session(asyncio.Protocol):
         if not directory.is_absolute() or not directory.is_dir():
             raise ParamsError(f"Invalid params: directory {str(directory)!r} is not an existing absolute directory")
         directory = directory.resolve()
-        self.project = self.server.registry.project(directory)
+        project = self.server.registry.acquire(directory)
+        self.server.registry.release(self.project)  # held while attached: see idle_projects
+        self.project = project
         self.directory = str(directory)
         self.worktree = str(git_worktree_root(directory) or self.project.root or directory)
         self.agent = params.agent or self.agent

@@ -1,5 +1,6 @@
-"""Projects in a long-running daemon: attaching one more project costs the watcher that project's
-directory only."""
+"""Projects in a long-running daemon: held while a session is attached, forgotten some time after the
+last one left (with their watch, tools dir and workers), rebuilt cheaply when attached again; and
+attaching one more project costs the watcher that project's directory only."""
 
 from __future__ import annotations
 
@@ -19,6 +20,35 @@ def tool_module(root: Path, name: str) -> Path:
 
 def module_info(client: Any, path: Path) -> dict[str, Any] | None:
     return next((m for m in client.status()["modules"] if m["path"] == str(path)), None)
+
+
+def test_a_project_no_session_uses_is_forgotten_and_rebuilt_from_the_cache(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    held, idle = (env.root / "held").resolve(), (env.root / "idle").resolve()
+    for root in (held, idle):
+        env.write_tool(root / ".atomic" / "tools", f"{root.name}.py",
+                       f"import os\n\ndef {root.name}() -> str:\n    return str(os.getpid())\n")
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_IDLE_TIMEOUT": "0.5"})
+    with daemon.client(held) as holder:
+        assert holder.call("held").text
+        with daemon.client(idle) as client:
+            worker = int(client.call("idle").text)
+            assert roots(holder) == {str(held), str(idle)}
+        # Nobody holds idle/ now: it goes. held/ stays, though its session has been quiet longer.
+        wait_for(lambda: roots(holder) == {str(held)}, timeout=30, message="the unused project to be forgotten")
+        status = holder.status()
+        assert module_info(holder, tool_module(idle, "idle")) is None
+        assert not [p for p in status["watcher"]["watching"] if Path(p).is_relative_to(idle)]
+        assert [p for p in status["watcher"]["watching"] if Path(p).is_relative_to(held)]
+        wait_for(lambda: worker not in {p.pid for p in daemon.workers()}, timeout=30,
+                 message="the forgotten project's worker to exit")
+        assert [t["name"] for t in holder.list_tools()] == ["held"]
+
+    with daemon.client(idle) as client:  # attached again: rebuilt, its listing from the cache
+        assert [t["name"] for t in client.list_tools()] == ["idle"]
+        info = module_info(client, tool_module(idle, "idle"))
+        assert info is not None and info["source"] == "cache" and info["worker"] is None
+        assert int(client.call("idle").text) != worker
+        assert str(idle) in roots(client)
 
 
 def test_attaching_another_project_rescans_only_its_own_tools_dir(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
