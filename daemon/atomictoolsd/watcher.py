@@ -159,6 +159,9 @@ class FileWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watch: _Watch | None = None
         self._retiring: list[_Watch] = []  # replaced watches still reporting what they saw
+        self._dir_paths: dict[ToolsDir, tuple[str, ...]] = {}  # what each tools dir needs watched
+        self._stale: set[ToolsDir] = set()  # dirs whose paths to watch must be looked up again
+        self._all_stale = False
         self._pending: dict[ToolsDir, _Pending] = {}
         self._rewatch_scheduled = False
         self._stopped = False
@@ -222,24 +225,25 @@ class FileWatcher:
         return [d for d in self.registry.dirs.values() if d.scope != "builtin" and d.scanned is not None]
 
     def _watch_set(self) -> dict[str, list[ToolsDir]]:
-        """The directories to watch, each with the tools directories it is watched for."""
+        """The directories to watch, each with the tools directories it is watched for.
+
+        A tools dir's own paths are looked up again only when it is new or marked stale (an event
+        showed a directory of it appear or go): with many projects in use, one more costs one.
+        """
+        dirs = self._dirs()
+        in_use = set(dirs)
+        for tools_dir in [d for d in self._dir_paths if d not in in_use]:
+            del self._dir_paths[tools_dir]
+        for tools_dir in dirs:
+            # One with nothing to watch (its whole project root is gone) sends no events: look again.
+            if self._all_stale or tools_dir in self._stale or not self._dir_paths.get(tools_dir):
+                self._dir_paths[tools_dir] = _paths_to_watch(tools_dir)
+        self._all_stale = False
+        self._stale.clear()
         paths: dict[str, list[ToolsDir]] = {}
-        for tools_dir in self._dirs():
-            if tools_dir.path.is_dir():
-                for path in (str(tools_dir.path), *_subdirs(tools_dir.path)):
-                    paths.setdefault(path, []).append(tools_dir)
-                continue
-            # Not there yet: watch the nearest existing directory between it and its project root
-            # (or the home directory), never above, and never recursively.
-            stop = tools_dir.cwd
-            candidate = tools_dir.path.parent
-            while True:
-                if candidate.is_dir():
-                    paths.setdefault(str(candidate), []).append(tools_dir)
-                    break
-                if candidate == stop or candidate.parent == candidate or stop not in candidate.parents:
-                    break
-                candidate = candidate.parent
+        for tools_dir, own in self._dir_paths.items():
+            for path in own:
+                paths.setdefault(path, []).append(tools_dir)
         return paths
 
     def _dir_in_use(self, tools_dir: ToolsDir, in_use: bool) -> None:
@@ -273,6 +277,7 @@ class FileWatcher:
             try:
                 notify = RustNotify(sorted(paths), False, self._force_polling, 300, False, True)
             except FileNotFoundError:
+                self._all_stale = True
                 continue  # a directory went away between listing and watching: list again
             except Exception as exc:  # inotify limits and the like: polling still works
                 if self._force_polling:
@@ -285,6 +290,7 @@ class FileWatcher:
                 doorbell = None if self._force_polling else Doorbell.create(paths)
             except FileNotFoundError:
                 notify.close()
+                self._all_stale = True
                 continue
             except OSError as exc:  # watchfiles still works, just with its step loop always running
                 log.warning("no inotify doorbell for the watcher (%s); watching with a %d ms step", exc, self.step_ms)
@@ -388,6 +394,7 @@ class FileWatcher:
     def _watch_failed(self, watch: _Watch) -> None:
         if self._watch is watch:
             self._watch = None
+            self._all_stale = True
             self._schedule_rewatch()
 
     def _on_changes(self, changes: set[tuple[int, str]]) -> None:
@@ -399,6 +406,7 @@ class FileWatcher:
                 outcome = self._classify(tools_dir, change, path)
                 if outcome == "rewatch":
                     rewatch = True
+                    self._stale.add(tools_dir)
                 elif outcome:
                     touched.add(tools_dir)
         for tools_dir in touched:
@@ -513,6 +521,21 @@ def _settled(tools_dir: Path, quiet: float = 0.2) -> bool:
             return all(e.stat().st_mtime < recent for e in entries if is_module_name(e.name))
     except OSError:
         return True
+
+
+def _paths_to_watch(tools_dir: ToolsDir) -> tuple[str, ...]:
+    """The tools dir and its subdirectories; or, while it does not exist, the nearest existing
+    directory between it and its project root (or the home directory), never above, never recursively."""
+    if tools_dir.path.is_dir():
+        return (str(tools_dir.path), *_subdirs(tools_dir.path))
+    stop = tools_dir.cwd
+    candidate = tools_dir.path.parent
+    while True:
+        if candidate.is_dir():
+            return (str(candidate),)
+        if candidate == stop or candidate.parent == candidate or stop not in candidate.parents:
+            return ()
+        candidate = candidate.parent
 
 
 def _subdirs(tools_dir: Path) -> list[str]:
