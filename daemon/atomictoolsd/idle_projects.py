@@ -17,6 +17,7 @@ Knows nothing of sessions: the server acquires and releases; this only asks the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -41,30 +42,29 @@ class ProjectReaper:
     async def start(self, server: Server) -> None:
         self.registry = server.registry
         self.reconfigure(server.config)
+        self._task = asyncio.get_running_loop().create_task(self._run())
 
     def reconfigure(self, config: Any) -> None:
-        """Apply ``idle_timeout`` (at start, and on SIGHUP)."""
+        """Apply ``idle_timeout`` (at start, and on SIGHUP: from the next look)."""
         self.idle_timeout = config.idle_timeout
-        if self.idle_timeout and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
 
     @property
     def interval(self) -> float:
         # Forgetting a project a little late costs nothing; looking costs a pass over the projects.
-        return max(0.05, min(5.0, self.idle_timeout / 4))
+        return max(0.05, min(5.0, self.idle_timeout / 4)) if self.idle_timeout else 5.0
 
     async def _run(self) -> None:
         assert self.registry is not None
-        while self.idle_timeout:
+        while True:
             await asyncio.sleep(self.interval)
+            if not self.idle_timeout:
+                continue
             try:
                 self.forgotten += len(await self.registry.forget_idle(self.idle_timeout))
             except Exception:  # a surprise in one pass must not end the reaping
