@@ -361,8 +361,11 @@ class FileWatcher:
         # back after each timeout to see whether it was retired.
         timeout_ms = max(100, 10 * self.step_ms)
         # Retired: a spell this long with no change shows that nothing it saw is left to report
-        # (inotify hands an event to watchfiles' thread within microseconds).
+        # (inotify hands an event to watchfiles' thread within microseconds). What it saw before
+        # the new watch began is in its next batch; one more catches stragglers. Anything later the
+        # new watch reports too, so a busy directory does not keep the old one going.
         quiet_ms = max(50, 4 * self.step_ms)
+        final_batches = 2
         try:
             while not watch.stopping.is_set():
                 retiring = watch.retiring.is_set()
@@ -376,6 +379,10 @@ class FileWatcher:
                         return
                 elif retiring:
                     return
+                if retiring:
+                    final_batches -= 1
+                    if not final_batches:
+                        return
         except Exception as exc:  # the OS watcher failed: start over (polling, if events keep failing)
             if not watch.stopping.is_set():
                 log.warning("the file watcher failed (%s); restarting it", exc)
