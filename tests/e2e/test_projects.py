@@ -70,3 +70,19 @@ def test_attaching_another_project_rescans_only_its_own_tools_dir(env: Env, make
             # the dirs watched before are not (the old watch reported what it saw before it went).
             wait_for(lambda before=before: rescans() > before, message=f"repo{i}'s rescan")
         assert rescans() - start <= 6 + 2, "each attach rescans one directory, not every one in use"
+
+
+def test_a_change_made_while_the_watch_is_replaced_is_not_lost(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # No rescan covers the global dir when another project is attached: the watch being replaced
+    # must report what it saw, or these saves would never be noticed.
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        for i in range(5):
+            root = env.root / f"repo{i}"
+            (root / ".git").mkdir(parents=True)
+            env.write_tool(env.global_tools, f"tool{i}.py", f"def tool{i}() -> str:\n    return '{i}'\n")
+            with daemon.client(root):  # attached at once: the watcher restarts while the save is news
+                pass
+        wait_for(lambda: {f"tool{i}" for i in range(5)} <= {t["name"] for t in client.list_tools()},
+                 timeout=30, message="every save made during a rewatch to be loaded")
+        assert client.call("tool4").text == "4"
