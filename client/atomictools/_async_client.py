@@ -27,6 +27,8 @@ from atomictools._protocol import LATEST_PROTOCOL_VERSION
 
 __all__ = ["AsyncClient"]
 
+_LOST: dict[str, Any] = {}  # put in the notification queue when the daemon closes the connection
+
 
 class AsyncClient:
     """The asyncio twin of ``Client``: same arguments, same methods, awaited."""
@@ -52,6 +54,7 @@ class AsyncClient:
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._notifications: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._reader_task: asyncio.Task[None] | None = None
+        self._lost = False  # the daemon closed the connection and no request has been told yet
 
     async def connect(self) -> AsyncClient:
         if self._writer is not None:
@@ -76,12 +79,14 @@ class AsyncClient:
                     started = True
                 await asyncio.sleep(delay)
                 delay *= 2
+        self._notifications = asyncio.Queue()
         self._reader_task = asyncio.create_task(self._read_loop())
         await self.request("atomic/attach", _attach_params(self.directory, self.agent, self.session_id))
         return self
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
+        by_daemon = True
         try:
             while True:
                 line = await self._reader.readline()
@@ -94,13 +99,27 @@ class AsyncClient:
                 future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
                 if future is not None and not future.done():
                     future.set_result(message)
+        except asyncio.CancelledError:
+            by_daemon = False  # close() stops us
+            raise
         finally:
+            told = False
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(ConnectError("the daemon closed the connection"))
+                    told = True
             self._pending.clear()
+            if by_daemon and self._writer is not None:
+                # Nothing reads this connection any more: the next request must not wait forever
+                # for an answer. It is told the connection was lost (unless a waiting one was just
+                # told), and the one after connects again, as with the sync Client.
+                self._lost = not told
+                self._notifications.put_nowait(_LOST)
+                self._writer.close()
+                self._writer = None
 
     async def close(self) -> None:
+        self._lost = False
         if self._writer is not None:
             self._writer.close()
             try:
@@ -112,7 +131,7 @@ class AsyncClient:
             self._reader_task.cancel()
             try:
                 await self._reader_task
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - how the loop ended no longer matters
                 pass
             self._reader_task = None
 
@@ -123,6 +142,9 @@ class AsyncClient:
         await self.close()
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        if self._lost:
+            self._lost = False
+            raise ConnectError("the daemon closed the connection")
         if self._writer is None:
             await self.connect()
         assert self._writer is not None
@@ -198,9 +220,12 @@ class AsyncClient:
         return await self.request("atomic/reload")
 
     async def watch(self, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
-        await self.request("atomic/subscribe", {"events": ["tools", "logs"]})
+        await self.request("atomic/subscribe")
         while True:
             try:
-                yield await asyncio.wait_for(self._notifications.get(), timeout)
+                message = await asyncio.wait_for(self._notifications.get(), timeout)
             except TimeoutError:
                 return
+            if message is _LOST:
+                raise ConnectError("the daemon closed the connection")
+            yield message

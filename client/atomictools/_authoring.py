@@ -10,9 +10,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import msgspec
+
+from atomictools._protocol import LOG_LEVELS, LogLevel
 
 __all__ = ["ANNOTATION_KEYS", "Context", "Field", "LogLevel", "ToolOptions", "tool"]
 
@@ -20,9 +22,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # MCP tool annotations (hints to the client, never enforced by the server).
 ANNOTATION_KEYS = frozenset({"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"})
-
-LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
-LOG_LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import socket
 import time
 import uuid
@@ -30,6 +31,7 @@ ToolFormat = Literal["mcp", "openai", "anthropic"]
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 _LINE_LIMIT = 64 * 1024 * 1024  # a response larger than this is a bug, not a result
+_CHUNK = 256 * 1024
 _CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
 
 
@@ -145,7 +147,9 @@ class Client:
         self.session_id = uuid.uuid4().hex
         self._ids = itertools.count(1)
         self._sock: socket.socket | None = None
-        self._file: Any = None
+        # Our own line buffer, not sock.makefile(): a file object that once timed out refuses every
+        # later read, and select() on the socket cannot see what such a file has buffered.
+        self._buffer = bytearray()
         self._notifications: deque[dict[str, Any]] = deque()
 
     # -- connection ------------------------------------------------------------------------------
@@ -157,7 +161,7 @@ class Client:
         sock = self._open()
         sock.settimeout(self.timeout)
         self._sock = sock
-        self._file = sock.makefile("rb")
+        self._buffer.clear()
         self.request("atomic/attach", _attach_params(self.directory, self.agent, self.session_id))
         return self
 
@@ -189,9 +193,7 @@ class Client:
 
     def close(self) -> None:
         """Close the connection. Calls still running in the daemon are cancelled."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        self._buffer.clear()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -208,14 +210,46 @@ class Client:
         if self._sock is None:
             self.connect()
         assert self._sock is not None
-        self._sock.sendall(_encode(message) + b"\n")
-
-    def _read(self) -> dict[str, Any]:
-        line = self._file.readline(_LINE_LIMIT)
-        if not line:
+        try:
+            self._sock.sendall(_encode(message) + b"\n")
+        except (BrokenPipeError, ConnectionResetError) as exc:
             self.close()
-            raise ConnectError("the daemon closed the connection")
-        return _decode(line)
+            raise ConnectError("the daemon closed the connection") from exc
+
+    def _read(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next message from the daemon, or None when ``timeout`` seconds (None: no limit) pass
+        without a whole one; the connection stays usable either way.
+
+        Raises:
+            ConnectError: the daemon closed the connection (this client is then closed; the next
+                request connects again).
+        """
+        assert self._sock is not None
+        buffer = self._buffer
+        deadline = None if timeout is None else time.monotonic() + timeout
+        searched = 0
+        while True:
+            newline = buffer.find(b"\n", searched)
+            if newline >= 0:
+                line = bytes(buffer[: newline + 1])
+                del buffer[: newline + 1]
+                return _decode(line)
+            searched = len(buffer)
+            if searched > _LINE_LIMIT:
+                self.close()
+                raise ConnectError(f"the daemon sent a message over {_LINE_LIMIT} bytes; the connection was closed")
+            if deadline is not None:
+                ready, _, _ = select.select([self._sock], [], [], max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    return None
+            try:
+                chunk = self._sock.recv(_CHUNK)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                self.close()
+                raise ConnectError("the daemon closed the connection")
+            buffer += chunk
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Send one JSON-RPC request and return its result; raises ``RPCError`` for an error answer."""
@@ -227,7 +261,9 @@ class Client:
             message["params"] = params
         self._send(message)
         while True:
-            reply = self._read()
+            reply = self._read(self.timeout)
+            if reply is None:
+                raise TimeoutError(f"no answer to {method} within {self.timeout:g} s")
             if reply.get("id") == request_id and "method" not in reply:
                 return _result_or_raise(reply)
             if "method" in reply:
@@ -301,21 +337,17 @@ class Client:
     def watch(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
         """Yield the daemon's notifications (``notifications/tools/list_changed``, logs) as they come.
 
+        The client stays usable after the watch ends (by its timeout, or when you stop iterating).
+
         Args:
             timeout: stop after this many seconds without a notification (None: wait forever).
         """
-        self.request("atomic/subscribe", {"events": ["tools", "logs"]})
-        assert self._sock is not None
+        self.request("atomic/subscribe")
         while True:
             while self._notifications:
                 yield self._notifications.popleft()
-            self._sock.settimeout(timeout)
-            try:
-                message = self._read()
-            except TimeoutError:
+            message = self._read(timeout)
+            if message is None:
                 return
-            finally:
-                if self._sock is not None:
-                    self._sock.settimeout(self.timeout)
             if "method" in message:
                 yield message

@@ -6,12 +6,15 @@ Standard library only: the stdio shim and the worker runtime import this module 
 from __future__ import annotations
 
 import re
+from typing import Literal, get_args
 
 __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "LATEST_PROTOCOL_VERSION",
+    "LOG_LEVELS",
+    "LogLevel",
     "METHOD_NOT_FOUND",
     "NAME_PATTERN",
     "PARSE_ERROR",
@@ -29,6 +32,11 @@ INTERNAL_ERROR = -32603
 # MCP revisions served with the initialize handshake, oldest first.
 SUPPORTED_PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-06-18", "2025-11-25")
 LATEST_PROTOCOL_VERSION = SUPPORTED_PROTOCOL_VERSIONS[-1]
+
+# MCP's logging levels (logging/setLevel, notifications/message, ctx.log): the syslog severities,
+# least severe first. The daemon's own log uses Python logging's (atomictoolsd.loglevels).
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 
 # Stricter than MCP allows: Claude, Copilot and Codex reject dots and names over 64 characters.
 NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # whole name: use fullmatch ("$" lets "x\n" through)

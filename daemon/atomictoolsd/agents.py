@@ -321,7 +321,11 @@ def _plain(value: Any) -> Any:
 
 
 def _write(path: Path, old_text: str | None, new_text: str, backup_dir: Path) -> Path | None:
-    """Write ``new_text`` atomically, keeping the file's mode; back up ``old_text`` first."""
+    """Write ``new_text`` atomically, keeping the file's mode; back up ``old_text`` first.
+
+    A config that is a symlink (``~/.claude.json`` kept in a dotfiles repository) is written where it
+    points and stays a link: replacing the link itself would cut it off from the file it shares.
+    """
     backup = None
     if old_text is not None:
         backup_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -329,6 +333,7 @@ def _write(path: Path, old_text: str | None, new_text: str, backup_dir: Path) ->
         stamp = time.strftime("%Y%m%d-%H%M%S")
         backup = backup_dir / f"{stamp}-{tag}-{path.name}"
         backup.write_text(old_text, encoding="utf-8")
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.stat().st_mode & 0o7777

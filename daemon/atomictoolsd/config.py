@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Config", "ConfigError", "LOG_LEVELS", "load_config"]
+from atomictoolsd.loglevels import DAEMON_LOG_LEVELS
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
+__all__ = ["Config", "ConfigError", "load_config"]
 
 
 class ConfigError(Exception):
@@ -43,7 +43,7 @@ class Config:
     spill_max_age: float = _setting(86400.0, "Seconds the full output of a truncated result is kept.", minimum=0)
     worker_threads: int = _setting(16, "Threads per worker for sync tools (concurrent calls to one module).", minimum=1)
     memory_limit_mb: int = _setting(2048, "Memory limit per worker in MiB (0: no limit).", minimum=0)
-    idle_timeout: float = _setting(600.0, "Seconds an idle worker lives before it is stopped (0: never).", minimum=0)
+    idle_timeout: float = _setting(600.0, "Seconds an idle worker lives, and a project no session uses is kept (0: forever).", minimum=0)
     watch_debounce_ms: int = _setting(
         50, "Longest time the file watcher groups a burst of changes, in milliseconds.", minimum=1
     )
@@ -54,7 +54,7 @@ class Config:
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
     shutdown_grace: float = _setting(10.0, "Seconds calls in flight may finish when the daemon stops.", minimum=0)
-    log_level: str = _setting("info", "Least severe level written to the log.", choices=LOG_LEVELS)
+    log_level: str = _setting("info", "Least severe level written to the log.", choices=DAEMON_LOG_LEVELS)
     log_max_bytes: int = _setting(10 * 1024 * 1024, "Size at which the log file is rotated.", minimum=4096)
     log_backups: int = _setting(3, "Rotated log files kept.", minimum=0)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)

@@ -11,7 +11,8 @@ when all of these still match:
 - for a module that failed to load, also its directory's mtime: failures are often a helper that
   did not exist yet, and creating a file changes the directory;
 - the runtime version: this daemon's version, the Python that runs workers, msgspec's version and a
-  digest of the code that turns signatures into schemas.
+  digest of the code that turns a module into definitions: signatures into schemas, the Python and
+  declarative loaders, and fastjsonschema (``runtime_files``).
 
 What the cache cannot see (a module that reads a data file at import, an installed package that
 changed) is corrected when the worker starts: the registry compares the definitions it reports
@@ -24,9 +25,11 @@ directory's modules change. A missing, unreadable or foreign file is an empty ca
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,7 @@ import msgspec
 from atomictoolsd import __version__
 from atomictoolsd.discovery import ModuleFile
 
-__all__ = ["CacheEntry", "DefinitionCache", "runtime_version"]
+__all__ = ["CacheEntry", "DefinitionCache", "deps_fresh", "runtime_files", "runtime_version"]
 
 log = logging.getLogger("atomictoolsd.defcache")
 
@@ -63,28 +66,47 @@ _decode_file = msgspec.json.Decoder(_CacheFile).decode
 _encode = msgspec.json.encode
 
 
+def runtime_files() -> list[Path]:
+    """The source files besides a module's own that shape the definitions a worker derives from it:
+    schemas from signatures, the worker's loaders (Python and declarative, whose checks decide which
+    tools a JSON file keeps), and fastjsonschema, which compiles a JSON tool's schema or refuses it
+    (its code stands for its version). Found by path: nothing is imported."""
+    import atomictools
+
+    client = Path(atomictools.__file__).parent
+    daemon = Path(__file__).parent
+    files = [client / name for name in ("_schema.py", "_authoring.py", "_protocol.py")]
+    files += [daemon / "workers" / name for name in ("runtime.py", "sourceload.py")]
+    files += sorted((daemon / "declarative").glob("*.py"))
+    spec = importlib.util.find_spec("fastjsonschema")
+    if spec is not None and spec.origin:
+        files += sorted(Path(spec.origin).parent.glob("*.py"))
+    return files
+
+
 def runtime_version() -> str:
     """A digest of everything besides the module's own files that shapes its definitions."""
-    import atomictools._authoring
-    import atomictools._schema
-    import atomictoolsd.workers.runtime
-    import atomictoolsd.workers.sourceload
-
     digest = hashlib.sha256(f"{__version__}\0{sys.version}\0{sys.executable}\0{msgspec.__version__}".encode())
-    for module in (atomictools._schema, atomictools._authoring, atomictoolsd.workers.runtime, atomictoolsd.workers.sourceload):
+    for path in runtime_files():
+        digest.update(os.fsencode(path.name) + b"\0")
         try:
-            digest.update(Path(module.__file__ or "").read_bytes())
+            digest.update(path.read_bytes())
         except OSError:
             digest.update(b"?")
     return digest.hexdigest()[:24]
 
 
-def _stat_key(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
+def deps_fresh(deps: Iterable[Sequence[Any]]) -> bool:
+    """Whether every ``[path, size, mtime_ns]`` in ``deps`` (the helpers a module imported) still
+    has that size and mtime; a file gone is a change."""
+    for path, size, mtime_ns in deps:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+            return False
+    return True
 
 
 class DefinitionCache:
@@ -134,15 +156,19 @@ class DefinitionCache:
 
     @staticmethod
     def _deps_fresh(tools_dir: Path, entry: CacheEntry) -> bool:
-        for path, size, mtime_ns in entry.deps:
-            if _stat_key(path) != (size, mtime_ns):
-                return False
+        if not deps_fresh(entry.deps):
+            return False
         if entry.error is not None:
             try:
                 return os.stat(tools_dir).st_mtime_ns == entry.dir_mtime_ns
             except OSError:
                 return False
         return True
+
+    def forget(self, tools_dir: Path) -> None:
+        """Drop the entries of ``tools_dir`` from memory (its project is no longer in use); the file
+        stays, and is read again if the dir comes back into use."""
+        self._dirs.pop(tools_dir, None)
 
     def store(self, tools_dir: Path, entries: dict[str, CacheEntry]) -> None:
         """Replace the entries of ``tools_dir`` and write them out (a failed write is only logged)."""

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from atomictoolsd.loglevels import LEVEL_RANK
+
 if TYPE_CHECKING:
     from atomictoolsd.workers.worker import Call
 
@@ -45,7 +47,6 @@ __all__ = [
     "EventLogHandler",
     "error_text",
     "JournalFormatter",
-    "LEVEL_RANK",
     "LOG_NAME",
     "events",
     "follow_events",
@@ -59,8 +60,6 @@ LOG_NAME = "atomictoolsd.log"
 FLUSH_INTERVAL = 0.25  # seconds an event may wait in memory
 FLUSH_AT = 4096  # events waiting that trigger a flush right away
 
-# Least severe first; "critical" is what Python logging calls its highest level.
-LEVEL_RANK = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
 # Kinds of buffered entries; tool events keep the call object and are formatted at flush time.
 _GENERIC, _TOOL_START, _TOOL_END = 0, 1, 2

@@ -15,8 +15,13 @@ Module definitions come from a worker that loaded the module or, when it is fres
 definition cache (``defcache``): after a restart, listing starts no worker, and a module's worker
 starts on its first call. A worker that starts later and reports other definitions updates them.
 
+Projects are held, not owned: whoever serves a project ``acquire``s it and ``release``s it when
+done (the server does so for each session's attachment), and ``forget_idle`` drops the projects
+nobody has held for a while, with their own tools dir and its workers. A project asked for again
+is rebuilt, its listing from the definition cache.
+
 The registry knows nothing of sockets or sessions: it tells its listeners which dirs changed, and
-its dir listeners which tools dirs came into use (the file watcher watches those).
+its dir listeners which tools dirs came into use or went out of it (the file watcher watches those).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +48,6 @@ log = logging.getLogger("atomictoolsd.registry")
 _json = msgspec.json.encode
 
 Scope = str  # "local" | "global" | "builtin"
-SCOPE_ORDER = ("local", "global", "builtin")
 
 
 class ToolDef:
@@ -148,6 +152,7 @@ class ToolsDir:
         self.version = 0
         self.scanned: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
+        self.retired = False  # forgotten with its project: scans no longer touch it
         self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -210,6 +215,8 @@ class Project:
     def __init__(self, root: Path | None, dirs: list[ToolsDir]) -> None:
         self.root = root
         self.dirs = dirs
+        self.holders = 0  # acquire() minus release()
+        self.idle_since: float | None = time.monotonic()  # when holders last dropped to 0 (monotonic)
         self._view: View | None = None
         self._ready = False
 
@@ -276,7 +283,7 @@ class Change:
 
 
 Listener = Callable[[Change], None]
-DirListener = Callable[[ToolsDir], None]
+DirListener = Callable[[ToolsDir, bool], None]  # (tools_dir, in use): True when it comes into use
 
 _BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
 CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is tried again
@@ -322,7 +329,8 @@ class Registry:
         self._listeners.remove(listener)
 
     def add_dir_listener(self, listener: DirListener) -> None:
-        """Call ``listener(tools_dir)`` when a tools dir comes into use, before its first scan."""
+        """Call ``listener(tools_dir, True)`` when a tools dir comes into use, before its first scan,
+        and ``listener(tools_dir, False)`` once it is forgotten with its project."""
         self._dir_listeners.append(listener)
 
     def remove_dir_listener(self, listener: DirListener) -> None:
@@ -361,11 +369,7 @@ class Registry:
         if tools_dir.scanned is not None:
             return
         scanned = tools_dir.scanned = asyncio.get_running_loop().create_future()
-        for listener in list(self._dir_listeners):
-            try:
-                listener(tools_dir)
-            except Exception:  # a listener's bug must not keep a project from loading
-                log.exception("registry dir listener failed")
+        self._tell_dir_listeners(tools_dir, True)
 
         async def first_scan() -> None:
             try:
@@ -380,23 +384,102 @@ class Registry:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _tell_dir_listeners(self, tools_dir: ToolsDir, in_use: bool) -> None:
+        for listener in list(self._dir_listeners):
+            try:
+                listener(tools_dir, in_use)
+            except Exception:  # a listener's bug must not keep a project from loading or going
+                log.exception("registry dir listener failed")
+
+    def acquire(self, directory: Path) -> Project:
+        """The project of ``directory`` (see ``project``), held until ``release``: a held project
+        is never forgotten."""
+        project = self.project(directory)
+        project.holders += 1
+        project.idle_since = None
+        return project
+
+    def release(self, project: Project) -> None:
+        """Let go of a project from ``acquire`` (the base project, never acquired, is ignored)."""
+        if project.holders > 0:
+            project.holders -= 1
+            if project.holders == 0:
+                project.idle_since = time.monotonic()
+
+    async def forget_idle(self, idle_for: float) -> list[Project]:
+        """Forget every project nobody has held for ``idle_for`` seconds; return them."""
+        now = time.monotonic()
+        idle = [
+            p for p in self.projects.values()
+            if p.holders == 0 and p.idle_since is not None and now - p.idle_since >= idle_for
+        ]
+        forgotten = []
+        for project in idle:
+            if await self.forget(project):
+                forgotten.append(project)
+        return forgotten
+
+    async def forget(self, project: Project) -> bool:
+        """Drop an unheld project: its entry, and its own tools dir with that dir's modules, cached
+        definitions in memory and workers (they finish the calls they are running, then exit).
+        The global and built-in dirs stay. Returns False when it is held (again) or already gone."""
+        root = project.root
+        if root is None:  # the base project: always in use
+            return False
+        own = [
+            d for d in project.dirs
+            if d.scope == "local" and not any(p is not project and p.sees(d) for p in self.projects.values())
+        ]
+        for tools_dir in own:
+            await tools_dir.lock.acquire()  # no scan of it is half done when it goes
+        try:
+            if project.holders or self.projects.get(root) is not project:
+                return False
+            del self.projects[root]
+            for tools_dir in own:
+                tools_dir.retired = True
+                if self.dirs.get(tools_dir.path) is tools_dir:
+                    del self.dirs[tools_dir.path]
+                for path in list(tools_dir.modules):
+                    self.pool.discard(path)
+                tools_dir.modules.clear()
+                if self.cache is not None:
+                    self.cache.forget(tools_dir.path)
+                self._tell_dir_listeners(tools_dir, False)
+        finally:
+            for tools_dir in own:
+                tools_dir.lock.release()
+        log.info(
+            "forgot the project %s: no session has used it for a while", root,
+            extra={"event": "project.forget", "data": {"root": str(root)}},
+        )
+        return True
+
     # -- scanning and loading ---------------------------------------------------------------------
 
-    async def scan(self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False) -> Change:
+    async def scan(
+        self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False, skip: Collection[str] = ()
+    ) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
 
         Args:
             only: restrict the scan to these paths (what a file watcher reports); None scans all.
             force: reload every module in ``only`` even if its size and mtime look unchanged (the
                 watcher saw it written: two saves within one mtime tick can keep both).
+            skip: leave these modules as they are (files the watcher sees half-saved).
         """
         async with tools_dir.lock:
+            if tools_dir.retired:
+                return Change(set(), [])
             trusted = tools_dir.trusted
             on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
-            removed = [p for p in tools_dir.modules if p not in on_disk and (only is None or p in only)]
+            removed = [
+                p for p in tools_dir.modules if p not in on_disk and (only is None or p in only) and p not in skip
+            ]
             changed = [
                 f for p, f in on_disk.items()
                 if (only is None or p in only)
+                and p not in skip
                 and (
                     force
                     or p not in tools_dir.modules

@@ -38,6 +38,7 @@ from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config import Config
 from atomictoolsd.defcache import DefinitionCache
 from atomictoolsd.eventlog import events
+from atomictoolsd.idle_projects import ProjectReaper
 from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path, make_private
 from atomictoolsd.registry import Change, Registry, ToolsDir
 from atomictoolsd.service.manager import ServiceContext
@@ -189,7 +190,7 @@ class Server:
         self._reload_again = False
         self.watcher = FileWatcher()
         self.monitor = WorkerMonitor()
-        self.components += [self.watcher, self.monitor]
+        self.components += [self.watcher, self.monitor, ProjectReaper()]
         self.status_sections["watcher"] = self.watcher.info
         self.status_sections["monitor"] = self.monitor.info
         if self.registry.cache is not None:

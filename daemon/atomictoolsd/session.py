@@ -29,6 +29,7 @@ from atomictools._protocol import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     LATEST_PROTOCOL_VERSION,
+    LOG_LEVELS,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
@@ -47,8 +48,6 @@ log = logging.getLogger("atomictoolsd.session")
 _encode = msgspec.json.encode
 _ids = itertools.count(1)
 
-# Syslog severities, least severe first, as MCP's logging uses them.
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _LEVEL_RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 
 
@@ -175,6 +174,7 @@ class Session(asyncio.Protocol):
             call.cancel()  # nobody is left to read the answer
         for task in self._tasks:
             task.cancel()
+        self.server.registry.release(self.project)
         self.server.forget(self)
 
     def pause_writing(self) -> None:
@@ -551,7 +551,9 @@ class Session(asyncio.Protocol):
         if not directory.is_absolute() or not directory.is_dir():
             raise ParamsError(f"Invalid params: directory {str(directory)!r} is not an existing absolute directory")
         directory = directory.resolve()
-        self.project = self.server.registry.project(directory)
+        project = self.server.registry.acquire(directory)
+        self.server.registry.release(self.project)  # held while attached: see idle_projects
+        self.project = project
         self.directory = str(directory)
         self.worktree = str(git_worktree_root(directory) or self.project.root or directory)
         self.agent = params.agent or self.agent

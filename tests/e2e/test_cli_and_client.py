@@ -177,3 +177,34 @@ def test_async_client_twin(env: Env, make_daemon) -> None:  # type: ignore[no-un
     assert texts == [f"Hello, {i}" for i in range(20)]
     assert reload == {"success": True, "toolCount": 1, "errors": []}
     assert daemon.proc.poll() is None
+
+
+def test_watch_yields_notifications_and_its_timeout_leaves_the_client_usable(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert list(client.watch(timeout=0.2)) == []  # subscribed; nothing happened meanwhile
+        assert client.status()["pid"] == daemon.pid  # the timed-out wait left the connection usable
+        env.write_tool(env.global_tools, "greet.py", GREET)
+        notification = next(client.watch(timeout=30))
+        assert notification["method"] == "notifications/tools/list_changed"
+        assert [t["name"] for t in client.list_tools()] == ["greet"]
+
+
+def test_the_async_client_raises_connect_error_once_the_daemon_is_gone(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_daemon()
+
+    async def main() -> None:
+        client = AsyncClient(str(env.socket), directory=str(env.project), autostart=False)
+        await client.connect()
+        watching = asyncio.ensure_future(client.watch().__anext__())
+        assert (await client.status())["pid"] == daemon.pid
+        await asyncio.get_running_loop().run_in_executor(None, daemon.stop)
+        with pytest.raises(ConnectError):
+            await asyncio.wait_for(watching, 30)  # a watch ends with the connection, never hangs
+        with pytest.raises(ConnectError):
+            await asyncio.wait_for(client.status(), 30)  # a request after the loss, never hangs
+        with pytest.raises(ConnectError, match="atomictoolsd start"):
+            await client.status()  # then it connects afresh: nobody listens
+        await client.close()
+
+    asyncio.run(main())

@@ -75,6 +75,29 @@ def test_connect_merges_into_json_and_disconnect_restores_it(
     assert json.loads(path.read_text()) == original
 
 
+def test_a_symlinked_config_is_written_through_the_link(env: Env) -> None:
+    # ~/.claude.json kept in a dotfiles repository: the link must survive, the file it points to change.
+    dotfiles = env.home / "dotfiles"
+    dotfiles.mkdir()
+    real = dotfiles / "claude.json"
+    original = {"numStartups": 3, "mcpServers": {"other": OTHER_JSON}}
+    real.write_text(json.dumps(original, indent=2) + "\n")
+    real.chmod(0o600)
+    link = env.home / ".claude.json"
+    link.symlink_to(Path("dotfiles") / "claude.json")  # relative, as dotfile managers make them
+
+    done = cli(env, "connect", "claude", "--user")
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and link.readlink() == Path("dotfiles") / "claude.json"
+    assert set(json.loads(real.read_text())["mcpServers"]) == {"other", "atomic"}
+    assert real.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in dotfiles.iterdir()) == ["claude.json"]  # no temporary file left
+
+    gone = cli(env, "disconnect", "claude", "--user")
+    assert gone.returncode == 0, gone.stderr
+    assert link.is_symlink() and json.loads(link.read_text()) == original
+
+
 def test_connect_writes_each_agents_shape(env: Env) -> None:
     for agent in ("claude", "opencode", "copilot", "cursor"):
         assert cli(env, "connect", agent).returncode == 0

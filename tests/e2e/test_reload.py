@@ -158,6 +158,24 @@ def test_an_editor_that_moves_the_old_file_away_first_never_withdraws_the_tools(
         assert "notifications/tools/list_changed" not in listener.methods(listener.sync())
 
 
+def test_a_vanished_file_holds_back_only_itself(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """The grace a deleted module file gets (an editor may be about to put it back) delays no other
+    module's reload in its directory."""
+    env.write_tool(env.local_tools, "gone.py", "def gone() -> str:\n    return 'gone'\n")
+    kept = env.write_tool(env.local_tools, "kept.py", "def kept() -> str:\n    '''v1'''\n    return 'v1'\n")
+    # A long debounce makes the grace long (ten looks of twice the debounce: 6 s), so that a slow
+    # machine cannot blur "kept.py reloaded at once" with "kept.py reloaded after the grace".
+    daemon = make_daemon({"ATOMICTOOLS_WATCH_DEBOUNCE_MS": "300"})
+    with daemon.client() as client:
+        assert names(client) == ["gone", "kept"]
+        (env.local_tools / "gone.py").unlink()
+        kept.write_text("def kept() -> str:\n    '''v2'''\n    return 'v2'\n")
+        wait_for(lambda: {t["name"]: t["description"] for t in client.list_tools()}.get("kept") == "v2",
+                 timeout=30, message="the edit of kept.py to serve")
+        assert "gone" in names(client)  # still within its grace
+        wait_for(lambda: "gone" not in names(client), timeout=30, message="gone.py's tools to go once the grace ends")
+
+
 def test_a_slow_call_across_a_reload_returns_the_old_generations_answer(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     source = '''
         import os, time

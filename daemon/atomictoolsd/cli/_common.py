@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
-__all__ = ["connect", "not_running", "print_json", "raw_request", "table", "where"]
+__all__ = ["connect", "not_running", "pid_alive", "print_json", "raw_request", "table", "where"]
 
 
 def print_json(value: Any) -> None:
@@ -37,6 +38,21 @@ def raw_request(method: str, timeout: float = 30.0) -> Any:
         return None
     finally:
         sock.close()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not: only its parent has yet to reap it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().split(b") ", 1)[1][:1] != b"Z"
+    except (OSError, IndexError):  # no /proc (macOS): the signal said it exists
+        return True
 
 
 def not_running() -> int:

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from atomictoolsd.cli._common import connect, not_running, print_json, raw_request, table, where
+from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, where
 
 __all__ = ["register"]
 
@@ -150,9 +150,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
         return 0
     pid = reply["pid"]
     deadline = time.monotonic() + 60
-    while _alive(pid) and time.monotonic() < deadline:
+    while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    if _alive(pid):
+    if pid_alive(pid):
         print(f"atomictoolsd (pid {pid}) is still stopping", file=sys.stderr)
         return 1
     print(f"atomictoolsd stopped (pid {pid})")
@@ -164,20 +164,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
         print("(launchd starts it again on the next connection; "
               f"`launchctl bootout gui/{os.getuid()}/{status['service'].get('unit')}` keeps it stopped)")
     return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes (its parent has not reaped it yet)
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[1][:1] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def cmd_restart(args: argparse.Namespace) -> int:

@@ -14,13 +14,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from atomictoolsd.cli._common import print_json, table
+from atomictoolsd.loglevels import DAEMON_LOG_LEVELS
 
 __all__ = ["register"]
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """Print the event log (``-f``: and follow it), filtered by tool and least severe level."""
-    from atomictoolsd.eventlog import CAUGHT_UP, LEVEL_RANK, follow_events, format_event, log_files, read_events
+    from atomictoolsd.eventlog import CAUGHT_UP, follow_events, format_event, log_files, read_events
+    from atomictoolsd.loglevels import LEVEL_RANK
     from atomictoolsd.paths import Paths
 
     log_dir = Paths.from_env().log_dir
@@ -95,7 +97,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     logs.add_argument("--tool", metavar="NAME", help="only events of this tool")
     logs.add_argument("--event", metavar="PREFIX", help="only events whose name starts so (tool., module., worker.)")
     logs.add_argument(
-        "--level", choices=["debug", "info", "warning", "error"], default="debug",
+        "--level", choices=DAEMON_LOG_LEVELS, default="debug",
         help="least severe level to show (default: all)",
     )
     logs.add_argument("-n", "--lines", type=int, default=0, metavar="N", help="only the last N matching events")

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from atomictoolsd.cli._common import raw_request
+from atomictoolsd.cli._common import pid_alive, raw_request
 
 __all__ = ["register"]
 
@@ -45,7 +45,7 @@ def cmd_install(args: argparse.Namespace) -> int:
             return None
         pid = int(reply["pid"])
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _exists(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.02)
         return f"stopped the daemon started outside the service manager (pid {pid}) so the service can take over"
 
@@ -53,20 +53,6 @@ def cmd_install(args: argparse.Namespace) -> int:
         the_plan, paths, sys.stdout, dry_run=args.dry_run, start=not args.no_start,
         stop_running_daemon=stop_running_daemon,
     )
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[1][:1] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:

@@ -2,6 +2,8 @@
 
 Both sides import this, so it stays at the standard library and msgspec. Every message is a
 msgpack array whose first element names it; see ``runtime`` (what a worker sends and accepts).
+A result travels as the JSON of an MCP ``CallToolResult``; ``error_result`` makes the error one that
+either side may have to answer with (a worker for a tool that raised, the daemon for a worker that died).
 """
 
 from __future__ import annotations
@@ -11,19 +13,25 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["MAX_FRAME", "FrameReader", "encode_frame"]
+__all__ = ["MAX_FRAME", "FrameReader", "encode_frame", "error_result"]
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 30  # a larger frame means the stream is corrupt, not that a result is big
 
 _encoder = msgspec.msgpack.Encoder()
 _decode = msgspec.msgpack.decode
+_json = msgspec.json.encode
 
 
 def encode_frame(message: Any) -> bytes:
     """One message, framed."""
     body = _encoder.encode(message)
     return _HEADER.pack(len(body)) + body
+
+
+def error_result(text: str) -> bytes:
+    """An MCP ``CallToolResult`` with ``isError: true`` and one text block, as JSON."""
+    return b'{"content":[{"type":"text","text":' + _json(text) + b'}],"isError":true}'
 
 
 class FrameReader:

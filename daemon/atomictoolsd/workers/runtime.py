@@ -42,12 +42,12 @@ import msgspec
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
-from atomictoolsd.workers.channel import FrameReader, encode_frame
+from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
 from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.sourceload import SourceOnlyLoader, imported_from, install_source_only_finder
 from atomictoolsd.workers.truncate import truncate
 
-__all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "load_tools", "main", "make_result", "prepare", "warm_up"]
+__all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "warm_up"]
 
 _json_encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
@@ -196,16 +196,7 @@ def warm_up() -> None:
         pass
 
 
-def load_tools(spec: WorkerSpec) -> list[ToolSpec]:
-    """Load the module a worker serves (its tools only). Raises ``LoadFailure``."""
-    return load_module(spec)[0]
-
-
 # -- results -------------------------------------------------------------------------------------
-
-
-def _error_result(text: str) -> bytes:
-    return b'{"content":[{"type":"text","text":' + _json_encode(text) + b'}],"isError":true}'
 
 
 def _exception_text(tool: str, exc: BaseException, memory_limit: int = 0) -> str:
@@ -237,7 +228,7 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
             if not (isinstance(spec.output_type, type) and type(value) is spec.output_type):
                 value = msgspec.convert(value, spec.output_type, from_attributes=True)
         except (msgspec.ValidationError, TypeError) as exc:
-            return _error_result(
+            return error_result(
                 f"Tool {spec.name!r} returned a value that does not match its return annotation: {exc}"
             )
         structured = {"result": value} if spec.wrap_output else value
@@ -385,7 +376,7 @@ class Runtime:
             try:
                 result = make_result(spec, spec.fn(**kwargs), self.worker)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
-                result = _error_result(_exception_text(spec.name, exc, self.worker.memory_limit))
+                result = error_result(_exception_text(spec.name, exc, self.worker.memory_limit))
             self.finish_call(call_id, result)
             with self._lock:
                 job = self._backlog.popleft() if self._backlog else None
@@ -417,12 +408,12 @@ class Runtime:
         """Validate a call; return the job to run, or None when it is answered, queued or async."""
         spec = self.tools.get(name)
         if spec is None:
-            self.send(["result", call_id, _error_result(f"Unknown tool {name!r} in this module")])
+            self.send(["result", call_id, error_result(f"Unknown tool {name!r} in this module")])
             return None
         try:
             kwargs = spec.parse_arguments(arguments or b"{}")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self.send(["result", call_id, _error_result(f"Invalid arguments for tool {name!r}: {exc}")])
+            self.send(["result", call_id, error_result(f"Invalid arguments for tool {name!r}: {exc}")])
             return None
         ctx = None
         if spec.context_param is not None:
@@ -486,12 +477,12 @@ class Runtime:
             return
         exc = task.exception()
         if exc is not None:
-            result = _error_result(_exception_text(spec.name, exc, self.worker.memory_limit))
+            result = error_result(_exception_text(spec.name, exc, self.worker.memory_limit))
         else:
             try:
                 result = make_result(spec, task.result(), self.worker)
             except Exception as err:  # noqa: BLE001 - an unencodable result is the tool's error
-                result = _error_result(f"Tool {spec.name!r} returned a value that cannot be sent: {err}")
+                result = error_result(f"Tool {spec.name!r} returned a value that cannot be sent: {err}")
         self.finish_call(call_id, result)
 
     def _emitter(self, call_id: int, progress: bool) -> Callable[[str, tuple[Any, ...]], None]:

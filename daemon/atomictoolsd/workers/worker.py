@@ -15,15 +15,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from atomictoolsd.workers.channel import FrameReader, encode_frame
+from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
 from atomictoolsd.workers.spawner import describe_status
 
 if TYPE_CHECKING:
     from atomictoolsd.workers.pool import ModuleRunner
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "Worker", "error_result"]
-
-_json = msgspec.json.encode
 
 
 class CallOwner(Protocol):
@@ -37,11 +35,6 @@ class CallOwner(Protocol):
 
     def call_log(self, call: Call, level: str, data: bytes) -> None:
         """A ``ctx.log`` message from the tool; ``data`` is JSON."""
-
-
-def error_result(text: str) -> bytes:
-    """An MCP ``CallToolResult`` with ``isError: true`` and one text block."""
-    return b'{"content":[{"type":"text","text":' + _json(text) + b'}],"isError":true}'
 
 
 class LoadFailed(Exception):
