@@ -291,7 +291,7 @@ class ModuleRunner:
                 if worker is self.current:
                     self.current = None
                     self.retiring.add(worker)
-                worker.retire()
+                worker.retire()  # also when it was retiring already: this call no longer keeps it
 
         asyncio.get_running_loop().call_later(self.pool.settings.cancel_grace, give_up)
 

@@ -246,8 +246,12 @@ class Worker(asyncio.Protocol):
     # -- ending ---------------------------------------------------------------------------------
 
     def retire(self) -> None:
-        """Take no new calls; stop once the calls in flight have answered."""
-        if self.state in ("retiring", "dead"):
+        """Take no new calls; stop once the calls in flight have answered.
+
+        Called again on a retiring worker (a call on it was given up), it looks again: the calls
+        left may all be abandoned ones, which no answer will ever end.
+        """
+        if self.state == "dead":
             return
         self.state = "retiring"
         if self.live_calls() == 0:
