@@ -4,6 +4,7 @@ started, and what tools print."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 import threading
 from pathlib import Path
@@ -55,3 +56,33 @@ def test_a_retiring_worker_whose_last_call_times_out_and_will_not_stop_is_stoppe
         assert answers[0].is_error and answers[0].text == "Tool 'stub_hang' timed out after 3 s"
         wait_for(lambda: not alive(old), timeout=10, message="the retired worker to be stopped")
         assert module_status(client, "stub.py")["retiring"] == []
+
+
+def test_an_async_call_cancelled_right_after_it_was_sent_is_cancelled(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    marks = env.root / "marks"
+    marks.mkdir()
+    env.write_tool(env.local_tools, "slow.py", f'''
+        import asyncio
+        from pathlib import Path
+
+        async def slow(n: int, seconds: float = 1.0) -> str:
+            await asyncio.sleep(seconds)
+            (Path({str(marks)!r}) / f"finished-{{n}}").touch()
+            return "done"
+    ''')
+    daemon: Daemon = make_daemon()
+    with daemon.raw() as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        assert raw.request("tools/call", {"name": "slow", "arguments": {"n": 0, "seconds": 0}})["result"]["content"]
+        batch = b""
+        for request_id in range(101, 106):  # each cancel right behind its call, in one write
+            batch += json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                                 "params": {"name": "slow", "arguments": {"n": request_id}}}).encode() + b"\n"
+            batch += json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": request_id}}).encode() + b"\n"
+        raw.send_bytes(batch)
+        # A later call sleeps on the same event loop past the cancelled calls' deadlines: any of them
+        # still running would have finished, and left its mark, before this one answers.
+        reply = raw.request("tools/call", {"name": "slow", "arguments": {"n": 99, "seconds": 1.5}})
+        assert reply["result"]["content"][0]["text"] == "done"
+    assert sorted(p.name for p in marks.iterdir()) == ["finished-0", "finished-99"]

@@ -463,9 +463,10 @@ class Runtime:
                     self._backlog.remove(job)
                     self.finish_call(call_id, None)
                     return
-        task = self._tasks.get(call_id)
-        if task is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(task.cancel)
+        if self._loop is not None:
+            # Through the loop, behind the _start_task that start_call scheduled: looked up here,
+            # the task of a call whose cancel came right behind it would not exist yet.
+            self._loop.call_soon_threadsafe(self._cancel_task, call_id)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -478,6 +479,11 @@ class Runtime:
         task = asyncio.ensure_future(_call_async(spec.fn, kwargs), loop=self._loop)
         self._tasks[call_id] = task
         task.add_done_callback(lambda t: self._task_done(call_id, spec, t))
+
+    def _cancel_task(self, call_id: int) -> None:
+        task = self._tasks.get(call_id)
+        if task is not None:
+            task.cancel()
 
     def _task_done(self, call_id: int, spec: ToolSpec, task: asyncio.Task[Any]) -> None:
         self._tasks.pop(call_id, None)
