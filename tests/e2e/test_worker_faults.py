@@ -5,6 +5,9 @@ started, and what tools print."""
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
 import textwrap
 import threading
 from pathlib import Path
@@ -86,3 +89,46 @@ def test_an_async_call_cancelled_right_after_it_was_sent_is_cancelled(env: Env, 
         reply = raw.request("tools/call", {"name": "slow", "arguments": {"n": 99, "seconds": 1.5}})
         assert reply["result"]["content"][0]["text"] == "done"
     assert sorted(p.name for p in marks.iterdir()) == ["finished-0", "finished-99"]
+
+
+def sleepers(seconds: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if process.info["cmdline"] == ["sleep", seconds]:
+            found.append(process)
+    return found
+
+
+def test_commands_a_shell_tool_started_die_with_a_killed_worker_and_a_killed_daemon(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.global_tools.mkdir(parents=True)
+    (env.global_tools / "ops.json").write_text(json.dumps({"name": "ops", "version": "1", "tools": [{
+        "name": "nap", "description": "Sleep.",
+        "inputSchema": {"type": "object", "properties": {"seconds": {"type": "string"}}, "required": ["seconds"]},
+        "handler": {"type": "shell", "command": "sleep {{seconds}}", "timeout": 600000},
+    }]}))
+    token = f"{random.randrange(10**6)}"
+    first, second = f"301.{token}", f"302.{token}"  # no other test's sleep looks like these
+    daemon: Daemon = make_daemon()
+
+    def nap(seconds: str) -> None:
+        try:
+            with daemon.raw() as raw:
+                raw.request("tools/call", {"name": "nap", "arguments": {"seconds": seconds}})
+        except (OSError, EOFError):
+            pass  # the daemon was killed
+
+    try:
+        threading.Thread(target=nap, args=(first,), daemon=True).start()
+        (command,) = wait_for(lambda: sleepers(first), message="the command to run")
+        with daemon.client(env.home) as client:
+            worker = module_status(client, "ops.json")["worker"]
+            os.kill(worker, signal.SIGKILL)
+            wait_for(lambda: not alive(command.pid), timeout=10, message="the command to die with its worker")
+
+            threading.Thread(target=nap, args=(second,), daemon=True).start()
+            (command,) = wait_for(lambda: sleepers(second), message="the second command to run")
+        daemon.kill()
+        wait_for(lambda: not alive(command.pid), timeout=10, message="the command to die with the daemon")
+    finally:
+        for process in sleepers(first) + sleepers(second):
+            process.kill()

@@ -10,10 +10,11 @@ goes, so end-of-file on stdin is how the fork server learns that the daemon clos
 fork server → daemon: ``["ready"]`` once; ``["spawned", request_id, pid]``; ``["exited", pid, status]``
 (``status`` as ``os.waitpid`` gives it) for every worker that ends, since only a parent can reap.
 
-No orphans: each worker leads its own process group (so a tool's children can be killed with it)
-and gets SIGKILL when the fork server dies (``PR_SET_PDEATHSIG``); the fork server gets SIGTERM when
-the daemon dies, and then kills every worker group. Where there is no ``PR_SET_PDEATHSIG`` (macOS),
-the closing channels do the same job: a worker exits when its channel to the daemon closes.
+No orphans: each worker leads its own session and process group (so a tool's children can be killed
+with it: ``sessions``) and gets SIGKILL when the fork server dies (``PR_SET_PDEATHSIG``); the fork
+server gets SIGTERM when the daemon dies, and then kills every worker with its group and session.
+Where there is no ``PR_SET_PDEATHSIG`` (macOS), the closing channels do the same job: a worker exits
+when its channel to the daemon closes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from atomictoolsd.workers import runtime  # the point of this process: pay for the import once
+from atomictoolsd.workers.sessions import kill_worker_processes
 
 __all__ = ["main", "set_parent_death_signal"]
 
@@ -136,24 +138,17 @@ class _Server:
                 return
             if pid == 0:
                 return
-            # What the worker's tools started lives on in its process group. An unreaped worker
-            # still holds its pid, so the group id cannot belong to anyone else yet: end the group,
-            # then reap.
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            # What the worker's tools started lives on in its process group and session. An
+            # unreaped worker still holds its pid, so neither id can belong to anyone else yet: end
+            # them, then reap.
+            kill_worker_processes((pid,))
             if status is None:
                 _, status = os.waitpid(pid, 0)
             self.children.discard(pid)
             self.send(["exited", pid, status])
 
     def shutdown(self) -> NoReturn:
-        for pid in list(self.children):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_worker_processes(self.children)
         for pid in list(self.children):
             try:
                 os.waitpid(pid, 0)
