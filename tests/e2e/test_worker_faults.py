@@ -58,7 +58,7 @@ def test_a_retiring_worker_whose_last_call_times_out_and_will_not_stop_is_stoppe
         thread.join(15)
         assert answers[0].is_error and answers[0].text == "Tool 'stub_hang' timed out after 3 s"
         wait_for(lambda: not alive(old), timeout=10, message="the retired worker to be stopped")
-        assert module_status(client, "stub.py")["retiring"] == []
+        wait_for(lambda: module_status(client, "stub.py")["retiring"] == [], message="the daemon to see it end")
 
 
 def test_an_async_call_cancelled_right_after_it_was_sent_is_cancelled(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
