@@ -4,6 +4,7 @@ started, and what tools print."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -15,6 +16,9 @@ from typing import Any
 
 import psutil
 
+from atomictoolsd.workers.channel import FrameReader
+from atomictoolsd.workers.runtime import WorkerSpec
+from atomictoolsd.workers.spawner import Spawner
 from helpers import Daemon, Env, wait_for
 
 
@@ -132,3 +136,71 @@ def test_commands_a_shell_tool_started_die_with_a_killed_worker_and_a_killed_dae
     finally:
         for process in sleepers(first) + sleepers(second):
             process.kill()
+
+
+def names(client: Any) -> list[str]:
+    return sorted(t["name"] for t in client.list_tools())
+
+
+def test_a_killed_fork_server_is_noticed_at_once_and_the_next_worker_starts_a_new_one(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "a.py", "import os\n\ndef a() -> str:\n    return str(os.getpid())\n")
+    env.write_tool(env.global_tools, "h.py", "import time\n\ndef h() -> str:\n    time.sleep(60)\n    return 'never'\n")
+    daemon: Daemon = make_daemon()
+    answers: list[Any] = []
+    with daemon.client(env.home) as client, daemon.client(env.home) as other:
+        old_worker = int(client.call("a").text)
+        forkserver = client.status()["forkserver"]["pid"]
+        thread = threading.Thread(target=lambda: answers.append(other.call("h")))
+        thread.start()
+        wait_for(lambda: module_status(client, "h.py")["inflight"] == 1, message="the call to run")
+        os.kill(forkserver, signal.SIGKILL)
+        thread.join(15)
+        # The daemon learns of the death from the pipe at once, so it knows how the worker ended
+        # (a worker's exit status only ever came from the fork server).
+        assert answers[0].is_error and answers[0].text == "Tool 'h' failed: its worker process was killed with the fork server"
+        new_worker = int(client.call("a").text)
+        assert new_worker != old_worker and not alive(old_worker)
+        assert client.status()["forkserver"]["pid"] not in (None, forkserver)
+        info = module_status(client, "a.py")
+        assert info["state"] == "ready" and info["crashes"] == 0, "dying with the fork server is not the module's crash"
+
+        env.write_tool(env.global_tools, "new.py", "def new() -> str:\n    return 'new'\n")
+        wait_for(lambda: "new" in names(client), message="a module added afterwards to load")
+        assert client.call("new").text == "new"
+        assert client.request("atomic/list")["errors"] == []
+    daemon.stop()
+    with make_daemon().client(env.home) as client:
+        assert names(client) == ["a", "h", "new"] and client.request("atomic/list")["errors"] == []
+
+
+def test_a_spawn_whose_send_finds_the_fork_server_dead_is_tried_again_on_a_new_one(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def m() -> str:\n    return 'm'\n")
+    spec = WorkerSpec(path=str(module), cwd=str(tmp_path))
+    started: list[int] = []
+
+    async def main() -> None:
+        spawner = Spawner()
+        try:
+            pid, sock = await spawner.spawn(spec)
+            started.append(pid)
+            first = spawner.pid
+            assert first is not None
+            started.append(first)
+            os.kill(first, signal.SIGKILL)
+            # Blocking the loop while it dies keeps the pipe's end-of-file unread: the next send is
+            # the first news of the death.
+            wait_for(lambda: not alive(first), message="the fork server to die")
+            pid, sock = await spawner.spawn(spec)
+            started.append(pid)
+            assert spawner.pid not in (None, first)
+            started.append(spawner.pid)
+            sock.settimeout(10)
+            assert FrameReader().feed(sock.recv(65536))[0][0] == "loaded"
+            sock.close()
+            await asyncio.wait_for(spawner.exit_status(pid), 10)
+        finally:
+            await spawner.close()
+
+    asyncio.run(main())
+    wait_for(lambda: not any(alive(pid) for pid in started), message="every process to end")

@@ -25,7 +25,7 @@ from typing import Any
 from atomictoolsd.eventlog import error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.runtime import WorkerSpec
-from atomictoolsd.workers.spawner import Spawner, SpawnError
+from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
@@ -191,7 +191,7 @@ class ModuleRunner:
         if self.current is worker:
             self.current = None
             self.last_error = f"worker {worker.pid} {worker.cause}"
-            if was == "ready":  # it died on its own (or for its memory): a crash
+            if was == "ready" and worker.status != FORKSERVER_GONE:  # it died on its own (or for its memory): a crash
                 self.backoff.crashed(self.last_error)
                 if self.backoff.failing and self.on_health is not None:
                     self.on_health()

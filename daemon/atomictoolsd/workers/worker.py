@@ -143,6 +143,7 @@ class Worker(asyncio.Protocol):
         self.started = time.monotonic()
         self.last_used = self.started
         self.cause: str | None = None
+        self.status: int | None = None  # its waitpid status once it ended (FORKSERVER_GONE: with the fork server)
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
         self._reader = FrameReader()
@@ -198,6 +199,7 @@ class Worker(asyncio.Protocol):
             self._kill_timer.cancel()
         # The fork server has killed what was left in the worker's process group before reaping it.
         self.runner.pool.spawner.forget(self.pid)
+        self.status = status
         if self.cause is None:
             self.cause = describe_status(status)
         if not self.loaded.done():
