@@ -173,6 +173,83 @@ def test_a_killed_fork_server_is_noticed_at_once_and_the_next_worker_starts_a_ne
         assert names(client) == ["a", "h", "new"] and client.request("atomic/list")["errors"] == []
 
 
+FAIL_ONE_FORK = """
+import os
+
+_fork = os.fork
+
+
+def fork():
+    # Test fault injection: the next fork fails as if the user's process limit were reached.
+    trigger = os.environ.get("FAIL_FORK_TRIGGER")
+    if trigger:
+        try:
+            os.unlink(trigger)
+        except FileNotFoundError:
+            pass
+        else:
+            raise BlockingIOError(11, "Resource temporarily unavailable (injected)")
+    return _fork()
+
+
+os.fork = fork
+"""
+
+
+def test_a_fork_that_fails_costs_only_what_needed_that_worker_and_is_never_cached(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    inject = env.root / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(FAIL_ONE_FORK)
+    trigger = env.root / "fail-the-next-fork"
+    extra = {
+        "PYTHONPATH": os.pathsep.join([str(inject), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "FAIL_FORK_TRIGGER": str(trigger),
+    }
+    env.write_tool(env.global_tools, "a.py", "import os, time\n\ndef a(s: float = 0) -> str:\n    time.sleep(s)\n    return str(os.getpid())\n")
+    env.write_tool(env.global_tools, "b.py", "import os\n\ndef b() -> str:\n    return str(os.getpid())\n")
+    env.write_tool(env.global_tools, "c.py", "def c() -> str:\n    return 'c'\n")
+
+    daemon: Daemon = make_daemon(extra)
+    answers: list[Any] = []
+    with daemon.client(env.home) as client, daemon.client(env.home) as other:
+        pid_a, pid_b = client.call("a").text, client.call("b").text
+        thread = threading.Thread(target=lambda: answers.append(other.call("a", s=2)))
+        thread.start()
+        wait_for(lambda: module_status(client, "a.py")["inflight"] == 1, message="the call to run")
+        trigger.touch()
+        env.write_tool(env.global_tools, "d.py", "def d() -> str:\n    return 'd'\n")  # its load needs a fork
+        errors = wait_for(lambda: client.request("atomic/list")["errors"], message="d.py to fail")
+        assert [(Path(e["file"]).name, e["message"]) for e in errors] == [(
+            "d.py", "no worker could be started to load it "
+                    "(cannot fork a worker process: [Errno 11] Resource temporarily unavailable (injected))",
+        )]
+        thread.join(15)
+        assert not answers[0].is_error and answers[0].text == pid_a, "the call in flight elsewhere finished"
+        assert (client.call("a").text, client.call("b").text) == (pid_a, pid_b), "every worker lives on"
+    daemon.stop()
+
+    # The failure was not d.py's: nothing was cached, and the next daemon loads it. The others are
+    # listed from the cache, without a worker until their first call.
+    daemon = make_daemon(extra)
+    with daemon.client(env.home) as client:
+        assert names(client) == ["a", "b", "c", "d"] and client.request("atomic/list")["errors"] == []
+        assert module_status(client, "c.py")["worker"] is None
+        trigger.touch()
+        result = client.call("c")
+        assert result.is_error and result.text == (
+            "Tool 'c' is unavailable: no worker could be started "
+            "(cannot fork a worker process: [Errno 11] Resource temporarily unavailable (injected))"
+        )
+        assert names(client) == ["a", "b", "c", "d"] and client.request("atomic/list")["errors"] == [], "c keeps its listing"
+        assert client.call("c").text == "c"
+
+        trigger.touch()  # a new module whose load fails so is tried again by the next scan
+        env.write_tool(env.global_tools, "e.py", "def e() -> str:\n    return 'e'\n")
+        wait_for(lambda: client.request("atomic/list")["errors"], message="e.py to fail")
+        assert client.request("atomic/reload")["success"] is True
+        assert client.call("e").text == "e"
+
+
 def test_a_spawn_whose_send_finds_the_fork_server_dead_is_tried_again_on_a_new_one(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def m() -> str:\n    return 'm'\n")

@@ -28,7 +28,7 @@ from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
 
-__all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
+__all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
 
 log = logging.getLogger("atomictoolsd.workers")
 
@@ -95,13 +95,11 @@ class ModuleRunner:
 
         Raises:
             LoadFailed: the module failed to import or to build its tools, or the worker died.
+            SpawnError: no worker could be started (not the module's doing).
         """
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        try:
-            pid, sock = await self.pool.spawner.spawn(self.spec)
-        except SpawnError as exc:
-            raise LoadFailed({"file": self.spec.path, "line": None, "message": str(exc), "traceback": ""}) from None
+        pid, sock = await self.pool.spawner.spawn(self.spec)
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
@@ -119,9 +117,10 @@ class ModuleRunner:
             worker.kill()
             raise LoadFailed(
                 {"file": self.spec.path, "line": None, "traceback": "",
-                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"}
+                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"},
+                by_module=False,
             ) from None
-        except LoadFailed:
+        except (LoadFailed, SpawnError):
             worker.close()
             raise
         return worker, definitions, load_ms
@@ -257,6 +256,19 @@ class ModuleRunner:
             self._fail_queued(self.last_error or "its module failed to load")
             if self.on_load_failure is not None:
                 self.on_load_failure(failure)
+            return None
+        except SpawnError as exc:
+            # Not the module's doing: the calls that needed a worker fail; the module stays as listed.
+            self._starting = None
+            if epoch != self._epoch:
+                self._restart_if_waiting()
+                return None
+            self.last_error = f"no worker could be started: {exc}"
+            log.warning(
+                "no worker could be started for %s: %s", self.spec.path, exc,
+                extra={"event": "worker.spawn_failed", "data": {"module": self.spec.path, "error": str(exc)}},
+            )
+            self._fail_queued(f"no worker could be started ({exc})")
             return None
         except BaseException:
             self._starting = None

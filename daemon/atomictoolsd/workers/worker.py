@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from atomictoolsd.workers.channel import FrameReader, encode_frame
-from atomictoolsd.workers.spawner import describe_status
+from atomictoolsd.workers.spawner import FORKSERVER_GONE, SpawnError, describe_status
 
 if TYPE_CHECKING:
     from atomictoolsd.workers.pool import ModuleRunner
@@ -45,11 +45,17 @@ def error_result(text: str) -> bytes:
 
 
 class LoadFailed(Exception):
-    """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``."""
+    """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``.
 
-    def __init__(self, info: dict[str, Any]) -> None:
+    ``by_module``: the module reported the failure itself (its import raised, its tools are
+    malformed), so loading the same files fails the same way and the failure may be cached; False
+    when its worker died or took too long while loading, which may not happen again.
+    """
+
+    def __init__(self, info: dict[str, Any], by_module: bool = True) -> None:
         super().__init__(info.get("message", "load failed"))
         self.info = info
+        self.by_module = by_module
 
 
 class Call:
@@ -203,9 +209,10 @@ class Worker(asyncio.Protocol):
         if self.cause is None:
             self.cause = describe_status(status)
         if not self.loaded.done():
+            message = f"the worker {self.cause} while loading the module"
             self.loaded.set_exception(
-                LoadFailed({"file": self.runner.spec.path, "line": None, "traceback": "",
-                            "message": f"the worker {self.cause} while loading the module"})
+                SpawnError(message) if status == FORKSERVER_GONE
+                else LoadFailed({"file": self.runner.spec.path, "line": None, "traceback": "", "message": message}, by_module=False)
             )
             self.loaded.exception()
         pending, self.pending = self.pending, {}
