@@ -155,6 +155,7 @@ class Worker(asyncio.Protocol):
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
+        exit_status.add_done_callback(self._on_exit_status)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -187,6 +188,12 @@ class Worker(asyncio.Protocol):
                 self.loaded.set_result((message[1], message[2]))
             elif op == "failed" and not self.loaded.done():
                 self.loaded.set_exception(LoadFailed(message[1]))
+
+    def _on_exit_status(self, status: asyncio.Future[int]) -> None:
+        # Died with the fork server: the daemon learns it from the fork server's pipe, possibly
+        # before the dying process has closed its channel. No new call may go to it meanwhile.
+        if not status.cancelled() and status.result() == FORKSERVER_GONE and self._transport is not None:
+            self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
