@@ -11,12 +11,15 @@ import random
 import signal
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from atomictoolsd.eventlog import read_events
 from atomictoolsd.workers.channel import FrameReader
+from atomictoolsd.workers.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.spawner import Spawner
 from helpers import Daemon, Env, wait_for
@@ -281,3 +284,64 @@ def test_a_spawn_whose_send_finds_the_fork_server_dead_is_tried_again_on_a_new_o
 
     asyncio.run(main())
     wait_for(lambda: not any(alive(pid) for pid in started), message="every process to end")
+
+
+NOISY = '''
+    import subprocess, sys
+    from atomictools import tool
+
+    print("loading noisy")
+
+    @tool
+    def noisy() -> str:
+        print("to stdout")
+        print("to stderr", file=sys.stderr)
+        subprocess.run(["echo", "from a program it started"])
+        return "ok"
+
+    @tool
+    def flood() -> str:
+        for _ in range(50):
+            print("x" * 100_000)
+        return "flooded"
+'''
+
+
+def output_events(env: Env) -> list[dict[str, Any]]:
+    return [e for e in read_events(env.state_dir / "log") if e.get("event") == "tool.output"]
+
+
+def test_what_a_tool_prints_goes_to_the_event_log_as_its_modules_output_bounded(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    module = str(env.write_tool(env.global_tools, "noisy.py", NOISY))
+    daemon: Daemon = make_daemon()
+    with daemon.client(env.home) as client:
+        assert client.call("noisy").text == "ok"
+        expected = {
+            ("info", "stdout", "loading noisy"), ("info", "stdout", "to stdout"),
+            ("warning", "stderr", "to stderr"), ("info", "stdout", "from a program it started"),
+        }
+
+        def seen() -> set[tuple[str, str, str]]:
+            return {(e["level"], e["stream"], e["message"]) for e in output_events(env) if e["module"] == module}
+
+        wait_for(lambda: expected <= seen(), timeout=15, interval=0.1, message=f"{expected} in the log")
+
+        started = time.monotonic()
+        assert client.call("noisy_flood").text == "flooded"
+        total = 50 * 100_001
+        flood: list[dict[str, Any]] = []
+
+        def accounted() -> bool:
+            flood[:] = [e for e in output_events(env) if set(e["message"]) <= {"x", "\n"} or e["message"].startswith("(")]
+            logged = sum(len(e["message"]) for e in flood if not e["message"].startswith("("))
+            # Every byte is logged or counted as dropped (a logged chunk's last newline is not kept).
+            return total - len(flood) <= logged + sum(e.get("dropped", 0) for e in flood) <= total
+
+        wait_for(accounted, timeout=15, interval=0.1, message="the whole flood to be accounted for")
+        elapsed = time.monotonic() - started
+    logged = sum(len(e["message"]) for e in flood if not e["message"].startswith("("))
+    assert all(len(e["message"]) <= CHUNK_BYTES for e in flood)
+    assert logged <= BURST_BYTES + RATE_BYTES * elapsed + CHUNK_BYTES, "a flood is rate-limited"
+    assert flood[-1]["message"].endswith("bytes of output not logged)") and flood[-1]["dropped"] > 0
+    stderr = daemon.stderr()
+    assert "to stdout" not in stderr and "xxxxxxxxxx" not in stderr, "nothing a tool prints reaches the daemon's stderr"

@@ -1,8 +1,9 @@
 """One worker process, seen from the daemon: its channel, its calls in flight, how it ended.
 
 A ``Worker`` is an ``asyncio.Protocol`` over the daemon's end of the worker's channel. It sends calls
-and cancellations, routes results, progress and logs back to each ``Call``, and when the channel
-closes it fails the calls still in flight with a result that names how the process ended.
+and cancellations, routes results, progress and logs back to each ``Call``, writes what the worker
+printed to the event log (``tool.output``), and when the channel closes it fails the calls still in
+flight with a result that names how the process ended.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from atomictoolsd.eventlog import events
 from atomictoolsd.workers.channel import FrameReader, encode_frame
+from atomictoolsd.workers.output import CHUNK_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, SpawnError, describe_status
 
 if TYPE_CHECKING:
@@ -181,6 +184,8 @@ class Worker(asyncio.Protocol):
                 call = self.pending.get(message[1])
                 if call is not None and not call.done:
                     call.owner.call_log(call, message[2], message[3])
+            elif op == "output":
+                self._on_output(message[1], message[2], message[3])
             elif op == "loaded" and not self.loaded.done():
                 self.state = "ready"
                 self.problems = message[3] if len(message) > 3 else []
@@ -194,6 +199,19 @@ class Worker(asyncio.Protocol):
         # before the dying process has closed its channel. No new call may go to it meanwhile.
         if not status.cancelled() and status.result() == FORKSERVER_GONE and self._transport is not None:
             self._transport.abort()
+
+    def _on_output(self, fd: int, data: bytes, dropped: int) -> None:
+        """What the worker printed: a ``tool.output`` event of its module (stderr as a warning)."""
+        text = bytes(data[:CHUNK_BYTES]).decode("utf-8", "replace")  # bounded here too: a tool can write anything
+        fields: dict[str, Any] = {
+            "module": self.runner.spec.path,
+            "pid": self.pid,
+            "stream": "stdout" if fd == 1 else "stderr",
+            "message": text.removesuffix("\n") if text else f"({dropped} bytes of output not logged)",
+        }
+        if dropped:
+            fields["dropped"] = dropped
+        events.emit("info" if fd == 1 else "warning", "tool.output", fields)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
