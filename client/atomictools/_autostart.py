@@ -7,6 +7,11 @@ The daemon is started in a new session (``setsid``): MCP clients kill their serv
 group on shutdown, and that must not take a shared daemon down with one agent. It then forks once
 more so it is nobody's child, and reports on a pipe when its socket is listening; that readiness pipe
 replaces polling, and an EOF without a report means it failed to start (its stderr says why).
+
+Its stderr is ``atomictoolsd.stderr`` in the runtime dir: what the daemon says before its event log
+opens, its warnings, a crash's traceback. What tools print goes to the event log instead. The file
+is rotated to ``atomictoolsd.stderr.1`` when a daemon starts and it is past ``STDERR_MAX_BYTES``, so
+it never grows across many daemons' lives (the runtime dir is often in memory).
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import time
 from atomictools._errors import ConnectError
 from atomictools._paths import runtime_dir
 
-__all__ = ["STDERR_NAME", "start_daemon"]
+__all__ = ["STDERR_MAX_BYTES", "STDERR_NAME", "start_daemon"]
 
 STDERR_NAME = "atomictoolsd.stderr"
+STDERR_MAX_BYTES = 1 << 20
 
 
 def _private_dir(path: str) -> None:
@@ -43,6 +49,7 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tup
     rundir = runtime_dir()
     _private_dir(rundir)
     stderr_path = os.path.join(rundir, STDERR_NAME)
+    _rotate_if_large(stderr_path)
     read_fd, write_fd = os.pipe()
     try:
         with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as stderr:
@@ -70,6 +77,14 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tup
         f"the daemon did not start ({'no report' if not line else line!r}); "
         f"its stderr ({stderr_path}) ends with:\n{_tail(stderr_path)}"
     )
+
+
+def _rotate_if_large(path: str) -> None:
+    try:
+        if os.stat(path).st_size > STDERR_MAX_BYTES:
+            os.replace(path, path + ".1")
+    except OSError:
+        pass  # none yet, or another starter rotated it first
 
 
 def _read_line(fd: int, timeout: float) -> str:

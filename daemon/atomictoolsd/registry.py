@@ -39,7 +39,7 @@ from atomictools._protocol import check_tool_name
 from atomictoolsd.defcache import CacheEntry, DefinitionCache
 from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
 from atomictoolsd.trust import trust_command
-from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, WorkerPool
+from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, SpawnError, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
 __all__ = ["Change", "Module", "Project", "Registry", "ToolDef", "ToolsDir", "View"]
@@ -93,6 +93,9 @@ class Module:
         self.worker_problems: list[dict[str, Any]] = []  # the tools the worker reported skipping
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers it imported
         self.source = ""  # where its definitions came from: "worker" or "cache"
+        # It failed for a reason outside the module (no worker could start, its worker died while
+        # loading): never cached, and the next scan tries again.
+        self.transient = False
 
     def depends_on(self, path: str) -> bool:
         return any(dep[0] == path for dep in self.deps)
@@ -485,6 +488,7 @@ class Registry:
                     or p not in tools_dir.modules
                     or tools_dir.modules[p].file.key != f.key
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
+                    or tools_dir.modules[p].transient
                 )
             ]
             if trusted:
@@ -550,7 +554,7 @@ class Registry:
         runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
         try:
             return file, await runner.load()
-        except LoadFailed as failure:
+        except (LoadFailed, SpawnError) as failure:
             return file, failure
 
     def _commit(
@@ -570,6 +574,11 @@ class Registry:
                 runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
                 runner.on_loaded = lambda worker, definitions, m=module: self._lazy_loaded(m, worker, definitions)
                 runner.on_health = lambda m=module: self._health_changed(m)
+            elif isinstance(outcome, SpawnError):
+                # Not the module's doing: it keeps what it served, and its old file key has the next
+                # scan try again.
+                log.warning("cannot load %s now: no worker could be started (%s)", module.path, outcome)
+                continue
             module.file = file
             if outcome is _BLOCKED:
                 self._block(module)
@@ -585,8 +594,13 @@ class Registry:
                 continue
             loaded = True
             module.source = "worker"
+            if isinstance(outcome, SpawnError):  # a module seen for the first time
+                self._fail(module, {"file": module.path, "line": None, "traceback": "",
+                                    "message": f"no worker could be started to load it ({outcome})"}, transient=True)
+                failures.append(module)
+                continue
             if isinstance(outcome, LoadFailed):
-                self._fail(module, outcome.info)
+                self._fail(module, outcome.info, transient=not outcome.by_module)
                 failures.append(module)
                 continue
             worker, definitions, load_ms = outcome
@@ -616,6 +630,8 @@ class Registry:
         for path, module in tools_dir.modules.items():
             file = module.file
             if module.state == "failed" and module.error is not None:
+                if module.transient:
+                    continue  # not the module's doing: the next daemon loads it afresh
                 entries[path] = self.cache.failure_entry(tools_dir.path, file, {**module.error, "deps": module.deps})
             elif module.state in ("ready", "failing"):
                 entries[path] = CacheEntry(
@@ -674,16 +690,19 @@ class Registry:
         module.state = "ready"
         module.error = None
         module.problems = problems
+        module.transient = False
 
     def _block(self, module: Module) -> None:
         module.tools = {}
         module.state = "blocked"
         module.error = None
+        module.transient = False
         module.problems = []
         module.runner.retire("its project is not trusted")
         log.info("not loading %s: %s is not a trusted project", module.path, module.tools_dir.cwd)
 
-    def _fail(self, module: Module, info: dict[str, Any]) -> None:
+    def _fail(self, module: Module, info: dict[str, Any], transient: bool = False) -> None:
+        module.transient = transient
         module.tools = {}
         module.definitions = []
         module.worker_problems = []
@@ -704,7 +723,7 @@ class Registry:
         """A worker started for a call could not load a module that had loaded before."""
         if module.tools_dir.modules.get(module.path) is not module:
             return
-        self._fail(module, failure.info)
+        self._fail(module, failure.info, transient=not failure.by_module)
         module.source = "worker"
         self._save_cache(module.tools_dir)
         self._changed(module.tools_dir)

@@ -113,6 +113,24 @@ def test_start_reports_why_the_daemon_could_not_start(env: Env) -> None:
     assert daemon_pid(env) is None
 
 
+def test_a_started_daemon_leaves_the_starters_directory_and_keeps_its_stderr_file_small(detached: Env) -> None:
+    env = detached
+    env.write_tool(env.global_tools, "noisy.py", "def noisy() -> str:\n    print('x' * 100_000)\n    return 'ok'\n")
+    env.runtime_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stderr = env.runtime_dir / "atomictoolsd.stderr"
+    stderr.write_bytes(b"an old line\n" * 200_000)  # 2.4 MB from earlier daemons
+    started = run(env, "start")
+    assert started.returncode == 0, started.stderr
+    assert (env.runtime_dir / "atomictoolsd.stderr.1").stat().st_size == 2_400_000, "rotated when the daemon started"
+    assert stderr.stat().st_size < 100_000
+    pid = daemon_pid(env)
+    assert pid is not None and psutil.Process(pid).cwd() == "/", "it keeps no directory of the starter's busy"
+    with Client(directory=str(env.home), autostart=False) as client:
+        for _ in range(20):
+            assert client.call("noisy").text == "ok"
+    assert stderr.stat().st_size < 100_000, "what tools print goes to the event log, not here"
+
+
 def test_client_autostarts_a_daemon_that_outlives_its_process_group(detached: Env) -> None:
     env = detached
     env.write_tool(env.global_tools, "greet.py", GREET)

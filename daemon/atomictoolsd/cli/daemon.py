@@ -16,8 +16,10 @@ __all__ = ["register"]
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground (``--detach``: in the background, as ``start`` does)."""
-    if args.detach and os.fork() > 0:
-        os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
+    if args.detach:
+        if os.fork() > 0:
+            os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
+        os.chdir("/")  # and keeps no directory of the starter's busy (an unmount, a removed worktree)
 
     from atomictoolsd.service.manager import capture
 

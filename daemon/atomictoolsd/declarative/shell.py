@@ -146,7 +146,10 @@ class ShellHandler:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group, so a timeout kills its children too
+                # A process group of its own, so a timeout kills its children too; but the worker's
+                # session, so it dies with the worker (the fork server ends the session: kill -9 of
+                # the daemon, a worker killed for memory or for a call that would not stop).
+                process_group=0,
             )
         except FileNotFoundError:
             raise ToolError(f"Cannot run {argv[0]!r}: no such program on PATH") from None

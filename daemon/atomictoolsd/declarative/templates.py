@@ -78,7 +78,8 @@ def value_text(name: str, value: Any) -> str:
 
 
 def log(level: str, message: str) -> None:
-    """Write a line to the worker's stderr, which is the daemon's log, in the daemon's format."""
+    """Write a line to the worker's stderr, in the daemon's format: the daemon's event log takes it
+    as a ``tool.output`` warning of the module."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     sys.stderr.write(f"{stamp} {level.upper()} atomictoolsd.declarative: {message}\n")
     sys.stderr.flush()

@@ -1,19 +1,23 @@
 """The fork server: a small process with the worker runtime already imported, forking workers.
 
 A cold ``python -c "import msgspec"`` costs ~26 ms; forking this process costs well under 1 ms. The
-daemon starts one fork server (``python -m atomictoolsd.workers.forkserver FD DAEMON_PID``) and
-talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
+daemon starts one fork server (``python -m atomictoolsd.workers.forkserver FD DAEMON_PID ALIVE_FD``)
+and talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
 
 daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
 The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer
 goes, so end-of-file on stdin is how the fork server learns that the daemon closed it or died.
-fork server → daemon: ``["ready"]`` once; ``["spawned", request_id, pid]``; ``["exited", pid, status]``
-(``status`` as ``os.waitpid`` gives it) for every worker that ends, since only a parent can reap.
+fork server → daemon: ``["ready"]`` once; ``["spawned", request_id, pid]``, or ``["failed", request_id,
+message]`` when it could not fork (the process limit, memory: that request fails, nothing else);
+``["exited", pid, status]`` (``status`` as ``os.waitpid`` gives it) for every worker that ends, since
+only a parent can reap. ``ALIVE_FD`` is the write end of a pipe it keeps open and never writes to
+(its workers close it): the daemon learns of its death from the end-of-file.
 
-No orphans: each worker leads its own process group (so a tool's children can be killed with it)
-and gets SIGKILL when the fork server dies (``PR_SET_PDEATHSIG``); the fork server gets SIGTERM when
-the daemon dies, and then kills every worker group. Where there is no ``PR_SET_PDEATHSIG`` (macOS),
-the closing channels do the same job: a worker exits when its channel to the daemon closes.
+No orphans: each worker leads its own session and process group (so a tool's children can be killed
+with it: ``sessions``) and gets SIGKILL when the fork server dies (``PR_SET_PDEATHSIG``); the fork
+server gets SIGTERM when the daemon dies, and then kills every worker with its group and session.
+Where there is no ``PR_SET_PDEATHSIG`` (macOS), the closing channels do the same job: a worker exits
+when its channel to the daemon closes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from atomictoolsd.workers import runtime  # the point of this process: pay for the import once
+from atomictoolsd.workers.sessions import kill_worker_processes
 
 __all__ = ["main", "set_parent_death_signal"]
 
@@ -46,8 +51,9 @@ def set_parent_death_signal(sig: int) -> bool:
 
 
 class _Server:
-    def __init__(self, control: socket.socket) -> None:
+    def __init__(self, control: socket.socket, alive_fd: int = -1) -> None:
         self.control = control
+        self.alive_fd = alive_fd
         self.children: set[int] = set()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -91,8 +97,11 @@ class _Server:
             data, fds = b"", []
         if not data:
             return
-        message = _decode(data)
-        if message[0] == "spawn" and fds:
+        try:
+            message = _decode(data)
+        except msgspec.DecodeError:
+            message = None
+        if isinstance(message, list) and len(message) == 3 and message[0] == "spawn" and fds:
             self.spawn(message[1], message[2], fds[0])
         else:
             for fd in fds:
@@ -100,9 +109,15 @@ class _Server:
 
 
     def spawn(self, request_id: int, spec_json: bytes, channel_fd: int) -> None:
-        spec = msgspec.json.decode(spec_json, type=runtime.WorkerSpec)
-        runtime.prepare(spec.kind)  # once per kind: its workers then fork with the loader imported
-        pid = os.fork()
+        try:
+            spec = msgspec.json.decode(spec_json, type=runtime.WorkerSpec)
+            runtime.prepare(spec.kind)  # once per kind: its workers then fork with the loader imported
+            pid = os.fork()
+        except Exception as exc:  # noqa: BLE001 - one worker that cannot start must cost no other
+            os.close(channel_fd)
+            what = "cannot fork a worker process" if isinstance(exc, OSError) else "cannot start a worker"
+            self.send(["failed", request_id, f"{what}: {exc}"])
+            return
         if pid == 0:
             self._become_worker(channel_fd, spec)
         os.close(channel_fd)
@@ -119,6 +134,8 @@ class _Server:
             self.control.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
+            if self.alive_fd >= 0:
+                os.close(self.alive_fd)  # the daemon must see its end-of-file when we die, not the worker
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)  # the daemon's liveness pipe is the fork server's business
             os.close(devnull)
@@ -136,24 +153,17 @@ class _Server:
                 return
             if pid == 0:
                 return
-            # What the worker's tools started lives on in its process group. An unreaped worker
-            # still holds its pid, so the group id cannot belong to anyone else yet: end the group,
-            # then reap.
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            # What the worker's tools started lives on in its process group and session. An
+            # unreaped worker still holds its pid, so neither id can belong to anyone else yet: end
+            # them, then reap.
+            kill_worker_processes((pid,))
             if status is None:
                 _, status = os.waitpid(pid, 0)
             self.children.discard(pid)
             self.send(["exited", pid, status])
 
     def shutdown(self) -> NoReturn:
-        for pid in list(self.children):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_worker_processes(self.children)
         for pid in list(self.children):
             try:
                 os.waitpid(pid, 0)
@@ -180,7 +190,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
     runtime.warm_up()
-    _Server(control).run()
+    _Server(control, int(args[2]) if len(args) > 2 else -1).run()
 
 
 if __name__ == "__main__":

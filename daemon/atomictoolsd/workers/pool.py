@@ -25,10 +25,10 @@ from typing import Any
 from atomictoolsd.eventlog import error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.runtime import WorkerSpec
-from atomictoolsd.workers.spawner import Spawner, SpawnError
+from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
 
-__all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "WorkerPool"]
+__all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
 
 log = logging.getLogger("atomictoolsd.workers")
 
@@ -96,6 +96,7 @@ class ModuleRunner:
 
         Raises:
             LoadFailed: the module failed to import or to build its tools, or the worker died.
+            SpawnError: no worker could be started (not the module's doing).
         """
         self.loading += 1
         try:
@@ -106,10 +107,7 @@ class ModuleRunner:
     async def _load(self) -> tuple[Worker, list[dict[str, Any]], float]:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        try:
-            pid, sock = await self.pool.spawner.spawn(self.spec)
-        except SpawnError as exc:
-            raise LoadFailed({"file": self.spec.path, "line": None, "message": str(exc), "traceback": ""}) from None
+        pid, sock = await self.pool.spawner.spawn(self.spec)
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
@@ -127,9 +125,10 @@ class ModuleRunner:
             worker.kill()
             raise LoadFailed(
                 {"file": self.spec.path, "line": None, "traceback": "",
-                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"}
+                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"},
+                by_module=False,
             ) from None
-        except LoadFailed:
+        except (LoadFailed, SpawnError):
             self.drop(worker)
             raise
         return worker, definitions, load_ms
@@ -207,7 +206,7 @@ class ModuleRunner:
         if self.current is worker:
             self.current = None
             self.last_error = f"worker {worker.pid} {worker.cause}"
-            if was == "ready":  # it died on its own (or for its memory): a crash
+            if was == "ready" and worker.status != FORKSERVER_GONE:  # it died on its own (or for its memory): a crash
                 self.backoff.crashed(self.last_error)
                 if self.backoff.failing and self.on_health is not None:
                     self.on_health()
@@ -274,6 +273,19 @@ class ModuleRunner:
             if self.on_load_failure is not None:
                 self.on_load_failure(failure)
             return None
+        except SpawnError as exc:
+            # Not the module's doing: the calls that needed a worker fail; the module stays as listed.
+            self._starting = None
+            if epoch != self._epoch:
+                self._restart_if_waiting()
+                return None
+            self.last_error = f"no worker could be started: {exc}"
+            log.warning(
+                "no worker could be started for %s: %s", self.spec.path, exc,
+                extra={"event": "worker.spawn_failed", "data": {"module": self.spec.path, "error": str(exc)}},
+            )
+            self._fail_queued(f"no worker could be started ({exc})")
+            return None
         except BaseException:
             self._starting = None
             raise
@@ -307,7 +319,7 @@ class ModuleRunner:
                 if worker is self.current:
                     self.current = None
                     self.retiring.add(worker)
-                worker.retire()
+                worker.retire()  # also when it was retiring already: this call no longer keeps it
 
         asyncio.get_running_loop().call_later(self.pool.settings.cancel_grace, give_up)
 

@@ -20,6 +20,8 @@ worker → daemon
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
+    ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
+    ``output``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from atomictools._errors import ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
 from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
 from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
+from atomictoolsd.workers.output import capture as capture_output
 from atomictoolsd.workers.sourceload import SourceOnlyLoader, imported_from, install_source_only_finder
 from atomictoolsd.workers.truncate import truncate
 
@@ -274,12 +277,14 @@ class Runtime:
 
     INLINE_BUDGET = 0.01  # seconds an inline call may hold the reading role
 
-    def __init__(self, sock: socket.socket, tools: dict[str, ToolSpec], worker: WorkerSpec) -> None:
+    def __init__(
+        self, sock: socket.socket, tools: dict[str, ToolSpec], worker: WorkerSpec, send_lock: threading.Lock | None = None
+    ) -> None:
         self.sock = sock
         self.tools = tools
         self.worker = worker
         self.calls: dict[int, Context | None] = {}
-        self._send_lock = threading.Lock()
+        self._send_lock = send_lock or threading.Lock()  # shared with whatever else sends on the channel
         self._frames = FrameReader()
         self._inbox: collections.deque[list[Any]] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
@@ -454,9 +459,10 @@ class Runtime:
                     self._backlog.remove(job)
                     self.finish_call(call_id, None)
                     return
-        task = self._tasks.get(call_id)
-        if task is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(task.cancel)
+        if self._loop is not None:
+            # Through the loop, behind the _start_task that start_call scheduled: looked up here,
+            # the task of a call whose cancel came right behind it would not exist yet.
+            self._loop.call_soon_threadsafe(self._cancel_task, call_id)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -469,6 +475,11 @@ class Runtime:
         task = asyncio.ensure_future(_call_async(spec.fn, kwargs), loop=self._loop)
         self._tasks[call_id] = task
         task.add_done_callback(lambda t: self._task_done(call_id, spec, t))
+
+    def _cancel_task(self, call_id: int) -> None:
+        task = self._tasks.get(call_id)
+        if task is not None:
+            task.cancel()
 
     def _task_done(self, call_id: int, spec: ToolSpec, task: asyncio.Task[Any]) -> None:
         self._tasks.pop(call_id, None)
@@ -517,6 +528,14 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     """Load the module and serve calls on channel ``fd`` until the daemon closes it. Never returns."""
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
+    send_lock = threading.Lock()
+
+    def send(message: list[Any]) -> None:
+        frame = encode_frame(message)
+        with send_lock:
+            sock.sendall(frame)
+
+    capture_output(send)  # first: what the module prints while it loads is the author's clue
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
     directory = os.path.dirname(spec.path)
@@ -529,13 +548,13 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         info = {**failure.info, "deps": imported_from(directory, spec.path)}
         if info["message"].startswith("MemoryError") and spec.memory_limit:
             info["message"] = f"MemoryError: importing the module needs more than {describe_limit(spec.memory_limit)}"
-        sock.sendall(encode_frame(["failed", info]))
+        send(["failed", info])
         _exit()
     except BaseException as exc:  # noqa: BLE001 - report anything, then go
-        sock.sendall(encode_frame(["failed", {"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}]))
+        send(["failed", {"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}])
         _exit()
     load_ms = (time.perf_counter() - started) * 1000
-    runtime = Runtime(sock, tools, spec)
+    runtime = Runtime(sock, tools, spec, send_lock)
     deps = imported_from(directory, spec.path)
     runtime.send(["loaded", [t.definition() for t in tools.values()], load_ms, problems, deps])
     runtime.run()

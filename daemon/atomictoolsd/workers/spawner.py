@@ -2,14 +2,24 @@
 
 ``Spawner.spawn(spec)`` returns the new worker's pid and the daemon's end of its channel. Exit
 statuses arrive separately (only the fork server, their parent, can reap workers) and resolve the
-future returned by ``exit_status(pid)``. If the fork server itself dies, the next spawn starts a new
-one; workers of the old one die with it (they get SIGKILL from their parent's death).
+future returned by ``exit_status(pid)``.
+
+The fork server holds the write end of a pipe whose read end the daemon watches: its end-of-file
+says at once that the fork server died (the control socket is a datagram socket pair, which reports
+no end-of-file, and ``SOCK_SEQPACKET`` does not exist for ``AF_UNIX`` on macOS). Then its waiting
+requests fail, its workers are counted as ended (they get SIGKILL from their parent's death on
+Linux; elsewhere the daemon kills them) along with what they started, and the next spawn starts a
+new fork server. A send that fails counts as the same news, and the spawn is tried once more on a
+new fork server.
+
+A ``SpawnError`` is never the module's doing: the caller fails what needed the worker, not the module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import signal
 import socket
@@ -20,21 +30,34 @@ from typing import Any
 import msgspec
 
 from atomictoolsd.workers.runtime import WorkerSpec
+from atomictoolsd.workers.sessions import kill_worker_processes
 
-__all__ = ["SpawnError", "Spawner", "describe_status"]
+__all__ = ["FORKSERVER_GONE", "SpawnError", "Spawner", "describe_status"]
+
+log = logging.getLogger("atomictoolsd.workers")
+
+# The exit "status" of a worker that died with its fork server: no one could reap it for us, so its
+# real status is unknown (a real one is never negative).
+FORKSERVER_GONE = -1
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
 
 
 class SpawnError(Exception):
-    """A worker could not be started."""
+    """A worker could not be started: the fork server could not fork it, or is gone."""
+
+
+class _ForkServerGone(SpawnError):
+    """The fork server went away before it answered; a new one may do better."""
 
 
 def describe_status(status: int | None) -> str:
     """Say in words how a process ended, from an ``os.waitpid`` status."""
     if status is None:
         return "ended for an unknown reason"
+    if status == FORKSERVER_GONE:
+        return "was killed with the fork server"
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:
@@ -47,20 +70,31 @@ def describe_status(status: int | None) -> str:
     return f"ended with status {status}"
 
 
+class _ForkServer:
+    """One fork server process, and what the daemon awaits from it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], control: socket.socket, alive_fd: int, ready: asyncio.Future[None]) -> None:
+        self.proc = proc
+        self.control = control
+        self.alive_fd = alive_fd  # read end of the pipe only the fork server writes to: EOF = it died
+        self.ready = ready
+        self.requests: dict[int, asyncio.Future[int]] = {}
+        self.workers: set[int] = set()  # forked and not reported ended
+        self.gone = False
+
+
 class Spawner:
     """Starts workers through a fork server (started on first use, restarted if it dies)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None, start_timeout: float = 30.0) -> None:
         self._loop = loop
         self._start_timeout = start_timeout
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._control: socket.socket | None = None
-        self._ready: asyncio.Future[None] | None = None
+        self._server: _ForkServer | None = None
         self._starting: asyncio.Lock | None = None
-        self._requests: dict[int, asyncio.Future[int]] = {}
         self._exits: dict[int, asyncio.Future[int]] = {}
         self._ids = itertools.count(1)
         self._reaping: asyncio.Future[None] | None = None
+        self.lost = 0  # fork servers that died on their own
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -71,43 +105,63 @@ class Spawner:
     @property
     def pid(self) -> int | None:
         """The fork server's pid, when one runs."""
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        server = self._server
+        return server.proc.pid if server is not None and not server.gone and server.proc.poll() is None else None
 
-    async def _ensure_started(self) -> socket.socket:
-        if self._control is not None:
-            return self._control
+    async def _ensure_started(self) -> _ForkServer:
+        if self._server is not None:
+            return self._server
         if self._starting is None:
             self._starting = asyncio.Lock()
         async with self._starting:
-            if self._control is not None:
-                return self._control
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            if self._server is not None:
+                return self._server
+            server = self._start()
             try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "atomictoolsd.workers.forkserver", str(theirs.fileno()), str(os.getpid())],
-                    pass_fds=(theirs.fileno(),),
-                    stdin=subprocess.PIPE,  # its EOF tells the fork server that we are gone
-                    close_fds=True,
-                )
-            except OSError as exc:
-                ours.close()
-                raise SpawnError(f"cannot start the fork server: {exc}") from exc
-            finally:
-                theirs.close()
-            ours.setblocking(False)
-            self._proc = proc
-            self._ready = self.loop.create_future()
-            self.loop.add_reader(ours.fileno(), self._on_readable, ours)
-            self._control = ours
-            try:
-                await asyncio.wait_for(asyncio.shield(self._ready), self._start_timeout)
+                await asyncio.wait_for(asyncio.shield(server.ready), self._start_timeout)
             except (TimeoutError, SpawnError) as exc:
-                self._lost(ours)
-                raise SpawnError(f"the fork server did not start: {exc or 'timed out'}") from None
-            return ours
+                self._lost(server)
+                raise SpawnError(f"the fork server did not start: {str(exc) or 'timed out'}") from None
+            return server
 
-    def _on_readable(self, control: socket.socket) -> None:
-        while True:
+    def _start(self) -> _ForkServer:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        alive_r, alive_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "atomictoolsd.workers.forkserver",
+                 str(theirs.fileno()), str(os.getpid()), str(alive_w)],
+                pass_fds=(theirs.fileno(), alive_w),
+                stdin=subprocess.PIPE,  # its EOF tells the fork server that we are gone
+                close_fds=True,
+            )
+        except OSError as exc:
+            ours.close()
+            os.close(alive_r)
+            raise SpawnError(f"cannot start the fork server: {exc}") from exc
+        finally:
+            theirs.close()
+            os.close(alive_w)
+        ours.setblocking(False)
+        server = _ForkServer(proc, ours, alive_r, self.loop.create_future())
+        self.loop.add_reader(ours.fileno(), self._on_readable, server)
+        self.loop.add_reader(alive_r, self._on_alive_readable, server)
+        self._server = server
+        return server
+
+    def _on_alive_readable(self, server: _ForkServer) -> None:
+        try:
+            data = os.read(server.alive_fd, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost(server, unexpected=True)
+
+    def _on_readable(self, server: _ForkServer) -> None:
+        control = server.control
+        while not server.gone:
             try:
                 data = control.recv(1 << 16)
             except BlockingIOError:
@@ -115,49 +169,83 @@ class Spawner:
             except OSError:
                 data = b""
             if not data:
-                self._lost(control)
+                self._lost(server, unexpected=True)
                 return
-            message = _decode(data)
-            op = message[0]
+            try:
+                message = _decode(data)
+                op = message[0]
+            except (msgspec.DecodeError, IndexError, TypeError):
+                continue
             if op == "spawned":
-                future = self._requests.pop(message[1], None)
+                future = server.requests.pop(message[1], None)
+                pid = message[2]
+                server.workers.add(pid)
+                stale = self._exits.get(pid)
+                if stale is not None and stale.done():
+                    del self._exits[pid]  # an earlier worker's, whose pid this one reuses
                 if future is not None and not future.done():
-                    future.set_result(message[2])
+                    future.set_result(pid)
+            elif op == "failed":
+                future = server.requests.pop(message[1], None)
+                if future is not None and not future.done():
+                    future.set_exception(SpawnError(message[2]))
             elif op == "exited":
+                server.workers.discard(message[1])
                 future = self.exit_status(message[1])
                 if not future.done():
                     future.set_result(message[2])
-            elif op == "ready" and self._ready is not None and not self._ready.done():
-                self._ready.set_result(None)
+            elif op == "ready" and not server.ready.done():
+                server.ready.set_result(None)
 
-    def _lost(self, control: socket.socket) -> None:
-        """The fork server is gone: fail waiting requests; its workers die with it."""
-        if self._control is control:
-            self._control = None
+    def _lost(self, server: _ForkServer, unexpected: bool = False) -> None:
+        """The fork server is gone (or being stopped): fail its waiting requests, end its workers."""
+        if server.gone:
+            return
+        server.gone = True
+        if self._server is server:
+            self._server = None
+        for fd in (server.control.fileno(), server.alive_fd):
+            try:
+                self.loop.remove_reader(fd)
+            except (ValueError, OSError):
+                pass
         try:
-            self.loop.remove_reader(control.fileno())
+            self.loop.remove_writer(server.control.fileno())  # a spawn waiting to send (_writable)
         except (ValueError, OSError):
             pass
-        control.close()
-        error = SpawnError("the fork server exited")
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(error)
-            self._ready.exception()  # retrieved: the starter reports it
-        for future in self._requests.values():
+        server.control.close()
+        os.close(server.alive_fd)
+        error = _ForkServerGone("the fork server exited")
+        if not server.ready.done():
+            server.ready.set_exception(error)
+            server.ready.exception()  # retrieved: the starter reports it
+        for future in server.requests.values():
             if not future.done():
                 future.set_exception(error)
-        self._requests.clear()
-        for future in self._exits.values():
+        server.requests.clear()
+        if unexpected:
+            self.lost += 1
+            # It could not end its workers' groups and sessions (nor, without PR_SET_PDEATHSIG, the
+            # workers): do it here. Their pids still hold those ids while anything is left in them.
+            kill_worker_processes(server.workers)
+            log.warning(
+                "the fork server (pid %d) exited; %d worker(s) died with it; the next worker starts a new one",
+                server.proc.pid, len(server.workers),
+                extra={"event": "forkserver.exit", "data": {"pid": server.proc.pid, "workers": sorted(server.workers)}},
+            )
+        for pid in server.workers:
+            future = self.exit_status(pid)
             if not future.done():
-                future.set_result(signal.SIGKILL)  # PR_SET_PDEATHSIG: they were killed with it
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            self._reaping = self.loop.run_in_executor(None, _wait, proc, 5.0)
+                future.set_result(FORKSERVER_GONE)
+        server.workers.clear()
+        proc = server.proc
+        if proc.stdin is not None:
+            proc.stdin.close()
+        self._reaping = self.loop.run_in_executor(None, _wait, proc, 5.0)
 
     def exit_status(self, pid: int) -> asyncio.Future[int]:
-        """A future resolved with the ``waitpid`` status of worker ``pid`` when it ends."""
+        """A future resolved with the ``waitpid`` status of worker ``pid`` when it ends
+        (``FORKSERVER_GONE`` when it died with the fork server)."""
         future = self._exits.get(pid)
         if future is None:
             future = self._exits[pid] = self.loop.create_future()
@@ -168,18 +256,43 @@ class Spawner:
         self._exits.pop(pid, None)
 
     async def spawn(self, spec: WorkerSpec) -> tuple[int, socket.socket]:
-        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel."""
-        control = await self._ensure_started()
+        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel.
+
+        Raises:
+            SpawnError: no fork server could be started, it could not fork, or two died in turn.
+        """
+        try:
+            return await self._spawn_on(await self._ensure_started(), spec)
+        except _ForkServerGone:
+            pass  # died before it answered, or before we noticed: once more, on a new one
+        try:
+            return await self._spawn_on(await self._ensure_started(), spec)
+        except _ForkServerGone as exc:
+            raise SpawnError(f"{exc}, twice in a row") from None
+
+    async def _spawn_on(self, server: _ForkServer, spec: WorkerSpec) -> tuple[int, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
-        self._requests[request_id] = future
+        server.requests[request_id] = future
+        message = _encode(["spawn", request_id, msgspec.json.encode(spec)])
         try:
-            socket.send_fds(control, [_encode(["spawn", request_id, msgspec.json.encode(spec)])], [theirs.fileno()])
+            while True:
+                try:
+                    socket.send_fds(server.control, [message], [theirs.fileno()])
+                    break
+                except BlockingIOError:
+                    await self._writable(server)
         except OSError as exc:
-            self._requests.pop(request_id, None)
+            server.requests.pop(request_id, None)
             ours.close()
-            raise SpawnError(f"cannot reach the fork server: {exc}") from exc
+            # A datagram socket reports no end-of-file: a failed send may be the first news of its death.
+            self._lost(server, unexpected=True)
+            raise _ForkServerGone(f"cannot reach the fork server ({exc})") from exc
+        except BaseException:
+            server.requests.pop(request_id, None)
+            ours.close()
+            raise
         finally:
             theirs.close()
         try:
@@ -190,15 +303,29 @@ class Spawner:
         self.exit_status(pid)
         return pid, ours
 
+    async def _writable(self, server: _ForkServer) -> None:
+        if server.gone:
+            raise _ForkServerGone("the fork server exited")
+        fd = server.control.fileno()
+        waiter: asyncio.Future[None] = self.loop.create_future()
+        self.loop.add_writer(fd, lambda: waiter.done() or waiter.set_result(None))
+        try:
+            await asyncio.wait_for(waiter, 1.0)  # and look again: it may have died meanwhile
+        except TimeoutError:
+            pass
+        finally:
+            if not server.gone:
+                self.loop.remove_writer(fd)
+
     async def close(self) -> None:
         """Stop the fork server (closing its channel makes it kill every worker and exit)."""
-        if self._control is not None:
-            self._lost(self._control)
+        if self._server is not None:
+            self._lost(self._server)
         if self._reaping is not None:
             await self._reaping
 
     def info(self) -> dict[str, Any]:
-        return {"pid": self.pid, "workers": sum(1 for f in self._exits.values() if not f.done())}
+        return {"pid": self.pid, "workers": sum(1 for f in self._exits.values() if not f.done()), "lost": self.lost}
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:

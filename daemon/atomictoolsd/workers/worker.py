@@ -1,8 +1,9 @@
 """One worker process, seen from the daemon: its channel, its calls in flight, how it ended.
 
 A ``Worker`` is an ``asyncio.Protocol`` over the daemon's end of the worker's channel. It sends calls
-and cancellations, routes results, progress and logs back to each ``Call``, and when the channel
-closes it fails the calls still in flight with a result that names how the process ended.
+and cancellations, routes results, progress and logs back to each ``Call``, writes what the worker
+printed to the event log (``tool.output``), and when the channel closes it fails the calls still in
+flight with a result that names how the process ended.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from atomictoolsd.eventlog import events
 from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
-from atomictoolsd.workers.spawner import describe_status
+from atomictoolsd.workers.output import CHUNK_BYTES
+from atomictoolsd.workers.spawner import FORKSERVER_GONE, SpawnError, describe_status
 
 if TYPE_CHECKING:
     from atomictoolsd.workers.pool import ModuleRunner
@@ -38,11 +41,17 @@ class CallOwner(Protocol):
 
 
 class LoadFailed(Exception):
-    """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``."""
+    """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``.
 
-    def __init__(self, info: dict[str, Any]) -> None:
+    ``by_module``: the module reported the failure itself (its import raised, its tools are
+    malformed), so loading the same files fails the same way and the failure may be cached; False
+    when its worker died or took too long while loading, which may not happen again.
+    """
+
+    def __init__(self, info: dict[str, Any], by_module: bool = True) -> None:
         super().__init__(info.get("message", "load failed"))
         self.info = info
+        self.by_module = by_module
 
 
 class Call:
@@ -136,11 +145,13 @@ class Worker(asyncio.Protocol):
         self.started = time.monotonic()
         self.last_used = self.started
         self.cause: str | None = None
+        self.status: int | None = None  # its waitpid status once it ended (FORKSERVER_GONE: with the fork server)
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
+        exit_status.add_done_callback(self._on_exit_status)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -166,6 +177,8 @@ class Worker(asyncio.Protocol):
                 call = self.pending.get(message[1])
                 if call is not None and not call.done:
                     call.owner.call_log(call, message[2], message[3])
+            elif op == "output":
+                self._on_output(message[1], message[2], message[3])
             elif op == "loaded" and not self.loaded.done():
                 self.state = "ready"
                 self.problems = message[3] if len(message) > 3 else []
@@ -173,6 +186,25 @@ class Worker(asyncio.Protocol):
                 self.loaded.set_result((message[1], message[2]))
             elif op == "failed" and not self.loaded.done():
                 self.loaded.set_exception(LoadFailed(message[1]))
+
+    def _on_exit_status(self, status: asyncio.Future[int]) -> None:
+        # Died with the fork server: the daemon learns it from the fork server's pipe, possibly
+        # before the dying process has closed its channel. No new call may go to it meanwhile.
+        if not status.cancelled() and status.result() == FORKSERVER_GONE and self._transport is not None:
+            self._transport.abort()
+
+    def _on_output(self, fd: int, data: bytes, dropped: int) -> None:
+        """What the worker printed: a ``tool.output`` event of its module (stderr as a warning)."""
+        text = bytes(data[:CHUNK_BYTES]).decode("utf-8", "replace")  # bounded here too: a tool can write anything
+        fields: dict[str, Any] = {
+            "module": self.runner.spec.path,
+            "pid": self.pid,
+            "stream": "stdout" if fd == 1 else "stderr",
+            "message": text.removesuffix("\n") if text else f"({dropped} bytes of output not logged)",
+        }
+        if dropped:
+            fields["dropped"] = dropped
+        events.emit("info" if fd == 1 else "warning", "tool.output", fields)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -191,12 +223,14 @@ class Worker(asyncio.Protocol):
             self._kill_timer.cancel()
         # The fork server has killed what was left in the worker's process group before reaping it.
         self.runner.pool.spawner.forget(self.pid)
+        self.status = status
         if self.cause is None:
             self.cause = describe_status(status)
         if not self.loaded.done():
+            message = f"the worker {self.cause} while loading the module"
             self.loaded.set_exception(
-                LoadFailed({"file": self.runner.spec.path, "line": None, "traceback": "",
-                            "message": f"the worker {self.cause} while loading the module"})
+                SpawnError(message) if status == FORKSERVER_GONE
+                else LoadFailed({"file": self.runner.spec.path, "line": None, "traceback": "", "message": message}, by_module=False)
             )
             self.loaded.exception()
         pending, self.pending = self.pending, {}
@@ -239,8 +273,12 @@ class Worker(asyncio.Protocol):
     # -- ending ---------------------------------------------------------------------------------
 
     def retire(self) -> None:
-        """Take no new calls; stop once the calls in flight have answered."""
-        if self.state in ("retiring", "dead"):
+        """Take no new calls; stop once the calls in flight have answered.
+
+        Called again on a retiring worker (a call on it was given up), it looks again: the calls
+        left may all be abandoned ones, which no answer will ever end.
+        """
+        if self.state == "dead":
             return
         self.state = "retiring"
         if self.live_calls() == 0:
