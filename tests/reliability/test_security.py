@@ -1,0 +1,252 @@
+"""Security: no way in for another user, and none for the code or the input of a project you have
+not trusted.
+
+The e2e tests of each point (tests/e2e/test_lifecycle.py, test_trust.py, test_declarative.py,
+test_builtins.py) show the rule; each test here tries what an attacker would try next, and records
+how many inputs it tried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import Daemon, Env, RawConnection, wait_for
+
+NOBODY = 65534
+
+
+# -- another user ----------------------------------------------------------------------------------
+
+
+def as_other_user(uid: int, gid: int, groups: list[int], attempt: Callable[[], str]) -> str:
+    """Run ``attempt`` in a child process that has become ``uid``/``gid``; return what it reports."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            outcome = attempt()
+        except BaseException as exc:  # noqa: BLE001 - whatever happens is the report
+            outcome = f"crashed {exc!r}"
+        os.write(write_fd, outcome.encode())
+        os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_fd, "rb") as f:
+        return f.read().decode()
+
+
+def knock(path: Path, payload: bytes) -> Callable[[], str]:
+    """What the other user tries: connect, send ``payload``, read whatever comes back."""
+
+    def attempt() -> str:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(5)
+        try:
+            sock.connect(str(path))
+        except OSError as exc:
+            return f"connect failed: errno {exc.errno}"
+        received = b""
+        try:
+            sock.sendall(payload)
+            while chunk := sock.recv(65536):
+                received += chunk
+        except OSError as exc:
+            return f"connected; {len(received)} bytes answered; then errno {exc.errno}"
+        finally:
+            sock.close()
+        return f"connected; {len(received)} bytes answered"
+
+    return attempt
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_another_user_gets_nothing_through_any_layer(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    marker = env.root / "ran-for-another-user"
+    env.write_tool(env.global_tools, "touch.py", f"def touch() -> str:\n    open({str(marker)!r}, 'w').close()\n    return 'ran'\n")
+    daemon: Daemon = make_daemon()
+    requests = [
+        {"method": "ping"},
+        {"method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x"}}},
+        {"method": "tools/list"},
+        {"method": "tools/call", "params": {"name": "touch", "arguments": {}}},
+        {"method": "atomic/bridges/create", "params": {"agent": "generic", "directory": "/"}},
+        {"method": "atomic/shutdown"},
+    ]
+    payload = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, **r}).encode() + b"\n" for i, r in enumerate(requests))
+    other_user = [(NOBODY, NOBODY, []), (NOBODY, 0, [0])]  # also one in root's own group
+    outcomes: dict[str, str] = {}
+    base_mode = stat.S_IMODE(os.stat(env.runtime_base).st_mode)
+    try:
+        # Layer 1, as the daemon left things: its runtime dir (0700) keeps others out.
+        os.chmod(env.runtime_base, 0o755)
+        for uid, gid, groups in other_user:
+            outcomes[f"dir 0700, gid {gid}"] = as_other_user(uid, gid, groups, knock(env.socket, payload))
+        # Layer 2: someone opened the dir; the socket itself (0600) still refuses.
+        os.chmod(env.runtime_dir, 0o755)
+        for uid, gid, groups in other_user:
+            outcomes[f"socket 0600, gid {gid}"] = as_other_user(uid, gid, groups, knock(env.socket, payload))
+        # Layer 3: the socket opened too; the daemon checks the peer's uid and answers nothing.
+        os.chmod(env.socket, 0o777)
+        for uid, gid, groups in other_user:
+            outcomes[f"peer uid, gid {gid}"] = as_other_user(uid, gid, groups, knock(env.socket, payload))
+    finally:
+        os.chmod(env.socket, 0o600)
+        os.chmod(env.runtime_dir, 0o700)
+        os.chmod(env.runtime_base, base_mode)
+    if any(outcome.startswith("crashed") for outcome in outcomes.values()):
+        pytest.skip(f"cannot act as another user here: {outcomes}")
+    assert [o for k, o in outcomes.items() if not k.startswith("peer")] == ["connect failed: errno 13"] * 4, outcomes
+    for key in ("peer uid, gid 65534", "peer uid, gid 0"):
+        # Closed at once: EOF, or a reset/broken pipe if the close came before the write.
+        assert outcomes[key].startswith("connected; 0 bytes answered"), outcomes
+    assert not marker.exists(), "the tool never ran"
+    assert daemon.stderr().count(f"refused a connection from uid {NOBODY}") == 2
+    with daemon.client() as client:
+        assert client.request("atomic/bridges/list") == {"bridges": []}
+        assert client.call("touch").text == "ran", "the daemon serves its own user as before"
+    record(
+        f"uid {NOBODY} (own group, and root's group) tried {len(requests)} pipelined requests through 3 layers "
+        f"({len(outcomes)} attempts): dir 0700 and socket 0600 → EACCES; socket opened to all → connected, "
+        f"0 bytes answered, the tool never ran, no bridge made, the daemon kept serving"
+    )
+
+
+# -- an untrusted project --------------------------------------------------------------------------
+
+# Runs the moment it is imported: a marker file per module says whether a project's code ever ran.
+PROBE = '''
+    import pathlib
+
+    pathlib.Path({marker!r}).write_text("imported")
+
+    def {name}() -> str:
+        return "project code ran"
+'''
+
+
+def write_probe(env: Env, tools: Path, name: str) -> Path:
+    """A tool module that leaves ``<root>/ran-<name>`` when imported; return that marker's path."""
+    marker = env.root / f"ran-{name}"
+    env.write_tool(tools, f"{name}.py", PROBE.format(marker=str(marker), name=name))
+    return marker
+
+
+def ran(env: Env) -> list[str]:
+    return sorted(p.name for p in env.root.glob("ran-*"))
+
+
+def cli(env: Env, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "atomictoolsd", *args], env=env.vars, cwd=cwd or env.project,
+                          capture_output=True, text=True, timeout=60)
+
+
+def refused(raw: RawConnection, name: str, arguments: dict[str, Any] | None = None) -> None:
+    """Call ``name``; it must be refused as a tool that does not exist (a meta-tool says so in its result)."""
+    reply = raw.request("tools/call", {"name": name, "arguments": arguments or {}})
+    if name == "atomic_call_tool":
+        result = reply["result"]
+        assert result["isError"] and result["content"][0]["text"].endswith("does not exist; call atomic_list_tools to see the current tools"), reply
+    else:
+        assert "error" in reply and reply["error"]["code"] == -32602, reply
+
+
+@pytest.fixture
+def untrusted(env: Env) -> Env:
+    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    return env
+
+
+def test_nothing_a_client_does_runs_an_untrusted_projects_code(untrusted: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env = untrusted
+    write_probe(env, env.local_tools, "probe")
+    env.write_tool(env.local_tools, "_helper.py", f"open({str(env.root / 'ran-helper')!r}, 'w').close()\nVALUE = 1\n")
+    env.write_tool(env.local_tools, "uses.py", "from _helper import VALUE\n\ndef uses() -> int:\n    return VALUE\n")
+    env.write_tool(env.local_tools, "decl.json", json.dumps({"tools": [{
+        "name": "decl", "description": "d",
+        "handler": {"type": "shell", "command": f"touch {env.root / 'ran-decl'}"},
+    }]}))
+    daemon: Daemon = make_daemon()
+    attempts = 0
+    link = env.root / "link-to-project"
+    link.symlink_to(env.project)
+    (env.project / "sub").mkdir()
+    ways_in = [env.project, link, env.project / "sub" / ".." / "sub", env.local_tools]
+    with daemon.raw() as raw:
+        for directory in ways_in:  # however the project is named, it is the same untrusted project
+            raw.request("atomic/attach", {"directory": str(directory), "dispatcher": True})
+            for name in ("probe", "uses", "decl"):
+                refused(raw, name)
+                refused(raw, "atomic_call_tool", {"name": name, "arguments": {}})
+                attempts += 2
+            listed = raw.request("tools/list")["result"]["tools"]
+            assert {t["name"] for t in listed} == {"atomic_list_tools", "atomic_call_tool"}, listed
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        reloaded = raw.request("atomic/reload")["result"]
+        assert reloaded["toolCount"] == 0, reloaded
+        refreshed = raw.request("atomic/trust/refresh")["result"]
+        assert refreshed == {"changed": []}, "asking again trusts nothing"
+        os.kill(daemon.pid, signal.SIGHUP)
+        wait_for(lambda: "reloaded on SIGHUP" in daemon.stderr(), message="the SIGHUP rescan")
+        attempts += 3
+        # Files dropped or edited while the daemon watches the project: still never imported.
+        new_marker = write_probe(env, env.local_tools, "dropped")
+        write_probe(env, env.local_tools, "probe")  # an edit
+        wait_for(lambda: any(b["file"].endswith("dropped.py") for b in raw.request("atomic/list")["result"]["blocked"]),
+                 message="the dropped file to be listed as blocked")
+        refused(raw, "dropped")
+        refused(raw, "probe")
+        attempts += 4
+        assert not new_marker.exists()
+    assert ran(env) == [], f"untrusted code ran: {ran(env)}"
+    record(f"{attempts} attempts to run an untrusted project's code (4 names for the project, direct and dispatcher "
+           f"calls, reload, trust refresh, SIGHUP, files dropped and edited while watched): none ran")
+
+
+def test_trust_covers_exactly_the_trusted_root(untrusted: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env = untrusted
+    write_probe(env, env.local_tools, "parent")
+    nested = env.project / "vendor" / "dependency"  # a project inside the trusted one, with tools of its own
+    write_probe(env, nested / ".atomic" / "tools", "nested")
+    sibling = env.root / "project-evil"  # a name that starts like the trusted one
+    write_probe(env, sibling / ".atomic" / "tools", "sibling")
+    assert cli(env, "trust", str(env.project)).returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("parent").text == "project code ran", "the trusted project's own tools load"
+    with daemon.raw() as raw:
+        for directory, name in ((nested, "nested"), (nested / "src", "nested"), (sibling, "sibling")):
+            (directory).mkdir(parents=True, exist_ok=True)
+            raw.request("atomic/attach", {"directory": str(directory)})
+            refused(raw, name)
+            refused(raw, "parent")  # and the parent's tools are not the nested project's
+    assert ran(env) == ["ran-parent"]
+
+    # Untrusting is remembered: after a restart, with the definitions cached from when the project
+    # was trusted, its tools are blocked and an edit made meanwhile is never imported.
+    assert cli(env, "untrust", str(env.project)).returncode == 0
+    daemon.stop()
+    (env.root / "ran-parent").unlink()
+    write_probe(env, env.local_tools, "parent")
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        assert raw.request("tools/list")["result"]["tools"] == []
+        refused(raw, "parent")
+    assert ran(env) == []
+    record("6 attempts across trust boundaries (a project nested in a trusted one, a sibling named like it, the "
+           "trusted project after untrust and a restart with its definitions cached): no untrusted code ran")
