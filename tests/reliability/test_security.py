@@ -250,3 +250,71 @@ def test_trust_covers_exactly_the_trusted_root(untrusted: Env, make_daemon, reco
     assert ran(env) == []
     record("6 attempts across trust boundaries (a project nested in a trusted one, a sibling named like it, the "
            "trusted project after untrust and a restart with its definitions cached): no untrusted code ran")
+
+
+def test_the_builtins_run_nothing_of_an_untrusted_repository(untrusted: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A cloned repository's own git config names programs: hooks, filter drivers, and the same in
+    its submodules. The built-in git tools look at any project, trusted or not, so none may run."""
+    env = untrusted
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    repo = env.project
+
+    def git(*args: str, cwd: Path = repo) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "protocol.file.allow=always",
+                        *args], cwd=cwd, check=True, capture_output=True, env={**env.vars, "GIT_CONFIG_NOSYSTEM": "1"})
+
+    def trap(name: str) -> str:
+        return f"sh -c 'touch {env.root}/ran-{name}; cat'"
+
+    sub = env.root / "submodule-origin"
+    sub.mkdir()
+    git("init", "-q", cwd=sub)
+    (sub / "data.txt").write_text("one\n")
+    git("add", "-A", cwd=sub)
+    git("commit", "-qm", "sub", cwd=sub)
+    git("init", "-q")
+    (repo / "tracked.txt").write_text("one\n")
+    (repo / "staged.txt").write_text("one\n")
+    (repo / ".gitattributes").write_text("* filter=evil\n*.txt filter=odd=name\n")
+    git("add", "-A")
+    git("submodule", "add", "-q", str(sub), "sub")
+    git("commit", "-qm", "first")
+    # Changes git has to look at, made before the traps are set: content edits, staged edits, files
+    # whose stat changed but not their size, a dirty submodule.
+    (repo / "tracked.txt").write_text("one\ntwo\n")
+    (repo / "staged.txt").write_text("two\n")
+    git("add", "staged.txt")
+    os.utime(repo / "sub" / "data.txt", (1, 1))
+    os.utime(repo / "staged.txt", (2, 2))
+    for key, value in (
+        ("filter.evil.clean", trap("clean")), ("filter.evil.smudge", trap("smudge")),
+        ("filter.evil.process", trap("process")), ("filter.evil.required", "true"),
+        ("filter.odd=name.clean", trap("odd-name")), ("core.fsmonitor", f"{env.root}/fsmonitor-hook"),
+        ("diff.external", trap("external-diff")),
+    ):
+        git("config", key, value)
+    hooks = repo / ".git" / "hooks"
+    for hook in ("post-index-change", "pre-commit", "post-checkout", "reference-transaction", "fsmonitor-watchman"):
+        (hooks / hook).write_text(f"#!/bin/sh\ntouch {env.root}/ran-hook-{hook}\n")
+        (hooks / hook).chmod(0o755)
+    (env.root / "fsmonitor-hook").write_text(f"#!/bin/sh\ntouch {env.root}/ran-fsmonitor\n")
+    (env.root / "fsmonitor-hook").chmod(0o755)
+    (repo / ".git" / "modules" / "sub" / "info").mkdir(parents=True, exist_ok=True)
+    (repo / ".git" / "modules" / "sub" / "info" / "attributes").write_text("* filter=subevil\n")
+    git("config", "filter.subevil.clean", trap("submodule-clean"), cwd=repo / "sub")
+    assert ran(env) == [], "setting the trap ran nothing"
+
+    daemon: Daemon = make_daemon()
+    calls = [("git-status", {}), ("git-status", {"subdirectory": "sub"}), ("git-diff-summary", {}),
+             ("git-diff-summary", {"staged": True}), ("workspace-info", {}), ("file-reader", {"path": "tracked.txt"})]
+    with daemon.client() as client:
+        answers = {f"{name} {args}": client.call_tool(name, args) for name, args in calls}
+    assert ran(env) == [], f"the repository's own programs ran: {ran(env)}"
+    status = answers["git-status {}"]
+    assert not status.is_error and " M tracked.txt" in status.text and "M  staged.txt" in status.text, status.text
+    diff = answers["git-diff-summary {}"]
+    assert not diff.is_error and "tracked.txt" in diff.text, diff.text
+    assert answers["file-reader {'path': 'tracked.txt'}"].text == "one\ntwo\n"
+    record(f"{len(calls)} built-in calls on an untrusted repository with 9 traps set (clean, smudge and process "
+           f"filters, a filter named with '=', a submodule's filter, fsmonitor, external diff, 5 hooks): none ran, "
+           f"the answers were right")
