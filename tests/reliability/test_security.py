@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -318,3 +319,179 @@ def test_the_builtins_run_nothing_of_an_untrusted_repository(untrusted: Env, mak
     record(f"{len(calls)} built-in calls on an untrusted repository with 9 traps set (clean, smudge and process "
            f"filters, a filter named with '=', a submodule's filter, fsmonitor, external diff, 5 hooks): none ran, "
            f"the answers were right")
+
+
+# -- a file-read tool and its base path ------------------------------------------------------------
+
+SECRET = "TOP SECRET, outside every base"
+
+
+def escape_attempts(root: Path) -> list[str]:
+    """Paths that try to leave a base directory (``docs/`` of a project in ``root``)."""
+    secret = root / "secret.txt"
+    return [
+        # traversal, spelled every way
+        "../secret.txt", "../../secret.txt", "guide/../../secret.txt", "./../secret.txt", "guide/./../../secret.txt",
+        "guide//..//..//secret.txt", "guide/intro.md/../../../secret.txt", "..", "../", "../..", "../" * 300 + "etc/passwd",
+        " ../secret.txt", "..\\secret.txt", "%2e%2e/secret.txt", "..%2fsecret.txt", "\uff0e\uff0e/secret.txt",
+        "..\u2215secret.txt", "\u2025/secret.txt", "guide/intro.md\n../../secret.txt",
+        # absolute paths, and the kernel's ways round a path check
+        str(secret), "/etc/passwd", "//etc/passwd", "/etc/shadow", "/proc/self/root/etc/passwd", "/proc/self/cwd/secret.txt",
+        "/proc/self/environ", "/proc/self/fd/0", "/proc/self/fd/3", "/proc/self/mem", "/dev/stdin", "/dev/zero", "/dev/urandom",
+        f"/proc/{os.getpid()}/root{secret}", "~/secret.txt", "~root/.bashrc", "$HOME/secret.txt",
+        # symlinks planted in the base
+        "escape", "escape-absolute", "chain", "outside-dir/secret.txt", "loop", "proc/environ", "proc/root/etc/passwd",
+        "parent/secret-in-project.txt", "dangling",
+        # sizes and bytes
+        "a" * 5000, "guide/" + "x/" * 3000, "guide\x00/../../secret.txt",
+    ]
+
+
+@pytest.fixture
+def read_env(env: Env) -> Env:
+    """A project with ``docs/`` (the base) full of planted symlinks, and secrets outside it."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    docs = env.project / "docs"
+    (docs / "guide").mkdir(parents=True)
+    (docs / "guide" / "intro.md").write_text("the guide\n")
+    (env.root / "secret.txt").write_text(SECRET + "\n")
+    (env.project / "secret-in-project.txt").write_text("outside docs/, inside the project\n")
+    (env.root / "outside").mkdir()
+    (env.root / "outside" / "page.txt").write_text(SECRET + " (swapped in)\n")
+    (docs / "inside").mkdir()
+    (docs / "inside" / "page.txt").write_text("harmless\n")
+    (docs / "escape").symlink_to("../../secret.txt")
+    (docs / "escape-absolute").symlink_to(env.root / "secret.txt")
+    (docs / "chain").symlink_to("chain-2")
+    (docs / "chain-2").symlink_to("guide/../chain-3")
+    (docs / "chain-3").symlink_to("../../secret.txt")
+    (docs / "outside-dir").symlink_to(env.root)
+    (docs / "loop").symlink_to("loop")
+    (docs / "proc").symlink_to("/proc/self")
+    (docs / "parent").symlink_to("..")
+    (docs / "dangling").symlink_to(env.root / "not-yet")
+    (docs / "flip").symlink_to("inside")
+    env.write_tool(env.local_tools, "files.json", json.dumps({"tools": [
+        {"name": "doc", "description": "Read a doc", "handler": {"type": "file-read", "basePath": "docs"}},
+    ]}))
+    return env
+
+
+# Swaps a symlink between two targets, atomically (by rename), as fast as it can until stdin closes.
+FLIPPER = """
+import os, sys, threading
+link, targets = sys.argv[1], sys.argv[2:]
+spare, swaps, done = link + ".next", 0, threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+print("flipping", flush=True)
+while not done.is_set():
+    os.symlink(targets[swaps % 2], spare)
+    os.replace(spare, link)
+    swaps += 1
+print(swaps)
+"""
+
+
+def test_no_path_leaves_a_file_read_base(read_env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env = read_env
+    daemon: Daemon = make_daemon()
+    attempts = escape_attempts(env.root)
+    tried = raced = 0
+    with daemon.client() as client:
+        for tool, prefix in (("doc", ""), ("file-reader", "docs/")):  # the JSON handler, and the built-in on the project root
+            assert client.call(tool, path=prefix + "guide/intro.md").text == "the guide\n"
+            for path in attempts:
+                # Relative paths are tried against both bases; the built-in's base is the project,
+                # so "parent/…" leads back into it, where reading is allowed.
+                for attempt in {path, prefix + path}:
+                    result = client.call_tool(tool, {"path": attempt})
+                    tried += 1
+                    assert SECRET not in result.text and "root:" not in result.text, (tool, attempt, result.text)
+                    if tool == "file-reader" and attempt == "docs/parent/secret-in-project.txt":
+                        assert result.text == "outside docs/, inside the project\n"  # the built-in's base
+                    else:
+                        assert result.is_error, (tool, attempt, result.text)
+
+            # Between the check and the open, swap a directory on the path for one outside.
+            link = env.project / "docs" / "flip"
+            flipper = subprocess.Popen([sys.executable, "-c", FLIPPER, str(link), str(env.root / "outside"), "inside"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
+            answers: dict[str, int] = {}
+            until = time.monotonic() + 1.0
+            try:
+                while time.monotonic() < until:
+                    result = client.call_tool(tool, {"path": prefix + "flip/page.txt"})
+                    raced += 1
+                    assert SECRET not in result.text, result.text
+                    kind = "read" if not result.is_error else "refused after open" if " resolves outside " in result.text else "refused"
+                    answers[kind] = answers.get(kind, 0) + 1
+            finally:
+                swaps = flipper.communicate("", timeout=30)[0].strip()
+                link.unlink()
+                link.symlink_to("inside")
+            assert answers.get("read"), "the race is real: the inside target was read sometimes"
+            record(f"{tool}: {swaps} swaps of a directory on the path during {sum(answers.values())} reads: {answers}")
+    record(f"{tried} escape attempts against a file-read tool and the file-reader built-in ({len(attempts)} paths: "
+           f"traversal, absolute, /proc and /dev, planted symlinks, lookalike characters), and {raced} reads while a "
+           f"directory on the path was swapped for one outside: no byte from outside the base")
+
+
+# -- a shell tool and a second command -------------------------------------------------------------
+
+
+def injections(marker: Path) -> list[str]:
+    """Values that would run ``touch <marker>`` (or write a file) if any shell read them."""
+    m = str(marker)
+    return [
+        f"; touch {m}", f"&& touch {m}", f"|| touch {m}", f"| touch {m}", f"& touch {m} &", f"$(touch {m})", f"`touch {m}`",
+        f"\ntouch {m}", f"\r\ntouch {m}", f"x\x0btouch {m}", f"x\u2028touch {m}", f"x\u0085touch {m}", f"' ; touch {m} ; '",
+        f'" ; touch {m} ; "', f"\\; touch {m}", f"$(IFS=_;c=touch_{m};$c)", f"${{IFS}}touch${{IFS}}{m}", f"> {m}",
+        f">> {m}", f"< /etc/passwd > {m}", f"{{touch,{m}}}", f"$((1+1)); touch {m}", f"!! ; touch {m}", f"#; touch {m}",
+        f"-exec touch {m} ;", f"--output={m}", "*", "~", "$HOME", "%s%s%n", "\\n\\x41", f"\x1b]0;x\x07; touch {m}",
+        f"a {{b}} c; touch {m}", f"{{{{c}}}}; touch {m}",
+    ]
+
+
+@pytest.fixture
+def shell_env(env: Env) -> Env:
+    string = {"type": "string"}
+    env.write_tool(env.local_tools, "args.json", json.dumps({"tools": [{
+        "name": "args", "description": "Print each argument on a line of its own.",
+        "inputSchema": {"type": "object", "additionalProperties": False, "properties": {
+            "a": string, "b": string, "c": string, "items": {"type": "array", "items": string},
+            "obj": {"type": "object"}, "n": {"type": "number"},
+        }},
+        # Every place a value can go: a word of its own, after text in a word, inside a quoted word,
+        # one argument per list item, an object's JSON text.
+        "handler": {"type": "shell", "command": "printf '[%s]\\n' {{a}} --opt={{b}} 'pre {{c}} post' {{items}} {{obj}} {{n}}"},
+    }]}))
+    return env
+
+
+def test_no_value_runs_a_second_command(shell_env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env = shell_env
+    marker = env.root / "injected"
+    daemon: Daemon = make_daemon()
+    before = sorted(os.listdir(env.project))
+    tried = 0
+    base = {"a": "A", "b": "B", "c": "C", "items": ["I1", "I2"], "obj": {"k": "v"}, "n": 1}
+
+    def expected(args: dict[str, Any]) -> str:
+        words = [args["a"], f"--opt={args['b']}", f"pre {args['c']} post", *args["items"],
+                 json.dumps(args["obj"], separators=(",", ":"), ensure_ascii=False), json.dumps(args["n"])]
+        return "".join(f"[{w}]\n" for w in words)
+
+    with daemon.client() as client:
+        for payload in injections(marker):
+            for variant in ({"a": payload}, {"b": payload}, {"c": payload}, {"items": [payload, "I2"]},
+                            {"items": ["I1", payload, payload]}, {"obj": {"k": payload, payload: [payload]}}):
+                args = {**base, **variant}
+                result = client.call_tool("args", args)
+                tried += 1
+                assert not result.is_error, (args, result.text)
+                assert result.text == expected(args), (args, result.text)
+    assert not marker.exists(), "no shell ever read a value"
+    assert sorted(os.listdir(env.project)) == before, "no value wrote a file"
+    record(f"{tried} calls with {len(injections(marker))} injection payloads in 6 placements (own word, after text, "
+           f"inside a quoted word, list items, object keys and values): every value stayed one argument, no second command ran")
