@@ -254,3 +254,116 @@ def test_a_tool_that_hides_its_children_and_hangs_loses_them_all(env: Env, make_
         f"2 timed-out calls of a tool that started 7 processes 6 ways (same group, fork, new session, new group, "
         f"a shell ignoring SIGTERM, a double-fork daemon): all 16 processes gone within {max(gone_after):.1f} s"
     )
+
+
+HOG = '''
+    import mmap, os, resource, time
+    from atomictools import Context, tool
+
+    @tool
+    def creep() -> str:
+        """Grow a megabyte at a time until something gives."""
+        hoard = []
+        while True:
+            hoard.append(bytearray(1 << 20))
+
+    @tool
+    async def burst(mb: int) -> str:
+        return str(len(bytearray(mb << 20)))
+
+    @tool
+    def unlimited(mb: int) -> str:
+        """Lift the rlimit (root may), else use memory it does not count: only the RSS watch is left."""
+        try:
+            resource.setrlimit(resource.RLIMIT_DATA, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            region = bytearray(mb << 20)
+        except (ValueError, OSError):
+            region = mmap.mmap(-1, mb << 20)
+            for offset in range(0, len(region), 4096):
+                region[offset] = 1
+        time.sleep(30)
+        return str(len(region))
+
+    @tool
+    def huge(n: int) -> list[int]:
+        return list(range(n))
+
+    @tool
+    def chatty(n: int, ctx: Context) -> str:
+        for _ in range(n):
+            ctx.log("info", "x" * 2000)
+        return f"logged {n}"
+'''
+
+
+def test_tools_that_exhaust_memory_never_reach_the_daemon(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "hog.py", HOG)
+    env.write_tool(env.global_tools, "f.py", TOOLS)
+    limit = "the worker memory limit of 150 MiB (memory_limit_mb)"
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_MEMORY_LIMIT_MB": "150", "ATOMICTOOLS_MAX_MESSAGE_BYTES": str(4 << 20)})
+    process = psutil.Process(daemon.pid)
+    peak = [0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.005)
+
+    with daemon.client() as client:
+        assert client.call("hog_burst", mb=1).text == str(1 << 20)
+        assert client.call("f_work", n=1).text == "2"
+        before = process.memory_info().rss
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            creep = client.call("hog_creep")
+            assert creep.is_error and creep.text == f"Tool 'hog_creep' ran out of memory: it tried to allocate past {limit}"
+            burst = client.call("hog_burst", mb=400)
+            assert burst.is_error and burst.text == f"Tool 'hog_burst' ran out of memory: it tried to allocate past {limit}"
+            unlimited = client.call("hog_unlimited", mb=300)
+            assert unlimited.is_error and "its worker process was killed for using" in unlimited.text and limit in unlimited.text
+            huge = client.call("hog_huge", n=700_000)
+            assert huge.is_error and "more than the 4,194,304 bytes a message may carry (max_message_bytes)" in huge.text
+            spilled = Path(huge.text.rsplit("the whole result is in ", 1)[1])
+            assert spilled.stat().st_size > 4 << 20 and stat.S_IMODE(spilled.stat().st_mode) == 0o600
+            spilled.unlink()
+
+            # 100 MB of log notifications for a client that has stopped reading.
+            def calls() -> int:
+                return next(m["calls"] for m in client.status()["modules"] if m["path"].endswith("hog.py"))
+
+            calls_before = calls()
+            with daemon.raw() as stalled:
+                stalled.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                              "params": {"name": "hog_chatty", "arguments": {"n": 50_000}}})
+                wait_for(lambda: calls() > calls_before, timeout=60, message="the chatty call to finish")
+                stalled_rss = process.memory_info().rss
+                assert stalled_rss - before < 48 << 20, f"daemon RSS {before / 1e6:.0f} → {stalled_rss / 1e6:.0f} MB under the log flood"
+                logs, dropped, answer = 0, 0, None
+                while answer is None:
+                    message = stalled.recv()
+                    if message.get("id") == 1:
+                        answer = message["result"]["content"][0]["text"]
+                    elif message["params"]["level"] == "warning":
+                        dropped = int(message["params"]["data"].split()[0])
+                    else:
+                        logs += 1
+                assert answer == "logged 50000"
+                if not dropped:  # the warning comes once the backlog has drained: after the answer
+                    warning = stalled.recv()
+                    dropped = int(warning["params"]["data"].split()[0])
+                assert dropped > 0 and logs + dropped == 50_000, (logs, dropped)
+            assert client.call("f_work", n=21).text == "42", "the other module never noticed"
+        finally:
+            sampling.set()
+            sampler.join()
+    after = process.memory_info().rss
+    assert daemon.proc.poll() is None
+    assert peak[0] - before < 64 << 20, f"daemon RSS peaked at {peak[0] / 1e6:.0f} MB (from {before / 1e6:.0f})"
+    record(
+        f"5 ways to exhaust memory (1 MiB at a time, a 400 MiB async burst, 300 MiB past a lifted rlimit, "
+        f"a {spilled.name.split('-')[0]} result over the message limit, 100 MB of logs to a client not reading): each an "
+        f"isError naming its limit, or {dropped} logs dropped and counted; daemon RSS {before / 1e6:.0f} → peak "
+        f"{peak[0] / 1e6:.0f} → {after / 1e6:.0f} MB"
+    )

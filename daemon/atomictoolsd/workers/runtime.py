@@ -45,7 +45,7 @@ from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
 from atomictoolsd.workers.channel import FrameReader, encode_frame
 from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.sourceload import SourceOnlyLoader, imported_from, install_source_only_finder
-from atomictoolsd.workers.truncate import truncate
+from atomictoolsd.workers.truncate import spill, truncate
 
 __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "load_tools", "main", "make_result", "prepare", "warm_up"]
 
@@ -63,6 +63,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     truncate_lines: int = 2000
     truncate_bytes: int = 50 * 1024
     spill_dir: str = ""
+    max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
 
 
 class LoadFailure(Exception):
@@ -262,7 +263,17 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
         result["structuredContent"] = structured
     if meta is not None:
         result["_meta"] = meta
-    return _json_encode(result)
+    encoded = _json_encode(result)
+    if len(encoded) > worker.max_result_bytes:
+        # Structured content is never cut (it would no longer match its schema), and a result this
+        # large would cost the daemon several times its size in memory on its way to a client that
+        # refuses messages past the same limit: refuse it, keeping the whole in a spill file.
+        path = spill(encoded, worker.spill_dir, spec.name, ".json")
+        return _error_result(
+            f"Tool {spec.name!r} returned a result of {len(encoded):,} bytes, more than the {worker.max_result_bytes:,} "
+            f"bytes a message may carry (max_message_bytes); the whole result is in {path}"
+        )
+    return encoded
 
 
 # -- serving -------------------------------------------------------------------------------------
