@@ -204,8 +204,15 @@ class Daemon:
         return found
 
     def workers(self) -> list[psutil.Process]:
-        """Worker processes (children of the fork server)."""
-        return [p for p in self.descendants() if "forkserver" in " ".join(p.cmdline()) and p.ppid() != self.pid]
+        """Worker processes (children of the fork server); one that has just exited is not counted."""
+        found = []
+        for process in self.descendants():
+            try:
+                if "forkserver" in " ".join(process.cmdline()) and process.ppid() != self.pid:
+                    found.append(process)
+            except psutil.Error:  # exited (a zombie until the fork server reaps it) or gone
+                pass
+        return found
 
     def client(self, directory: Path | None = None, **kwargs: Any) -> Client:
         return Client(
