@@ -8,7 +8,9 @@ helper it imports from the tools directory, through ``SourceOnlyLoader``; everyt
 standard library, installed packages) imports as usual.
 
 After the module loaded, ``imported_from(directory)`` names the files of that directory the worker
-imported, so the daemon can reload a module when a helper it uses changes.
+imported, so the daemon can reload a module when a helper it uses changes, and ``fingerprint(path)``
+says which bytes of a file were loaded (``[size, crc32]``), so the daemon can tell a module read
+while it was being written from one read whole.
 
 Runs inside workers: standard library only.
 """
@@ -18,9 +20,22 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import sys
+import zlib
 from typing import Any
 
-__all__ = ["SourceOnlyLoader", "imported_from", "install_source_only_finder"]
+__all__ = ["SourceOnlyLoader", "fingerprint", "imported_from", "install_source_only_finder", "note_read"]
+
+_read: dict[str, list[int]] = {}  # path → [size, crc32] of the bytes loaded from it, in this process
+
+
+def note_read(path: str, data: bytes) -> None:
+    """Remember which bytes of ``path`` a loader compiled or parsed."""
+    _read[os.path.abspath(path)] = [len(data), zlib.crc32(data)]
+
+
+def fingerprint(path: str) -> list[int] | None:
+    """``[size, crc32]`` of the bytes last loaded from ``path`` in this process, if any were."""
+    return _read.get(os.path.abspath(path))
 
 
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -35,6 +50,11 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname: str) -> Any:
         SourceOnlyLoader.loaded.append(self.path)
         return super().get_code(fullname)
+
+    def get_data(self, path: str) -> bytes:
+        data = super().get_data(path)
+        note_read(path, data)
+        return data
 
 
 def install_source_only_finder(directory: str) -> None:
