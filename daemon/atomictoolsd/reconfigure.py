@@ -54,7 +54,7 @@ async def reload(server: Server) -> dict[str, Any]:
     await registry.refresh_trust()  # trust_all may have changed
     for tools_dir in list(registry.dirs.values()):
         registry.ensure_scanned(tools_dir)
-        await registry.scan(tools_dir)
+        await registry.scan(tools_dir, retry_failed=True)
     modules = [m for d in registry.dirs.values() for m in d.modules.values()]
     result = {
         "ms": round((time.perf_counter() - started) * 1000, 3),

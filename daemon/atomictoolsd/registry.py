@@ -290,8 +290,8 @@ def _torn(file: ModuleFile, outcome: Any, current: dict[str, ModuleFile]) -> boo
     now = current.get(file.path)
     if now is None or now.key != file.key:
         return True
-    loaded = outcome[0].source if isinstance(outcome, tuple) else outcome.info.get("source", ())
-    if loaded == ():  # a worker of an older runtime, or a failure before the worker started: no fingerprint
+    loaded = outcome[0].source if isinstance(outcome, tuple) else outcome.info.get("source")
+    if loaded is None:  # nothing was read (the worker failed first, or could not say): the file did not matter
         return False
     try:
         with open(file.path, "rb") as f:
@@ -401,13 +401,17 @@ class Registry:
 
     # -- scanning and loading ---------------------------------------------------------------------
 
-    async def scan(self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False) -> Change:
+    async def scan(
+        self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False, retry_failed: bool = False
+    ) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
 
         Args:
             only: restrict the scan to these paths (what a file watcher reports); None scans all.
             force: reload every module in ``only`` even if its size and mtime look unchanged (the
                 watcher saw it written: two saves within one mtime tick can keep both).
+            retry_failed: load again the modules that failed, changed or not (an explicit reload:
+                what made them fail may lie outside the file, such as a package or a permission).
         """
         async with tools_dir.lock:
             trusted = tools_dir.trusted
@@ -420,6 +424,7 @@ class Registry:
                     force
                     or p not in tools_dir.modules
                     or tools_dir.modules[p].file.key != f.key
+                    or (retry_failed and tools_dir.modules[p].state == "failed")
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
                 )
             ]
@@ -699,7 +704,7 @@ class Registry:
             if tools_dir.scope == "local":
                 tools_dir.trusted = self.trusted(tools_dir.cwd)
             self.ensure_scanned(tools_dir)
-            await self.scan(tools_dir)
+            await self.scan(tools_dir, retry_failed=True)
         view = project.view()
         result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
         if view.blocked:

@@ -182,7 +182,7 @@ def test_kill_9_under_load_then_restart(env: Env, make_daemon, record, pid_file:
                  message=f"what the tools started to die with the daemon: {orphans}")
         assert all(path.exists() for path in bridges), "a killed daemon cannot clean up: the sweep has work"
         # What a kill between writing the next manifest and renaming it into place leaves behind.
-        (env.runtime_dir / f".bridges.json.{first.pid}").write_text('{"pid": %d, "bridges": []}' % first.pid)
+        (env.runtime_dir / f".bridges.json.{first.pid}").write_text(f'{{"pid": {first.pid}, "bridges": []}}')
 
         second: Daemon = make_daemon()
         with second.client() as client:
