@@ -495,3 +495,62 @@ def test_no_value_runs_a_second_command(shell_env: Env, make_daemon, record) -> 
     assert sorted(os.listdir(env.project)) == before, "no value wrote a file"
     record(f"{tried} calls with {len(injections(marker))} injection payloads in 6 placements (own word, after text, "
            f"inside a quoted word, list items, object keys and values): every value stayed one argument, no second command ran")
+
+
+# -- tool files another user could write -----------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
+def test_no_tool_file_another_user_could_write_is_loaded(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A tool module is code the daemon runs as you: if someone else can write it, it is theirs."""
+    attempts = {
+        "open.py": (env.global_tools, 0o666, None),
+        "theirs.py": (env.global_tools, 0o644, NOBODY),
+        "opendecl.json": (env.global_tools, 0o666, None),
+        "uses_helper.py": (env.global_tools, 0o644, None),  # imports _open_helper.py, which is 0666
+        "in_open_dir.py": (env.local_tools, 0o644, None),
+    }
+    env.write_tool(env.global_tools, "_open_helper.py", f"open({str(env.root / 'ran-helper')!r}, 'w').close()\nX = 1\n")
+    os.chmod(env.global_tools / "_open_helper.py", 0o666)
+    for name, (where, mode, owner) in attempts.items():
+        if name.endswith(".json"):
+            path = env.write_tool(where, name, json.dumps({"tools": [{"name": "opendecl", "description": "d", "handler": {
+                "type": "shell", "command": f"touch {env.root / 'ran-opendecl'}"}}]}))
+        elif name == "uses_helper.py":
+            path = env.write_tool(where, name, "from _open_helper import X\n\ndef uses_helper() -> int:\n    return X\n")
+        else:
+            path = env.write_tool(where, name, PROBE.format(marker=str(env.root / f"ran-{path_stem(name)}"), name=path_stem(name)))
+        os.chmod(path, mode)
+        if owner is not None:
+            os.chown(path, owner, owner)
+    os.chmod(env.local_tools, 0o777)
+    write_probe(env, env.global_tools, "fine")  # the daemon's own user's file: loads
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        listing = client.request("atomic/list")
+        assert [t["name"] for t in listing["tools"]] == ["fine"]
+        errors = {Path(e["file"]).name: e["message"] for e in listing["errors"]}
+        for name in attempts:
+            assert name in errors and "refused to load" in errors[name], (name, errors)
+        assert f"chmod o-w {env.global_tools / 'open.py'}" in errors["open.py"]
+        assert "belongs to uid 65534" in errors["theirs.py"]
+        assert f"chmod o-w {env.local_tools}" in errors["in_open_dir.py"]
+        assert "_open_helper.py" in errors["uses_helper.py"]
+    assert ran(env) == ["ran-fine"], f"code others could write ran: {ran(env)}"
+
+    # Put right, they load: the refusal was the permissions, nothing else.
+    for name, (where, _mode, _owner) in attempts.items():
+        os.chmod(where / name, 0o644)
+        os.chown(where / name, 0, 0)
+    os.chmod(env.global_tools / "_open_helper.py", 0o644)
+    os.chmod(env.local_tools, 0o755)
+    with daemon.client() as client:
+        reloaded = client.reload()
+        assert reloaded["errors"] == [] and reloaded["toolCount"] == 6, reloaded
+        assert client.call("open").text == "project code ran"
+    record(f"{len(attempts) + 1} tool files another user could have written (others may write the file, its helper "
+           f"or its dir; another uid owns it; Python and JSON): none loaded, each refused with the fix; all load once put right")
+
+
+def path_stem(name: str) -> str:
+    return name.rsplit(".", 1)[0]

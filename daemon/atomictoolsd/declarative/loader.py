@@ -33,7 +33,7 @@ from atomictoolsd.declarative.shell import ShellHandler
 from atomictoolsd.declarative.templates import TemplateError
 from atomictoolsd.declarative.validation import SchemaProblem, compile_schema
 from atomictoolsd.workers.runtime import LoadFailure
-from atomictoolsd.workers.sourceload import note_read
+from atomictoolsd.workers.sourceload import check_writers, note_read
 
 __all__ = ["DeclarativeSpec", "HANDLERS", "MAX_FILE_BYTES", "load_file"]
 
@@ -74,6 +74,12 @@ def load_file(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
     Raises:
         LoadFailure: the file cannot be read, is not JSON, or has no ``tools`` array.
     """
+    try:
+        check_writers(path)
+    except PermissionError as exc:
+        raise LoadFailure(path, None, str(exc)) from None
+    except OSError:
+        pass  # reading it says what is wrong
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)

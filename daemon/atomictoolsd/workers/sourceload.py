@@ -12,6 +12,11 @@ imported, so the daemon can reload a module when a helper it uses changes, and `
 says which bytes of a file were loaded (``[size, crc32]``), so the daemon can tell a module read
 while it was being written from one read whole.
 
+Nothing is loaded that another user could have written (``check_writers``): a tool module or helper
+owned by someone else (but root), writable by others, or in a directory others may write to (without
+the sticky bit) would let them run their code as you. Group-writable files are allowed: on most
+systems a user's group is theirs alone.
+
 Runs inside workers: standard library only.
 """
 
@@ -19,13 +24,38 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import shlex
+import stat
 import sys
 import zlib
 from typing import Any
 
-__all__ = ["SourceOnlyLoader", "fingerprint", "imported_from", "install_source_only_finder", "note_read"]
+__all__ = ["SourceOnlyLoader", "check_writers", "fingerprint", "imported_from", "install_source_only_finder", "note_read"]
 
+_DAEMON_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _read: dict[str, list[int]] = {}  # path → [size, crc32] of the bytes loaded from it, in this process
+
+
+def check_writers(path: str) -> None:
+    """Refuse to load ``path`` when a user other than you (or root) could have written it.
+
+    Raises:
+        PermissionError: the file or its directory is open to other users; the message says the fix.
+    """
+    if os.path.abspath(path).startswith(_DAEMON_PACKAGE):
+        return  # the built-in tools: whoever can write the daemon's own code runs as you anyway
+    me = os.geteuid()
+    info = os.stat(path)
+    if info.st_uid not in (me, 0):
+        raise PermissionError(f"refused to load {path}: it belongs to uid {info.st_uid}, not to you (uid {me})")
+    if info.st_mode & stat.S_IWOTH:
+        raise PermissionError(f"refused to load {path}: other users can write it; run: chmod o-w {shlex.quote(path)}")
+    directory = os.path.dirname(os.path.abspath(path))
+    info = os.stat(directory)
+    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+        raise PermissionError(
+            f"refused to load {path}: other users can write to {directory}; run: chmod o-w {shlex.quote(directory)}"
+        )
 
 
 def note_read(path: str, data: bytes) -> None:
@@ -52,6 +82,7 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
         return super().get_code(fullname)
 
     def get_data(self, path: str) -> bytes:
+        check_writers(path)
         data = super().get_data(path)
         note_read(path, data)
         return data
