@@ -127,6 +127,37 @@ def test_another_user_gets_nothing_through_any_layer(env: Env, make_daemon, reco
     )
 
 
+def test_under_a_umask_of_000_nothing_the_daemon_makes_is_open_to_others(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """The socket is 0600 and its dir 0700 whatever the umask; so is everything else the daemon
+    creates: what it writes would otherwise be another user's to read or replace (a definitions
+    cache they rewrite is tool descriptions your agent reads)."""
+    env.write_tool(env.global_tools, "big.py", "def big() -> str:\n    return 'line\\n' * 3000\n")
+    old = os.umask(0)
+    try:
+        daemon: Daemon = make_daemon()
+    finally:
+        os.umask(old)
+    with daemon.client() as client:
+        assert client.call("big").meta.get("atomic/fullOutput"), "a spill file was written"
+        client.request("atomic/bridges/create", {"agent": "claude"})
+        status = client.status()
+    assert status["log"]["file"], "the event log is open"
+    made = [env.runtime_dir, env.root / "state", env.root / "cache"]  # none existed before the daemon
+    paths = {top for top in made}
+    for top in made:
+        for where, dirs, files in os.walk(top):
+            paths.update(Path(where) / name for name in [*dirs, *files])
+    checked, open_to_others = len(paths), []
+    for path in sorted(paths):
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        if mode & 0o022 or (path.is_dir() and mode & 0o077):
+            open_to_others.append(f"{oct(mode)} {path}")
+    assert stat.S_IMODE(os.stat(env.socket).st_mode) == 0o600
+    assert open_to_others == [], open_to_others
+    record(f"umask 000: the socket 0600 and {checked} files and dirs the daemon made (runtime, bridges, state, "
+           f"spill, log, cache) checked: none writable by others, no dir they can enter")
+
+
 # -- an untrusted project --------------------------------------------------------------------------
 
 # Runs the moment it is imported: a marker file per module says whether a project's code ever ran.
