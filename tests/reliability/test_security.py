@@ -585,3 +585,43 @@ def test_no_tool_file_another_user_could_write_is_loaded(env: Env, make_daemon, 
 
 def path_stem(name: str) -> str:
     return name.rsplit(".", 1)[0]
+
+
+def test_a_template_cannot_hand_a_value_to_a_shell_as_code(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """What a tool author tries when they want a pipe: wrap the command in ``sh -c``. Then the value is
+    inside a script, and a payload runs. Such templates are refused when the file loads; the safe way
+    (the value after the script, as ``$1``) works and stays one argument."""
+    marker = env.root / "injected"
+    unsafe = {
+        "sh_c": "sh -c 'echo {{v}}'", "bash_lc": 'bash -lc "grep {{v}} /dev/null"', "quoted": "sh -c \"echo '{{v}}'\"",
+        "env_sh": "env LC_ALL=C sh -c 'echo {{v}}'", "timeout_bash": "timeout 5 bash -c 'echo {{v}}'",
+        "abs_dash": "/bin/dash -c 'echo {{v}}'", "python_c": "python3 -c 'print(\"{{v}}\")'",
+        "perl_e": "perl -e 'print \"{{v}}\"'",
+    }
+    safe = "sh -c 'printf \"[%s]\\n\" \"$1\" | cat' sh {{v}}"
+    string = {"type": "string"}
+    tools = [{"name": name, "description": name, "inputSchema": {"type": "object", "properties": {"v": string}},
+              "handler": {"type": "shell", "command": command}} for name, command in {**unsafe, "safe": safe}.items()]
+    env.write_tool(env.local_tools, "wrapped.json", json.dumps({"tools": tools}))
+    daemon: Daemon = make_daemon()
+    payloads = injections(marker)
+    calls = 0
+    with daemon.client() as client:
+        listing = client.request("atomic/list")
+        listed = {t["name"] for t in listing["tools"]}
+        for name in unsafe:
+            if name in listed:  # were it served, this is what the attacker would send it
+                for payload in payloads:
+                    client.call_tool(name, {"v": payload})
+                    calls += 1
+        problems = {e.get("tool"): e["message"] for e in listing["errors"]}
+        for payload in payloads:
+            result = client.call_tool("safe", {"v": payload})
+            calls += 1
+            assert not result.is_error and result.text == f"[{payload}]\n", (payload, result.text)
+    assert not marker.exists(), "a value ran as code"
+    assert listed == {"safe"}, listed
+    assert set(problems) == set(unsafe), problems
+    assert all("inside the code that" in message for message in problems.values()), problems
+    record(f"{len(unsafe)} templates that hand a value to a shell or interpreter as code (sh -c, bash -lc, quoted, "
+           f"behind env and timeout, python -c, perl -e) refused at load; the safe form took {calls} payloads as one argument each")
