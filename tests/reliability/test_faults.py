@@ -234,6 +234,51 @@ def test_worker_killed_mid_call(env: Env, make_daemon, record) -> None:  # type:
     record("1 worker SIGKILLed mid-call: the call answered isError naming the signal; other module unaffected; module respawned")
 
 
+def test_fork_server_killed_under_load(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """The process every worker comes from dies: calls in flight end as errors naming the death, its
+    workers die with it, and the next calls get a new fork server and new workers."""
+    env.write_tool(env.global_tools, "f.py", TOOLS)
+    daemon: Daemon = make_daemon()
+    outcomes = {"ok": 0, "wrong": 0, "failed": 0, "cut": 0, "connect_failed": 0}
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        with daemon.client() as client:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                result = client.call("f_work", n=n)
+                if result.is_error:
+                    outcomes["failed"] += 1
+                    failures.append(result.text)
+                else:
+                    outcomes["ok" if result.text == str(n * 2) else "wrong"] += 1
+
+    with daemon.client() as client:
+        client.call("f_work", n=1)
+        old = client.status()["forkserver"]["pid"]
+        old_workers = [m["worker"] for m in client.status()["modules"] if m["worker"]]
+        threads = [threading.Thread(target=hammer) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: outcomes["ok"] > 200, message="load to build up")
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: not any(alive(pid) for pid in old_workers), timeout=10, message="the old workers to die")
+        seen = outcomes["ok"]
+        wait_for(lambda: outcomes["ok"] > seen + 200, timeout=30, message="calls to succeed again")
+        stop.set()
+        for thread in threads:
+            thread.join(15)
+        new = client.status()["forkserver"]["pid"]
+    assert new not in (None, old) and alive(new)
+    assert outcomes["wrong"] == 0, outcomes
+    assert all(text == "Tool 'f_work' failed: its worker process was killed by SIGKILL (9)" for text in failures), set(failures)
+    assert daemon.proc.poll() is None
+    record(f"fork server SIGKILLed under 6 clients: {outcomes['failed']} calls in flight answered isError naming "
+           f"SIGKILL, {len(old_workers)} old workers gone, {outcomes['ok']} calls right, a new fork server served at once")
+
+
 def test_a_tool_that_hides_its_children_and_hangs_loses_them_all(env: Env, make_daemon, record, pid_file: Path) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "hide.py", HIDE.format(pid_file=str(pid_file)))
     env.write_tool(env.global_tools, "other.py", "def other() -> str:\n    return 'unaffected'\n")

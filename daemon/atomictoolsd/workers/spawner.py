@@ -99,12 +99,31 @@ class Spawner:
             self._ready = self.loop.create_future()
             self.loop.add_reader(ours.fileno(), self._on_readable, ours)
             self._control = ours
+            self._watch_exit(proc, ours)
             try:
                 await asyncio.wait_for(asyncio.shield(self._ready), self._start_timeout)
             except (TimeoutError, SpawnError) as exc:
                 self._lost(ours)
                 raise SpawnError(f"the fork server did not start: {exc or 'timed out'}") from None
             return ours
+
+    def _watch_exit(self, proc: subprocess.Popen[bytes], control: socket.socket) -> None:
+        """Learn at once when the fork server dies: its datagram socket never reports end-of-file,
+        and its workers' calls would wait for exit statuses that no one will send."""
+        if not hasattr(os, "pidfd_open"):
+            return  # elsewhere the next spawn finds it gone
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except OSError:
+            return
+
+        def exited() -> None:
+            self.loop.remove_reader(pidfd)
+            os.close(pidfd)
+            if self._control is control:
+                self._lost(control)
+
+        self.loop.add_reader(pidfd, exited)
 
     def _on_readable(self, control: socket.socket) -> None:
         while True:
@@ -169,17 +188,26 @@ class Spawner:
 
     async def spawn(self, spec: WorkerSpec) -> tuple[int, socket.socket]:
         """Fork a worker for ``spec``; return its pid and the daemon's end of its channel."""
-        control = await self._ensure_started()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
         self._requests[request_id] = future
         try:
-            socket.send_fds(control, [_encode(["spawn", request_id, msgspec.json.encode(spec)])], [theirs.fileno()])
-        except OSError as exc:
+            for attempt in (1, 2):
+                control = await self._ensure_started()
+                try:
+                    socket.send_fds(control, [_encode(["spawn", request_id, msgspec.json.encode(spec)])], [theirs.fileno()])
+                    break
+                except OSError as exc:
+                    # The fork server died and we have not read its end yet: start another, once.
+                    self._lost(control)
+                    if attempt == 2:
+                        raise SpawnError(f"cannot reach the fork server: {exc}") from exc
+                    self._requests[request_id] = future = self.loop.create_future()
+        except BaseException:
             self._requests.pop(request_id, None)
             ours.close()
-            raise SpawnError(f"cannot reach the fork server: {exc}") from exc
+            raise
         finally:
             theirs.close()
         try:
