@@ -276,7 +276,7 @@ def test_fork_server_killed_under_load(env: Env, make_daemon, record) -> None:  
     assert all(text == "Tool 'f_work' failed: its worker process was killed by SIGKILL (9)" for text in failures), set(failures)
     assert daemon.proc.poll() is None
     record(f"fork server SIGKILLed under 6 clients: {outcomes['failed']} calls in flight answered isError naming "
-           f"SIGKILL, {len(old_workers)} old workers gone, {outcomes['ok']} calls right, a new fork server served at once")
+           f"SIGKILL, its {len(old_workers)} worker(s) gone, {outcomes['ok']} calls right, a new fork server served at once")
 
 
 def test_a_tool_that_hides_its_children_and_hangs_loses_them_all(env: Env, make_daemon, record, pid_file: Path) -> None:  # type: ignore[no-untyped-def]
@@ -373,6 +373,7 @@ def test_tools_that_exhaust_memory_never_reach_the_daemon(env: Env, make_daemon,
             huge = client.call("hog_huge", n=700_000)
             assert huge.is_error and "more than the 4,194,304 bytes a message may carry (max_message_bytes)" in huge.text
             spilled = Path(huge.text.rsplit("the whole result is in ", 1)[1])
+            huge_mb = spilled.stat().st_size / 1e6
             assert spilled.stat().st_size > 4 << 20 and stat.S_IMODE(spilled.stat().st_mode) == 0o600
             spilled.unlink()
 
@@ -410,7 +411,7 @@ def test_tools_that_exhaust_memory_never_reach_the_daemon(env: Env, make_daemon,
     assert peak[0] - before < 64 << 20, f"daemon RSS peaked at {peak[0] / 1e6:.0f} MB (from {before / 1e6:.0f})"
     record(
         f"5 ways to exhaust memory (1 MiB at a time, a 400 MiB async burst, 300 MiB past a lifted rlimit, "
-        f"a {spilled.name.split('-')[0]} result over the message limit, 100 MB of logs to a client not reading): each an "
+        f"a {huge_mb:.1f} MB result over a 4 MiB message limit, 100 MB of logs to a client not reading): each an "
         f"isError naming its limit, or {dropped} logs dropped and counted; daemon RSS {before / 1e6:.0f} → peak "
         f"{peak[0] / 1e6:.0f} → {after / 1e6:.0f} MB"
     )
