@@ -252,8 +252,7 @@ class Bridges:
         try:
             data = self.manifest.read_bytes()
         except FileNotFoundError:
-            self._remove_dir_if_empty()
-            return 0
+            data = b'{"pid": 0}'
         try:
             manifest = msgspec.json.decode(data, type=Manifest)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -267,6 +266,10 @@ class Bridges:
                 continue
             removed += _unlink(path)
         _unlink(self.manifest)
+        # A daemon killed between writing its next manifest and renaming it into place left that
+        # temporary file; we hold the instance lock, so no other daemon is writing one now.
+        for temporary in self.manifest.parent.glob(f".{MANIFEST_NAME}.*"):
+            _unlink(temporary)
         self._remove_dir_if_empty()
         return removed
 

@@ -177,7 +177,9 @@ class DefinitionCache:
         temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            temp.write_bytes(_encode(_CacheFile(self.runtime, str(tools_dir), entries)))
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_encode(_CacheFile(self.runtime, str(tools_dir), entries)))
             os.replace(temp, target)
         except OSError as exc:
             log.warning("cannot write the definition cache of %s: %s", tools_dir, exc)

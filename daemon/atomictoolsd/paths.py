@@ -16,7 +16,7 @@ import platformdirs
 
 from atomictools._paths import APP_NAME, runtime_dir, socket_path
 
-__all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path", "make_private"]
+__all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path", "make_private", "make_private_dirs"]
 
 # sun_path is 108 bytes on Linux and 104 on macOS, including the terminating NUL.
 _SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
@@ -51,6 +51,16 @@ class Paths:
     def config_file(self) -> Path:
         return self.config_dir / "config.toml"
 
+    def create_private_dirs(self) -> None:
+        """Create the daemon's state, log, spill and cache dirs (and missing parents) private to this
+        user, before anything writes there. A failure is left for the part that writes there to report.
+        """
+        for directory in (self.state_dir, self.log_dir, self.spill_dir, self.cache_dir):
+            try:
+                make_private(directory)
+            except OSError:
+                pass
+
     @classmethod
     def from_env(cls) -> Paths:
         env = os.environ
@@ -68,14 +78,34 @@ class Paths:
         )
 
 
+def make_private_dirs(path: Path) -> None:
+    """Create ``path`` and each missing directory above it with mode 0700, whatever the umask.
+
+    ``Path.mkdir(parents=True)`` gives the parents it creates the umask's mode: under a umask of 000
+    another user could rename them and put their own in place. The XDG spec asks for 0700 too.
+    """
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
+
+
 def make_private(path: Path) -> None:
-    """Create ``path`` (and missing parents) and make it 0700 if it is ours and open to others.
+    """Create ``path`` (and missing parents, each 0700) and make it 0700 if it is ours and open to others.
 
     For the daemon's own state, cache and log dirs, which hold tool output, the trust store and
     the call log. ``mkdir(parents=True, mode=…)`` gives the mode to the last directory only, so a
     dir first created as the parent of another would otherwise stay 0755.
     """
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dirs(path)
     info = os.stat(path)
     if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
         os.chmod(path, 0o700)
@@ -91,7 +121,7 @@ def check_private_dir(path: Path, create: bool = True) -> None:
         PathError: it is a symlink, not a directory, owned by someone else, or open to others.
     """
     if create:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dirs(path)
     try:
         info = os.lstat(path)
     except FileNotFoundError:

@@ -30,7 +30,7 @@ __all__ = ["WORKER_SETTINGS", "apply_config", "reload"]
 log = logging.getLogger("atomictoolsd")
 
 # Settings baked into a worker when it starts.
-WORKER_SETTINGS = frozenset({"worker_threads", "memory_limit_mb", "truncate_lines", "truncate_bytes"})
+WORKER_SETTINGS = frozenset({"worker_threads", "memory_limit_mb", "truncate_lines", "truncate_bytes", "max_message_bytes"})
 
 
 async def reload(server: Server) -> dict[str, Any]:
@@ -54,7 +54,7 @@ async def reload(server: Server) -> dict[str, Any]:
     await registry.refresh_trust()  # trust_all may have changed
     for tools_dir in list(registry.dirs.values()):
         registry.ensure_scanned(tools_dir)
-        await registry.scan(tools_dir)
+        await registry.scan(tools_dir, retry_failed=True)
     modules = [m for d in registry.dirs.values() for m in d.modules.values()]
     result = {
         "ms": round((time.perf_counter() - started) * 1000, 3),
@@ -86,6 +86,7 @@ def apply_config(server: Server, config: Config) -> list[str]:
     settings.truncate_bytes = config.truncate_bytes
     settings.cancel_grace = config.cancel_grace
     settings.load_timeout = config.load_timeout
+    settings.max_result_bytes = config.max_message_bytes
     if WORKER_SETTINGS.intersection(changed):
         for runner in server.pool.runners.values():
             runner.spec = msgspec.structs.replace(
@@ -94,6 +95,7 @@ def apply_config(server: Server, config: Config) -> list[str]:
                 memory_limit=settings.memory_limit,
                 truncate_lines=settings.truncate_lines,
                 truncate_bytes=settings.truncate_bytes,
+                max_result_bytes=settings.max_result_bytes,
             )
             runner.retire()  # calls in flight finish; the next call starts a worker with the new limits
     if events.is_open:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
@@ -292,6 +293,24 @@ _BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: no
 CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is tried again
 
 
+def _torn(file: ModuleFile, outcome: Any, current: dict[str, ModuleFile]) -> bool:
+    """Whether a worker's load of ``file`` may not be of the file as it is now on disk."""
+    if outcome is _BLOCKED or isinstance(outcome, CacheEntry):
+        return False  # nothing was read by a worker
+    now = current.get(file.path)
+    if now is None or now.key != file.key:
+        return True
+    loaded = outcome[0].source if isinstance(outcome, tuple) else outcome.info.get("source")
+    if loaded is None:  # nothing was read (the worker failed first, or could not say): the file did not matter
+        return False
+    try:
+        with open(file.path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return True
+    return loaded != [len(data), zlib.crc32(data)]
+
+
 class Registry:
     """All projects in use, the global dir and the built-ins, kept in step with the files.
 
@@ -461,7 +480,12 @@ class Registry:
     # -- scanning and loading ---------------------------------------------------------------------
 
     async def scan(
-        self, tools_dir: ToolsDir, only: set[str] | None = None, force: bool = False, skip: Collection[str] = ()
+        self,
+        tools_dir: ToolsDir,
+        only: set[str] | None = None,
+        force: bool = False,
+        skip: Collection[str] = (),
+        retry_failed: bool = False,
     ) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
 
@@ -470,6 +494,8 @@ class Registry:
             force: reload every module in ``only`` even if its size and mtime look unchanged (the
                 watcher saw it written: two saves within one mtime tick can keep both).
             skip: leave these modules as they are (files the watcher sees half-saved).
+            retry_failed: load again the modules that failed, changed or not (an explicit reload:
+                what made them fail may lie outside the file, such as a package or a permission).
         """
         async with tools_dir.lock:
             if tools_dir.retired:
@@ -487,6 +513,7 @@ class Registry:
                     force
                     or p not in tools_dir.modules
                     or tools_dir.modules[p].file.key != f.key
+                    or (retry_failed and tools_dir.modules[p].state == "failed")
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
                     or tools_dir.modules[p].transient
                 )
@@ -502,22 +529,32 @@ class Registry:
     async def _reload_torn(self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]]) -> list[tuple[ModuleFile, Any]]:
         """Load again the modules whose file changed while their worker read it: it may have read
         it half-written (an editor truncates, then writes), and committing that would withdraw the
-        tools of a module that is fine a moment later."""
-        for _attempt in range(3):
+        tools of a module that is fine a moment later.
+
+        A load is torn when the file's size or mtime moved, or when the bytes the worker loaded are
+        not the bytes on disk now (a rewrite within one mtime tick keeps both). A module still torn
+        after three tries, or whose file is gone, is left as it was: the writes that tore it, or the
+        removal, reach the watcher, which scans it again once they settle.
+        """
+        for attempt in range(4):
             current = {f.path: f for f in list_module_files(tools_dir.path)}
-            torn = [
-                i for i, (file, outcome) in enumerate(results)
-                if not isinstance(outcome, CacheEntry) and file.path in current and current[file.path].key != file.key
-            ]
+            torn = [i for i, (file, outcome) in enumerate(results) if _torn(file, outcome, current)]
             if not torn:
-                break
+                return results
             for i in torn:
                 outcome = results[i][1]
                 if isinstance(outcome, tuple):
                     outcome[0].runner.drop(outcome[0])  # it loaded what is no longer on disk
-            again = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path]) for i in torn))
-            for i, result in zip(torn, again, strict=True):
+            if attempt == 3:
+                kept = [r for i, r in enumerate(results) if i not in set(torn)]
+                log.info("left %d module(s) of %s as they were: their files keep changing", len(torn), tools_dir.path)
+                return kept
+            retry = [i for i in torn if results[i][0].path in current]
+            again = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path]) for i in retry))
+            for i, result in zip(retry, again, strict=True):
                 results[i] = result
+            gone = set(torn) - set(retry)
+            results = [r for i, r in enumerate(results) if i not in gone]
         return results
 
     async def _confirm_failures(
@@ -772,7 +809,7 @@ class Registry:
             if tools_dir.scope == "local":
                 tools_dir.trusted = self.trusted(tools_dir.cwd)
             self.ensure_scanned(tools_dir)
-            await self.scan(tools_dir)
+            await self.scan(tools_dir, retry_failed=True)
         view = project.view()
         result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
         if view.blocked:

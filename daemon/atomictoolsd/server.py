@@ -156,6 +156,7 @@ class Server:
                 spill_dir=str(paths.spill_dir),
                 cancel_grace=config.cancel_grace,
                 load_timeout=config.load_timeout,
+                max_result_bytes=config.max_message_bytes,
             )
         )
         self.trust = TrustStore(paths.state_dir)

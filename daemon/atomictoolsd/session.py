@@ -50,6 +50,14 @@ _ids = itertools.count(1)
 
 _LEVEL_RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 
+# A client this far behind on reading has stopped reading: its log and progress notifications are
+# dropped (and counted, and the count told once it catches up) rather than held, so a tool that
+# floods them cannot grow the daemon's memory. Answers and list_changed are never dropped: answers
+# are bounded by the calls in flight (a client that does not read is no longer read), list_changed
+# by the reloads.
+_LOSSY_BACKLOG = 4 * 1024 * 1024
+_LOSSY = frozenset({"notifications/message", "notifications/progress"})
+
 
 class Message(msgspec.Struct):
     jsonrpc: str | UnsetType = UNSET
@@ -152,6 +160,7 @@ class Session(asyncio.Protocol):
         self.initialized = False
         self.subscribed = False
         self.log_level = "info"
+        self.dropped = 0  # log and progress notifications dropped since the client stopped reading
         self.calls: dict[bytes, Any] = {}  # calls in flight by their request id, as JSON
         self._tasks: set[asyncio.Task[None]] = set()
         self._visible: tuple[Any, list[ToolDef]] | None = None
@@ -186,6 +195,9 @@ class Session(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.transport is not None:
             self.transport.resume_reading()
+            if self.dropped:
+                dropped, self.dropped = self.dropped, 0
+                self.log_message("warning", f"{dropped} log and progress notification(s) were dropped while this client was not reading")
 
     def data_received(self, data: bytes) -> None:
         limit = self.server.config.max_message_bytes
@@ -320,6 +332,9 @@ class Session(asyncio.Protocol):
 
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
         if self.transport is None:
+            return
+        if method in _LOSSY and self.transport.get_write_buffer_size() > _LOSSY_BACKLOG:
+            self.dropped += 1
             return
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:

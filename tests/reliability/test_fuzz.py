@@ -8,6 +8,7 @@ their baseline afterwards.
 from __future__ import annotations
 
 import json
+import os
 import socket
 from typing import Any
 
@@ -20,14 +21,33 @@ from helpers import Daemon, Env, RawConnection
 
 METHODS = [
     "initialize", "ping", "tools/list", "tools/call", "logging/setLevel", "atomic/attach", "atomic/list",
-    "atomic/status", "atomic/subscribe", "atomic/reload", "notifications/cancelled", "notifications/initialized",
-    "server/discover", "resources/list", "", "tools/", "\u2603",
+    "atomic/status", "atomic/subscribe", "atomic/reload", "atomic/bridges/create", "atomic/bridges/list",
+    "atomic/bridges/remove", "atomic/trust/refresh", "notifications/cancelled", "notifications/initialized",
+    "notifications/progress", "server/discover", "resources/list", "", "tools/", "\u2603",
 ]  # never atomic/shutdown: stopping is what that method is for
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=12,
+)
+
+# Parameters of the daemon's own methods, near enough to valid that they get past the first check.
+atomic_params = st.fixed_dictionaries(
+    {},
+    optional={
+        "directory": st.sampled_from(["/", "/tmp", "", ".", "relative", "/no/such/dir", "\x00"]) | st.text(max_size=20),
+        "agent": st.sampled_from(["claude", "codex", "generic", "nope", ""]) | json_values,
+        "allow": st.lists(st.text(max_size=5), max_size=3) | json_values,
+        "deny": st.lists(st.text(max_size=5), max_size=3),
+        "ownerPid": st.integers(-2, 2**31) | json_values,
+        "name": st.text(max_size=70),
+        "id": st.text(max_size=10) | json_values,
+        "dispatcher": json_values,
+        "events": st.lists(st.sampled_from(["tools", "logs", "x"]), max_size=3) | json_values,
+        "requestId": st.integers() | st.text(max_size=5),
+        "all": json_values,
+    },
 )
 
 call_params = st.fixed_dictionaries(
@@ -37,7 +57,7 @@ call_params = st.fixed_dictionaries(
 
 rpc_messages = st.fixed_dictionaries(
     {"jsonrpc": st.sampled_from(["2.0", "2.0", "2.0", "1.0", 2]), "method": st.sampled_from(METHODS) | st.text(max_size=20)},
-    optional={"id": st.integers() | st.text(max_size=8) | st.none() | st.floats(allow_nan=False), "params": call_params | json_values},
+    optional={"id": st.integers() | st.text(max_size=8) | st.none() | st.floats(allow_nan=False), "params": call_params | atomic_params | json_values},
 )
 
 
@@ -45,7 +65,19 @@ def _line(message: Any) -> bytes:
     return json.dumps(message).encode() + b"\n"
 
 
+# Bridge requests valid enough to make a bridge now and then, with odd names, globs and owners.
+bridge_requests = st.fixed_dictionaries({
+    "jsonrpc": st.just("2.0"), "id": st.integers(), "method": st.just("atomic/bridges/create"),
+    "params": st.fixed_dictionaries(
+        {"agent": st.sampled_from(["claude", "opencode", "codex", "copilot", "cursor", "generic"]),
+         "directory": st.sampled_from(["/", "/tmp"])},
+        optional={"allow": st.lists(st.text(max_size=8), max_size=3), "deny": st.lists(st.text(max_size=8), max_size=3),
+                  "name": st.text(max_size=70), "dispatcher": st.booleans(), "ownerPid": st.integers(-1, 4_194_304)},
+    ),
+})
+
 fuzz_inputs = st.one_of(
+    bridge_requests.map(_line),
     st.binary(max_size=300).map(lambda b: b + b"\n"),
     rpc_messages.map(_line),
     rpc_messages.map(_line).flatmap(lambda line: st.integers(1, max(1, len(line) - 1)).map(lambda cut: line[:cut] + b"\n")),
@@ -110,12 +142,17 @@ def test_fuzzed_input_never_breaks_the_daemon(fuzz_daemon: Daemon, env: Env, rec
 
     with fuzz_daemon.raw() as after:
         assert after.request("ping")["result"] == {}
+        bridges = len(after.request("atomic/bridges/list")["result"]["bridges"])
         fds_after = process.num_fds()
         rss_after = process.memory_info().rss
     assert fuzz_daemon.proc.poll() is None
     assert fds_after <= fds_before + 2, f"file descriptors {fds_before} → {fds_after}"
+    # Whatever the fuzz made (bridges, above all) goes when the daemon stops: nothing is left.
+    assert fuzz_daemon.stop() == 0
+    assert os.listdir(env.runtime_dir) == [], "the daemon left files in its runtime dir"
     assert rss_after - rss_before < 64 * 1024 * 1024, f"RSS {rss_before / 1e6:.0f} → {rss_after / 1e6:.0f} MB"
     record(
         f"{tried[0]} fuzzed inputs and 200 torn connections; {probe.lines} reply lines all well-formed; "
+        f"{bridges} bridges the fuzz made, all gone at stop with everything else in the runtime dir; "
         f"fds {fds_before}→{fds_after}; RSS {rss_before / 1e6:.1f}→{rss_after / 1e6:.1f} MB"
     )

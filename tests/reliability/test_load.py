@@ -1,4 +1,5 @@
-"""Load: 200 concurrent clients making mixed calls; every call answered exactly once, correctly."""
+"""Load: 200 concurrent clients making mixed calls, several in flight on each connection, some
+cancelled; every call answered exactly once (a cancelled one never), correctly."""
 
 from __future__ import annotations
 
@@ -59,37 +60,60 @@ def _request(kind: str, rng: random.Random) -> tuple[dict, object]:  # type: ign
     return {"name": "no_such_tool", "arguments": {}}, ("rpc_error", -32602)
 
 
+WINDOW = 4  # requests each client keeps in flight on its one connection
+
+
+def _check(reply: dict, expected: tuple[str, object]) -> None:  # type: ignore[type-arg]
+    how, want = expected
+    if how == "rpc_error":
+        assert reply["error"]["code"] == want, reply
+        return
+    result = reply["result"]
+    if how == "text":
+        assert result["content"][0]["text"] == want and not result.get("isError"), reply
+    elif how == "structured":
+        assert result["structuredContent"] == want, reply
+    else:
+        assert result["isError"] and result["content"][0]["text"].startswith(want), reply
+
+
 async def _client(path: str, index: int, deadline: float, stats: dict) -> None:  # type: ignore[type-arg]
+    """Keep ``WINDOW`` calls in flight, answers in any order; cancel some. Every call is answered
+    exactly once (a cancelled one never), with the right result."""
     rng = random.Random(index)
     reader, writer = await asyncio.open_unix_connection(path, limit=1 << 22)
+    waiting: dict[int, tuple[tuple[str, object], float, str]] = {}  # id → (expected, sent at, kind)
+    cancelled: set[int] = set()
     request_id = 0
     try:
-        while time.monotonic() < deadline:
-            request_id += 1
-            kind = rng.choice(["mix", "mix", "add", "nap", "anap", "bad", "unknown"])
-            params, expected = _request(kind, rng)
-            started = time.perf_counter()
-            writer.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode() + b"\n")
-            line = await reader.readline()
-            stats["latencies"].append(time.perf_counter() - started)
-            reply = json.loads(line)
-            assert reply["id"] == request_id, f"client {index}: expected id {request_id}, got {reply}"
-            how, want = expected
-            if how == "rpc_error":
-                assert reply["error"]["code"] == want, reply
-            else:
-                result = reply["result"]
-                if how == "text":
-                    assert result["content"][0]["text"] == want and not result.get("isError"), reply
-                elif how == "structured":
-                    assert result["structuredContent"] == want, reply
-                else:
-                    assert result["isError"] and result["content"][0]["text"].startswith(want), reply
+        while time.monotonic() < deadline or waiting:
+            while time.monotonic() < deadline and len(waiting) < WINDOW:
+                request_id += 1
+                kind = rng.choice(["mix", "mix", "add", "nap", "anap", "bad", "unknown", "cancel"])
+                if kind == "cancel":  # a slow call, cancelled at once: it must never be answered
+                    params: dict = {"name": "mix_anap", "arguments": {"ms": 5000}}  # type: ignore[type-arg]
+                    writer.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode() + b"\n")
+                    writer.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                             "params": {"requestId": request_id}}).encode() + b"\n")
+                    cancelled.add(request_id)
+                    stats["kinds"]["cancel"] = stats["kinds"].get("cancel", 0) + 1
+                    continue
+                params, expected = _request(kind, rng)
+                waiting[request_id] = (expected, time.perf_counter(), kind)
+                writer.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}).encode() + b"\n")
+            reply = json.loads(await reader.readline())
+            answered = reply.get("id")
+            assert answered not in cancelled, f"client {index}: cancelled call {answered} was answered: {reply}"
+            assert answered in waiting, f"client {index}: an answer to nothing in flight (lost, duplicated or stray): {reply}"
+            expected, sent, kind = waiting.pop(answered)
+            stats["latencies"].append(time.perf_counter() - sent)
+            _check(reply, expected)
             stats["calls"] += 1
             stats["kinds"][kind] = stats["kinds"].get(kind, 0) + 1
-        # Nothing more may arrive: every request was answered exactly once.
+        # Nothing more may arrive: no duplicate, and no answer to a cancelled call, even late.
         writer.write(b'{"jsonrpc":"2.0","id":"last","method":"ping"}\n')
-        assert json.loads(await reader.readline())["id"] == "last", "a duplicate or stray answer arrived"
+        last = json.loads(await reader.readline())
+        assert last["id"] == "last", f"client {index}: a duplicate or stray answer arrived: {last}"
     finally:
         writer.close()
 
@@ -112,6 +136,7 @@ def test_200_clients_every_call_answered_once_and_right(env: Env, make_daemon, r
     assert stats["calls"] > CLIENTS * 5, f"only {stats['calls']} calls in {SECONDS} s"
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(stats["kinds"].items()))
     record(
-        f"{CLIENTS} clients for {SECONDS:g} s: {stats['calls']} calls each answered exactly once and correctly "
-        f"({kinds}); p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+        f"{CLIENTS} clients, {WINDOW} calls in flight each, for {SECONDS:g} s: {stats['calls']} calls each answered "
+        f"exactly once and correctly, {stats['kinds'].get('cancel', 0)} cancelled calls never answered ({kinds}); "
+        f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"
     )

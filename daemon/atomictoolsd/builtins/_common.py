@@ -6,6 +6,7 @@ Runs inside a worker.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -17,11 +18,18 @@ __all__ = ["GIT_TIMEOUT", "MAX_READ_BYTES", "git", "home", "inside", "project_of
 GIT_TIMEOUT = 30.0
 MAX_READ_BYTES = 1024 * 1024
 
-# A repository's own config can name programs for git to run (an fsmonitor hook, an external diff,
-# a textconv filter, a pager). These tools answer questions about any project, trusted or not, so
-# they switch those off (git diff also gets --no-ext-diff --no-textconv).
-_GIT_SAFETY = ("-c", "core.fsmonitor=false", "-c", "core.pager=cat")
+# A repository's own config can name programs for git to run (an fsmonitor hook, hooks such as
+# post-index-change that git diff runs when it refreshes the index, clean/smudge filter drivers that
+# status and diff run on changed files, an external diff, a textconv filter, a pager), and so can
+# the config of each of its submodules. These tools answer questions about any project, trusted or
+# not, so they switch all of that off: the hooks dir points nowhere, the filter drivers the
+# repository itself defines are emptied (see ``_repo_filters``; yours, from ~/.gitconfig, still
+# apply), submodules are compared by commit only (``--ignore-submodules=dirty`` runs nothing in
+# them), and git diff gets --no-ext-diff --no-textconv.
+_GIT_SAFETY = ("-c", "core.fsmonitor=false", "-c", "core.pager=cat", "-c", "core.hooksPath=/dev/null")
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
+_REPO_SCOPES = ("local", "worktree")
+_FILTER_KEYS = re.compile(r"^filter\.(.+)\.(clean|smudge|process)$", re.DOTALL)
 
 
 def home() -> Path:
@@ -45,36 +53,50 @@ def inside(root: Path, relative: str) -> Path:
     return target
 
 
-def _no_filters(cwd: Path) -> list[str]:
-    """``-c`` options that switch off every filter driver the repository's config names.
+def _repo_filters(cwd: Path, env: dict[str, str]) -> dict[str, str]:
+    """Environment that empties every filter driver the repository's own config defines.
 
-    A repository's own ``.git/config`` can set ``filter.<driver>.clean``/``smudge``/``process`` to
-    any command, and ``git status``/``git diff`` run them; the built-ins serve untrusted projects
-    too. Listing the config runs nothing; an empty value disables the command.
+    ``GIT_CONFIG_COUNT`` pairs rather than ``-c``: a driver's name may hold ``=``, which ``-c``
+    would split on. Reading the config runs nothing.
     """
-    listed = subprocess.run(
-        ["git", "config", "--name-only", "--get-regexp", r"^filter\."],
-        cwd=cwd, env={**os.environ, **_GIT_ENV}, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, errors="replace", timeout=GIT_TIMEOUT,
-    )
-    drivers = sorted({name[len("filter."):].rpartition(".")[0] for name in listed.stdout.split()})
-    options: list[str] = []
-    for driver in drivers:
-        for key in ("clean", "smudge", "process"):
-            options += ["-c", f"filter.{driver}.{key}="]
-        options += ["-c", f"filter.{driver}.required=false"]
-    return options
+    def listing(*options: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            ["git", *_GIT_SAFETY, "config", *options, "-z", "--name-only", "--get-regexp", _FILTER_KEYS.pattern],
+            cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT,
+        )
+
+    listed = listing("--show-scope")
+    fields = listed.stdout.decode("utf-8", "surrogateescape").split("\0")
+    drivers = {
+        match.group(1)
+        for scope, key in zip(fields[::2], fields[1::2], strict=False)
+        if scope in _REPO_SCOPES and (match := _FILTER_KEYS.match(key))
+    }
+    if listed.returncode not in (0, 1):  # 1: none defined; else a git before 2.26: empty every driver
+        fields = listing().stdout.decode("utf-8", "surrogateescape").split("\0")
+        drivers = {match.group(1) for key in fields if (match := _FILTER_KEYS.match(key))}
+    pairs = [(f"filter.{name}.{key}", "") for name in sorted(drivers) for key in ("clean", "smudge", "process")]
+    pairs += [(f"filter.{name}.required", "false") for name in sorted(drivers)]
+    if not pairs:
+        return {}
+    first = int(env.get("GIT_CONFIG_COUNT") or 0)
+    extra = {"GIT_CONFIG_COUNT": str(first + len(pairs))}
+    for i, (key, value) in enumerate(pairs, start=first):
+        extra[f"GIT_CONFIG_KEY_{i}"] = key
+        extra[f"GIT_CONFIG_VALUE_{i}"] = value
+    return extra
 
 
 def git(args: list[str], cwd: Path, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run git in ``cwd`` with nothing the repository configures allowed to run a command (no
-    fsmonitor, pager, filters; callers add ``--no-ext-diff --no-textconv`` to diffs). With
-    ``check``, a failure is a ``ToolError`` carrying git's message."""
+    """Run git in ``cwd``; with ``check``, a failure is a ``ToolError`` carrying git's message."""
+    env = {**os.environ, **_GIT_ENV}
     try:
+        if args[0] in ("status", "diff"):  # the commands that look at file contents
+            env.update(_repo_filters(cwd, env))
         done = subprocess.run(
-            ["git", *_GIT_SAFETY, *_no_filters(cwd), *args],
+            ["git", *_GIT_SAFETY, *args],
             cwd=cwd,
-            env={**os.environ, **_GIT_ENV},
+            env=env,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

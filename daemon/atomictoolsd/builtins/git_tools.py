@@ -23,7 +23,7 @@ def git_status(
     where = inside(root, subdirectory) if subdirectory else root
     if not where.is_dir():
         raise ToolError(f"{subdirectory!r} is not a directory in {root}")
-    out = git(["status", "--porcelain", "--ignore-submodules", "--", "."], where).stdout
+    out = git(["status", "--porcelain", "--ignore-submodules=dirty", "--", "."], where).stdout
     return out if out.strip() else f"Clean: nothing to commit in {where}"
 
 
@@ -34,7 +34,7 @@ def git_diff_summary(
 ) -> str:
     """Summarise the project's changes per file (`git diff --stat`): lines added and removed."""
     root = project_of(ctx)
-    args = ["diff", "--stat", "--no-ext-diff", "--no-textconv", "--no-color", "--ignore-submodules"]
+    args = ["diff", "--stat", "--no-ext-diff", "--no-textconv", "--no-color", "--ignore-submodules=dirty"]
     if staged:
         args.append("--staged")
     out = git(args, root).stdout

@@ -52,6 +52,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return code
 
     paths = Paths.from_env()
+    paths.create_private_dirs()
     try:
         config = load_config(paths.config_file)
     except ConfigError as exc:

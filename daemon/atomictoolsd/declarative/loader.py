@@ -33,6 +33,7 @@ from atomictoolsd.declarative.shell import ShellHandler
 from atomictoolsd.declarative.templates import TemplateError
 from atomictoolsd.declarative.validation import SchemaProblem, compile_schema
 from atomictoolsd.workers.runtime import LoadFailure
+from atomictoolsd.workers.sourceload import check_writers, note_read
 
 __all__ = ["DeclarativeSpec", "HANDLERS", "MAX_FILE_BYTES", "load_file"]
 
@@ -74,10 +75,17 @@ def load_file(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
         LoadFailure: the file cannot be read, is not JSON, or has no ``tools`` array.
     """
     try:
+        check_writers(path)
+    except PermissionError as exc:
+        raise LoadFailure(path, None, str(exc)) from None
+    except OSError:
+        pass  # reading it says what is wrong
+    try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise LoadFailure(path, None, f"cannot read the file: {exc.strerror}") from None
+    note_read(path, raw)
     if len(raw) > MAX_FILE_BYTES:
         raise LoadFailure(path, None, f"the file is larger than {MAX_FILE_BYTES} bytes")
     try:

@@ -7,7 +7,10 @@ own, because no shell ever reads the result. The program (the first word) is fix
 
 A value still lands where the template put it, so a value starting with ``-`` is an option to the
 program if the template puts it where options are read: templates should write ``--`` before
-placeholders that are operands (``grep -rn -- {{pattern}} .``).
+placeholders that are operands (``grep -rn -- {{pattern}} .``). And a program that runs an argument
+as code would run the value: a template that puts a placeholder inside the script of ``sh -c`` (or
+``bash -c``, ``python -c``, ``perl -e``, ``node -e``, …) is refused when the file loads; the value can
+go after the script, as an argument the script reads (``sh -c 'grep -- "$1" f' sh {{pattern}}``).
 
 Runs inside a worker; standard library only.
 """
@@ -15,6 +18,7 @@ Runs inside a worker; standard library only.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -39,6 +43,33 @@ __all__ = ["DEFAULT_TIMEOUT_MS", "ShellHandler", "resolve_dir"]
 DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 3_600_000
 _POLL = 0.1  # seconds between checks for cancellation while the command runs
+
+# Programs that run the argument after one of these options as code; a shell's short options may be
+# grouped (``bash -lc``, ``sh -ec``).
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "busybox"})
+_CODE_OPTIONS = {"perl": ("-e", "-E"), "ruby": ("-e",), "node": ("-e", "--eval", "-p", "--print"), "php": ("-r",),
+                 "pwsh": ("-c", "-Command"), "osascript": ("-e",), "lua": ("-e",), "Rscript": ("-e",)}
+_SHORT_GROUP_WITH_C = re.compile(r"^-[a-zA-Z]*c[a-zA-Z]*$")
+_PYTHON = re.compile(r"^python[0-9.]*$")
+
+
+def _code_argument(words: list[str]) -> tuple[int, str] | None:
+    """The index of the first word a program in ``words`` would run as code, and that program."""
+    program = ""
+    for i, word in enumerate(words):
+        name = os.path.basename(word)
+        if name in _SHELLS or name in _CODE_OPTIONS or _PYTHON.match(name):
+            program = name
+            continue
+        if not program:
+            continue
+        if program in _SHELLS and (_SHORT_GROUP_WITH_C.match(word) or word == "--command"):
+            return i + 1, program
+        if _PYTHON.match(program) and _SHORT_GROUP_WITH_C.match(word):
+            return i + 1, program
+        if word in _CODE_OPTIONS.get(program, ()):
+            return i + 1, program
+    return None
 
 
 def resolve_dir(path: str | None, ctx: Context | None) -> str:
@@ -77,6 +108,18 @@ class ShellHandler:
         if PLACEHOLDER.search(self.words[0]):
             raise TemplateError(
                 "handler.command must start with a fixed program name; a parameter cannot choose the program"
+            )
+        code = _code_argument(self.words)
+        if code is not None and code[0] < len(self.words) and PLACEHOLDER.search(self.words[code[0]]):
+            index, program = code
+            name = PLACEHOLDER.search(self.words[index]).group(1)  # type: ignore[union-attr]
+            if program in _SHELLS:
+                fix = f"e.g. {program} {self.words[index - 1]} '... \"$1\" ...' {program} {{{{{name}}}}}"
+            else:
+                fix = "where the code reads it from its arguments (sys.argv, @ARGV, process.argv)"
+            raise TemplateError(
+                f"handler.command puts {{{{{name}}}}} inside the code that {program} runs ({self.words[index]!r}): "
+                f"a value there would run as code. Pass it as an argument after the code instead, {fix}"
             )
         cwd = handler.get("cwd")
         if cwd is not None and (not isinstance(cwd, str) or PLACEHOLDER.search(cwd)):

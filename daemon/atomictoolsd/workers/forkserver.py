@@ -13,11 +13,19 @@ message]`` when it could not fork (the process limit, memory: that request fails
 only a parent can reap. ``ALIVE_FD`` is the write end of a pipe it keeps open and never writes to
 (its workers close it): the daemon learns of its death from the end-of-file.
 
-No orphans: each worker leads its own session and process group (so a tool's children can be killed
-with it: ``sessions``) and gets SIGKILL when the fork server dies (``PR_SET_PDEATHSIG``); the fork
-server gets SIGTERM when the daemon dies, and then kills every worker with its group and session.
-Where there is no ``PR_SET_PDEATHSIG`` (macOS), the closing channels do the same job: a worker exits
-when its channel to the daemon closes.
+No orphans: each worker leads its own session and process group and gets SIGKILL when the fork
+server dies (``PR_SET_PDEATHSIG``); the fork server gets SIGTERM when the daemon dies, and then kills
+every worker with what it started. Where there is no ``PR_SET_PDEATHSIG`` (macOS), the closing
+channels do the same job: a worker exits when its channel to the daemon closes.
+
+What a tool starts dies with its worker, however it was started. Before a worker is reaped, its
+process group and (on Linux) every process of its session are killed (``sessions``): that reaches a
+process in a group of its own, as the declarative ``shell`` handler makes. A process that left the
+session too (``start_new_session=True``, ``setsid``, a daemonizing double fork) is reached on Linux
+because the fork server and every worker are child subreapers (``PR_SET_CHILD_SUBREAPER``): once its
+parent is gone it is adopted by its worker, and when that worker ends, by the fork server, which
+kills whatever it adopted, each time a worker or an adopted process ends, and at shutdown until
+nothing is left.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import select
 import signal
 import socket
 import sys
+import time
 from typing import Any, NoReturn
 
 import msgspec
@@ -34,7 +43,7 @@ import msgspec
 from atomictoolsd.workers import runtime  # the point of this process: pay for the import once
 from atomictoolsd.workers.sessions import kill_worker_processes
 
-__all__ = ["main", "set_parent_death_signal"]
+__all__ = ["main", "set_child_subreaper", "set_parent_death_signal"]
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
@@ -42,12 +51,21 @@ _decode = msgspec.msgpack.decode
 
 def set_parent_death_signal(sig: int) -> bool:
     """Ask Linux to send ``sig`` to this process when its parent dies. False where unsupported."""
+    return _prctl(1, sig)  # 1 = PR_SET_PDEATHSIG
+
+
+def set_child_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants, as init would (Linux). False where unsupported."""
+    return _prctl(36, 1)  # 36 = PR_SET_CHILD_SUBREAPER
+
+
+def _prctl(option: int, value: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     import ctypes  # imported once in the fork server, before any fork
 
     libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(1, sig, 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+    return libc.prctl(option, value, 0, 0, 0) == 0
 
 
 class _Server:
@@ -128,6 +146,7 @@ class _Server:
         try:
             os.setsid()
             set_parent_death_signal(signal.SIGKILL)
+            set_child_subreaper()  # what its tools start and abandon stays its own, to die with it
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
@@ -145,11 +164,10 @@ class _Server:
             os._exit(70)
 
     def reap(self) -> None:
-        while self.children:
+        while True:
             try:
                 pid, status = _next_exited()
             except ChildProcessError:
-                self.children.clear()
                 return
             if pid == 0:
                 return
@@ -159,8 +177,25 @@ class _Server:
             kill_worker_processes((pid,))
             if status is None:
                 _, status = os.waitpid(pid, 0)
-            self.children.discard(pid)
-            self.send(["exited", pid, status])
+            if pid in self.children:
+                self.children.discard(pid)
+                self.send(["exited", pid, status])
+            # The processes it started outside its group are ours now (we are their subreaper).
+            self.kill_adopted()
+
+    def kill_adopted(self) -> int:
+        """SIGKILL every child that is not a worker (and the group each one leads); return how many."""
+        adopted = _children() - self.children
+        own_group = os.getpgrp()
+        for pid in adopted:
+            try:
+                if os.getpgid(pid) == pid != own_group:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return len(adopted)
 
     def shutdown(self) -> NoReturn:
         kill_worker_processes(self.children)
@@ -169,6 +204,18 @@ class _Server:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+        self.children.clear()
+        # Each round kills what the last one orphaned (a killed process's children are adopted in
+        # turn); bounded, so that a process that forks as fast as it is killed cannot keep us here.
+        for _ in range(100):
+            if not self.kill_adopted():
+                break
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            except ChildProcessError:
+                pass
+            time.sleep(0.01)
         os._exit(0)
 
 
@@ -182,11 +229,38 @@ def _next_exited() -> tuple[int, int | None]:
     return pid, (status if pid else None)
 
 
+def _children() -> set[int]:
+    """The pids of this process's children (Linux; empty elsewhere, where nothing is adopted)."""
+    if not sys.platform.startswith("linux"):
+        return set()
+    pids: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(pid) for pid in f.read().split())
+        return pids
+    except OSError:  # a kernel without CONFIG_PROC_CHILDREN: read every process's parent
+        pass
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me:
+            pids.add(int(name))
+    return pids
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
     control = socket.socket(fileno=int(args[0]))
     daemon_pid = int(args[1])
     set_parent_death_signal(signal.SIGTERM)
+    set_child_subreaper()
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
     runtime.warm_up()

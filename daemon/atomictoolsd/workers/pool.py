@@ -46,12 +46,14 @@ class PoolSettings:
         spill_dir: str = "",
         cancel_grace: float = 2.0,
         load_timeout: float = 30.0,
+        max_result_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.threads = threads
         self.memory_limit = memory_limit
         self.truncate_lines = truncate_lines
         self.truncate_bytes = truncate_bytes
         self.spill_dir = spill_dir
+        self.max_result_bytes = max_result_bytes
         self.cancel_grace = cancel_grace
         self.load_timeout = load_timeout
 
@@ -70,6 +72,7 @@ class ModuleRunner:
             truncate_lines=pool.settings.truncate_lines,
             truncate_bytes=pool.settings.truncate_bytes,
             spill_dir=pool.settings.spill_dir,
+            max_result_bytes=pool.settings.max_result_bytes,
         )
         self.current: Worker | None = None
         self.retiring: set[Worker] = set()

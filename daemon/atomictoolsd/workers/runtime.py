@@ -13,10 +13,13 @@ daemon → worker
     ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
 
 worker → daemon
-    ``["loaded", definitions, load_ms, problems, deps]`` once, when the module loaded; ``problems``
-    lists the tools it skipped (``{tool, line, message}``: a declarative file's malformed tools), else
-    ``[]``; ``deps`` lists ``[path, size, mtime_ns]`` of the other files of its directory it imported.
-    ``["failed", {file, line, message, traceback, deps}]`` once, instead, when it did not; then it exits.
+    ``["loaded", definitions, load_ms, problems, deps, source]`` once, when the module loaded;
+    ``problems`` lists the tools it skipped (``{tool, line, message}``: a declarative file's malformed
+    tools), else ``[]``; ``deps`` lists ``[path, size, mtime_ns]`` of the other files of its directory
+    it imported; ``source`` is ``[size, crc32]`` of the module file's bytes it loaded (None if it
+    read none).
+    ``["failed", {file, line, message, traceback, deps, source}]`` once, instead, when it did not; then
+    it exits.
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
@@ -47,8 +50,8 @@ from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
 from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
 from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.output import capture as capture_output
-from atomictoolsd.workers.sourceload import SourceOnlyLoader, imported_from, install_source_only_finder
-from atomictoolsd.workers.truncate import truncate
+from atomictoolsd.workers.sourceload import SourceOnlyLoader, fingerprint, imported_from, install_source_only_finder
+from atomictoolsd.workers.truncate import spill, truncate
 
 __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "warm_up"]
 
@@ -66,6 +69,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     truncate_lines: int = 2000
     truncate_bytes: int = 50 * 1024
     spill_dir: str = ""
+    max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
 
 
 class LoadFailure(Exception):
@@ -256,7 +260,17 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
         result["structuredContent"] = structured
     if meta is not None:
         result["_meta"] = meta
-    return _json_encode(result)
+    encoded = _json_encode(result)
+    if len(encoded) > worker.max_result_bytes:
+        # Structured content is never cut (it would no longer match its schema), and a result this
+        # large would cost the daemon several times its size in memory on its way to a client that
+        # refuses messages past the same limit: refuse it, keeping the whole in a spill file.
+        path = spill(encoded, worker.spill_dir, spec.name, ".json")
+        return error_result(
+            f"Tool {spec.name!r} returned a result of {len(encoded):,} bytes, more than the {worker.max_result_bytes:,} "
+            f"bytes a message may carry (max_message_bytes); the whole result is in {path}"
+        )
+    return encoded
 
 
 # -- serving -------------------------------------------------------------------------------------
@@ -545,7 +559,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         specs, problems = load_module(spec)
         tools = {t.name: t for t in specs}
     except LoadFailure as failure:
-        info = {**failure.info, "deps": imported_from(directory, spec.path)}
+        info = {**failure.info, "deps": imported_from(directory, spec.path), "source": fingerprint(spec.path)}
         if info["message"].startswith("MemoryError") and spec.memory_limit:
             info["message"] = f"MemoryError: importing the module needs more than {describe_limit(spec.memory_limit)}"
         send(["failed", info])
@@ -556,7 +570,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     load_ms = (time.perf_counter() - started) * 1000
     runtime = Runtime(sock, tools, spec, send_lock)
     deps = imported_from(directory, spec.path)
-    runtime.send(["loaded", [t.definition() for t in tools.values()], load_ms, problems, deps])
+    runtime.send(["loaded", [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path)])
     runtime.run()
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.

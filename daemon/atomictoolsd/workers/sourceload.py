@@ -8,7 +8,14 @@ helper it imports from the tools directory, through ``SourceOnlyLoader``; everyt
 standard library, installed packages) imports as usual.
 
 After the module loaded, ``imported_from(directory)`` names the files of that directory the worker
-imported, so the daemon can reload a module when a helper it uses changes.
+imported, so the daemon can reload a module when a helper it uses changes, and ``fingerprint(path)``
+says which bytes of a file were loaded (``[size, crc32]``), so the daemon can tell a module read
+while it was being written from one read whole.
+
+Nothing is loaded that another user could have written (``check_writers``): a tool module or helper
+owned by someone else (but root), writable by others, or in a directory others may write to (without
+the sticky bit) would let them run their code as you. Group-writable files are allowed: on most
+systems a user's group is theirs alone.
 
 Runs inside workers: standard library only.
 """
@@ -17,10 +24,48 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import shlex
+import stat
 import sys
+import zlib
 from typing import Any
 
-__all__ = ["SourceOnlyLoader", "imported_from", "install_source_only_finder"]
+__all__ = ["SourceOnlyLoader", "check_writers", "fingerprint", "imported_from", "install_source_only_finder", "note_read"]
+
+_DAEMON_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_read: dict[str, list[int]] = {}  # path → [size, crc32] of the bytes loaded from it, in this process
+
+
+def check_writers(path: str) -> None:
+    """Refuse to load ``path`` when a user other than you (or root) could have written it.
+
+    Raises:
+        PermissionError: the file or its directory is open to other users; the message says the fix.
+    """
+    if os.path.abspath(path).startswith(_DAEMON_PACKAGE):
+        return  # the built-in tools: whoever can write the daemon's own code runs as you anyway
+    me = os.geteuid()
+    info = os.stat(path)
+    if info.st_uid not in (me, 0):
+        raise PermissionError(f"refused to load {path}: it belongs to uid {info.st_uid}, not to you (uid {me})")
+    if info.st_mode & stat.S_IWOTH:
+        raise PermissionError(f"refused to load {path}: other users can write it; run: chmod o-w {shlex.quote(path)}")
+    directory = os.path.dirname(os.path.abspath(path))
+    info = os.stat(directory)
+    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+        raise PermissionError(
+            f"refused to load {path}: other users can write to {directory}; run: chmod o-w {shlex.quote(directory)}"
+        )
+
+
+def note_read(path: str, data: bytes) -> None:
+    """Remember which bytes of ``path`` a loader compiled or parsed."""
+    _read[os.path.abspath(path)] = [len(data), zlib.crc32(data)]
+
+
+def fingerprint(path: str) -> list[int] | None:
+    """``[size, crc32]`` of the bytes last loaded from ``path`` in this process, if any were."""
+    return _read.get(os.path.abspath(path))
 
 
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -35,6 +80,12 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
     def get_code(self, fullname: str) -> Any:
         SourceOnlyLoader.loaded.append(self.path)
         return super().get_code(fullname)
+
+    def get_data(self, path: str) -> bytes:
+        check_writers(path)
+        data = super().get_data(path)
+        note_read(path, data)
+        return data
 
 
 def install_source_only_finder(directory: str) -> None:

@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 
-__all__ = ["Truncated", "remove_old_spills", "truncate"]
+__all__ = ["Truncated", "remove_old_spills", "spill", "truncate"]
 
 
 class Truncated:
@@ -49,16 +49,22 @@ def truncate(text: str, max_lines: int, max_bytes: int, spill_dir: str, label: s
             head = head[: last_newline + 1]
     shown_lines = head.count("\n") + (0 if head.endswith("\n") or not head else 1)
 
-    os.makedirs(spill_dir, mode=0o700, exist_ok=True)
-    fd, path = tempfile.mkstemp(prefix=f"{label}-", suffix=".txt", dir=spill_dir)
-    with os.fdopen(fd, "wb") as f:
-        f.write(encoded)
+    path = spill(encoded, spill_dir, label)
     notice = (
         f"\n[output truncated: showing {shown_lines:,} of {lines_total:,} lines "
         f"({len(head.encode('utf-8', 'surrogatepass')):,} of {len(encoded):,} bytes); "
         f"the full output is in {path}]"
     )
     return Truncated(head + notice, path)
+
+
+def spill(data: bytes, spill_dir: str, label: str, suffix: str = ".txt") -> str:
+    """Write ``data`` to a new spill file (mode 0600); return its path."""
+    os.makedirs(spill_dir, mode=0o700, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f"{label}-", suffix=suffix, dir=spill_dir)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path
 
 
 def remove_old_spills(spill_dir: str, max_age_seconds: float) -> int:

@@ -148,6 +148,7 @@ class Worker(asyncio.Protocol):
         self.status: int | None = None  # its waitpid status once it ended (FORKSERVER_GONE: with the fork server)
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
+        self.source: list[int] | None = None  # [size, crc32] of the module file's bytes it loaded
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -183,6 +184,7 @@ class Worker(asyncio.Protocol):
                 self.state = "ready"
                 self.problems = message[3] if len(message) > 3 else []
                 self.deps = message[4] if len(message) > 4 else []
+                self.source = message[5] if len(message) > 5 else None
                 self.loaded.set_result((message[1], message[2]))
             elif op == "failed" and not self.loaded.done():
                 self.loaded.set_exception(LoadFailed(message[1]))
