@@ -295,7 +295,7 @@ CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is trie
 
 def _torn(file: ModuleFile, outcome: Any, current: dict[str, ModuleFile]) -> bool:
     """Whether a worker's load of ``file`` may not be of the file as it is now on disk."""
-    if outcome is _BLOCKED or isinstance(outcome, CacheEntry):
+    if outcome is _BLOCKED or isinstance(outcome, (CacheEntry, SpawnError)):
         return False  # nothing was read by a worker
     now = current.get(file.path)
     if now is None or now.key != file.key:
