@@ -35,7 +35,8 @@ from atomictools import Client  # noqa: E402
 from clients import Channel, measure_latency, measure_throughput, socket_channel, stdio_channel  # noqa: E402
 from common import (  # noqa: E402
     CONSOLE,
-    ECHO_TOOL,
+    ECHO_TOOLS,
+    EIGHT,
     MODES,
     DaemonUnderTest,
     FloorRelay,
@@ -48,8 +49,6 @@ from common import (  # noqa: E402
     run_alone,
 )
 
-TOOLS = {"echo": ECHO_TOOL.format(name="echo"), **{f"echo{i}": ECHO_TOOL.format(name=f"echo{i}") for i in range(8)}}
-EIGHT = [f"echo{i}" for i in range(8)]
 LOADS = [(16, 1), (64, 1), (16, 8), (64, 8)]  # (connections, modules)
 FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
 PEER_NAMES = (FASTMCP, MCPSERVER)
@@ -162,8 +161,8 @@ def measure(quick: bool = False) -> Report:
     load_rows: list[list[Any]] = []
     for mode, pinned in MODES:
         with affinity(pinned):
-            info = DaemonUnderTest(TOOLS).start()
-            quiet = DaemonUnderTest(TOOLS, {"ATOMICTOOLS_LOG_LEVEL": "warning"}).start()
+            info = DaemonUnderTest(ECHO_TOOLS).start()
+            quiet = DaemonUnderTest(ECHO_TOOLS, {"ATOMICTOOLS_LOG_LEVEL": "warning"}).start()
             daemons = {"": info, " (log_level=warning)": quiet}
             try:
                 with FloorRelay() as floor:

@@ -33,6 +33,8 @@ __all__ = [
     "BENCH",
     "CONSOLE",
     "ECHO_TOOL",
+    "ECHO_TOOLS",
+    "EIGHT",
     "INITIALIZE",
     "MODES",
     "PEERS",
@@ -70,6 +72,10 @@ def {name}(text: str) -> str:
     """Echo the text back."""
     return text
 '''
+
+# The echo tool, and eight more modules (echo0 … echo7) for loads spread over eight workers.
+ECHO_TOOLS = {name: ECHO_TOOL.format(name=name) for name in ["echo", *(f"echo{i}" for i in range(8))]}
+EIGHT = [f"echo{i}" for i in range(8)]
 
 INITIALIZE = {
     "jsonrpc": "2.0",
