@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from atomictools import Client  # noqa: E402
@@ -62,6 +64,7 @@ class Settings:
         self.warmup = 100 if quick else 200
         self.seconds = 1.0 if quick else 3.0  # per throughput run
         self.load_rounds = 1 if quick else 3
+        self.split_calls = 3000 if quick else 20000  # sequential calls timed for the CPU split
 
 
 def tiny_client_latency(client: Client, calls: int, warmup: int) -> Stats:
@@ -83,9 +86,11 @@ FLOOR = "floor: minimal relay + worker (peers/floor_relay.py)"
 
 def latency(
     settings: Settings, daemons: dict[str, DaemonUnderTest], peers: dict[str, list[str]], floor: FloorRelay
-) -> dict[str, Stats]:
-    """Every system measured in turns, ``settings.rounds`` times; samples pooled per system."""
+) -> tuple[dict[str, Stats], dict[str, dict[str, float]]]:
+    """Every system measured in turns, ``settings.rounds`` times; samples pooled per system. Then,
+    for atomictoolsd and the floor, the CPU each process spends per sequential call."""
     runs: dict[str, Callable[[int, int], Stats]] = {}
+    processes: dict[str, dict[str, int]] = {}  # system → role → pid, for the CPU split
     closers: list[Callable[[], None]] = []
 
     def over(channel: Channel) -> Callable[[int, int], Stats]:
@@ -100,9 +105,13 @@ def latency(
             channel = socket_channel(str(daemon.socket))
             channel.handshake()
             runs[f"atomictoolsd{label}, raw client, socket"] = over(channel)
-            _, channel = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)
+            shim, channel = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)
             channel.handshake()
             runs[f"atomictoolsd{label}, raw client, stdio shim"] = over(channel)
+            runs[f"atomictoolsd{label}, raw client, socket"](1, 0)  # the worker starts
+            worker = next(m["worker"] for m in daemon.request("atomic/status")["modules"] if m["path"].endswith("/echo.py"))
+            processes[f"atomictoolsd{label}, raw client, socket"] = {"daemon": daemon.pid, "worker": worker}
+            processes[f"atomictoolsd{label}, raw client, stdio shim"] = {"shim": shim.pid, "daemon": daemon.pid, "worker": worker}
         for name, command in peers.items():
             _, channel = stdio_channel(command)
             channel.handshake()
@@ -110,6 +119,9 @@ def latency(
         channel = socket_channel(str(floor.socket))
         channel.handshake()
         runs[f"{FLOOR}, raw client, socket"] = over(channel)
+        assert floor.proc is not None
+        relay = psutil.Process(floor.proc.pid)
+        processes[f"{FLOOR}, raw client, socket"] = {"daemon": relay.pid, "worker": relay.children()[0].pid}
         pooled = {name: Stats() for name in runs}
         for _ in range(settings.rounds):
             for name, run in runs.items():
@@ -117,10 +129,26 @@ def latency(
                 calls = settings.peer_calls if peer else settings.calls
                 warmup = settings.warmup // 5 if peer else settings.warmup
                 pooled[name].samples += run(calls, warmup).samples
-        return pooled
+        split = {name: cpu_split(runs[name], pids, settings.split_calls) for name, pids in processes.items()}
+        return pooled, split
     finally:
         for close in closers:
             close()
+
+
+def cpu_split(run: Callable[[int, int], Stats], pids: dict[str, int], calls: int) -> dict[str, float]:
+    """µs of CPU (user + system) each process spends per sequential call; "client" is this process."""
+    roles = {**{role: psutil.Process(pid) for role, pid in pids.items()}, "client": psutil.Process()}
+    before = {role: p.cpu_times() for role, p in roles.items()}
+    started = time.perf_counter()
+    run(calls, 0)
+    wall = time.perf_counter() - started
+    after = {role: p.cpu_times() for role, p in roles.items()}
+    split = {
+        role: round((after[role].user + after[role].system - before[role].user - before[role].system) / calls * 1e6, 1)
+        for role in roles
+    }
+    return {**split, "wall": round(wall / calls * 1e6, 1)}
 
 
 def throughput(settings: Settings, daemons: dict[str, DaemonUnderTest], floor: FloorRelay) -> dict[str, dict[str, float]]:
@@ -159,6 +187,7 @@ def measure(quick: bool = False) -> Report:
     report = Report("calls", data={"settings": vars(settings)})
     latency_rows: list[list[Any]] = []
     load_rows: list[list[Any]] = []
+    split_rows: list[list[Any]] = []
     for mode, pinned in MODES:
         with affinity(pinned):
             info = DaemonUnderTest(ECHO_TOOLS).start()
@@ -166,7 +195,8 @@ def measure(quick: bool = False) -> Report:
             daemons = {"": info, " (log_level=warning)": quiet}
             try:
                 with FloorRelay() as floor:
-                    stats = {name: s.summary() for name, s in latency(settings, daemons, peers, floor).items()}
+                    pooled, split = latency(settings, daemons, peers, floor)
+                    stats = {name: s.summary() for name, s in pooled.items()}
                     rates = throughput(settings, daemons, floor)
             finally:
                 info.stop()
@@ -187,13 +217,23 @@ def measure(quick: bool = False) -> Report:
                 system, mode, *cells,
                 ratio(by_load["16x1"], fast16) if ours else None, ratio(by_load["16x1"], sdk16) if ours else None,
             ])
-        report.data[mode] = {"latency": stats, "calls_per_s": rates}
+        report.data[mode] = {"latency": stats, "calls_per_s": rates, "cpu_per_call": split}
+        for name, cpu in split.items():
+            split_rows.append([name, mode, cpu.get("client"), cpu.get("shim"), cpu.get("daemon"), cpu.get("worker"),
+                               round(sum(v for k, v in cpu.items() if k != "wall"), 1), cpu["wall"]])
     report.tables.append(Table(
         "calls-latency", "tools/call latency (µs), sequential calls of a one-line echo tool",
         ["system, client, transport", "mode", "p50 µs", "p99 µs", "p50 × vs fastmcp", "p50 × vs mcpserver"],
         latency_rows,
         [f"{settings.rounds} rounds taken in turns; per round {settings.calls} timed calls to atomictoolsd and "
          f"{settings.peer_calls} to each peer, after a warm-up."],
+    ))
+    report.tables.append(Table(
+        "calls-cpu", "where a sequential tools/call's time goes: CPU µs per call, by process",
+        ["system, client, transport", "mode", "client", "shim", "daemon", "worker", "sum", "wall µs/call"],
+        split_rows,
+        [f"{settings.split_calls} sequential calls; each process's user + system time (psutil) divided by the calls. "
+         "Pinned, the sum is the wall time: one core runs everything in turn."],
     ))
     report.tables.append(Table(
         "calls-throughput", "calls/s, each connection keeping one call in flight (connections × modules)",

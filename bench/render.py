@@ -2,12 +2,14 @@
 
     python bench/render.py                          # bench/results/latest.json → docs/performance.md
     python bench/render.py bench/results/run-….json
+    python bench/render.py bench/results/latest.json bench/results/compare-….json   # several runs
     python bench/render.py --check                  # exit 1 if the doc is not what the JSON renders
 
 The doc marks where each table goes with a pair of comments, ``<!-- bench:KEY -->`` and
 ``<!-- /bench:KEY -->``; everything between them is replaced. ``KEY`` is a table's key (as printed
 by ``bench/run.py`` and saved in the JSON), or ``run`` for the command, machine and load averages of
-the run. The prose around the blocks is the author's: after a new run, reread it against the figures.
+the run. A table no given run measured keeps what the doc has. The prose around the blocks is the
+author's: after a new run, reread it against the figures.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, ROOT, fmt  # noqa: E402
 
-__all__ = ["markdown_table", "render", "render_text"]
+__all__ = ["markdown_table", "merge", "render", "render_text"]
 
 DOC = ROOT / "docs" / "performance.md"
 BLOCK = re.compile(r"(<!-- bench:(?P<key>[\w-]+) -->\n).*?(<!-- /bench:(?P=key) -->)", re.S)
@@ -79,6 +81,11 @@ def render_text(text: str, results: dict[str, Any]) -> tuple[str, list[str], lis
     return rendered, filled, sorted(set(tables) - set(filled))
 
 
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result of several: the first run's description, every run's reports."""
+    return {**runs[0], "reports": [report for run in runs for report in run["reports"]]}
+
+
 def render(results: dict[str, Any], doc: Path = DOC) -> str:
     text, filled, missing = render_text(doc.read_text(), results)
     doc.write_text(text)
@@ -90,16 +97,18 @@ def render(results: dict[str, Any], doc: Path = DOC) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", nargs="?", type=Path, default=RESULTS / "latest.json")
+    parser.add_argument("results", nargs="*", type=Path, default=[RESULTS / "latest.json"],
+                        help="result files; the first gives the run block, a later one's table wins")
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--check", action="store_true", help="only check that the doc matches the results")
     args = parser.parse_args()
-    results = json.loads(args.results.read_text())
+    results = merge([json.loads(path.read_text()) for path in args.results])
     if args.check:
         text = args.doc.read_text()
         rendered, _, _ = render_text(text, results)
         if rendered != text:
-            print(f"{args.doc} does not show {args.results}: run python bench/render.py {args.results}")
+            names = " ".join(str(path) for path in args.results)
+            print(f"{args.doc} does not show {names}: run python bench/render.py {names}")
             return 1
         return 0
     print(render(results, args.doc))

@@ -71,6 +71,9 @@ class Relay(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None  # answers still coming from the worker for it are dropped
+
     def data_received(self, data: bytes) -> None:
         *lines, self.buffer = (self.buffer + data).split(b"\n")
         for line in lines:
