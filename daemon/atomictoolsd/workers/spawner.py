@@ -61,6 +61,8 @@ class Spawner:
         self._exits: dict[int, asyncio.Future[int]] = {}
         self._ids = itertools.count(1)
         self._reaping: asyncio.Future[None] | None = None
+        self._sending: asyncio.Lock | None = None  # one request at a time waits for room, in order
+        self._room: asyncio.Future[None] | None = None  # resolved when the control socket can take more
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -136,10 +138,13 @@ class Spawner:
             self._control = None
         try:
             self.loop.remove_reader(control.fileno())
+            self.loop.remove_writer(control.fileno())
         except (ValueError, OSError):
             pass
         control.close()
         error = SpawnError("the fork server exited")
+        if self._room is not None and not self._room.done():
+            self._room.set_exception(error)  # a request waiting for room fails like the others
         if self._ready is not None and not self._ready.done():
             self._ready.set_exception(error)
             self._ready.exception()  # retrieved: the starter reports it
@@ -175,8 +180,8 @@ class Spawner:
         future: asyncio.Future[int] = self.loop.create_future()
         self._requests[request_id] = future
         try:
-            socket.send_fds(control, [_encode(["spawn", request_id, msgspec.json.encode(spec)])], [theirs.fileno()])
-        except OSError as exc:
+            await self._send(control, _encode(["spawn", request_id, msgspec.json.encode(spec)]), theirs.fileno())
+        except (OSError, SpawnError) as exc:
             self._requests.pop(request_id, None)
             ours.close()
             raise SpawnError(f"cannot reach the fork server: {exc}") from exc
@@ -189,6 +194,33 @@ class Spawner:
             raise
         self.exit_status(pid)
         return pid, ours
+
+    async def _send(self, control: socket.socket, message: bytes, fd: int) -> None:
+        """Send one request with its file descriptor. The fork server's datagram queue holds only
+        ``net.unix.max_dgram_qlen`` requests (10 by default): when it is full (a scan loading many
+        modules at once), wait until it has room, requests in the order they came."""
+        if self._sending is None:
+            self._sending = asyncio.Lock()
+        async with self._sending:
+            while True:
+                try:
+                    socket.send_fds(control, [message], [fd])
+                    return
+                except BlockingIOError:
+                    pass
+                if control.fileno() < 0:
+                    raise SpawnError("the fork server exited")
+                self._room = self.loop.create_future()
+                self.loop.add_writer(control.fileno(), self._has_room, control)
+                try:
+                    await self._room
+                finally:
+                    self._room = None
+
+    def _has_room(self, control: socket.socket) -> None:
+        self.loop.remove_writer(control.fileno())
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
 
     async def close(self) -> None:
         """Stop the fork server (closing its channel makes it kill every worker and exit)."""
