@@ -233,7 +233,7 @@ def measure(quick: bool = False) -> Report:
         ["system, client, transport", "mode", "client", "shim", "daemon", "worker", "sum", "wall µs/call"],
         split_rows,
         [f"{settings.split_calls} sequential calls; each process's user + system time (psutil) divided by the calls. "
-         "Pinned, the sum is the wall time: one core runs everything in turn."],
+         "Pinned, one core runs everything in turn: the sum is the wall time, less what other work on the machine took."],
     ))
     report.tables.append(Table(
         "calls-throughput", "calls/s, each connection keeping one call in flight (connections × modules)",
