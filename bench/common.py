@@ -229,11 +229,17 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def numeric_columns(rows: list[list[Any]], width: int) -> list[bool]:
+    """Which columns hold only numbers (or nothing): those are right-aligned."""
+    return [bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) for i in range(width)]
+
+
 def print_table(headers: list[str], rows: list[list[Any]]) -> None:
     cells = [headers, *[[fmt(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = numeric_columns(rows, len(headers))
     for i, row in enumerate(cells):
-        print("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(row, widths, strict=True))))
+        print("  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric, strict=True)).rstrip())
         if i == 0:
             print("  ".join("-" * w for w in widths))
 
