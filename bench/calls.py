@@ -1,98 +1,255 @@
-"""tools/call latency and throughput: atomictoolsd against FastMCP and MCPServer, in one run.
+"""tools/call latency and calls/s: atomictoolsd against FastMCP and MCPServer, in one run.
 
     python bench/calls.py            # pinned to one core, then unpinned
     python bench/calls.py --quick    # fewer calls, for a smoke run
 
-Latency: sequential calls of the same one-line echo tool, after a warm-up, with the same raw
-NDJSON client for every system (the peers over stdio, atomictoolsd over its socket), plus
-atomictoolsd through its own tiny Python client. Throughput: 16 requests in flight — 16 socket
-connections for atomictoolsd; the peers' one stdio connection with 16 pipelined requests.
-Prints a table with the ratios and saves JSON under bench/results/.
+Latency: sequential calls of the same one-line echo tool, after a warm-up, with the same raw NDJSON
+client for every system — over the socket and through the stdio shim (``atomictoolsd mcp``) for
+atomictoolsd, over stdio for the peers — plus atomictoolsd's own tiny Python client. The systems
+take turns in rounds, so drift in the machine's load hits them alike. atomictoolsd runs with its
+default configuration (the event log records every call at ``log_level = "info"``) and again with
+``log_level = "warning"``.
+
+A floor runs alongside: a minimal uvloop relay and worker (``peers/floor_relay.py``) measured with
+the same client, so what the machine allows at the moment of the run stands next to each figure.
+
+Calls/s: 16 and 64 connections, each keeping one call in flight, to one tool module or spread over
+eight (connection ``i`` calls module ``i % 8``; each module has its own worker). A peer has one stdio
+connection by nature: one process gets the same 16 or 64 requests in flight, pipelined, and for
+"eight modules" serves eight tools (one process: it has no modules). Median of the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from atomictools import Client  # noqa: E402
-from clients import measure_latency, measure_throughput, socket_channel, stdio_channel  # noqa: E402
-from common import DaemonUnderTest, Stats, affinity, peer_commands, print_table, save  # noqa: E402
+from clients import Channel, measure_latency, measure_throughput, socket_channel, stdio_channel  # noqa: E402
+from common import (  # noqa: E402
+    CONSOLE,
+    ECHO_TOOLS,
+    EIGHT,
+    MODES,
+    DaemonUnderTest,
+    FloorRelay,
+    Report,
+    Stats,
+    Table,
+    affinity,
+    peer_commands,
+    ratio,
+    run_alone,
+)
+
+LOADS = [(16, 1), (64, 1), (16, 8), (64, 8)]  # (connections, modules)
+FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
+PEER_NAMES = (FASTMCP, MCPSERVER)
 
 
-def tiny_client_latency(socket_path: str, calls: int, warmup: int) -> Stats:
+class Settings:
+    def __init__(self, quick: bool) -> None:
+        self.rounds = 2 if quick else 5
+        self.calls = 300 if quick else 2000  # atomictoolsd's timed calls per round
+        self.peer_calls = 60 if quick else 400
+        self.warmup = 100 if quick else 200
+        self.seconds = 1.0 if quick else 3.0  # per throughput run
+        self.load_rounds = 1 if quick else 3
+        self.split_calls = 3000 if quick else 20000  # sequential calls timed for the CPU split
+
+
+def tiny_client_latency(client: Client, calls: int, warmup: int) -> Stats:
     stats = Stats()
-    with Client(socket_path, autostart=False) as client:
-        for i in range(warmup + calls):
-            started = time.perf_counter()
-            result = client.call("echo", text="hi")
-            elapsed = time.perf_counter() - started
-            if result.is_error:
-                raise RuntimeError(result.text)
-            if i >= warmup:
-                stats.samples.append(elapsed)
+    perf = time.perf_counter
+    for i in range(warmup + calls):
+        started = perf()
+        result = client.call("echo", text="hi")
+        elapsed = perf() - started
+        if result.is_error:
+            raise RuntimeError(result.text)
+        if i >= warmup:
+            stats.samples.append(elapsed)
     return stats
 
 
-def run_mode(pinned: bool, args: argparse.Namespace, peers: dict[str, list[str]]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    mode = "pinned" if pinned else "unpinned"
-    with affinity(pinned):
-        with DaemonUnderTest() as daemon:
+FLOOR = "floor: minimal relay + worker (peers/floor_relay.py)"
+
+
+def latency(
+    settings: Settings, daemons: dict[str, DaemonUnderTest], peers: dict[str, list[str]], floor: FloorRelay
+) -> tuple[dict[str, Stats], dict[str, dict[str, float]]]:
+    """Every system measured in turns, ``settings.rounds`` times; samples pooled per system. Then,
+    for atomictoolsd and the floor, the CPU each process spends per sequential call."""
+    runs: dict[str, Callable[[int, int], Stats]] = {}
+    processes: dict[str, dict[str, int]] = {}  # system → role → pid, for the CPU split
+    closers: list[Callable[[], None]] = []
+
+    def over(channel: Channel) -> Callable[[int, int], Stats]:
+        closers.append(channel.close)
+        return lambda calls, warmup: measure_latency(channel, calls, warmup)
+
+    try:
+        for label, daemon in daemons.items():
+            client = Client(str(daemon.socket), directory=str(daemon.project), autostart=False)
+            closers.append(client.close)
+            runs[f"atomictoolsd{label}, tiny client, socket"] = lambda c, w, client=client: tiny_client_latency(client, c, w)
             channel = socket_channel(str(daemon.socket))
             channel.handshake()
-            raw = measure_latency(channel, args.calls, args.warmup).summary()
-            channel.close()
-            tiny = tiny_client_latency(str(daemon.socket), args.calls, args.warmup).summary()
-            rate = measure_throughput(str(daemon.socket), streams=16, depth=1, seconds=args.seconds)
-            rows.append({"system": "atomictoolsd (socket, raw client)", "mode": mode, **raw, "calls_per_s": round(rate)})
-            rows.append({"system": "atomictoolsd (tiny client)", "mode": mode, **tiny, "calls_per_s": None})
-        for name, command in peers.items():
-            proc, channel = stdio_channel(command)
+            runs[f"atomictoolsd{label}, raw client, socket"] = over(channel)
+            shim, channel = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)
             channel.handshake()
-            stats = measure_latency(channel, args.peer_calls, args.warmup // 5).summary()
-            channel.close()
-            rate = measure_throughput(command, streams=16, depth=1, seconds=args.seconds)
-            rows.append({"system": name, "mode": mode, **stats, "calls_per_s": round(rate)})
-    return rows
+            runs[f"atomictoolsd{label}, raw client, stdio shim"] = over(channel)
+            runs[f"atomictoolsd{label}, raw client, socket"](1, 0)  # the worker starts
+            worker = next(m["worker"] for m in daemon.request("atomic/status")["modules"] if m["path"].endswith("/echo.py"))
+            processes[f"atomictoolsd{label}, raw client, socket"] = {"daemon": daemon.pid, "worker": worker}
+            processes[f"atomictoolsd{label}, raw client, stdio shim"] = {"shim": shim.pid, "daemon": daemon.pid, "worker": worker}
+        for name, command in peers.items():
+            _, channel = stdio_channel(command)
+            channel.handshake()
+            runs[f"{name}, raw client, stdio"] = over(channel)
+        channel = socket_channel(str(floor.socket))
+        channel.handshake()
+        runs[f"{FLOOR}, raw client, socket"] = over(channel)
+        assert floor.proc is not None
+        relay = psutil.Process(floor.proc.pid)
+        processes[f"{FLOOR}, raw client, socket"] = {"daemon": relay.pid, "worker": relay.children()[0].pid}
+        pooled = {name: Stats() for name in runs}
+        for _ in range(settings.rounds):
+            for name, run in runs.items():
+                peer = name.startswith(tuple(PEER_NAMES))
+                calls = settings.peer_calls if peer else settings.calls
+                warmup = settings.warmup // 5 if peer else settings.warmup
+                pooled[name].samples += run(calls, warmup).samples
+        split = {name: cpu_split(runs[name], pids, settings.split_calls) for name, pids in processes.items()}
+        return pooled, split
+    finally:
+        for close in closers:
+            close()
+
+
+def cpu_split(run: Callable[[int, int], Stats], pids: dict[str, int], calls: int) -> dict[str, float]:
+    """µs of CPU (user + system) each process spends per sequential call; "client" is this process."""
+    roles = {**{role: psutil.Process(pid) for role, pid in pids.items()}, "client": psutil.Process()}
+    before = {role: p.cpu_times() for role, p in roles.items()}
+    started = time.perf_counter()
+    run(calls, 0)
+    wall = time.perf_counter() - started
+    after = {role: p.cpu_times() for role, p in roles.items()}
+    split = {
+        role: round((after[role].user + after[role].system - before[role].user - before[role].system) / calls * 1e6, 1)
+        for role in roles
+    }
+    return {**split, "wall": round(wall / calls * 1e6, 1)}
+
+
+def throughput(settings: Settings, daemons: dict[str, DaemonUnderTest], floor: FloorRelay) -> dict[str, dict[str, float]]:
+    """Calls/s for each system and load, median of ``settings.load_rounds`` runs taken in turns."""
+    peers = {1: peer_commands(), 8: peer_commands(extra_tools=8)}
+    runs: dict[tuple[str, str], Callable[[], float]] = {}
+    for label, daemon in daemons.items():
+        for streams, modules in LOADS:
+            if label and (streams, modules) not in ((16, 1), (64, 8)):
+                continue  # the other log level: the two ends of the range are enough
+            tools = ["echo"] if modules == 1 else EIGHT
+            runs[(f"atomictoolsd{label}, socket", f"{streams}x{modules}")] = (
+                lambda s=streams, t=tools, d=daemon: measure_throughput(str(d.socket), s, settings.seconds, t)
+            )
+    for streams in (16, 64):
+        runs[(f"{FLOOR}, socket", f"{streams}x1")] = lambda s=streams: measure_throughput(str(floor.socket), s, settings.seconds)
+    for name in PEER_NAMES:
+        for streams, modules in LOADS:
+            tools = ["echo"] if modules == 1 else EIGHT
+            runs[(f"{name}, stdio", f"{streams}x{modules}")] = (
+                lambda s=streams, t=tools, c=peers[modules][name]: measure_throughput(c, s, settings.seconds, t)
+            )
+    rates: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+    for _ in range(settings.load_rounds):
+        for key, run in runs.items():
+            rates[key].append(run())
+    table: dict[str, dict[str, float]] = {}
+    for (system, load), values in rates.items():
+        table.setdefault(system, {})[load] = round(statistics.median(values))
+    return table
+
+
+def measure(quick: bool = False) -> Report:
+    settings = Settings(quick)
+    peers = peer_commands()
+    report = Report("calls", data={"settings": vars(settings)})
+    latency_rows: list[list[Any]] = []
+    load_rows: list[list[Any]] = []
+    split_rows: list[list[Any]] = []
+    for mode, pinned in MODES:
+        with affinity(pinned):
+            info = DaemonUnderTest(ECHO_TOOLS).start()
+            quiet = DaemonUnderTest(ECHO_TOOLS, {"ATOMICTOOLS_LOG_LEVEL": "warning"}).start()
+            daemons = {"": info, " (log_level=warning)": quiet}
+            try:
+                with FloorRelay() as floor:
+                    pooled, split = latency(settings, daemons, peers, floor)
+                    stats = {name: s.summary() for name, s in pooled.items()}
+                    rates = throughput(settings, daemons, floor)
+            finally:
+                info.stop()
+                quiet.stop()
+        fast = stats[f"{FASTMCP}, raw client, stdio"]["p50_us"]
+        sdk = stats[f"{MCPSERVER}, raw client, stdio"]["p50_us"]
+        for name, s in stats.items():
+            ours = name.startswith("atomictoolsd")
+            latency_rows.append([
+                name, mode, s["p50_us"], s["p99_us"],
+                ratio(fast, s["p50_us"]) if ours else None, ratio(sdk, s["p50_us"]) if ours else None,
+            ])
+        fast16, sdk16 = rates[f"{FASTMCP}, stdio"]["16x1"], rates[f"{MCPSERVER}, stdio"]["16x1"]
+        for system, by_load in rates.items():
+            cells = [by_load.get(f"{s}x{m}") for s, m in LOADS]
+            ours = system.startswith("atomictoolsd")
+            load_rows.append([
+                system, mode, *cells,
+                ratio(by_load["16x1"], fast16) if ours else None, ratio(by_load["16x1"], sdk16) if ours else None,
+            ])
+        report.data[mode] = {"latency": stats, "calls_per_s": rates, "cpu_per_call": split}
+        for name, cpu in split.items():
+            split_rows.append([name, mode, cpu.get("client"), cpu.get("shim"), cpu.get("daemon"), cpu.get("worker"),
+                               round(sum(v for k, v in cpu.items() if k != "wall"), 1), cpu["wall"]])
+    report.tables.append(Table(
+        "calls-latency", "tools/call latency (µs), sequential calls of a one-line echo tool",
+        ["system, client, transport", "mode", "p50 µs", "p99 µs", "p50 × vs fastmcp", "p50 × vs mcpserver"],
+        latency_rows,
+        [f"{settings.rounds} rounds taken in turns; per round {settings.calls} timed calls to atomictoolsd and "
+         f"{settings.peer_calls} to each peer, after a warm-up."],
+    ))
+    report.tables.append(Table(
+        "calls-cpu", "where a sequential tools/call's time goes: CPU µs per call, by process",
+        ["system, client, transport", "mode", "client", "shim", "daemon", "worker", "sum", "wall µs/call"],
+        split_rows,
+        [f"{settings.split_calls} sequential calls; each process's user + system time (psutil) divided by the calls. "
+         "Pinned, one core runs everything in turn: the sum is the wall time, less what other work on the machine took."],
+    ))
+    report.tables.append(Table(
+        "calls-throughput", "calls/s, each connection keeping one call in flight (connections × modules)",
+        ["system, transport", "mode", "16 × 1", "64 × 1", "16 × 8", "64 × 8", "16 × 1 vs fastmcp", "16 × 1 vs mcpserver"],
+        load_rows,
+        ["A peer has one stdio connection: one process gets the 16 or 64 requests in flight, pipelined, and "
+         "serves eight tools for \"8 modules\".",
+         f"Median of {settings.load_rounds} runs of {settings.seconds:g} s each, taken in turns."],
+    ))
+    return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=5000, help="timed calls per atomictoolsd latency run")
-    parser.add_argument("--peer-calls", type=int, default=1000, help="timed calls per peer latency run")
-    parser.add_argument("--warmup", type=int, default=500)
-    parser.add_argument("--seconds", type=float, default=5.0, help="length of each throughput run")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    args = parser.parse_args()
-    if args.quick:
-        args.calls, args.peer_calls, args.warmup, args.seconds = 500, 200, 100, 1.0
-
-    peers = peer_commands()
-    rows = run_mode(True, args, peers) + run_mode(False, args, peers)
-    for row in rows:
-        if not row["system"].startswith("atomictoolsd"):
-            continue
-        for peer in peers:
-            other = next(r for r in rows if r["system"] == peer and r["mode"] == row["mode"])
-            key = "fastmcp" if "fastmcp" in peer else "mcpserver"
-            row[f"x_faster_than_{key}"] = round(other["p50_us"] / row["p50_us"], 1)
-            if row["calls_per_s"]:
-                row[f"x_throughput_vs_{key}"] = round(row["calls_per_s"] / other["calls_per_s"], 1)
-    print_table(
-        ["system", "mode", "p50 µs", "p99 µs", "calls/s (16 in flight)", "p50 × vs fastmcp", "p50 × vs mcpserver"],
-        [
-            [r["system"], r["mode"], r["p50_us"], r["p99_us"], r["calls_per_s"] or "-",
-             r.get("x_faster_than_fastmcp", "-"), r.get("x_faster_than_mcpserver", "-")]
-            for r in rows
-        ],
-    )
-    print(f"\nsaved {save('calls', {'args': vars(args), 'rows': rows})}")
+    run_alone(measure(parser.parse_args().quick))
 
 
 if __name__ == "__main__":

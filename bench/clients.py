@@ -14,13 +14,20 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from common import INITIALIZE, Stats
 
-__all__ = ["Channel", "measure_latency", "measure_throughput", "socket_channel", "stdio_channel"]
+__all__ = ["Channel", "call_line", "measure_latency", "measure_throughput", "socket_channel", "stdio_channel"]
 
-CALL = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}\n'
+
+def call_line(tool: str = "echo") -> bytes:
+    """A ``tools/call`` line of ``tool`` with ``%d`` where the request id goes."""
+    return b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"' + tool.encode() + b'","arguments":{"text":"hi"}}}\n'
+
+
+CALL = call_line()
 
 
 class Channel:
@@ -30,6 +37,7 @@ class Channel:
         self.write = write
         self.readline = readline
         self.close = close
+        self.next_id = 1  # the next request id measure_latency uses
 
     def request(self, line: bytes, request_id: int) -> dict[str, Any]:
         self.write(line)
@@ -46,8 +54,12 @@ class Channel:
         self.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
 
 
-def stdio_channel(command: list[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Channel]:
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env)
+def stdio_channel(
+    command: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None
+) -> tuple[subprocess.Popen[bytes], Channel]:
+    proc = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env, cwd=cwd
+    )
     assert proc.stdin is not None and proc.stdout is not None
     reader = io.BufferedReader(proc.stdout)  # type: ignore[arg-type]
 
@@ -75,33 +87,35 @@ def socket_channel(path: str) -> Channel:
     return Channel(sock.sendall, reader.readline, close)
 
 
-def measure_latency(channel: Channel, calls: int, warmup: int) -> Stats:
-    """Sequential tools/call round trips; the first ``warmup`` are not counted."""
+def measure_latency(channel: Channel, calls: int, warmup: int, line: bytes = CALL) -> Stats:
+    """Sequential ``tools/call`` round trips; the first ``warmup`` are not counted."""
     stats = Stats()
     perf = time.perf_counter
-    for i in range(1, warmup + calls + 1):
-        line = CALL % i
+    first = channel.next_id
+    for i in range(first, first + warmup + calls):
+        request = line % i
         started = perf()
-        reply = channel.request(line, i)
+        reply = channel.request(request, i)
         elapsed = perf() - started
-        if "result" not in reply:
+        if "result" not in reply or reply["result"].get("isError"):
             raise RuntimeError(f"call failed: {reply}")
-        if i > warmup:
+        if i >= first + warmup:
             stats.samples.append(elapsed)
+    channel.next_id = first + warmup + calls
     return stats
 
 
 class _LoadProtocol(asyncio.Protocol):
-    """Keeps ``depth`` requests in flight on one stream; counts answers."""
+    """Keeps ``depth`` requests in flight on one stream, cycling through ``lines``; counts answers."""
 
-    def __init__(self, depth: int, counter: list[int], stop: list[bool]) -> None:
+    def __init__(self, depth: int, lines: list[bytes], counter: list[int], stop: list[bool]) -> None:
         self.depth = depth
+        self.lines = lines
         self.counter = counter
         self.stop = stop
         self.buffer = b""
         self.next_id = 1
         self.transport: Any = None
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def start(self, transport: Any) -> None:
         self.transport = transport
@@ -109,7 +123,7 @@ class _LoadProtocol(asyncio.Protocol):
             self._send()
 
     def _send(self) -> None:
-        self.transport.write(CALL % self.next_id)
+        self.transport.write(self.lines[self.next_id % len(self.lines)] % self.next_id)
         self.next_id += 1
 
     def data_received(self, data: bytes) -> None:
@@ -117,81 +131,80 @@ class _LoadProtocol(asyncio.Protocol):
         lines = self.buffer.split(b"\n")
         self.buffer = lines.pop()
         for line in lines:
-            if b'"result"' not in line:
+            if b'"result"' not in line or b'"isError":true' in line:
                 if b'"id"' in line:
                     raise RuntimeError(f"call failed: {line[:200]!r}")
-                continue
+                continue  # a notification
             self.counter[0] += 1
             if not self.stop[0]:
                 self._send()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
 
-
-async def _drive(open_streams: Callable[[], Any], streams: int, depth: int, seconds: float) -> float:
-    counter, stop = [0], [False]
-    protocols = [await open_streams(_LoadProtocol(depth, counter, stop)) for _ in range(streams)]
+async def _count(counter: list[int], seconds: float) -> float:
     await asyncio.sleep(min(1.0, seconds / 3))  # warm up
     start_count, started = counter[0], time.perf_counter()
     await asyncio.sleep(seconds)
-    rate = (counter[0] - start_count) / (time.perf_counter() - started)
-    stop[0] = True
-    for protocol in protocols:
-        protocol.transport.close()
-    return rate
+    return (counter[0] - start_count) / (time.perf_counter() - started)
 
 
-def measure_throughput(target: str | list[str], streams: int, depth: int, seconds: float, env: dict[str, str] | None = None) -> float:
-    """Calls per second with ``streams`` connections (a socket path) or one stdio server (a command).
+def measure_throughput(
+    target: str | list[str],
+    streams: int,
+    seconds: float,
+    tools: list[str] | None = None,
+    depth: int = 1,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> float:
+    """Calls per second with ``streams`` connections (``target`` a socket path) or through one stdio
+    server (``target`` a command).
 
-    For a socket, ``streams`` connections each keep ``depth`` requests in flight. For a stdio server
-    (one connection by nature) one process keeps ``streams * depth`` in flight.
+    On a socket each connection keeps ``depth`` requests in flight and calls one tool, connection
+    ``i`` the tool ``tools[i % len(tools)]``. A stdio server has one connection by nature: one
+    process gets ``streams * depth`` requests in flight, pipelined, cycling through ``tools``.
     """
     import uvloop
 
-    async def main() -> float:
+    lines = [call_line(tool) for tool in tools or ["echo"]]
+
+    async def over_socket(path: str) -> float:
         loop = asyncio.get_running_loop()
-        if isinstance(target, str):
-
-            async def open_socket(protocol: _LoadProtocol) -> _LoadProtocol:
-                transport, _ = await loop.create_unix_connection(lambda: protocol, target)
-                protocol.start(transport)
-                return protocol
-
-            return await _drive(open_socket, streams, depth, seconds)
-
-        proc = await asyncio.create_subprocess_exec(*target, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env)
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
-        await proc.stdout.readline()
-        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         counter, stop = [0], [False]
-        protocol = _LoadProtocol(streams * depth, counter, stop)
+        protocols = []
+        for i in range(streams):
+            protocol = _LoadProtocol(depth, [lines[i % len(lines)]], counter, stop)
+            transport, _ = await loop.create_unix_connection(lambda p=protocol: p, path)  # type: ignore[misc]
+            protocols.append((protocol, transport))
+        for protocol, transport in protocols:
+            protocol.start(transport)
+        rate = await _count(counter, seconds)
+        stop[0] = True
+        for _, transport in protocols:
+            transport.close()
+        return rate
 
-        class Writer:
-            def write(self, data: bytes) -> None:
-                proc.stdin.write(data)  # type: ignore[union-attr]
-
-            def close(self) -> None:
-                pass
+    async def over_stdio(command: list[str]) -> float:
+        proc = await asyncio.create_subprocess_exec(
+            *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, env=env, cwd=cwd, limit=1 << 20,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        stdin, stdout = proc.stdin, proc.stdout
+        stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        await stdout.readline()
+        stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        counter, stop = [0], [False]
+        protocol = _LoadProtocol(streams * depth, lines, counter, stop)
 
         async def pump() -> None:
-            while True:
-                chunk = await proc.stdout.read(65536)  # type: ignore[union-attr]
-                if not chunk:
-                    return
+            while chunk := await stdout.read(65536):
                 protocol.data_received(chunk)
 
         reader = asyncio.ensure_future(pump())
-        protocol.start(Writer())
-        await asyncio.sleep(min(1.0, seconds / 3))
-        start_count, started = counter[0], time.perf_counter()
-        await asyncio.sleep(seconds)
-        rate = (counter[0] - start_count) / (time.perf_counter() - started)
+        protocol.start(stdin)
+        rate = await _count(counter, seconds)
         stop[0] = True
-        proc.stdin.close()
+        stdin.close()
         try:
             await asyncio.wait_for(proc.wait(), 10)
         except TimeoutError:
@@ -200,4 +213,6 @@ def measure_throughput(target: str | list[str], streams: int, depth: int, second
         reader.cancel()
         return rate
 
-    return uvloop.run(main())
+    if isinstance(target, str):
+        return uvloop.run(over_socket(target))
+    return uvloop.run(over_stdio(target))

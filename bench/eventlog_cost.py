@@ -23,11 +23,7 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,13 +31,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
 
-TOOL = '''
-def echo(text: str) -> str:
-    """Return the text."""
-    return text
-'''
+from clients import measure_latency, measure_throughput, socket_channel  # noqa: E402
+from common import ECHO_TOOL, ROOT, DaemonUnderTest  # noqa: E402
+
+TOOL = ECHO_TOOL.format(name="echo")
 
 
 def in_process(calls: int) -> dict[str, float]:
@@ -87,72 +82,27 @@ def in_process(calls: int) -> dict[str, float]:
 
 
 class Daemon:
-    def __init__(self, label: str, source: Path, log_level: str, cpu: int) -> None:
+    """A daemon under test from ``source`` at ``log_level``, with one raw connection kept open."""
+
+    def __init__(self, label: str, source: Path, log_level: str) -> None:
         self.label = label
-        self.root = Path(tempfile.mkdtemp(prefix="evb-"))
-        (self.root / "home" / ".atomic" / "tools").mkdir(parents=True)
-        (self.root / "home" / ".atomic" / "tools" / "echo.py").write_text(TOOL)
-        (self.root / "config" / "atomictools").mkdir(parents=True)
-        (self.root / "config" / "atomictools" / "config.toml").write_text(f'log_level = "{log_level}"\n')
-        runtime = self.root / "run"
-        runtime.mkdir(mode=0o700)
-        self.socket = runtime / "atomictools" / "atomictoolsd.sock"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ATOMICTOOLS_", "XDG_"))}
-        env.update(
-            HOME=str(self.root / "home"), XDG_RUNTIME_DIR=str(runtime), XDG_STATE_HOME=str(self.root / "state"),
-            XDG_CONFIG_HOME=str(self.root / "config"), XDG_CACHE_HOME=str(self.root / "cache"),
-            PYTHONPATH=f"{source / 'client'}:{source / 'daemon'}",
-        )
-        self.proc = subprocess.Popen(
-            ["taskset", "-c", str(cpu), sys.executable, "-m", "atomictoolsd", "serve"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while not self.socket.exists():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"{label}: the daemon did not start")
-            time.sleep(0.01)
+        self.under_test = DaemonUnderTest(
+            {"echo": TOOL}, config=f'log_level = "{log_level}"\n', source=None if source == ROOT else source
+        ).start()
+        self.channel = socket_channel(str(self.under_test.socket))
+        measure_latency(self.channel, 200, 0)  # the worker starts on the first call
 
     def run(self, calls: int) -> list[int]:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(self.socket))
-        reader = sock.makefile("rb")
-        request = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}\n'
-        for _ in range(200):  # warm up: the worker starts on the first call
-            sock.sendall(request)
-            reader.readline()
-        times = []
-        clock = time.perf_counter_ns
-        for _ in range(calls):
-            started = clock()
-            sock.sendall(request)
-            reader.readline()
-            times.append(clock() - started)
-        sock.close()
-        return times
+        """Sequential round trips, in nanoseconds."""
+        return [int(s * 1e9) for s in measure_latency(self.channel, calls, 0).samples]
 
-    def throughput(self, calls: int, window: int = 64) -> float:
+    def throughput(self, seconds: float, window: int = 64) -> float:
         """Calls per second with ``window`` calls in flight on one connection (all CPU, no idle)."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(self.socket))
-        reader = sock.makefile("rb")
-        batch = (
-            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}\n'
-            * window
-        )
-        started = time.perf_counter()
-        for _ in range(calls // window):
-            sock.sendall(batch)
-            for _ in range(window):
-                reader.readline()
-        elapsed = time.perf_counter() - started
-        sock.close()
-        return (calls // window) * window / elapsed
+        return measure_throughput(str(self.under_test.socket), 1, seconds, depth=window)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(30)
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.channel.close()
+        self.under_test.stop()
 
 
 def percentile(values: list[int], p: float) -> float:
@@ -177,14 +127,14 @@ def main() -> None:
                 ("this tree, log_level=info (every call logged)", ROOT, "info")]
     if args.base is not None:
         variants.insert(0, ("base (no event log)", args.base.resolve(), "info"))
-    daemons = [Daemon(label, source, level, args.cpu) for label, source, level in variants]
+    daemons = [Daemon(label, source, level) for label, source, level in variants]
     samples: dict[str, list[list[int]]] = {d.label: [] for d in daemons}
     rates: dict[str, list[float]] = {d.label: [] for d in daemons}
     try:
         for _ in range(args.rounds):  # interleaved, so drift on the machine hits every variant alike
             for daemon in daemons:
                 samples[daemon.label].append(daemon.run(args.calls))
-                rates[daemon.label].append(daemon.throughput(args.calls * 5))
+                rates[daemon.label].append(daemon.throughput(2.0))
     finally:
         for daemon in daemons:
             daemon.stop()

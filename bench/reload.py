@@ -1,22 +1,23 @@
 """Hot reload: how soon a saved tool reaches a client, and what reloading costs the calls in flight.
 
-    python bench/reload.py [--edits 30] [--seconds 5]
+    python bench/reload.py [--quick] [--variants]
 
-Three measurements against a real daemon in a temporary home:
+Against a real daemon in a temporary home:
 
-1. **save → ``list_changed``** at a socket client that initialized (as the shim does): each edit
-   changes the tool's description, so the toolset changes; the clock starts when the write (or the
-   editor-style rename) returns and stops when the notification's line arrives; then the new tool is
-   called and must answer with the new version ("callable"). Run with the daemon's defaults
-   (debounce 50 ms, step 5 ms), with a 10 ms step, and with watchfiles' own defaults (1600 / 50).
-2. **idle CPU** of the daemon watching its tools dirs, against watchfiles' own loop with the same
+1. **save → ``list_changed`` at an MCP client**: the official ``mcp`` client (``ClientSession`` over
+   ``stdio_client``) runs the shim (``atomictoolsd mcp``) in a project whose tool file is edited;
+   each edit changes the tool's description, so the toolset changes. The clock starts when the
+   write returns and stops when the client's message handler gets
+   ``notifications/tools/list_changed``; then the tool is called and must answer with the new
+   version ("callable"). Pinned and unpinned.
+2. **the same at a raw socket client** (what the shim relays), for an in-place write and for an
+   editor's write-and-rename; ``--variants`` adds other watcher settings (step 10 ms, and
+   watchfiles' own defaults 1600/50 ms) to show what the knobs do.
+3. **idle CPU** of the daemon watching its tools dirs, against watchfiles' own loop with the same
    step running alone in this process (what the daemon would burn without its inotify doorbell).
-3. **calls/s while a module is reloaded every 100 ms**: 8 connections keep 4 calls each in flight
-   to one module for ``--seconds``, first with no reload, then while the module file is rewritten
-   every 100 ms; failures (a JSON-RPC error or ``isError``) are counted.
-
-Prints tables and writes ``bench/results/reload-*.json``. No assertion: the figures go into
-docs/performance.md.
+4. **calls/s while a module is reloaded every 100 ms**: 8 connections keep 4 calls each in flight
+   to one module, first with no reload, then while the module file is rewritten every 100 ms;
+   failures (a JSON-RPC error or ``isError``) are counted.
 """
 
 from __future__ import annotations
@@ -36,7 +37,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import DaemonUnderTest, print_table, save  # noqa: E402
+from common import (  # noqa: E402
+    CONSOLE,
+    MODES,
+    DaemonUnderTest,
+    Report,
+    Stats,
+    Table,
+    affinity,
+    percentile,
+    run_alone,
+)
 
 TOOL = '''
 def hot(x: int) -> str:
@@ -89,11 +100,6 @@ class Session:
         self.sock.close()
 
 
-def percentile(samples: list[float], p: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
-
-
 def save_latency(edits: int, atomic: bool, extra_env: dict[str, str]) -> dict[str, Any]:
     with DaemonUnderTest(extra_env) as daemon:
         tools = daemon.project / ".atomic" / "tools"
@@ -128,6 +134,62 @@ def save_latency(edits: int, atomic: bool, extra_env: dict[str, str]) -> dict[st
         "list_changed_min_ms": round(min(to_notice) * 1000, 1),
         "callable_p50_ms": round(statistics.median(to_callable) * 1000, 1),
         "callable_p99_ms": round(percentile(to_callable, 0.99) * 1000, 1),
+    }
+
+
+async def _mcp_client_edits(daemon: DaemonUnderTest, path: Path, edits: int) -> tuple[Stats, Stats]:
+    import anyio
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    changed = anyio.Event()
+    noticed_at = [0.0]
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed" and not changed.is_set():
+            noticed_at[0] = time.perf_counter()
+            changed.set()
+
+    params = StdioServerParameters(command=CONSOLE, args=["mcp"], env=daemon.env, cwd=str(daemon.project))
+    to_notice, to_callable = Stats(), Stats()
+    with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write, message_handler=on_message) as session:
+                await session.initialize()
+                await session.list_tools()
+                for version in range(1, edits + 1):
+                    changed = anyio.Event()
+                    path.write_text(TOOL.format(version=version))
+                    saved = time.perf_counter()
+                    with anyio.fail_after(10):
+                        await changed.wait()
+                    result = await session.call_tool("hot", {"x": 1})
+                    answered = time.perf_counter()
+                    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+                    if text != f"v{version}":
+                        raise RuntimeError(f"after list_changed, the call answered {text!r}")
+                    to_notice.samples.append(noticed_at[0] - saved)
+                    to_callable.samples.append(answered - saved)
+                    await session.list_tools()  # as an agent does on list_changed
+                    await anyio.sleep(0.15)  # one edit at a time: let the previous generation retire
+    return to_notice, to_callable
+
+
+def mcp_client_latency(edits: int) -> dict[str, Any]:
+    """Save → ``list_changed`` at the official MCP client, through the shim."""
+    import anyio
+
+    with DaemonUnderTest() as daemon:
+        tools = daemon.project / ".atomic" / "tools"
+        tools.mkdir(parents=True)
+        path = tools / "hot.py"
+        path.write_text(TOOL.format(version=0))
+        to_notice, to_callable = anyio.run(_mcp_client_edits, daemon, path, edits)
+    notice, callable_ = to_notice.ms(), to_callable.ms()
+    return {
+        "edits": edits,
+        "list_changed_p50_ms": notice["p50_ms"], "list_changed_p99_ms": notice["p99_ms"],
+        "list_changed_min_ms": notice["min_ms"],
+        "callable_p50_ms": callable_["p50_ms"], "callable_p99_ms": callable_["p99_ms"],
     }
 
 
@@ -270,44 +332,67 @@ async def calls_under_reload(seconds: float, reload_every: float | None) -> dict
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--edits", type=int, default=30)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--idle-seconds", type=float, default=10.0)
-    args = parser.parse_args()
-
+def measure(quick: bool = False, variants: bool = False) -> Report:
     import uvloop
 
-    latency = {
-        "in-place write, defaults (50/5 ms)": save_latency(args.edits, False, {}),
-        "editor rename, defaults (50/5 ms)": save_latency(args.edits, True, {}),
-        "in-place write, step 10 ms (50/10 ms)": save_latency(args.edits, False, {"ATOMICTOOLS_WATCH_STEP_MS": "10"}),
-        "in-place write, watchfiles defaults (1600/50 ms)": save_latency(
-            args.edits, False, {"ATOMICTOOLS_WATCH_DEBOUNCE_MS": "1600", "ATOMICTOOLS_WATCH_STEP_MS": "50"}
-        ),
+    edits, seconds, idle_seconds = (8, 2.0, 3.0) if quick else (30, 5.0, 10.0)
+    report = Report("reload", data={"edits": edits, "seconds": seconds, "idle_seconds": idle_seconds})
+    rows: list[list[Any]] = []
+
+    def add(name: str, mode: str, r: dict[str, Any]) -> None:
+        rows.append([name, mode, r["edits"], r["list_changed_p50_ms"], r["list_changed_p99_ms"],
+                     r["callable_p50_ms"], r["callable_p99_ms"]])
+
+    latency: dict[str, Any] = {}
+    for mode, pinned in MODES:
+        with affinity(pinned):
+            name = "official mcp client through the shim, in-place write"
+            latency[f"{name}, {mode}"] = result = mcp_client_latency(edits)
+            add(name, mode, result)
+    sockets = {
+        "raw socket client, in-place write": (False, {}),
+        "raw socket client, editor rename": (True, {}),
     }
-    print_table(
-        ["save → client", "edits", "list_changed p50", "p99", "min", "callable p50", "p99"],
-        [[name, r["edits"], f"{r['list_changed_p50_ms']} ms", f"{r['list_changed_p99_ms']} ms", f"{r['list_changed_min_ms']} ms",
-          f"{r['callable_p50_ms']} ms", f"{r['callable_p99_ms']} ms"] for name, r in latency.items()],
-    )
-    print()
-    idle = idle_cpu(args.idle_seconds)
-    print_table([f"idle CPU over {args.idle_seconds:g} s", "share of one core"], [
-        ["daemon (watcher on its inotify doorbell)", f"{idle['daemon_idle_cpu_pct']} %"],
-        ["watchfiles' own loop, step 5 ms", f"{idle['watchfiles_step_loop_cpu_pct']} %"],
-    ])
-    print()
-    steady = uvloop.run(calls_under_reload(args.seconds, None))
-    reloading = uvloop.run(calls_under_reload(args.seconds, 0.1))
-    print_table(
-        ["8 connections x 4 in flight", "calls/s", "failures", "p50 µs", "p99 µs", "rewrites", "generations"],
+    if variants:
+        sockets["raw socket client, step 10 ms (50/10 ms)"] = (False, {"ATOMICTOOLS_WATCH_STEP_MS": "10"})
+        sockets["raw socket client, watchfiles defaults (1600/50 ms)"] = (
+            False, {"ATOMICTOOLS_WATCH_DEBOUNCE_MS": "1600", "ATOMICTOOLS_WATCH_STEP_MS": "50"},
+        )
+    for name, (atomic, extra) in sockets.items():
+        latency[name] = result = save_latency(edits, atomic, extra)
+        add(name, "unpinned", result)
+    report.tables.append(Table(
+        "reload-latency", "save a tool file → notifications/tools/list_changed at the client (ms)",
+        ["client, how the file was saved", "mode", "edits", "list_changed p50", "p99", "callable p50", "p99"],
+        rows,
+        ["Daemon defaults: debounce 50 ms, step 5 ms. \"Callable\": the new version answered a call made "
+         "right after the notification."],
+    ))
+    idle = idle_cpu(idle_seconds)
+    report.tables.append(Table(
+        "reload-idle", f"idle CPU over {idle_seconds:g} s (share of one core)",
+        ["what", "CPU %"],
+        [["daemon watching its tools dirs (inotify doorbell)", idle["daemon_idle_cpu_pct"]],
+         ["watchfiles' own loop, step 5 ms, alone", idle["watchfiles_step_loop_cpu_pct"]]],
+    ))
+    steady = uvloop.run(calls_under_reload(seconds, None))
+    reloading = uvloop.run(calls_under_reload(seconds, 0.1))
+    report.tables.append(Table(
+        "reload-calls", "calls/s while a module is rewritten every 100 ms (8 connections × 4 in flight, one module)",
+        ["load", "calls/s", "failed calls", "p50 µs", "p99 µs", "rewrites", "worker generations"],
         [[name, r["calls_per_s"], r["failures"], r["p50_us"], r["p99_us"], r["rewrites"], r["worker_generations"]]
          for name, r in (("no reload", steady), ("module rewritten every 100 ms", reloading))],
-    )
-    path = save("reload", {"save_to_list_changed": latency, "idle": idle, "calls": {"steady": steady, "reloading": reloading}})
-    print(f"\nsaved {path}")
+    ))
+    report.data.update({"save_to_list_changed": latency, "idle": idle, "calls": {"steady": steady, "reloading": reloading}})
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--variants", action="store_true", help="also other watcher settings, at a socket client")
+    args = parser.parse_args()
+    run_alone(measure(args.quick, args.variants))
 
 
 if __name__ == "__main__":

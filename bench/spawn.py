@@ -1,6 +1,6 @@
-"""Worker (re)spawn time, through the fork server and without it.
+"""Worker (re)spawn, through the fork server and without it; daemon start → ready.
 
-    python bench/spawn.py [--forks 200] [--cold 30]
+    python bench/spawn.py [--quick]
 
 A worker serves one tool module. It is started when a module loads or reloads, after a crash, and
 on the first call after its idle worker was reaped, so its start-up is on the path of every reload.
@@ -12,8 +12,10 @@ Measured here, with a one-line tool module (its import is a fraction of a millis
 - **cold**: ``python -m atomictoolsd.workers.runtime`` started with ``subprocess`` (``sys.executable``,
   never a pyenv shim), request → ``loaded``: what every spawn would cost without the fork server.
 
-Prints a table and writes ``bench/results/spawn-*.json``. No assertion: the figures go into
-docs/performance.md.
+Daemon start: ``atomictoolsd serve --ready-fd`` spawned → it reports that its socket serves
+("ready"), then → the first ``tools/call`` answered (the first call starts the fork server and a
+worker); and the ``atomictoolsd start`` command (detached start, returns once ready) until it exits.
+Pinned to one core, and unpinned.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ import argparse
 import asyncio
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -36,19 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from atomictoolsd.workers.channel import FrameReader  # noqa: E402
 from atomictoolsd.workers.runtime import WorkerSpec  # noqa: E402
 from atomictoolsd.workers.spawner import Spawner  # noqa: E402
-from common import print_table, save  # noqa: E402
+from clients import measure_latency, socket_channel  # noqa: E402
+from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, ratio, run_alone  # noqa: E402
 
 MODULE = "def tiny() -> str:\n    return 'tiny'\n"
-
-
-def summary(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    return {
-        "n": len(ordered),
-        "p50_ms": round(statistics.median(ordered) * 1000, 3),
-        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
-        "min_ms": round(ordered[0] * 1000, 3),
-    }
 
 
 def read_loaded(sock: socket.socket) -> None:
@@ -112,35 +105,85 @@ def cold(spec: WorkerSpec, count: int) -> list[float]:
     return samples
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--forks", type=int, default=200)
-    parser.add_argument("--cold", type=int, default=30)
-    args = parser.parse_args()
+def daemon_start(runs: int) -> dict[str, Stats]:
+    """Spawn → ready and → first call answered, in a new home (first start) and again (a restart,
+    the definition cache warm); and ``atomictoolsd start`` until it returns."""
+    names = ("first start: serve → ready", "first start: serve → first tools/call answered",
+             "restart: serve → ready", "restart: serve → first tools/call answered",
+             "atomictoolsd start (restart, until it returns)")
+    samples: dict[str, Stats] = {name: Stats() for name in names}
+    for _ in range(runs):
+        daemon = DaemonUnderTest()
+        try:
+            for first in (True, False):
+                started = time.perf_counter()
+                daemon.start()
+                assert daemon.ready_s is not None
+                channel = socket_channel(str(daemon.socket))
+                channel.handshake()
+                measure_latency(channel, 1, 0)
+                to_call = time.perf_counter() - started
+                channel.close()
+                daemon.stop(remove=False)
+                prefix = "first start" if first else "restart"
+                samples[f"{prefix}: serve → ready"].samples.append(daemon.ready_s)
+                samples[f"{prefix}: serve → first tools/call answered"].samples.append(to_call)
+            started = time.perf_counter()
+            subprocess.run([CONSOLE, "start"], env=daemon.env, cwd=daemon.project, check=True, capture_output=True)
+            samples[names[-1]].samples.append(time.perf_counter() - started)
+            subprocess.run([CONSOLE, "stop"], env=daemon.env, cwd=daemon.project, check=True, capture_output=True)
+        finally:
+            daemon.stop()
+    return samples
 
+
+def measure(quick: bool = False) -> Report:
     import uvloop
 
-    with tempfile.TemporaryDirectory(prefix="atb-spawn-") as tmp:
-        module = Path(tmp) / "tiny.py"
-        module.write_text(MODULE)
-        spec = WorkerSpec(path=str(module), cwd=tmp, spill_dir=os.path.join(tmp, "spill"))
-        to_pid, to_loaded, first = uvloop.run(fork_server(spec, args.forks))
-        cold_samples = cold(spec, args.cold)
+    forks, colds, starts = (30, 5, 5) if quick else (200, 30, 20)
+    report = Report("spawn", data={"forks": forks, "cold": colds, "daemon_starts": starts})
+    worker_rows: list[list[Any]] = []
+    daemon_rows: list[list[Any]] = []
+    for mode, pinned in MODES:
+        with affinity(pinned), tempfile.TemporaryDirectory(prefix="atb-spawn-") as tmp:
+            module = Path(tmp) / "tiny.py"
+            module.write_text(MODULE)
+            spec = WorkerSpec(path=str(module), cwd=tmp, spill_dir=os.path.join(tmp, "spill"))
+            to_pid, to_loaded, first = uvloop.run(fork_server(spec, forks))
+            cold_samples = cold(spec, colds)
+            starting = daemon_start(starts)
+        rows = {
+            "fork server: request → pid": Stats(to_pid).ms(),
+            "fork server: request → module loaded": Stats(to_loaded).ms(),
+            "cold python: start → module loaded": Stats(cold_samples).ms(),
+        }
+        cold_p50 = rows["cold python: start → module loaded"]["p50_ms"]
+        for name, r in rows.items():
+            worker_rows.append([name, mode, r["n"], r["p50_ms"], r["p99_ms"], r["min_ms"],
+                                ratio(cold_p50, r["p50_ms"]) if "loaded" in name else None])
+        worker_rows.append(["first spawn of a daemon's life (starts the fork server)", mode, 1,
+                            round(first * 1000, 2), None, None, None])
+        started = {name: s.ms() for name, s in starting.items()}
+        for name, r in started.items():
+            daemon_rows.append([name, mode, r["n"], r["p50_ms"], r["p99_ms"], r["min_ms"]])
+        report.data[mode] = {"worker": rows, "first_spawn_ms": round(first * 1000, 2), "daemon": started}
+    report.tables.append(Table(
+        "spawn-worker", "worker spawn, a one-line tool module (ms)",
+        ["worker spawn", "mode", "n", "p50 ms", "p99 ms", "min ms", "× vs cold (p50)"],
+        worker_rows,
+    ))
+    report.tables.append(Table(
+        "spawn-daemon", "daemon start (ms), one global tool module; its first call starts the fork server and a worker",
+        ["daemon start", "mode", "n", "p50 ms", "p99 ms", "min ms"],
+        daemon_rows,
+    ))
+    return report
 
-    rows = {
-        "fork server: request → pid": summary(to_pid),
-        "fork server: request → module loaded": summary(to_loaded),
-        "cold python: start → module loaded": summary(cold_samples),
-    }
-    print_table(
-        ["worker spawn", "n", "p50 ms", "p99 ms", "min ms"],
-        [[name, r["n"], r["p50_ms"], r["p99_ms"], r["min_ms"]] for name, r in rows.items()],
-    )
-    print(f"\nfirst spawn of the daemon's life (starts the fork server): {first * 1000:.1f} ms")
-    ratio = rows["cold python: start → module loaded"]["p50_ms"] / rows["fork server: request → module loaded"]["p50_ms"]
-    print(f"fork server vs cold start (p50, to loaded): {ratio:.0f}x faster")
-    path = save("spawn", {"rows": rows, "first_spawn_ms": round(first * 1000, 2), "python": sys.executable})
-    print(f"saved {path}")
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    run_alone(measure(parser.parse_args().quick))
 
 
 if __name__ == "__main__":

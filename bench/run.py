@@ -1,0 +1,149 @@
+"""Every benchmark in one run: atomictoolsd against FastMCP and MCPServer, pinned and unpinned.
+
+    python bench/run.py                  # the full run (~15-20 minutes on 2 cores)
+    python bench/run.py --quick          # a smoke run (~3 minutes)
+    python bench/run.py --only calls,shim
+    python bench/run.py --update-docs    # also render the tables into docs/performance.md
+
+Runs ``calls``, ``shim``, ``reload``, ``spawn`` and ``scale`` (each also runnable alone as
+``python bench/<name>.py``), creates the peers' virtual environments under ``bench/.venvs`` on
+first use, prints every table, checks the figures against the targets of DESIGN §4, and saves one
+JSON file under ``bench/results/`` (``run-*.json``; a full run of every benchmark is also copied to
+``bench/results/latest.json``, which ``bench/render.py`` renders into docs/performance.md). The load
+average is recorded before and after each benchmark: figures taken on a busy machine say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import RESULTS, Report, Table, load_average, peer_commands, save  # noqa: E402
+
+BENCHES = ("calls", "shim", "reload", "spawn", "scale")
+FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
+
+
+def targets(data: dict[str, dict[str, Any]]) -> Table:
+    """The figures DESIGN §4 sets targets for, next to what this run measured."""
+    rows: list[list[Any]] = []
+
+    def row(what: str, target: str, measured: str, met: bool | None) -> None:
+        rows.append([what, target, measured, "-" if met is None else ("met" if met else "MISSED")])
+
+    calls = data.get("calls")
+    if calls:
+        for mode in ("pinned", "unpinned"):
+            lat = calls[mode]["latency"]
+            shim = lat["atomictoolsd, raw client, stdio shim"]["p50_us"]
+            fast = lat[f"{FASTMCP}, raw client, stdio"]["p50_us"]
+            sdk = lat[f"{MCPSERVER}, raw client, stdio"]["p50_us"]
+            floor = next(v["p50_us"] for k, v in lat.items() if k.startswith("floor"))
+            row(f"tools/call through the shim, p50, {mode}", "≤ 60 µs",
+                f"{shim:g} µs (floor now {floor:g} µs)", shim <= 60 if mode == "pinned" else None)
+            for peer, p50 in (("fastmcp", fast), ("mcpserver", sdk)):
+                row(f"the same vs {peer} (its p50 {p50:g} µs), {mode}", "≥ 10× faster", f"{p50 / shim:.1f}×",
+                    p50 / shim >= 10)
+        for mode in ("pinned", "unpinned"):
+            rate = calls[mode]["calls_per_s"]["atomictoolsd, socket"]["16x1"]
+            floor = next(v["16x1"] for k, v in calls[mode]["calls_per_s"].items() if k.startswith("floor"))
+            row(f"calls/s, 16 connections, one worker, {mode}", "≥ 50,000",
+                f"{rate:,.0f} (floor now {floor:,.0f})", rate >= 50_000)
+    shim = data.get("shim")
+    if shim:
+        for mode in ("pinned", "unpinned"):
+            bridge = shim[mode]["bridge script"]["p50_ms"]
+            console = shim[mode]["atomictoolsd mcp (console script)"]["p50_ms"]
+            row(f"shim spawn → first reply, p50, {mode}", "≤ 30 ms",
+                f"bridge {bridge:g} ms, console script {console:g} ms", max(bridge, console) <= 30)
+    reload = data.get("reload")
+    if reload:
+        for mode in ("pinned", "unpinned"):
+            key = f"official mcp client through the shim, in-place write, {mode}"
+            r = reload["save_to_list_changed"][key]
+            row(f"save → list_changed at an MCP client, {mode}", "≤ 60 ms p50, new tool callable",
+                f"p50 {r['list_changed_p50_ms']:g} ms, p99 {r['list_changed_p99_ms']:g} ms; "
+                f"callable p50 {r['callable_p50_ms']:g} ms", r["list_changed_p50_ms"] <= 60)
+    spawn = data.get("spawn")
+    if spawn:
+        for mode in ("pinned", "unpinned"):
+            worker = spawn[mode]["worker"]
+            forked = worker["fork server: request → pid"]["p50_ms"]
+            loaded = worker["fork server: request → module loaded"]["p50_ms"]
+            row(f"worker (re)spawn, p50, {mode}", "≤ 5 ms (module import excluded)",
+                f"fork {forked:g} ms; with a one-line module loaded {loaded:g} ms", loaded <= 5)
+    scale = data.get("scale")
+    if scale:
+        for mode in ("pinned", "unpinned"):
+            again = scale[mode]["restart"]
+            lists = again["tools_list"]
+            wide = scale[mode]["wide"]["page_size_500"]
+            row(f"tools/list, {scale['projects'] * scale['modules_per_project']:,} modules across "
+                f"{scale['projects']} projects, after a restart, {mode}", "≤ 5 ms, no worker started",
+                f"p50 {lists['p50_ms']:g} ms, p99 {lists['p99_ms']:g} ms, {again['after_attach']['workers']} workers; "
+                f"1,000 tools in one session: p50 {wide['p50_ms']:g} ms",
+                lists["p99_ms"] <= 5 and wide["p50_ms"] <= 5 and again["after_attach"]["workers"] == 0)
+    return Table(
+        "targets", "DESIGN §4 targets, measured in this run", ["figure", "target", "measured", "verdict"], rows,
+        ["The latency target is stated pinned (one core); unpinned figures are shown without a verdict."],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: fewer repetitions, a smaller scale")
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHES)}")
+    parser.add_argument("--update-docs", action="store_true", help="render the tables into docs/performance.md")
+    args = parser.parse_args()
+    if args.update_docs and args.quick:
+        parser.error("--update-docs renders the figures of a full run into the docs: drop --quick")
+    chosen = BENCHES if not args.only else tuple(b for b in args.only.split(",") if b)
+    unknown = set(chosen) - set(BENCHES)
+    if unknown:
+        parser.error(f"unknown benchmarks: {', '.join(sorted(unknown))}")
+
+    peer_commands()  # create the peers' venvs before any clock starts
+    started = time.time()
+    reports: list[Report] = []
+    runs: list[dict[str, Any]] = []
+    for name in chosen:
+        module = importlib.import_module(name)
+        before = load_average()
+        clock = time.perf_counter()
+        print(f"\n# {name} (load average {before})", flush=True)
+        report: Report = module.measure(args.quick)
+        runs.append({"name": name, "seconds": round(time.perf_counter() - clock, 1),
+                     "load_before": before, "load_after": load_average()})
+        report.print()
+        reports.append(report)
+    summary = Report("targets", [targets({r.name: r.data for r in reports})])
+    summary.print()
+    payload = {
+        "command": " ".join(["python bench/run.py", *sys.argv[1:]]),
+        "quick": args.quick,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
+        "minutes": round((time.time() - started) / 60, 1),
+        "benches": runs,
+        "reports": [r.as_json() for r in (*reports, summary)],
+    }
+    path = save("run-quick" if args.quick else "run", payload)
+    print(f"\nsaved {path}")
+    if not args.quick and set(chosen) == set(BENCHES):
+        shutil.copyfile(path, RESULTS / "latest.json")
+        print(f"copied to {RESULTS / 'latest.json'}")
+    if args.update_docs:
+        from render import render
+
+        print(render(json.loads(path.read_text())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Which thread of a worker runs a sync call: the reading thread for quick tools, pool threads for slow
+ones, so that calls arriving together neither pay a thread hand-off each nor queue behind a slow call.
+
+Each test pipelines its calls in one write, so they reach the worker together, and reads the name of
+the thread that ran each one (``tool`` is a pool thread; the reader is ``MainThread`` or, after a
+hand-off, ``tool-reader``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+
+from helpers import Env, RawConnection
+
+WHERE = """
+    import threading, time
+
+    def where(sleep: float = 0.0) -> str:
+        if sleep:
+            time.sleep(sleep)
+        return threading.current_thread().name
+"""
+
+
+def pipelined(raw: RawConnection, count: int, sleep: float = 0.0) -> collections.Counter[str]:
+    """Send ``count`` calls of ``where`` in one write; count the threads that answered them."""
+    raw.send_bytes(b"".join(
+        json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                    "params": {"name": "where", "arguments": {"sleep": sleep}}}).encode() + b"\n"
+        for i in range(count)
+    ))
+    threads: collections.Counter[str] = collections.Counter()
+    for _ in range(count):
+        reply = raw.recv()
+        assert not reply["result"].get("isError"), reply
+        threads[reply["result"]["content"][0]["text"]] += 1
+    return threads
+
+
+def test_quick_calls_that_arrive_together_run_on_the_reading_thread(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "where.py", WHERE)
+    with make_daemon().raw() as raw:
+        pipelined(raw, 1)  # the worker starts
+        threads = pipelined(raw, 64)
+    print(f"64 quick calls sent together ran on: {dict(threads)}")
+    # Before, every call that found another waiting went to a pool thread (62-64 of 64). A quick
+    # call that a busy machine stretched past 1 ms sends at most the next 32 to the pool.
+    assert sum(n for name, n in threads.items() if name != "tool") >= 16, threads
+
+
+def test_slow_calls_that_arrive_together_still_overlap(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "where.py", WHERE)
+    with make_daemon().raw() as raw:
+        pipelined(raw, 1)
+        started = time.monotonic()
+        threads = pipelined(raw, 8, sleep=0.5)
+        elapsed = time.monotonic() - started
+    print(f"8 calls of 0.5 s sent together: {elapsed:.2f} s, on {dict(threads)}")
+    # The first runs inline until the watchdog hands the reading role on (10 ms), which marks the
+    # tool slow: the others go to pool threads (or each to a reader of its own) and overlap.
+    assert elapsed < 2.5, f"8 calls of 0.5 s took {elapsed:.1f} s: they queued instead of overlapping"
+    assert len(threads) >= 2, threads
+
+
+def test_a_tool_that_was_slow_runs_inline_again_after_quick_calls(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "where.py", WHERE)
+    with make_daemon().raw() as raw:
+        pipelined(raw, 1, sleep=0.05)  # slow: calls that arrive together now go to the pool
+        after_slow = pipelined(raw, 64)
+        later = pipelined(raw, 64)
+    print(f"64 quick calls right after a slow one ran on {dict(after_slow)}; the next 64 on {dict(later)}")
+    assert after_slow["tool"] >= 1, after_slow
+    assert sum(n for name, n in later.items() if name != "tool") >= 16, later
