@@ -107,6 +107,18 @@ class CancelledParams(msgspec.Struct):
     reason: str | None = None
 
 
+class _WaitingCall:
+    """A call waiting for its project's first scan; a cancel marks it, and it never starts."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 class ParamsError(Exception):
     """Request parameters that do not fit the method (answered with -32602)."""
 
@@ -464,12 +476,16 @@ class Session(asyncio.Protocol):
     def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
         params = decode_params(raw, CallParams)
         if not self.project.is_ready():
-            return self._call_when_ready(id_json, params)
+            # Registered now, in message order, so that a cancel right behind it finds it.
+            waiting = self.calls[id_json] = _WaitingCall()
+            return self._call_when_ready(id_json, params, waiting)
         self._call(id_json, params)
         return None
 
-    async def _call_when_ready(self, id_json: bytes, params: CallParams) -> None:
+    async def _call_when_ready(self, id_json: bytes, params: CallParams, waiting: _WaitingCall) -> None:
         await self.project.ready()
+        if waiting.cancelled or self.calls.get(id_json) is not waiting:
+            return  # cancelled while its project loaded: never answered
         self._call(id_json, params)
 
     def _call(self, id_json: bytes, params: CallParams) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -192,3 +193,19 @@ def test_a_request_that_fails_unexpectedly_is_answered_and_the_connection_lives(
         assert reply["error"]["code"] in (-32602, -32603), reply
         assert "nosuchuser" in reply["error"]["message"]
         assert raw.request("ping")["result"] == {}
+
+
+def test_a_call_cancelled_while_its_project_still_loads_is_never_answered(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "echo.py", "def echo(text: str) -> str:\n    return text\n")
+    env.write_tool(env.local_tools, "slow_import.py", "import time\ntime.sleep(1.5)\n\ndef slow_import() -> str:\n    return 'x'\n")
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        raw.send_bytes(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(env.project)}}).encode() + b"\n"
+            + b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"late"}}}\n'
+            + b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}\n'
+        )
+        assert raw.recv()["id"] == 1  # the attach answers once the project has loaded
+        time.sleep(0.5)  # long enough for the echo to have answered, had it run
+        raw.send_bytes(b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n')
+        assert raw.recv()["id"] == 3, "the cancelled call was answered"
