@@ -200,16 +200,22 @@ class EventLog:
             pending, self._pending = self._pending, []
         if not pending or self._fd < 0:
             return
-        data = _encode_lines([_as_record(entry) for entry in pending])
+        # A call that started and ended within this batch is one line: its tool.complete (or
+        # tool.failed) says when it ended and how long it ran. tool.start is written for calls still
+        # running at the flush, so a call that hangs is in the log at once. Formatting is most of the
+        # log's cost per call, and most calls are quick.
+        ended = {entry[4] for entry in pending if entry[0] == _TOOL_END}
+        records = [_as_record(entry) for entry in pending if not (entry[0] == _TOOL_START and entry[4] in ended)]
+        data = _encode_lines(records)
         with self._write_lock:
             try:
                 if self._size and self._size + len(data) > self.max_bytes:
                     self._rotate()
                 os.write(self._fd, data)
                 self._size += len(data)
-                self.written += len(pending)
+                self.written += len(records)
             except OSError as exc:
-                self.dropped += len(pending)
+                self.dropped += len(records)
                 # Not through logging: its handler would feed this log again.
                 print(f"atomictoolsd: cannot write the event log {self.path}: {exc}", file=sys.stderr)
 

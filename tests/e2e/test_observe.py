@@ -90,7 +90,8 @@ def test_status_and_logs_reflect_calls_failures_deaths_and_reloads(env: Env, mak
     assert failure["tool"] == "greet" and failure["level"] == "warning" and failure["ms"] > 0
     assert "nobody to greet" in failure["error"]
     greet_events = events(env, "--tool", "greet")
-    assert [e["event"] for e in greet_events] == ["tool.start", "tool.complete"] * 3 + ["tool.start", "tool.failed"]
+    # Quick calls are one line each (a call still running at a flush also gets a tool.start line).
+    assert [e["event"] for e in greet_events] == ["tool.complete"] * 3 + ["tool.failed"]
     assert all(e["module"] == str(module) and e["ms"] > 0 for e in greet_events if e["event"] != "tool.start")
     assert [e["event"] for e in events(env, "--tool", "greet", "--level", "warning")] == ["tool.failed"]
     human = run(env, "logs", "--tool", "greet", "-n", "1")

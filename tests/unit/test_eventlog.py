@@ -55,13 +55,29 @@ def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> No
     assert before == 0, "nothing is written on the call path"
     assert after > 0
     written = lines(path)
-    assert len(written) == 2000 and log.written == 2000
+    # Each call started and ended within one batch: one line, which carries its duration.
+    assert len(written) == 1000 and log.written == 1000
     assert written[0] == {
-        "ts": written[0]["ts"], "level": "info", "event": "tool.start", "tool": "greet", "module": "/t/greet.py",
-        "call": 0, "session": "s1", "agent": "agent",
+        "ts": written[0]["ts"], "level": "info", "event": "tool.complete", "tool": "greet", "module": "/t/greet.py",
+        "call": 0, "session": "s1", "agent": "agent", "ms": 0.123,
     }
-    assert written[1]["event"] == "tool.complete" and written[1]["ms"] == 0.123
     assert written[0]["ts"].endswith("Z") and "T" in written[0]["ts"]
+    log.close()
+
+
+def test_a_call_still_running_at_a_flush_gets_its_start_line(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME)
+
+    async def slow_call() -> None:
+        call = fake_call(call_id=7)
+        log.tool_started(call)
+        await asyncio.sleep(FLUSH_INTERVAL * 3)  # a flush happens while it runs
+        log.tool_finished(call, FLUSH_INTERVAL * 3, None)
+        await asyncio.sleep(FLUSH_INTERVAL * 3)
+
+    asyncio.run(slow_call())
+    assert [(e["event"], e["call"]) for e in lines(tmp_path / LOG_NAME)] == [("tool.start", 7), ("tool.complete", 7)]
     log.close()
 
 
