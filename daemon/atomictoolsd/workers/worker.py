@@ -65,6 +65,7 @@ class Call:
     __slots__ = (
         "arguments",
         "context",
+        "deadline",
         "done",
         "id",
         "owner",
@@ -73,7 +74,6 @@ class Call:
         "runner",
         "started",
         "timeout",
-        "timer",
         "tool",
         "worker",
     )
@@ -100,17 +100,15 @@ class Call:
         self.request_id = request_id
         self.progress_token = progress_token
         self.started = time.perf_counter()
+        self.deadline = time.monotonic() + timeout  # the pool's Deadlines answers it then
         self.done = False
         self.worker: Worker | None = None
-        self.timer: asyncio.TimerHandle | None = None
 
     def finish(self, result: bytes) -> None:
         """Answer the call (once; later answers are dropped)."""
         if self.done:
             return
         self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
         self.runner.record(self, result)
         self.owner.call_result(self, result)
 
@@ -119,8 +117,6 @@ class Call:
         if self.done:
             return
         self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
         self.runner.stop_call(self)
 
     def expire(self) -> None:
