@@ -340,7 +340,7 @@ class Registry:
         self.base = Project(None, [self.global_dir, *self.builtin_dirs])
         self._listeners: list[Listener] = []
         self._dir_listeners: list[DirListener] = []
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()  # scans under way: kept until done
 
     # -- listeners ------------------------------------------------------------------------------
 
@@ -496,7 +496,29 @@ class Registry:
             skip: leave these modules as they are (files the watcher sees half-saved).
             retry_failed: load again the modules that failed, changed or not (an explicit reload:
                 what made them fail may lie outside the file, such as a package or a permission).
+
+        A scan, once begun, runs to its commit even when whoever asked for it goes away (a client
+        that disconnects during ``atomic/reload``, a watcher task cancelled): stopped between
+        loading and committing, it would leave the workers it started serving nobody.
         """
+        task = asyncio.ensure_future(self._scan(tools_dir, only, force, skip, retry_failed))
+        self._tasks.add(task)
+        task.add_done_callback(self._scan_done)
+        return await asyncio.shield(task)
+
+    def _scan_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retrieved: its asker may be gone
+            log.warning("a scan failed: %r", task.exception())
+
+    async def _scan(
+        self,
+        tools_dir: ToolsDir,
+        only: set[str] | None,
+        force: bool,
+        skip: Collection[str],
+        retry_failed: bool,
+    ) -> Change:
         async with tools_dir.lock:
             if tools_dir.retired:
                 return Change(set(), [])

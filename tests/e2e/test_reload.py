@@ -310,3 +310,30 @@ def test_removing_the_whole_tools_dir_withdraws_its_tools_and_recreating_it_brin
         assert client.call("two").text == "2"
         if sys.platform.startswith("linux"):
             assert client.status()["watcher"]["doorbell"] is True, "idle, the watcher sleeps on inotify"
+
+
+def test_a_reload_whose_client_hangs_up_still_commits_and_leaves_no_worker(env: Env, make_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``atomic/reload`` loads in workers; the client that asked goes away mid-load. The reload must
+    still commit (the module serves from the worker it loaded) rather than strand that worker."""
+    flag = tmp_path / "ready"
+    env.write_tool(env.global_tools, "slow.py", f'''
+        import pathlib, time
+        if not pathlib.Path({str(flag)!r}).exists():
+            raise RuntimeError("not yet")
+        time.sleep(1.0)  # the import is under way when the client hangs up
+
+        def slow() -> str:
+            return "loaded"
+    ''')
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert names(client) == [] and module_status(client, "slow.py")["state"] == "failed"
+    flag.touch()
+    with daemon.raw() as raw:
+        raw.send({"jsonrpc": "2.0", "id": 1, "method": "atomic/reload"})
+        wait_for(lambda: len(daemon.workers()) == 1, message="the reload's worker to start")
+    with daemon.client() as client:
+        wait_for(lambda: names(client) == ["slow"], message="the reload to commit without its client")
+        assert client.call("slow").text == "loaded"
+        serving = module_status(client, "slow.py")["worker"]
+    assert [p.pid for p in daemon.workers()] == [serving], "no worker is left over from the reload"

@@ -131,8 +131,8 @@ class ModuleRunner:
                  "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"},
                 by_module=False,
             ) from None
-        except (LoadFailed, SpawnError):
-            self.drop(worker)
+        except (LoadFailed, SpawnError, asyncio.CancelledError):
+            self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
             raise
         return worker, definitions, load_ms
 
