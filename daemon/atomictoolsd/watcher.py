@@ -509,7 +509,9 @@ def _hold_half_saved(tools_dir: ToolsDir, pending: _Pending, paths: set[str], fu
         try:
             size = os.stat(path).st_size
         except OSError:
-            half_saved = path in paths  # reported changed and now missing: perhaps it is being replaced
+            # Missing: perhaps it is being replaced. A full rescan (a directory of it appeared or
+            # the watch was renewed) can find it gone before the watcher reports the deletion.
+            half_saved = path in paths or full
         else:
             module = tools_dir.modules.get(path)
             half_saved = size == 0 and module is not None and module.file.size > 0
