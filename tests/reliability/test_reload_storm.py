@@ -197,9 +197,22 @@ def test_reload_storm_loses_no_call_and_ends_with_the_files_on_disk(env: Env, ma
     assert listing["errors"] == [] and {t["name"] for t in listing["tools"]} == expected
     on_disk = {str(p) for p in tools.glob("*.py")}
     assert {m["path"] for m in status["modules"]} == on_disk, "no module is left of a deleted file"
-    workers = {m["worker"] for m in status["modules"] if m["worker"]}
-    wait_for(lambda: {p.pid for p in daemon.workers()} <= workers, timeout=10,
-             message="every retired generation's worker to exit")
+    # Every retired generation's worker exits. Status is read afresh each time: a change the
+    # watcher reports late may still start a generation, which then serves and is no leftover.
+    left: dict[str, Any] = {}
+
+    def only_current_workers() -> bool:
+        with daemon.client() as client:
+            modules = client.status()["modules"]
+        current = {m["worker"] for m in modules if m["worker"]}
+        busy = [m for m in modules if m["retiring"] or m["loading"]]
+        left.update(extra=sorted({p.pid for p in daemon.workers()} - current), busy=busy)
+        return not busy and not left["extra"]
+
+    try:
+        wait_for(only_current_workers, timeout=20, message="every retired generation's worker to exit")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {left}") from None
     assert daemon.proc.poll() is None
 
     total = sum(outcomes.values())
