@@ -31,7 +31,9 @@ ToolFormat = Literal["mcp", "openai", "anthropic"]
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 _LINE_LIMIT = 64 * 1024 * 1024  # a response larger than this is a bug, not a result
-_CHUNK = 256 * 1024
+# Below glibc's mmap threshold (128 KiB): a larger recv buffer is mapped and unmapped on every
+# read, which cost ~35 µs a call here (bench/calls.py: tiny client 117 µs against 80 µs raw).
+_CHUNK = 64 * 1024
 _CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
 
 
