@@ -484,7 +484,7 @@ class Registry:
         tools_dir: ToolsDir,
         only: set[str] | None = None,
         force: bool = False,
-        skip: Collection[str] = (),
+        skip: Collection[str] | Callable[[], Collection[str]] = (),
         retry_failed: bool = False,
     ) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
@@ -493,7 +493,9 @@ class Registry:
             only: restrict the scan to these paths (what a file watcher reports); None scans all.
             force: reload every module in ``only`` even if its size and mtime look unchanged (the
                 watcher saw it written: two saves within one mtime tick can keep both).
-            skip: leave these modules as they are (files the watcher sees half-saved).
+            skip: leave these modules as they are (files the watcher sees half-saved); a callable
+                is asked right after the directory is listed, under the scan's lock, so that a file
+                that changes while the scan waits for the lock is judged as the scan sees it.
             retry_failed: load again the modules that failed, changed or not (an explicit reload:
                 what made them fail may lie outside the file, such as a package or a permission).
 
@@ -516,7 +518,7 @@ class Registry:
         tools_dir: ToolsDir,
         only: set[str] | None,
         force: bool,
-        skip: Collection[str],
+        skip: Collection[str] | Callable[[], Collection[str]],
         retry_failed: bool,
     ) -> Change:
         async with tools_dir.lock:
@@ -524,6 +526,8 @@ class Registry:
                 return Change(set(), [])
             trusted = tools_dir.trusted
             on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
+            if callable(skip):
+                skip = skip()
             removed = [
                 p for p in tools_dir.modules if p not in on_disk and (only is None or p in only) and p not in skip
             ]

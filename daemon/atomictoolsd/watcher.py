@@ -476,13 +476,22 @@ class FileWatcher:
                 look = max(0.1, 2 * self.debounce_ms / 1000)
                 full, paths = pending.full, pending.paths | set(pending.held)
                 pending.full, pending.paths = False, set()
-                held = _hold_half_saved(tools_dir, pending, paths, full, grace=10 * look)
+                held: set[str] = set()
+
+                def hold(held: set[str] = held, full: bool = full, paths: set[str] = paths, look: float = look) -> set[str]:
+                    # Asked by the scan once it has listed the directory: a file deleted while the
+                    # scan waited for its lock is judged as missing, and held, not removed at once.
+                    held.clear()
+                    held.update(_hold_half_saved(tools_dir, pending, paths, full, grace=10 * look))
+                    return held
+
                 if full:
                     self.rescans += 1
-                    await self.registry.scan(tools_dir, skip=held)
+                    await self.registry.scan(tools_dir, skip=hold)
                 if paths - held:
-                    self.reloads += 1
-                    await self.registry.scan(tools_dir, only=paths - held, force=True)
+                    await self.registry.scan(tools_dir, only=paths, force=True, skip=hold)
+                    if paths - held:
+                        self.reloads += 1
                 if held and not (pending.full or pending.paths):
                     pending.wake.clear()
                     try:
