@@ -46,9 +46,14 @@ def summarize(path: Path, top: int) -> str:
     """The functions with the most samples: on top of the stack, and anywhere in it."""
     own: collections.Counter[str] = collections.Counter()
     anywhere: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in path.read_text().splitlines():
+    total = torn = 0
+    for line in path.read_text(errors="replace").splitlines():
         stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            # --nonblocking reads the target's memory while it runs: now and then a frame's name is
+            # read half-written, garbage with a newline in it. Skip those samples; say how many.
+            torn += 1
+            continue
         count = int(count_text)
         frames = [f for f in stack.split(";") if not f.startswith(("thread (", "process "))]
         if not frames:
@@ -57,7 +62,7 @@ def summarize(path: Path, top: int) -> str:
         own[_short(frames[-1])] += count
         for frame in {_short(f) for f in frames}:
             anywhere[frame] += count
-    lines = [f"{total} samples"]
+    lines = [f"{total} samples" + (f" ({torn} torn lines skipped)" if torn else "")]
     lines.append(f"  {'self %':>7}  function")
     lines += [f"  {100 * n / total:7.1f}  {name}" for name, n in own.most_common(top)]
     lines.append(f"  {'incl %':>7}  function")
