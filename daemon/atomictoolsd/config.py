@@ -44,6 +44,9 @@ class Config:
     worker_threads: int = _setting(16, "Threads per worker for sync tools (concurrent calls to one module).", minimum=1)
     memory_limit_mb: int = _setting(2048, "Memory limit per worker in MiB (0: no limit).", minimum=0)
     idle_timeout: float = _setting(600.0, "Seconds an idle worker lives, and a project no session uses is kept (0: forever).", minimum=0)
+    max_idle_workers: int = _setting(
+        32, "Most idle workers kept at once; past it the least recently used stop (0: no limit).", minimum=0
+    )
     watch_debounce_ms: int = _setting(
         50, "Longest time the file watcher groups a burst of changes, in milliseconds.", minimum=1
     )

@@ -263,6 +263,26 @@ def test_an_idle_worker_is_reaped_and_the_next_call_starts_another(env: Env, mak
         assert second != first and alive(second)
 
 
+def test_no_more_than_max_idle_workers_stay_idle_and_the_least_recently_used_go(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A first scan loads every module in a worker to learn its tools; without a cap each would wait
+    out idle_timeout (ten minutes). With max_idle_workers=2 the scan's five workers shrink to two,
+    and after calls the two kept are the two used last."""
+    for n in range(5):
+        env.write_tool(env.local_tools, f"t{n}.py", f"import os\n\ndef t{n}() -> str:\n    return str(os.getpid())\n")
+    daemon = make_daemon({"ATOMICTOOLS_MAX_IDLE_WORKERS": "2"})
+    with daemon.client() as client:
+        assert len(client.list_tools()) == 5
+        wait_for(lambda: len(daemon.workers()) == 2, message="the scan's idle workers to shrink to two")
+        assert client.status()["monitor"]["stopped_over_max_idle"] == 3
+        pids = {f"t{n}": int(client.call(f"t{n}").text) for n in (0, 1, 2, 3, 4)}  # t4 is used last
+        wait_for(lambda: {p.pid for p in daemon.workers()} == {pids["t3"], pids["t4"]},
+                 message="the two workers used last to be the ones kept")
+        assert [m["worker"] is not None for m in sorted(client.status()["modules"], key=lambda m: m["path"])] == [
+            False, False, False, True, True,
+        ]
+        assert client.call("t0").text != str(pids["t0"]), "a stopped module starts a fresh worker"
+
+
 def test_kill_9_of_the_daemon_leaves_no_worker_not_even_a_busy_one_with_a_child(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     pid_file = env.root / "child.pid"
     env.write_tool(env.local_tools, "busy.py", f'''

@@ -183,12 +183,17 @@ class ModuleRunner:
         for call in queued:
             call.finish(error_result(f"Tool {call.tool!r} is unavailable: {why}"))
 
-    def reap_idle(self, idle_for: float, now: float) -> bool:
-        """Retire the current worker if no call has used it for ``idle_for`` seconds."""
+    def idle_since(self) -> float | None:
+        """When the current worker was last used, if it is idle now (ready, no call); else None."""
         worker = self.current
         if worker is None or worker.state != "ready" or worker.pending or self._queued:
-            return False
-        if now - worker.last_used < idle_for:
+            return None
+        return worker.last_used
+
+    def reap_idle(self, idle_for: float, now: float) -> bool:
+        """Retire the current worker if no call has used it for ``idle_for`` seconds."""
+        since = self.idle_since()
+        if since is None or now - since < idle_for:
             return False
         self.retire()  # it exits on end-of-file: a routine end (the monitor logs why)
         return True
