@@ -21,7 +21,6 @@ connection by nature: one process gets the same 16 or 64 requests in flight, pip
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -47,8 +46,8 @@ from common import (  # noqa: E402
     Table,
     affinity,
     peer_commands,
+    quick_main,
     ratio,
-    run_alone,
 )
 
 LOADS = [(16, 1), (64, 1), (16, 8), (64, 8)]  # (connections, modules)
@@ -247,9 +246,7 @@ def measure(quick: bool = False) -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    run_alone(measure(parser.parse_args().quick))
+    quick_main(measure, __doc__)
 
 
 if __name__ == "__main__":

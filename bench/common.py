@@ -13,6 +13,7 @@ the JSON, and rendered into docs/performance.md by ``bench/render.py``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,7 +52,9 @@ __all__ = [
     "peer_commands",
     "percentile",
     "print_table",
+    "quick_main",
     "ratio",
+    "run_alone",
     "save",
 ]
 
@@ -258,6 +261,13 @@ def run_alone(report: Report) -> None:
     """What each script's ``main()`` does with its report: print it and save it."""
     report.print()
     print(f"\nsaved {save(report.name, {'reports': [report.as_json()]})}")
+
+
+def quick_main(measure: Callable[[bool], Report], doc: str | None) -> None:
+    """The ``main()`` of a script whose one option is ``--quick``: measure, print, save."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    run_alone(measure(parser.parse_args().quick))
 
 
 # -- a daemon under test ----------------------------------------------------------------------------

@@ -15,7 +15,6 @@ pass``, ``python -c pass``). Peers: FastMCP and MCPServer, each from its own ven
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, peer_commands, ratio, run_alone  # noqa: E402
+from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, peer_commands, quick_main, ratio  # noqa: E402
 
 INITIALIZE = (
     b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
@@ -114,9 +113,7 @@ def measure(quick: bool = False) -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    run_alone(measure(parser.parse_args().quick))
+    quick_main(measure, __doc__)
 
 
 if __name__ == "__main__":

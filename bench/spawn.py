@@ -20,7 +20,6 @@ Pinned to one core, and unpinned.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import socket
@@ -39,7 +38,7 @@ from atomictoolsd.workers.channel import FrameReader  # noqa: E402
 from atomictoolsd.workers.runtime import WorkerSpec  # noqa: E402
 from atomictoolsd.workers.spawner import Spawner  # noqa: E402
 from clients import measure_latency, socket_channel  # noqa: E402
-from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, ratio, run_alone  # noqa: E402
+from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, quick_main, ratio  # noqa: E402
 
 MODULE = "def tiny() -> str:\n    return 'tiny'\n"
 
@@ -181,9 +180,7 @@ def measure(quick: bool = False) -> Report:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    run_alone(measure(parser.parse_args().quick))
+    quick_main(measure, __doc__)
 
 
 if __name__ == "__main__":
