@@ -189,8 +189,8 @@ def measure(quick: bool = False) -> Report:
     split_rows: list[list[Any]] = []
     for mode, pinned in MODES:
         with affinity(pinned):
-            info = DaemonUnderTest(ECHO_TOOLS).start()
-            quiet = DaemonUnderTest(ECHO_TOOLS, {"ATOMICTOOLS_LOG_LEVEL": "warning"}).start()
+            info = DaemonUnderTest(tools=ECHO_TOOLS).start()
+            quiet = DaemonUnderTest(tools=ECHO_TOOLS, extra_env={"ATOMICTOOLS_LOG_LEVEL": "warning"}).start()
             daemons = {"": info, " (log_level=warning)": quiet}
             try:
                 with FloorRelay() as floor:

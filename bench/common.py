@@ -300,6 +300,7 @@ class DaemonUnderTest:
 
     def __init__(
         self,
+        *,
         tools: dict[str, str] | None = None,
         extra_env: dict[str, str] | None = None,
         config: str | None = None,

@@ -55,7 +55,7 @@ def cpu_per_call(daemon: DaemonUnderTest, seconds: float) -> dict[str, float]:
 
 
 def measure_pair(base: Path, rounds: int, extra: dict[str, str], seconds: float) -> dict[str, dict[str, Any]]:
-    daemons = {"base": DaemonUnderTest(ECHO_TOOLS, extra, source=base).start(), "this tree": DaemonUnderTest(ECHO_TOOLS, extra).start()}
+    daemons = {"base": DaemonUnderTest(tools=ECHO_TOOLS, extra_env=extra, source=base).start(), "this tree": DaemonUnderTest(tools=ECHO_TOOLS, extra_env=extra).start()}
     figures: dict[str, dict[str, list[Any]]] = {name: {"p50": [], "16x1": [], "64x8": [], "cpu": []} for name in daemons}
     channels = {}
     try:

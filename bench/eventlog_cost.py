@@ -87,7 +87,7 @@ class Daemon:
     def __init__(self, label: str, source: Path, log_level: str) -> None:
         self.label = label
         self.under_test = DaemonUnderTest(
-            {"echo": TOOL}, config=f'log_level = "{log_level}"\n', source=None if source == ROOT else source
+            tools={"echo": TOOL}, config=f'log_level = "{log_level}"\n', source=None if source == ROOT else source
         ).start()
         self.channel = socket_channel(str(self.under_test.socket))
         measure_latency(self.channel, 200, 0)  # the worker starts on the first call

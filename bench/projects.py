@@ -59,7 +59,7 @@ def inotify_watches(pid: int) -> int:
 
 def run(count: int, extra_env: dict[str, str]) -> list[dict[str, Any]]:
     rows = []
-    with DaemonUnderTest(extra_env) as daemon:
+    with DaemonUnderTest(extra_env=extra_env) as daemon:
         assert daemon.proc is not None
         times: list[float] = []
         for i in range(1, count + 1):

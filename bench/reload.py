@@ -101,7 +101,7 @@ class Session:
 
 
 def save_latency(edits: int, atomic: bool, extra_env: dict[str, str]) -> dict[str, Any]:
-    with DaemonUnderTest(extra_env) as daemon:
+    with DaemonUnderTest(extra_env=extra_env) as daemon:
         tools = daemon.project / ".atomic" / "tools"
         tools.mkdir(parents=True)
         path = tools / "hot.py"
