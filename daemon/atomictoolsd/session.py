@@ -486,6 +486,7 @@ class Session(asyncio.Protocol):
         await self.project.ready()
         if waiting.cancelled or self.calls.get(id_json) is not waiting:
             return  # cancelled while its project loaded: never answered
+        del self.calls[id_json]  # _call registers the call it starts; one it answers at once is not in flight
         self._call(id_json, params)
 
     def _call(self, id_json: bytes, params: CallParams) -> None:

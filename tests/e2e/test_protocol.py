@@ -209,3 +209,20 @@ def test_a_call_cancelled_while_its_project_still_loads_is_never_answered(env: E
         time.sleep(0.5)  # long enough for the echo to have answered, had it run
         raw.send_bytes(b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n')
         assert raw.recv()["id"] == 3, "the cancelled call was answered"
+
+
+def test_a_call_answered_at_once_after_its_project_loaded_is_not_left_in_flight(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A call that waited for its project's first scan and then named no tool is answered with an
+    error; nothing of it stays among the session's calls in flight."""
+    env.write_tool(env.local_tools, "slow_import.py", "import time\ntime.sleep(1.0)\n\ndef slow_import() -> str:\n    return 'x'\n")
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        raw.send_bytes(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(env.project)}}).encode() + b"\n"
+            + b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nosuch","arguments":{}}}\n'
+        )
+        replies = {reply["id"]: reply for reply in (raw.recv(), raw.recv())}
+        assert replies[2]["error"]["code"] == -32602
+        status = raw.request("atomic/status")["result"]
+    mine = [s for s in status["sessions"] if s["directory"] == str(env.project.resolve())]
+    assert mine and mine[0]["inflight"] == 0, mine
