@@ -39,7 +39,7 @@ from atomictoolsd.config import Config
 from atomictoolsd.defcache import DefinitionCache
 from atomictoolsd.eventlog import events
 from atomictoolsd.idle_projects import ProjectReaper
-from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path, make_private
+from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.registry import Change, Registry, ToolsDir
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.session import Session
@@ -218,9 +218,7 @@ class Server:
     async def startup(self) -> None:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        check_private_dir(self.paths.runtime_dir)
-        for own in (self.paths.state_dir, self.paths.cache_dir, self.paths.log_dir):
-            make_private(own)
+        check_private_dir(self.paths.runtime_dir)  # its own dirs: Paths.create_private_dirs, before the log opens
         if self.listen_socket is None:
             check_socket_path(self.paths.socket)
         self._lock.acquire()

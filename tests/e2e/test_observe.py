@@ -251,3 +251,13 @@ def test_status_lists_the_bridges(env: Env, make_daemon) -> None:  # type: ignor
     assert header.split() == ["ID", "AGENT", "DIRECTORY", "OWNER", "PATH"]
     assert any(line.split() == [created["id"], "claude", str(env.project), str(os.getpid()), created["path"]]
                for line in out.splitlines())
+
+
+def test_a_log_dir_that_cannot_be_made_costs_the_event_log_not_the_daemon(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    blocker = env.root / "not-a-dir"
+    blocker.write_text("a file where the log dir should go")
+    env.write_tool(env.global_tools, "echo.py", "def echo(text: str) -> str:\n    return text\n")
+    daemon = make_daemon({"ATOMICTOOLS_LOG_DIR": str(blocker / "logs")})
+    with daemon.client() as client:
+        assert client.call("echo", text="still serving").text == "still serving"
+    assert "no event log" in daemon.stderr()
