@@ -30,6 +30,7 @@ nothing is left.
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
@@ -59,13 +60,17 @@ def set_child_subreaper() -> bool:
     return _prctl(36, 1)  # 36 = PR_SET_CHILD_SUBREAPER
 
 
+@functools.cache
+def _libc() -> Any:
+    import ctypes  # loaded once in the fork server (its main() calls _prctl): every fork inherits it
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _prctl(option: int, value: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
-    import ctypes  # imported once in the fork server, before any fork
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(option, value, 0, 0, 0) == 0
+    return _libc().prctl(option, value, 0, 0, 0) == 0
 
 
 class _Server:

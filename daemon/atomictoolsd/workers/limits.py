@@ -17,6 +17,11 @@ from __future__ import annotations
 
 import sys
 
+try:  # imported with the runtime in the fork server, not after each fork
+    import resource
+except ImportError:  # not a Unix
+    resource = None  # type: ignore[assignment]
+
 __all__ = ["apply_memory_limit", "describe_limit", "memory_error_text"]
 
 _MIB = 1024 * 1024
@@ -30,11 +35,7 @@ def describe_limit(limit: int) -> str:
 def apply_memory_limit(limit: int) -> bool:
     """Cap this process's memory at ``limit`` bytes (soft and hard: a tool cannot raise it). False
     when the platform refuses."""
-    if limit <= 0:
-        return False
-    try:
-        import resource
-    except ImportError:  # not a Unix
+    if limit <= 0 or resource is None:
         return False
     which = resource.RLIMIT_DATA if sys.platform.startswith("linux") else resource.RLIMIT_AS
     try:
