@@ -817,8 +817,7 @@ class Registry:
             module.state = "failing"
             module.error = {
                 "line": None, "traceback": "",
-                "message": f"the module keeps crashing ({backoff.crashes} times in a row; last: {backoff.last_error}); "
-                           f"calls fail at once until it recovers",
+                "message": f"{backoff.describe()}; calls fail at once until it recovers",
             }
             log.warning("%s keeps crashing (%d times in a row)", module.path, backoff.crashes)
         else:
