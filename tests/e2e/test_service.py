@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from atomictools import Client
+from atomictoolsd.service.notify import STATUS_INTERVAL
 from helpers import Daemon, Env, RawConnection, wait_for
 
 GREET = '''
@@ -105,6 +106,20 @@ def test_notify_ready_status_watchdog_reloading_stopping_in_order(env: Env, make
     stopping = server.index("STOPPING=1", mark)
     assert "STATUS=stopping: SIGTERM" in server.messages[stopping]
     assert not any(m == "WATCHDOG=1" for m in server.messages[stopping + 1 :]), "silence after STOPPING"
+
+
+def test_a_tool_change_reaches_the_status_line_soon_not_at_the_next_periodic_look(env: Env, make_daemon, notify) -> None:  # type: ignore[no-untyped-def]
+    server, variable = notify
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    daemon: Daemon = make_daemon({"NOTIFY_SOCKET": variable})
+    ready = time.monotonic()  # the daemon was ready before this; its periodic look comes 5 s after that
+    with daemon.client() as client:
+        assert len(client.list_tools()) == 1
+        mark = len(server.messages)
+        env.write_tool(env.global_tools, "shout.py", GREET.replace("greet", "shout"))
+        wait_for(lambda: len(client.list_tools()) == 2, message="the new tool")
+    server.wait(lambda m: any(x.startswith("STATUS=serving 2 tools") for x in m[mark:]), "the status line of the change")
+    assert time.monotonic() - ready < STATUS_INTERVAL - 1, "told when the tools changed, not at the first periodic look"
 
 
 def test_a_watchdog_meant_for_another_process_is_not_pinged(env: Env, make_daemon, notify) -> None:  # type: ignore[no-untyped-def]

@@ -89,7 +89,7 @@ class ServiceNotify:
         self.watchdog_interval = watchdog_usec / 2e6 if watchdog_usec else None
         self.server: Server | None = None
         self._last_status = ""
-        self._status_due = False
+        self._changed = asyncio.Event()  # the tools changed: a new status line is due soon
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -135,7 +135,7 @@ class ServiceNotify:
             self.notifier.notify(f"STATUS={text}")
 
     def _on_change(self, change: Change) -> None:
-        self._status_due = True
+        self._changed.set()
 
     async def _watchdog(self, interval: float) -> None:
         # Sent from the event loop itself: if the loop stops turning, the pings stop.
@@ -144,8 +144,13 @@ class ServiceNotify:
             await asyncio.sleep(interval)
 
     async def _status_updates(self) -> None:
-        # Module loads, worker spawns and sessions change often; one line every few seconds at most.
+        # A change of the tools is told within a moment (a burst of them in one line); workers and
+        # sessions, which change all the time, at the next look, every few seconds.
         while True:
-            await asyncio.sleep(0.2 if self._status_due else STATUS_INTERVAL)
-            self._status_due = False
+            try:
+                await asyncio.wait_for(self._changed.wait(), STATUS_INTERVAL)
+                await asyncio.sleep(0.2)
+            except TimeoutError:
+                pass
+            self._changed.clear()
             self.send_status()
