@@ -220,20 +220,27 @@ class EventLog:
                 print(f"atomictoolsd: cannot write the event log {self.path}: {exc}", file=sys.stderr)
 
     def _rotate(self) -> None:
+        """Start a new file. The current one stays open until the new one is: a rotation that
+        fails (the backup's name taken, the disk full) keeps writing where it was, and tries again
+        after another ``max_bytes``."""
         assert self.path is not None
-        os.close(self._fd)
-        self._fd = -1
         path = str(self.path)
-        if self.backups > 0:
-            for index in range(self.backups - 1, 0, -1):
-                try:
-                    os.replace(f"{path}.{index}", f"{path}.{index + 1}")
-                except FileNotFoundError:
-                    pass
-            os.replace(path, f"{path}.1")
+        try:
+            if self.backups > 0:
+                for index in range(self.backups - 1, 0, -1):
+                    try:
+                        os.replace(f"{path}.{index}", f"{path}.{index + 1}")
+                    except FileNotFoundError:
+                        pass
+                os.replace(path, f"{path}.1")
+            else:
+                os.unlink(path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            print(f"atomictoolsd: cannot rotate the event log {path}: {exc}", file=sys.stderr)
         else:
-            os.unlink(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            os.close(self._fd)
+            self._fd = fd
         self._size = 0
 
 

@@ -112,6 +112,20 @@ def test_rotation_by_size_keeps_the_configured_backups(tmp_path: Path) -> None:
     assert oct((tmp_path / LOG_NAME).stat().st_mode & 0o777) == "0o600"
 
 
+def test_a_rotation_that_fails_keeps_writing_to_the_current_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / f"{LOG_NAME}.1").mkdir()  # the backup's name is taken by a directory: renaming fails
+    (tmp_path / f"{LOG_NAME}.1" / "keep").write_text("x")
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME, max_bytes=4096, backups=1)
+    for i in range(200):
+        log.emit("info", "n", {"i": i, "pad": "x" * 40})
+        log.flush()
+    log.close()
+    assert [e["i"] for e in lines(tmp_path / LOG_NAME)] == list(range(200)), "no event lost"
+    assert log.dropped == 0
+    assert "cannot rotate the event log" in capsys.readouterr().err
+
+
 def test_no_backups_means_the_log_starts_over(tmp_path: Path) -> None:
     log = EventLog()
     log.open(tmp_path / LOG_NAME, max_bytes=4096, backups=0)
