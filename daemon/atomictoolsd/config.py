@@ -37,7 +37,7 @@ class Config:
         2.0, "Seconds a cancelled or timed-out call has to stop before its worker is killed.", minimum=0
     )
     load_timeout: float = _setting(30.0, "Seconds a tool module may take to import.", minimum=0.1)
-    max_message_bytes: int = _setting(16 * 1024 * 1024, "Largest JSON-RPC message accepted on the socket, and largest tool result sent back.", minimum=1024)
+    max_message_bytes: int = _setting(16 * 1024 * 1024, "Largest JSON-RPC message accepted on the socket, and largest tool result, log or progress message sent back.", minimum=1024)
     truncate_lines: int = _setting(2000, "Tool output longer than this many lines is truncated.", minimum=1)
     truncate_bytes: int = _setting(50 * 1024, "Tool output larger than this many bytes is truncated.", minimum=256)
     spill_max_age: float = _setting(86400.0, "Seconds the full output of a truncated result is kept.", minimum=0)

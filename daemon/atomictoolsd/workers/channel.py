@@ -153,6 +153,7 @@ class FrameReader:
             # Judge the first header before taking the bytes behind it.
             (length,) = _HEADER.unpack_from(bytes(buffer[:4]) + bytes(data[: 4 - len(buffer)]))
             if length > limit:
+                buffer.clear()
                 raise FrameTooLarge(length, limit)
         buffer += data
         messages: list[Any] = []

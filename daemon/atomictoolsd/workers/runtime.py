@@ -25,6 +25,11 @@ worker → daemon
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
     ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
     ``output``.
+
+The daemon accepts exactly these shapes and types (``channel.WorkerMessage``) and no message larger
+than ``max_result_bytes`` (its ``max_message_bytes``); it kills a worker that sends anything else. So
+a result past the limit is refused here (kept in a spill file), and a ``ctx.log`` or ``ctx.progress``
+message past it is not sent: its call answers with an error naming the limit.
 """
 
 from __future__ import annotations

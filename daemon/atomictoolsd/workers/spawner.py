@@ -93,6 +93,7 @@ class _ForkServer:
         self.heard = time.monotonic()  # when it last sent anything
         self.waiting_since: float | None = None  # since when an answer (to a spawn or a ping) is due
         self.health: asyncio.TimerHandle | None = None
+        self.stopped_checks = 0  # health checks in a row that found it stopped
         self.pings = itertools.count(1)
 
     def expect_answer(self) -> None:
@@ -235,7 +236,9 @@ class Spawner:
             return
         now = time.monotonic()
         problem = None
-        if _process_state(server.proc.pid) in _STOPPED:
+        # Twice in a row: a tracer such as strace stops it for an instant at every system call.
+        server.stopped_checks = server.stopped_checks + 1 if _process_state(server.proc.pid) in _STOPPED else 0
+        if server.stopped_checks >= 2:
             problem = "was stopped (SIGSTOP, or a debugger)"
         elif server.waiting_since is not None and now - server.waiting_since > self._answer_timeout:
             problem = f"did not answer for {self._answer_timeout:g} s"

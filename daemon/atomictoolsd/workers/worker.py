@@ -197,6 +197,7 @@ class Worker(asyncio.Protocol):
         self.max_message = runner.pool.settings.max_result_bytes
         self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
         self._trusted = True  # until it sends what no worker runtime sends
+        self.strays = 0  # results it sent for calls it is not running (dropped)
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
         exit_status.add_done_callback(self._on_exit_status)
@@ -336,12 +337,14 @@ class Worker(asyncio.Protocol):
         self.last_used = time.monotonic()
         if call is None:
             # The runtime answers each call it was given once: this one it was never given, or has
-            # answered. A tool wrote it; it reaches no one.
-            log.warning(
-                "worker %d of %s sent a result for call %d, which it is not running; dropped",
-                self.pid, self.runner.spec.path, call_id,
-                extra={"event": "worker.stray_result", "data": {"pid": self.pid, "module": self.runner.spec.path, "call": call_id}},
-            )
+            # answered. A tool wrote it; it reaches no one (and the log hears of it once a worker).
+            self.strays += 1
+            if self.strays == 1:
+                log.warning(
+                    "worker %d of %s sent a result for call %d, which it is not running; dropped",
+                    self.pid, self.runner.spec.path, call_id,
+                    extra={"event": "worker.stray_result", "data": {"pid": self.pid, "module": self.runner.spec.path, "call": call_id}},
+                )
         elif result is None:
             call.finish(error_result(f"Tool {call.tool!r} was cancelled"))
         elif not call.done:
