@@ -338,3 +338,36 @@ def test_a_result_waiting_when_the_daemon_wakes_beats_its_timeout(env: Env, make
             os.kill(daemon.pid, signal.SIGCONT)
     assert outcomes == ["finished in time"] * 2, outcomes
     record("daemon SIGSTOPped past 2 calls' deadlines while they finished: after SIGCONT each answered with its result")
+
+
+SLOW_IMPORT = '''
+    import time
+    from pathlib import Path
+
+    Path({mark!r}).write_text("importing")
+    time.sleep(1)
+
+    def slow_import() -> str:
+        return "loaded in time"
+'''
+
+
+def test_a_load_report_waiting_when_the_daemon_wakes_beats_the_load_timeout(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    mark = env.root / "importing"
+    env.write_tool(env.global_tools, "slow_import.py", SLOW_IMPORT.format(mark=str(mark)))
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_LOAD_TIMEOUT": "2"})
+    try:
+        with RawConnection(env.socket, timeout=30) as raw:
+            raw.send({"jsonrpc": "2.0", "id": "list", "method": "tools/list"})  # starts the load if nothing has
+            wait_for(mark.exists, message="the module's import to start")
+            os.kill(daemon.pid, signal.SIGSTOP)
+            time.sleep(3)  # the import ends after 1 s; the load timeout passes at 2 s
+            os.kill(daemon.pid, signal.SIGCONT)
+            wait_for(lambda: any(t["name"] == "slow_import" for t in raw.request("tools/list")["result"]["tools"]),
+                     timeout=5, message="the module to be listed")
+            assert _text(_call(raw, "call", "slow_import", {})[0]) == "loaded in time"
+            module = next(m for m in raw.request("atomic/status")["result"]["modules"] if m["path"].endswith("slow_import.py"))
+            assert not module.get("error") and "longer" not in str(module.get("last_error")), module
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    record("daemon SIGSTOPped past a module's load timeout while it finished importing: after SIGCONT the module loaded")

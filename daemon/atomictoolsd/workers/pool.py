@@ -120,9 +120,7 @@ class ModuleRunner:
         worker = Worker(self, pid, self.pool.spawner.exit_status(pid))
         await loop.connect_accepted_socket(lambda: worker, sock=sock)
         try:
-            definitions, load_ms = await asyncio.wait_for(
-                asyncio.shield(worker.loaded), self.pool.settings.load_timeout
-            )
+            definitions, load_ms = await self._loaded(worker)
         except TimeoutError:
             worker.cause = f"did not finish importing the module within {self.pool.settings.load_timeout:g} s"
             worker.kill()
@@ -135,6 +133,19 @@ class ModuleRunner:
             self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
             raise
         return worker, definitions, load_ms
+
+    async def _loaded(self, worker: Worker) -> tuple[list[dict[str, Any]], float]:
+        """Wait for ``worker``'s load report, for ``load_timeout`` seconds.
+
+        A report already waiting on the channel when the time is up wins (for up to ``Deadlines.LATE``
+        more): a daemon that was itself frozen judges its timers before it reads its sockets.
+        """
+        try:
+            return await asyncio.wait_for(asyncio.shield(worker.loaded), self.pool.settings.load_timeout)
+        except TimeoutError:
+            if not worker.unread():
+                raise
+        return await asyncio.wait_for(asyncio.shield(worker.loaded), Deadlines.LATE)
 
     def install(self, worker: Worker) -> None:
         """Make ``worker`` (a new generation of the module) serve new calls; the previous one retires."""

@@ -93,6 +93,7 @@ class _ForkServer:
         self.heard = time.monotonic()  # when it last sent anything
         self.waiting_since: float | None = None  # since when an answer (to a spawn or a ping) is due
         self.health: asyncio.TimerHandle | None = None
+        self.check_due = 0.0  # when the health check was meant to run
         self.stopped_checks = 0  # health checks in a row that found it stopped
         self.pings = itertools.count(1)
 
@@ -149,7 +150,7 @@ class Spawner:
                 self._lost(server)
                 raise SpawnError(f"the fork server did not start: {str(exc) or 'timed out'}") from None
             server.heard = time.monotonic()
-            server.health = self.loop.call_later(self.CHECK_EVERY, self._check_health, server)
+            self._schedule_check(server, self.CHECK_EVERY)
             return server
 
     def _start(self) -> _ForkServer:
@@ -235,6 +236,10 @@ class Spawner:
         if server.gone:
             return
         now = time.monotonic()
+        if now - server.check_due > self.CHECK_EVERY and server.waiting_since is not None:
+            # The daemon itself was held up (stopped, starved): what the fork server owes us may be
+            # waiting unread. Its time to answer starts again now.
+            server.waiting_since = now
         problem = None
         # Twice in a row: a tracer such as strace stops it for an instant at every system call.
         server.stopped_checks = server.stopped_checks + 1 if _process_state(server.proc.pid) in _STOPPED else 0
@@ -254,8 +259,11 @@ class Spawner:
             except OSError:
                 self._lost(server, unexpected=True)
                 return
-        interval = self.CHECK_EVERY / 4 if server.requests else self.CHECK_EVERY
-        server.health = self.loop.call_later(interval, self._check_health, server)
+        self._schedule_check(server, self.CHECK_EVERY / 4 if server.requests else self.CHECK_EVERY)
+
+    def _schedule_check(self, server: _ForkServer, delay: float) -> None:
+        server.check_due = time.monotonic() + delay
+        server.health = self.loop.call_later(delay, self._check_health, server)
 
     def _replace(self, server: _ForkServer, problem: str) -> None:
         """Kill a fork server that cannot serve, so that the next spawn starts a new one."""
