@@ -256,7 +256,7 @@ def test_a_stopped_fork_server_is_replaced(env: Env, make_daemon, record) -> Non
     """A tool stops its parent, the fork server: spawns, attaches and reloads still answer, and
     status says what happened."""
     env.write_tool(env.global_tools, "stopper.py", STOPPER)
-    daemon: Daemon = make_daemon()
+    make_daemon()
     stopped: list[int] = []
     try:
         with RawConnection(env.socket, timeout=30) as raw:

@@ -7,7 +7,15 @@ import struct
 
 import pytest
 
-from atomictoolsd.workers.channel import FrameError, FrameReader, FrameTooLarge, Log, Result, WorkerMessage, encode_frame
+from atomictoolsd.workers.channel import (
+    FrameError,
+    FrameReader,
+    FrameTooLarge,
+    Log,
+    Result,
+    WorkerMessage,
+    encode_frame,
+)
 
 
 def test_a_frame_is_judged_by_its_header_however_the_bytes_are_split() -> None:

@@ -212,13 +212,10 @@ class Worker(asyncio.Protocol):
             return
         try:
             messages = self._reader.feed(data)
-        except FrameTooLarge as exc:
-            self._handle(exc.messages)  # what came whole before it is as good as ever
-            self._distrust(f"sent {_too_large('a message', exc.length, self.max_message)}")
-            return
         except FrameError as exc:
-            self._handle(exc.messages)
-            self._distrust(f"sent {exc}")
+            self._handle(exc.messages)  # what came whole before it is as good as ever
+            what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
+            self._distrust(f"sent {what}")
             return
         self._handle(messages)
 
