@@ -442,6 +442,7 @@ class Server:
             "sessions": [s.info() for s in self.sessions],
             "projects": registry["projects"],
             "modules": _with_rss(registry["modules"]),
+            "skipped": registry["skipped"],
             "config": {item["key"]: item["value"] for item in self.config.describe()},
             "config_sources": dict(self.config.sources),
             "config_file": str(self.paths.config_file),

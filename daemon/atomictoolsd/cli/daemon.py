@@ -234,6 +234,11 @@ def print_status(status: dict[str, Any]) -> None:
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
+    skipped = status.get("skipped") or []
+    if skipped:
+        print(f"\nskipped (not loaded; the daemon serves everything else):")
+        for entry in skipped:
+            print(f"  {entry['file']}: {entry['message']}")
     for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
         if name not in _CORE_KEYS:
             _print_section(name, value)
@@ -251,7 +256,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "config", "config_sources", "config_file", "log",
+    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log",
 })
 
 
