@@ -23,6 +23,7 @@ __all__ = [
     "ModuleFile",
     "Skipped",
     "escape_path",
+    "escape_strings",
     "git_worktree_root",
     "global_tools_dir",
     "list_module_files",
@@ -132,12 +133,31 @@ def escape_path(path: str | bytes) -> str:
     return "".join(out)
 
 
+def escape_strings(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, …) with each string that is not valid UTF-8
+    escaped by ``escape_path``: what a report holds that came from a file name, made fit for JSON."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return escape_path(value)
+        return value
+    if isinstance(value, dict):
+        return {escape_strings(k): escape_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [escape_strings(v) for v in value]
+    return value
+
+
+_NOT_UTF8 = "its name is not valid UTF-8"
+
+
 def _odd_name(name: str) -> str | None:
     """Why a module's file name cannot serve, or None: it must travel as UTF-8 JSON and print on one line."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        return "its name is not valid UTF-8"
+        return _NOT_UTF8
     if not name.isprintable():
         return "its name holds a control character (a newline, an escape, a hidden or reordering mark)"
     return None
@@ -219,6 +239,9 @@ def scan_tools_dir(tools_dir: Path) -> tuple[list[ModuleFile], list[Skipped]]:
     reported. An entry named like a module that cannot be one (see the module docstring), and a
     tools directory that exists but cannot be listed, are skipped and reported. Never raises.
     """
+    if _odd_name(str(tools_dir)) == _NOT_UTF8:  # every module path would hold it: none could reach a worker
+        return [], [Skipped(str(tools_dir), "the tools directory's path is not valid UTF-8: no tools load from it; "
+                                            "move it to a path that is")]
     try:
         with os.scandir(tools_dir) as iterator:
             entries = list(iterator)

@@ -162,6 +162,12 @@ def _self_loop(path: Path) -> None:
     os.symlink(path.name, path)
 
 
+def _home_not_utf8(env: Env) -> None:
+    home = Path(os.fsdecode(os.fsencode(env.root) + b"/h\xffome"))
+    env.write_tool(home / ".atomic" / "tools", "never.py", GOOD.format(name="never"))
+    env.vars["HOME"] = str(home)
+
+
 _DIR_CASES = {
     # name: (which dir holds the good tool, how the odd one is made, the path reported, a word of the reason)
     "local tools dir links to itself": ("global", lambda e: _self_loop(e.local_tools), ".atomic/tools", "symbolic link loop"),
@@ -175,6 +181,7 @@ _DIR_CASES = {
                                    ".atomic/tools", "not a directory"),
     "local tools dir links to nothing": ("global", lambda e: os.symlink("gone", e.local_tools), ".atomic/tools",
                                          "symbolic link to nothing"),
+    "the home dir's name is not UTF-8": ("local", _home_not_utf8, "h\\xffome/.atomic/tools", "not valid UTF-8"),
 }
 
 

@@ -146,8 +146,9 @@ def _running_pid(args: argparse.Namespace) -> int | None:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the daemon: calls in flight finish first (within the configured grace)."""
-    status = raw_request("atomic/status")
-    reply = raw_request("atomic/shutdown") if status is not None else None
+    # Status only says which service manager to mention: a daemon that cannot answer it is stopped all the same.
+    status = raw_request("atomic/status") or {}
+    reply = raw_request("atomic/shutdown")
     if reply is None:
         print("atomictoolsd is not running")
         return 0
@@ -176,13 +177,20 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show the daemon's state: process, service manager, projects, modules and their workers, config."""
-    from atomictools._errors import ConnectError
+    from atomictools._errors import ConnectError, RPCError
 
     try:
         with connect(args, autostart=False) as client:
             status = client.status()
     except ConnectError:
         return not_running()
+    except RPCError as exc:
+        # This directory's project could not be attached: the daemon's own state still shows why.
+        status = raw_request("atomic/status")
+        if status is None:
+            print(f"atomictoolsd: the daemon answered: {exc}", file=sys.stderr)
+            return 1
+        print(f"atomictoolsd: this directory's project: {exc}", file=sys.stderr)
     if args.json:
         print_json(status)
         return 0
@@ -236,7 +244,7 @@ def print_status(status: dict[str, Any]) -> None:
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
     skipped = status.get("skipped") or []
     if skipped:
-        print(f"\nskipped (not loaded; the daemon serves everything else):")
+        print("\nskipped (not loaded; the daemon serves everything else):")
         for entry in skipped:
             print(f"  {entry['file']}: {entry['message']}")
     for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
