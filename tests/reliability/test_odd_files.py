@@ -196,3 +196,25 @@ def test_a_tools_dir_that_cannot_be_listed_is_no_tools_and_reported(odd_env: Env
     checks = _exercise(env, daemon, "good", [(reported, reason)])
     assert "Traceback" not in daemon.stderr(), daemon.stderr()
     record(f"{case}: {checks} checks held")
+
+
+def test_a_tools_dir_put_right_is_seen_without_a_restart(odd_env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """The watcher watches the nearest dir it can list in place of a loop: replacing the loop with a
+    directory loads its tools, and the report goes."""
+    env = odd_env
+    _self_loop(env.local_tools)
+    make_daemon()
+    with RawConnection(env.socket) as raw:
+        attach = raw.request("atomic/attach", {"directory": str(env.project)})
+        assert [e["file"] for e in attach["result"]["errors"]] == [str(env.local_tools)], attach
+        env.local_tools.unlink()
+        env.write_tool(env.local_tools, "good.py", GOOD.format(name="good"))
+
+        def served() -> bool:
+            names = {t["name"] for t in raw.request("tools/list")["result"]["tools"]}
+            return "good" in names and not raw.request("atomic/list")["result"]["errors"]
+
+        wait_for(served, timeout=15, message="the tools dir put right to be served")
+        called = raw.request("tools/call", {"name": "good", "arguments": {}})
+        assert called["result"]["content"][0]["text"] == "good ok", called
+    record("a tools dir that was a symlink loop, put right while watched: its tool served, the report gone")
