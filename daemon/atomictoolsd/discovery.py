@@ -194,8 +194,11 @@ def _dir_problem(tools_dir: Path, exc: OSError) -> Skipped | None:
     """What keeps a tools directory from being listed, as a report (None: it just does not exist)."""
     if isinstance(exc, FileNotFoundError):
         if os.path.islink(tools_dir):
-            return Skipped(str(tools_dir), "the tools directory is a symbolic link to nothing: no tools load from it; "
-                                           "point it at a directory or remove it")
+            return Skipped(
+                str(tools_dir),
+                "the tools directory is a symbolic link to nothing: no tools load from it; "
+                "point it at a directory or remove it",
+            )
         return None  # no tools directory is the usual case, not a fault
     if exc.errno == errno.ELOOP:
         why = "is a symbolic link loop (it leads back to itself)"
@@ -224,8 +227,9 @@ def _entry_problem(entry: os.DirEntry[str]) -> tuple[str | None, os.stat_result 
             return None, None  # removed while we looked: the watcher sees that
         return f"it cannot be read ({exc.strerror or exc}): not loaded", None
     if stat.S_ISDIR(st.st_mode):
-        return (f"it is a directory, not a tool module: not loaded; {_RENAME} "
-                "(a helper package's name starts with _)"), None
+        return (
+            f"it is a directory, not a tool module: not loaded; {_RENAME} (a helper package's name starts with _)"
+        ), None
     if not stat.S_ISREG(st.st_mode):
         return f"it is not a regular file (a FIFO, socket or device): not loaded; {_RENAME}", None
     return None, st
@@ -240,8 +244,12 @@ def scan_tools_dir(tools_dir: Path) -> tuple[list[ModuleFile], list[Skipped]]:
     tools directory that exists but cannot be listed, are skipped and reported. Never raises.
     """
     if _odd_name(str(tools_dir)) == _NOT_UTF8:  # every module path would hold it: none could reach a worker
-        return [], [Skipped(str(tools_dir), "the tools directory's path is not valid UTF-8: no tools load from it; "
-                                            "move it to a path that is")]
+        return [], [
+            Skipped(
+                str(tools_dir),
+                "the tools directory's path is not valid UTF-8: no tools load from it; move it to a path that is",
+            )
+        ]
     try:
         with os.scandir(tools_dir) as iterator:
             entries = list(iterator)

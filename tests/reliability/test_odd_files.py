@@ -69,15 +69,17 @@ def _helpers(directory: Path) -> None:
     os.symlink(b"..", base + b"/_up")  # a package that leads back up
 
 
-def _exercise(env: Env, daemon: Any, good: str, expect: list[tuple[str, str]], trusted_local: bool = True) -> int:
+def _exercise(env: Env, daemon: Any, good: str, expect: list[tuple[str, str]]) -> int:
     """Everything a client and the CLI do, with the odd entries in place; returns the checks made.
 
     ``expect``: (escaped file name, a word of its reason) the daemon must report.
     """
     checks = 0
     with RawConnection(env.socket) as raw:
-        init = raw.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                          "clientInfo": {"name": "odd", "version": "1"}})
+        init = raw.request(
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "odd", "version": "1"}},
+        )
         assert "result" in init, init
         attach = raw.request("atomic/attach", {"directory": str(env.project)})
         assert "result" in attach, attach
@@ -96,24 +98,31 @@ def _exercise(env: Env, daemon: Any, good: str, expect: list[tuple[str, str]], t
         atomic_list = raw.request("atomic/list")
         assert "result" in atomic_list, atomic_list
         checks += 7
-        reported = [e for e in atomic_list["result"]["errors"] + attach["result"]["errors"]]
         status_text = json.dumps(status["result"])
         for name, reason in expect:
-            hits = [e for e in reported if e["file"].endswith("/" + name)]
-            assert hits, f"{name!r} not reported: {reported}"
-            assert all(reason in e["message"] for e in hits), [e["message"][-300:] for e in hits]
+            for reported in (attach["result"]["errors"], atomic_list["result"]["errors"]):
+                hits = [e for e in reported if e["file"].endswith("/" + name)]
+                assert hits, f"{name!r} not reported: {reported}"
+                assert all(reason in e["message"] for e in hits), [e["message"][-300:] for e in hits]
             assert json.dumps(name)[1:-1] in status_text, f"{name!r} not in status"
-            checks += 2
+            checks += 3
     cli_env = {**env.vars, **daemon.extra_env}
-    shown = subprocess.run([sys.executable, "-m", "atomictoolsd", "status"], env=cli_env, cwd=env.project,
-                           capture_output=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "atomictoolsd", "status"], env=cli_env, cwd=env.project, capture_output=True, timeout=60
+    )
     out, err = shown.stdout.decode("utf-8"), shown.stderr.decode("utf-8")  # strict: never surrogates
     assert shown.returncode == 0 and "Traceback" not in err, (shown.returncode, out, err)
     assert "\x1b" not in out and "\u202e" not in out
     for name, _reason in expect:
         assert name in out, f"{name!r} not in `atomictoolsd status`:\n{out}"
-    stopped = subprocess.run([sys.executable, "-m", "atomictoolsd", "stop"], env=cli_env, cwd=env.project,
-                             capture_output=True, text=True, timeout=90)
+    stopped = subprocess.run(
+        [sys.executable, "-m", "atomictoolsd", "stop"],
+        env=cli_env,
+        cwd=env.project,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, (stopped.stdout, stopped.stderr)
     assert daemon.proc.wait(20) == 0
     checks += 3
@@ -126,7 +135,7 @@ def odd_env(env: Env) -> Env:
     return env
 
 
-@pytest.mark.parametrize("where", ["local", "untrusted", "global"])
+@pytest.mark.parametrize("where", ["local", "untrusted", "global", "local, polling"])
 def test_odd_entries_in_a_tools_dir_are_skipped_and_reported(odd_env: Env, make_daemon, record, where: str) -> None:  # type: ignore[no-untyped-def]
     env = odd_env
     if where == "untrusted":
@@ -139,7 +148,7 @@ def test_odd_entries_in_a_tools_dir_are_skipped_and_reported(odd_env: Env, make_
     for raw, how, _escaped, _reason in _ENTRIES:
         _make(directory, raw, how)
     _helpers(directory)
-    daemon = make_daemon()
+    daemon = make_daemon({"WATCHFILES_FORCE_POLLING": "1"} if "polling" in where else None)
     # One more odd file while the daemon watches: the watcher skips it as discovery does.
     with RawConnection(env.socket) as raw:
         raw.request("atomic/attach", {"directory": str(env.project)})
@@ -151,7 +160,11 @@ def test_odd_entries_in_a_tools_dir_are_skipped_and_reported(odd_env: Env, make_
             return any(e["file"].endswith("/late\\xfe\\n.py") for e in reply["result"]["errors"])
 
         wait_for(late_reported, timeout=15, message="the late odd file to be reported")
-    expect = [(escaped, reason) for _raw, _how, escaped, reason in _ENTRIES if where != "untrusted" or reason != "function named"]
+    expect = [
+        (escaped, reason)
+        for _raw, _how, escaped, reason in _ENTRIES
+        if where != "untrusted" or reason != "function named"
+    ]
     good = "gl" if where == "untrusted" else "good"
     checks = _exercise(env, daemon, good, expect)
     assert "Traceback" not in daemon.stderr(), daemon.stderr()
@@ -170,23 +183,56 @@ def _home_not_utf8(env: Env) -> None:
 
 _DIR_CASES = {
     # name: (which dir holds the good tool, how the odd one is made, the path reported, a word of the reason)
-    "local tools dir links to itself": ("global", lambda e: _self_loop(e.local_tools), ".atomic/tools", "symbolic link loop"),
-    ".atomic links to itself": ("global", lambda e: (os.rmdir(e.project / ".atomic"), _self_loop(e.project / ".atomic")),
-                                ".atomic/tools", "symbolic link loop"),
-    "~/.atomic links to itself": ("local", lambda e: _self_loop(e.home / ".atomic"), ".atomic/tools", "symbolic link loop"),
-    "~/.atomic/tools links to itself": ("local", lambda e: ((e.home / ".atomic").mkdir(), _self_loop(e.global_tools)),
-                                        ".atomic/tools", "symbolic link loop"),
-    "local tools dir is a file": ("global", lambda e: e.local_tools.write_text("x"), ".atomic/tools", "not a directory"),
-    "global tools dir is a file": ("local", lambda e: ((e.home / ".atomic").mkdir(), e.global_tools.write_text("x")),
-                                   ".atomic/tools", "not a directory"),
-    "local tools dir links to nothing": ("global", lambda e: os.symlink("gone", e.local_tools), ".atomic/tools",
-                                         "symbolic link to nothing"),
+    "local tools dir links to itself": (
+        "global",
+        lambda e: _self_loop(e.local_tools),
+        ".atomic/tools",
+        "symbolic link loop",
+    ),
+    ".atomic links to itself": (
+        "global",
+        lambda e: (os.rmdir(e.project / ".atomic"), _self_loop(e.project / ".atomic")),
+        ".atomic/tools",
+        "symbolic link loop",
+    ),
+    "~/.atomic links to itself": (
+        "local",
+        lambda e: _self_loop(e.home / ".atomic"),
+        ".atomic/tools",
+        "symbolic link loop",
+    ),
+    "~/.atomic/tools links to itself": (
+        "local",
+        lambda e: ((e.home / ".atomic").mkdir(), _self_loop(e.global_tools)),
+        ".atomic/tools",
+        "symbolic link loop",
+    ),
+    "local tools dir is a file": (
+        "global",
+        lambda e: e.local_tools.write_text("x"),
+        ".atomic/tools",
+        "not a directory",
+    ),
+    "global tools dir is a file": (
+        "local",
+        lambda e: ((e.home / ".atomic").mkdir(), e.global_tools.write_text("x")),
+        ".atomic/tools",
+        "not a directory",
+    ),
+    "local tools dir links to nothing": (
+        "global",
+        lambda e: os.symlink("gone", e.local_tools),
+        ".atomic/tools",
+        "symbolic link to nothing",
+    ),
     "the home dir's name is not UTF-8": ("local", _home_not_utf8, "h\\xffome/.atomic/tools", "not valid UTF-8"),
 }
 
 
 @pytest.mark.parametrize("case", list(_DIR_CASES))
-def test_a_tools_dir_that_cannot_be_listed_is_no_tools_and_reported(odd_env: Env, make_daemon, record, case: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_tools_dir_that_cannot_be_listed_is_no_tools_and_reported(
+    odd_env: Env, make_daemon, record, case: str
+) -> None:  # type: ignore[no-untyped-def]
     env = odd_env
     good_in, make, reported, reason = _DIR_CASES[case]
     good_dir = env.global_tools if good_in == "global" else env.local_tools
