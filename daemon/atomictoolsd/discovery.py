@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "MODULE_KINDS",
@@ -163,28 +163,16 @@ def _odd_name(name: str) -> str | None:
     return None
 
 
-class Skipped:
+class Skipped(NamedTuple):
     """An entry of a tools directory that is not listed as a module, or the directory itself when it
-    cannot be listed: ``path`` escaped, ``reason`` and the fix in ``message``."""
+    cannot be listed: its ``path``, escaped (``escape_path``), and in ``message`` why and the fix."""
 
-    __slots__ = ("message", "path")
-
-    def __init__(self, path: str | bytes, message: str) -> None:
-        self.path = escape_path(path)
-        self.message = message
+    path: str
+    message: str
 
     def entry(self, scope: str) -> dict[str, Any]:
         """The form load errors take in ``list``, ``reload`` and ``status``."""
         return {"file": self.path, "line": None, "message": self.message, "scope": scope}
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Skipped) and (self.path, self.message) == (other.path, other.message)
-
-    def __hash__(self) -> int:
-        return hash((self.path, self.message))
-
-    def __repr__(self) -> str:
-        return f"Skipped({self.path!r}, {self.message!r})"
 
 
 _RENAME = "rename or remove it"
@@ -195,7 +183,7 @@ def _dir_problem(tools_dir: Path, exc: OSError) -> Skipped | None:
     if isinstance(exc, FileNotFoundError):
         if os.path.islink(tools_dir):
             return Skipped(
-                str(tools_dir),
+                escape_path(str(tools_dir)),
                 "the tools directory is a symbolic link to nothing: no tools load from it; "
                 "point it at a directory or remove it",
             )
@@ -208,7 +196,9 @@ def _dir_problem(tools_dir: Path, exc: OSError) -> Skipped | None:
         why = "cannot be read (permission denied); make it readable: chmod u+rx"
     else:
         why = f"cannot be listed ({exc.strerror or exc})"
-    return Skipped(str(tools_dir), f"the tools directory {why}: no tools load from it until that is put right")
+    return Skipped(
+        escape_path(str(tools_dir)), f"the tools directory {why}: no tools load from it until that is put right"
+    )
 
 
 def _entry_problem(entry: os.DirEntry[str]) -> tuple[str | None, os.stat_result | None]:
@@ -221,7 +211,7 @@ def _entry_problem(entry: os.DirEntry[str]) -> tuple[str | None, os.stat_result 
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return f"it is a symbolic link loop: not loaded; {_RENAME}", None
-        if isinstance(exc, FileNotFoundError) and entry.is_symlink():
+        if isinstance(exc, FileNotFoundError) and os.path.islink(entry.path):
             return f"it is a symbolic link to nothing: not loaded; {_RENAME}", None
         if isinstance(exc, FileNotFoundError):
             return None, None  # removed while we looked: the watcher sees that
@@ -246,7 +236,7 @@ def scan_tools_dir(tools_dir: Path) -> tuple[list[ModuleFile], list[Skipped]]:
     if _odd_name(str(tools_dir)) == _NOT_UTF8:  # every module path would hold it: none could reach a worker
         return [], [
             Skipped(
-                str(tools_dir),
+                escape_path(str(tools_dir)),
                 "the tools directory's path is not valid UTF-8: no tools load from it; move it to a path that is",
             )
         ]
@@ -267,7 +257,7 @@ def scan_tools_dir(tools_dir: Path) -> tuple[list[ModuleFile], list[Skipped]]:
             continue
         problem, st = _entry_problem(entry)
         if problem is not None:
-            skipped.append(Skipped(entry.path, problem))
+            skipped.append(Skipped(escape_path(entry.path), problem))
         elif st is not None:
             found.append(ModuleFile(entry.path, kind, st.st_size, st.st_mtime_ns))
     found.sort(key=lambda m: os.path.basename(m.path))

@@ -538,8 +538,7 @@ class Registry:
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
             if skipped != tools_dir.skipped:
-                tools_dir.skipped = skipped
-                self._skipped_changed(tools_dir)
+                self._skipped_changed(tools_dir, skipped)
             if callable(skip):
                 skip = skip()
             removed = [
@@ -717,11 +716,12 @@ class Registry:
                 )
         self.cache.store(tools_dir.path, entries)
 
-    def _skipped_changed(self, tools_dir: ToolsDir) -> None:
+    def _skipped_changed(self, tools_dir: ToolsDir, skipped: list[Skipped]) -> None:
         """Entries that cannot be modules came or went: report them (they never reach a worker)."""
-        for skipped in tools_dir.skipped:
-            log.warning("skipping %s: %s", skipped.path, skipped.message,
-                        extra={"event": "module.skipped", "data": {"path": skipped.path, "scope": tools_dir.scope}})
+        for entry in set(skipped) - set(tools_dir.skipped):
+            log.warning("skipping %s: %s", entry.path, entry.message,
+                        extra={"event": "module.skipped", "data": {"path": entry.path, "scope": tools_dir.scope}})
+        tools_dir.skipped = skipped
         self._changed(tools_dir)
         self._notify(Change({tools_dir}, []))
 
