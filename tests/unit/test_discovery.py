@@ -17,6 +17,7 @@ from atomictoolsd.discovery import (
     project_root,
     scan_tools_dir,
 )
+from helpers import as_other_user
 
 
 def test_nearest_atomic_dir_is_the_root(tmp_path: Path) -> None:
@@ -145,23 +146,12 @@ def test_an_unreadable_tools_dir_is_reported() -> None:
         (tools / "a.py").write_text("")
         os.chmod(tools, 0o000)
         os.chown(tools, 65534, 65534)
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-                modules, skipped = scan_tools_dir(tools)
-                outcome = f"{len(modules)}|" + "|".join(s.message for s in skipped)
-            except BaseException as exc:  # noqa: BLE001 - whatever happens is the report
-                outcome = f"crashed {exc!r}"
-            os.write(write_fd, outcome.encode())
-            os._exit(0)
-        os.close(write_fd)
-        os.waitpid(pid, 0)
-        with os.fdopen(read_fd, "rb") as f:
-            outcome = f.read().decode()
+
+        def attempt() -> str:
+            modules, skipped = scan_tools_dir(tools)
+            return f"{len(modules)}|" + "|".join(s.message for s in skipped)
+
+        outcome = as_other_user(65534, 65534, [], attempt)
         assert outcome.startswith("0|") and "permission denied" in outcome, outcome
     finally:
         os.chmod(Path(top) / "tools", 0o700)
