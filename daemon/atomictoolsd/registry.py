@@ -38,7 +38,15 @@ import msgspec
 
 from atomictools._protocol import check_tool_name
 from atomictoolsd.defcache import CacheEntry, DefinitionCache
-from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
+from atomictoolsd.discovery import (
+    ModuleFile,
+    Skipped,
+    global_tools_dir,
+    list_module_files,
+    local_tools_dir,
+    project_root,
+    scan_tools_dir,
+)
 from atomictoolsd.trust import trust_command
 from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, SpawnError, WorkerPool
 from atomictoolsd.workers.worker import Worker
@@ -152,6 +160,7 @@ class ToolsDir:
         self.scope = scope
         self.cwd = cwd
         self.modules: dict[str, Module] = {}
+        self.skipped: list[Skipped] = []  # entries that cannot be modules, or the dir itself: reported as errors
         self.trusted = True  # a project's own dir is set from the trust store when it is created
         self.version = 0
         self.scanned: asyncio.Future[None] | None = None
@@ -170,6 +179,7 @@ class ToolsDir:
         tools: dict[str, ToolDef] = {}
         errors: list[dict[str, Any]] = []
         blocked: list[dict[str, Any]] = []
+        errors.extend(s.entry(self.scope) for s in self.skipped)
         for path in sorted(self.modules):
             module = self.modules[path]
             if module.state == "blocked":
@@ -525,7 +535,10 @@ class Registry:
             if tools_dir.retired:
                 return Change(set(), [])
             trusted = tools_dir.trusted
-            on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
+            files, skipped = scan_tools_dir(tools_dir.path)
+            on_disk = {f.path: f for f in files}
+            if skipped != tools_dir.skipped:
+                self._skipped_changed(tools_dir, skipped)
             if callable(skip):
                 skip = skip()
             removed = [
@@ -703,6 +716,15 @@ class Registry:
                 )
         self.cache.store(tools_dir.path, entries)
 
+    def _skipped_changed(self, tools_dir: ToolsDir, skipped: list[Skipped]) -> None:
+        """Entries that cannot be modules came or went: report them (they never reach a worker)."""
+        for entry in set(skipped) - set(tools_dir.skipped):
+            log.warning("skipping %s: %s", entry.path, entry.message,
+                        extra={"event": "module.skipped", "data": {"path": entry.path, "scope": tools_dir.scope}})
+        tools_dir.skipped = skipped
+        self._changed(tools_dir)
+        self._notify(Change({tools_dir}, []))
+
     def _changed(self, tools_dir: ToolsDir) -> None:
         """Record that ``tools_dir``'s tools changed: new version, stale views dropped."""
         tools_dir.version += 1
@@ -861,4 +883,5 @@ class Registry:
                 for root, p in self.projects.items()
             ],
             "modules": [m.info() for d in self.dirs.values() for m in d.modules.values()],
+            "skipped": [s.entry(d.scope) for d in self.dirs.values() for s in d.skipped],
         }

@@ -163,7 +163,7 @@ class Server:
         self.registry = Registry(
             self.pool,
             paths.home,
-            builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", paths.home)] if config.builtins else [],
+            builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
             # self.config, not config: SIGHUP may replace it, trust_all included.
             trusted=lambda root: self.config.trust_all or self.trust.is_trusted(root),
             cache=DefinitionCache(paths.cache_dir / "definitions"),
@@ -442,6 +442,7 @@ class Server:
             "sessions": [s.info() for s in self.sessions],
             "projects": registry["projects"],
             "modules": _with_rss(registry["modules"]),
+            "skipped": registry["skipped"],
             "config": {item["key"]: item["value"] for item in self.config.describe()},
             "config_sources": dict(self.config.sources),
             "config_file": str(self.paths.config_file),
@@ -449,6 +450,16 @@ class Server:
                     "written": events.written, "dropped": events.dropped},
             **{name: section() for name, section in self.status_sections.items()},
         }
+
+
+def _worker_cwd(home: Path) -> Path:
+    """Where the built-ins' workers run: the home directory, unless its path is not UTF-8 and so could
+    not reach the fork server (the built-ins work on the directory each call names, never on their cwd)."""
+    try:
+        str(home).encode()
+    except UnicodeEncodeError:
+        return Path("/")
+    return home
 
 
 def _with_rss(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -35,7 +35,7 @@ from atomictools._protocol import (
     SUPPORTED_PROTOCOL_VERSIONS,
 )
 from atomictoolsd import __version__, dispatcher
-from atomictoolsd.discovery import git_worktree_root
+from atomictoolsd.discovery import escape_strings, git_worktree_root
 from atomictoolsd.registry import Project, ToolDef
 
 if TYPE_CHECKING:
@@ -340,7 +340,7 @@ class Session(asyncio.Protocol):
         if data is not None:
             error["data"] = data
         if self.transport is not None:
-            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode(error) + b"}\n")
+            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode_report(error) + b"}\n")
 
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
         if self.transport is None:
@@ -351,7 +351,7 @@ class Session(asyncio.Protocol):
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
-        self.transport.write(_encode(message) + b"\n")
+        self.transport.write(_encode_report(message) + b"\n")
 
     def log_message(self, level: str, data: Any, logger: str = "atomictoolsd") -> None:
         """Send ``notifications/message`` when ``level`` passes this client's level."""
@@ -570,7 +570,7 @@ class Session(asyncio.Protocol):
                 for tool, winner in view.shadowed
                 if self.allowed(tool.name)
             ]
-        self.send_result(id_json, _encode(result))
+        self.send_result(id_json, _encode_report(result))
 
     def on_attach(self, id_json: bytes, raw: Any) -> Awaitable[None]:
         # Everything but the wait happens before the next line is read: the stdio shim sends its
@@ -611,7 +611,7 @@ class Session(asyncio.Protocol):
             "errors": view.errors,
             "blocked": view.blocked,
         }
-        self.send_result(id_json, _encode(result))
+        self.send_result(id_json, _encode_report(result))
 
     def on_subscribe(self, id_json: bytes, raw: Any) -> None:
         self.subscribed = True
@@ -621,10 +621,10 @@ class Session(asyncio.Protocol):
 
     async def on_reload(self, id_json: bytes, raw: Any) -> None:
         result = await self.server.registry.reload(self.project)
-        self.send_result(id_json, _encode(result))
+        self.send_result(id_json, _encode_report(result))
 
     def on_status(self, id_json: bytes, raw: Any) -> None:
-        self.send_result(id_json, _encode(self.server.status()))
+        self.send_result(id_json, _encode_report(self.server.status()))
 
     def on_shutdown(self, id_json: bytes, raw: Any) -> None:
         self.send_result(id_json, _encode({"stopping": True, "pid": os.getpid()}))
@@ -639,6 +639,15 @@ class Session(asyncio.Protocol):
             "directory": self.directory,
             "inflight": len(self.calls),
         }
+
+
+def _encode_report(value: Any) -> bytes:
+    """A report (status, list, attach, reload, an error) as JSON. Its paths come from the file system,
+    whose names need not be UTF-8: such a string is sent escaped rather than failing the answer."""
+    try:
+        return _encode(value)
+    except UnicodeEncodeError:
+        return _encode(escape_strings(value))
 
 
 def _encode_cursor(offset: int) -> str:

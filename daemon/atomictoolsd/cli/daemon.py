@@ -146,8 +146,9 @@ def _running_pid(args: argparse.Namespace) -> int | None:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the daemon: calls in flight finish first (within the configured grace)."""
-    status = raw_request("atomic/status")
-    reply = raw_request("atomic/shutdown") if status is not None else None
+    # Status only says which service manager to mention: a daemon that cannot answer it is stopped all the same.
+    status = raw_request("atomic/status") or {}
+    reply = raw_request("atomic/shutdown")
     if reply is None:
         print("atomictoolsd is not running")
         return 0
@@ -176,13 +177,20 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show the daemon's state: process, service manager, projects, modules and their workers, config."""
-    from atomictools._errors import ConnectError
+    from atomictools._errors import ConnectError, RPCError
 
     try:
         with connect(args, autostart=False) as client:
             status = client.status()
     except ConnectError:
         return not_running()
+    except RPCError as exc:
+        # This directory's project could not be attached: the daemon's own state still shows why.
+        status = raw_request("atomic/status")
+        if status is None:
+            print(f"atomictoolsd: the daemon answered: {exc}", file=sys.stderr)
+            return 1
+        print(f"atomictoolsd: this directory's project: {exc}", file=sys.stderr)
     if args.json:
         print_json(status)
         return 0
@@ -234,6 +242,11 @@ def print_status(status: dict[str, Any]) -> None:
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
+    skipped = status.get("skipped") or []
+    if skipped:
+        print("\nskipped (not loaded; the daemon serves everything else):")
+        for entry in skipped:
+            print(f"  {entry['file']}: {entry['message']}")
     for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
         if name not in _CORE_KEYS:
             _print_section(name, value)
@@ -251,7 +264,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "config", "config_sources", "config_file", "log",
+    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log",
 })
 
 
