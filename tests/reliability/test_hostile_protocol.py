@@ -214,7 +214,7 @@ def test_cursor_edge_cases_are_32602(hostile_daemon: Daemon, record) -> None:  #
         return base64.urlsafe_b64encode(text).decode()
 
     cursors = [
-        "9" * 5000, b64(b"o" + b"9" * 5000), b64(b"o" + b"9" * 19), b64(b"o-1"), b64(b"o"), b64("o\u00b2".encode()),
+        b64(b"o" + b"9" * 5000), "9" * 5000, b64(b"o" + b"9" * 19), b64(b"o-1"), b64(b"o"), b64("o\u00b2".encode()),
         b64("o\u0661".encode()), b64(b"o99"), "", "x" * 100_000, "\u00e9", "o5", b64(b"\xff\xfe"), "====",
     ]
     with hostile_daemon.raw() as raw:
