@@ -371,16 +371,16 @@ class Session(asyncio.Protocol):
             except Exception as exc:  # answer, and keep the connection serving
                 log.exception("request failed")
                 self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+            finally:
+                # In the step that answered, not in a done callback a loop turn later: the client
+                # may reuse the id as soon as it reads the answer.
+                self._pending.discard(id_json)
+                self._close_if_done()
 
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)
         self._pending.add(id_json)
-        task.add_done_callback(lambda task: self._task_done(task, id_json))
-
-    def _task_done(self, task: asyncio.Task[None], id_json: bytes) -> None:
-        self._tasks.discard(task)
-        self._pending.discard(id_json)
-        self._close_if_done()
+        task.add_done_callback(self._tasks.discard)
 
     # -- writing --------------------------------------------------------------------------------
 
