@@ -56,6 +56,9 @@ class Config:
     builtins: bool = _setting(True, "Serve the built-in tools.")
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
+    max_connections: int = _setting(
+        1000, "Most client connections at once (fewer when the open-file limit leaves less beside what workers need).", minimum=1
+    )
     shutdown_grace: float = _setting(10.0, "Seconds calls in flight may finish when the daemon stops.", minimum=0)
     log_level: str = _setting("info", "Least severe level written to the log.", choices=DAEMON_LOG_LEVELS)
     log_max_bytes: int = _setting(10 * 1024 * 1024, "Size at which the log file is rotated.", minimum=4096)

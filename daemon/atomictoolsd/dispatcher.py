@@ -124,7 +124,7 @@ def handle(session: Session, id_json: bytes, name: str, arguments: bytes) -> tup
     if name == LIST_TOOL:
         try:
             pattern = _decode_list(arguments).pattern
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
             session.send_result(id_json, error_result(f"Invalid arguments for {LIST_TOOL}: {exc}"))
             return None
         tools = [t.definition for t in session.visible() if fnmatch.fnmatchcase(t.name, pattern)]
@@ -136,7 +136,7 @@ def handle(session: Session, id_json: bytes, name: str, arguments: bytes) -> tup
         return None
     try:
         call = _decode_call(arguments)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         session.send_result(id_json, error_result(f"Invalid arguments for {CALL_TOOL}: {exc}"))
         return None
     inner = bytes(call.arguments) if call.arguments is not UNSET else b"{}"

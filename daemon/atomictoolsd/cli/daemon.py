@@ -1,10 +1,17 @@
-"""Daemon lifecycle commands: serve, start, stop, restart, status."""
+"""Daemon lifecycle commands: serve, start, stop, restart, status.
+
+A daemon is found by its socket and, when the socket does not answer (its file deleted, say), by its
+instance lock: the lock file is held for the daemon's whole life and holds its pid.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -144,14 +151,58 @@ def _running_pid(args: argparse.Namespace) -> int | None:
     return int(status["pid"]) if isinstance(status, dict) and "pid" in status else None
 
 
+def lock_holder() -> int | None:
+    """The pid of the daemon holding the instance lock, or None when no process holds it."""
+    from atomictoolsd.paths import Paths
+
+    try:
+        fd = os.open(Paths.from_env().lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return None
+        else:
+            return None  # we could lock it: nobody holds it (a killed daemon's file)
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() and pid_alive(int(text)) else None
+
+
+def _wait_for_socket(timeout: float = 3.0) -> Any:
+    """``atomic/status`` once the socket answers again (a daemon makes a deleted one anew within a second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        status = raw_request("atomic/status", timeout=2.0)
+        if status is not None:
+            return status
+    return None
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the daemon: calls in flight finish first (within the configured grace)."""
     # Status only says which service manager to mention: a daemon that cannot answer it is stopped all the same.
     status = raw_request("atomic/status") or {}
     reply = raw_request("atomic/shutdown")
     if reply is None:
-        print("atomictoolsd is not running")
-        return 0
+        pid = lock_holder()
+        if pid is None:
+            print("atomictoolsd is not running")
+            return 0
+        # It holds the lock but its socket does not answer (deleted, or the daemon is stuck):
+        # SIGTERM is the same graceful stop atomic/shutdown asks for.
+        status = {}
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            print("atomictoolsd is not running")
+            return 0
+        reply = {"pid": pid}
     pid = reply["pid"]
     deadline = time.monotonic() + 60
     while pid_alive(pid) and time.monotonic() < deadline:
@@ -183,7 +234,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         with connect(args, autostart=False) as client:
             status = client.status()
     except ConnectError:
-        return not_running()
+        pid = lock_holder()
+        if pid is None:
+            return not_running()
+        status = _wait_for_socket()
+        if status is None:
+            from atomictools._paths import socket_path
+
+            print(
+                f"atomictoolsd (pid {pid}) holds its lock but does not answer on {socket_path()}; "
+                f"stop it with `atomictoolsd stop`",
+                file=sys.stderr,
+            )
+            return 1
     except RPCError as exc:
         # This directory's project could not be attached: the daemon's own state still shows why.
         status = raw_request("atomic/status")

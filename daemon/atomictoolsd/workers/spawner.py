@@ -18,6 +18,7 @@ A ``SpawnError`` is never the module's doing: the caller fails what needed the w
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
 import os
@@ -125,8 +126,16 @@ class Spawner:
             return server
 
     def _start(self) -> _ForkServer:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        alive_r, alive_w = os.pipe()
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError as exc:
+            raise SpawnError(f"cannot start the fork server: {_fd_cause(exc)}") from exc
+        try:
+            alive_r, alive_w = os.pipe()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            raise SpawnError(f"cannot start the fork server: {_fd_cause(exc)}") from exc
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "atomictoolsd.workers.forkserver",
@@ -271,7 +280,10 @@ class Spawner:
             raise SpawnError(f"{exc}, twice in a row") from None
 
     async def _spawn_on(self, server: _ForkServer, spec: WorkerSpec) -> tuple[int, socket.socket]:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as exc:  # out of file descriptors: fail the calls now, not at their timeout
+            raise SpawnError(f"cannot open the worker's channel: {_fd_cause(exc)}") from exc
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
         server.requests[request_id] = future
@@ -326,6 +338,15 @@ class Spawner:
 
     def info(self) -> dict[str, Any]:
         return {"pid": self.pid, "workers": sum(1 for f in self._exits.values() if not f.done()), "lost": self.lost}
+
+
+def _fd_cause(exc: OSError) -> str:
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return (
+            f"{exc.strerror} (the daemon is out of file descriptors: close idle connections, "
+            f"or raise the open-file limit, ulimit -n, and restart the daemon)"
+        )
+    return str(exc)
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:
