@@ -36,8 +36,8 @@ def make_daemon(env: Env) -> Iterator[object]:
     """Start daemons in ``env`` (with extra environment); every one is stopped and checked."""
     started: list[Daemon] = []
 
-    def make(extra_env: dict[str, str] | None = None, start: bool = True) -> Daemon:
-        daemon = Daemon(env, extra_env)
+    def make(extra_env: dict[str, str] | None = None, start: bool = True, python: str | None = None) -> Daemon:
+        daemon = Daemon(env, extra_env, python)
         started.append(daemon)
         return daemon.start() if start else daemon
 

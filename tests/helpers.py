@@ -149,9 +149,10 @@ class RawConnection:
 class Daemon:
     """A real ``atomictoolsd serve`` process in an ``Env``."""
 
-    def __init__(self, env: Env, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: Env, extra_env: dict[str, str] | None = None, python: str | None = None) -> None:
         self.env = env
         self.extra_env = dict(extra_env or {})
+        self.python = python or sys.executable
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr_path = env.root / "daemon.stderr"
         self._known: dict[int, psutil.Process] = {}
@@ -164,7 +165,8 @@ class Daemon:
     def start(self, timeout: float = 20.0) -> Daemon:
         with open(self.stderr_path, "ab") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "atomictoolsd", "serve"],
+                # -P as the autostart and the units start it: started without, it re-executes itself.
+                [self.python, "-P", "-m", "atomictoolsd", "serve"],
                 env={**self.env.vars, **self.extra_env},
                 cwd=self.env.root,
                 stdin=subprocess.DEVNULL,
