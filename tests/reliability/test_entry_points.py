@@ -10,10 +10,10 @@ working directory and the project whose tools are served, and in the directories
 when it is imported. Every entry point is started from that directory with that environment and
 serves a real tool call through its daemon, fork server and worker; no marker may appear.
 
-The one allowance is a command the user runs by hand through the console script (``atomictoolsd
-start``, or an agent config that still names the console script): the agent's ``PYTHON*`` variables
-reach that one process before any of our code runs, and the markers may come from it, never from the
-daemon, the fork server or a worker (see docs/trust.md, "Entry points").
+The one allowance is the console script (``atomictoolsd``), a command the user, or an agent config
+written by an older version, runs: the agent's ``PYTHON*`` variables reach that one process before
+any of our code runs, and markers may come from it, never from what it starts (docs/trust.md,
+"Entry points").
 """
 
 from __future__ import annotations
@@ -320,3 +320,27 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     for process in alive:
         process.kill()
     assert not alive, f"processes left behind: {alive}"
+
+
+def test_code_found_through_pythonpath_is_the_one_thing_of_it_that_is_kept(hostile: Hostile, tmp_path: Path, record) -> None:  # type: ignore[no-untyped-def]
+    """A source checkout on PYTHONPATH (the benchmarks compare two so): the fork server and workers
+    run the daemon's own code from there, and nothing else the variable names."""
+    from unit.test_defcache_runtime import copy_sources
+
+    client_root, daemon_root = copy_sources(tmp_path / "checkout")
+    hostile.env.write_tool(hostile.env.local_tools, "origin.py", (
+        "import atomictoolsd\n\n\ndef origin() -> str:\n    return atomictoolsd.__file__\n"
+    ))
+    variables = {**hostile.vars, "PYTHONPATH": os.pathsep.join([str(client_root), str(daemon_root), hostile.vars["PYTHONPATH"]])}
+    proc = launch([sys.executable, "-m", "atomictoolsd", "serve"], variables, hostile)
+    try:
+        serving(hostile.env, proc)
+        with Client(str(hostile.env.socket), directory=str(hostile.cwd), autostart=False) as client:
+            check_probe(client.call("probe").text)
+            assert client.call("origin").text == str(daemon_root / "atomictoolsd" / "__init__.py")
+        for process in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children()]:
+            assert process.environ()["PYTHONPATH"] == os.pathsep.join([str(client_root), str(daemon_root)])
+    finally:
+        stop(proc)
+    no_marker_but_from(hostile, lambda m: not m.safe_path and m.name not in ("uvloop", "msgspec", "ssl"))
+    record("a daemon run from a checkout on PYTHONPATH: its workers run that checkout, nothing planted")
