@@ -23,7 +23,6 @@ import os
 import plistlib
 import re
 import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -33,14 +32,14 @@ from pathlib import Path
 import anyio
 import psutil
 import pytest
+from e2e.test_reload_and_start import detached, lock_pid  # noqa: F401 - detached is a fixture (usefixtures)
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from atomictools import Client
 from atomictools._launch import HARMLESS
 from atomictoolsd.paths import Paths
 from atomictoolsd.service import units
-from e2e.test_reload_and_start import detached, lock_pid  # noqa: F401 - detached is a fixture
-from helpers import Daemon, Env, RawConnection, wait_for
+from helpers import Daemon, Env
 from shim_helpers import SHIM
 
 PLANTED = (
@@ -169,7 +168,8 @@ def no_marker_but_from(hostile: Hostile, allowed: Callable[[Marker], bool] = lam
 # -- what agents run ------------------------------------------------------------------------------
 
 
-def test_the_command_connect_writes_imports_nothing_planted(hostile: Hostile, detached: Env, record) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.usefixtures("detached")
+def test_the_command_connect_writes_imports_nothing_planted(hostile: Hostile, record) -> None:  # type: ignore[no-untyped-def]
     done = subprocess.run(
         [SHIM, "connect", "claude", "--project", "--dry-run", "--no-dispatcher"],
         env=hostile.env.vars, cwd=hostile.cwd, capture_output=True, text=True, timeout=60,
@@ -184,7 +184,8 @@ def test_the_command_connect_writes_imports_nothing_planted(hostile: Hostile, de
     record(f"{planted_count(hostile)} planted modules and .pth files, shim + autostarted daemon + fork server + worker: none imported")
 
 
-def test_the_console_script_keeps_the_agents_variables_to_itself(hostile: Hostile, detached: Env, record) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.usefixtures("detached")
+def test_the_console_script_keeps_the_agents_variables_to_itself(hostile: Hostile, record) -> None:  # type: ignore[no-untyped-def]
     text = anyio.run(probe_over_stdio, SHIM, ["mcp"], hostile)
     check_probe(text)
     # The console script's own interpreter honours the agent's PYTHONPATH before our code runs (a
@@ -209,7 +210,8 @@ def test_a_bridge_script_imports_nothing_planted(hostile: Hostile, make_daemon, 
 # -- what starts a daemon -------------------------------------------------------------------------
 
 
-def test_atomictoolsd_start_from_a_hostile_repository(hostile: Hostile, detached: Env, record) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.usefixtures("detached")
+def test_atomictoolsd_start_from_a_hostile_repository(hostile: Hostile, record) -> None:  # type: ignore[no-untyped-def]
     # Without the PYTHONPATH: the planted socket.py there would break the console script itself
     # before our first line, which nothing can prevent (the Client's autostart, the same code as
     # start's, is tried with it below).
@@ -223,8 +225,9 @@ def test_atomictoolsd_start_from_a_hostile_repository(hostile: Hostile, detached
     record(f"{planted_count(hostile)} planted modules: none imported by the daemon `start` started")
 
 
+@pytest.mark.usefixtures("detached")
 def test_the_clients_autostart_from_a_hostile_repository(
-    hostile: Hostile, detached: Env, monkeypatch: pytest.MonkeyPatch, record  # type: ignore[no-untyped-def]
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch, record  # type: ignore[no-untyped-def]
 ) -> None:
     monkeypatch.chdir(hostile.cwd)
     for key, value in hostile.vars.items():
@@ -253,76 +256,34 @@ def service_command(manager: str, env: Env) -> tuple[list[str], dict[str, str]]:
 
 
 @pytest.mark.parametrize("manager", ["systemd", "launchd"])
-def test_the_service_units_command_from_a_hostile_directory(hostile: Hostile, manager: str, record) -> None:  # type: ignore[no-untyped-def]
+def test_the_service_units_command_from_a_hostile_directory(hostile: Hostile, make_daemon, manager: str, record) -> None:  # type: ignore[no-untyped-def]
     argv, variables = service_command(manager, hostile.env)
     # The worst case: started from the hostile directory, with the agent's variables set around it.
-    proc = launch(argv, {**hostile.vars, **variables}, hostile)
-    try:
-        serving(hostile.env, proc)
-        with Client(str(hostile.env.socket), directory=str(hostile.cwd), autostart=False) as client:
-            worker = check_probe(client.call("probe").text)
-        assert psutil.Process(worker).parent().parent().pid == proc.pid
-    finally:
-        stop(proc)
+    daemon: Daemon = make_daemon({**hostile.vars, **variables}, command=argv, cwd=hostile.cwd)
+    with daemon.client(hostile.cwd) as client:
+        worker = check_probe(client.call("probe").text)
+    assert psutil.Process(worker).parent().parent().pid == daemon.pid
+    daemon.stop()
     no_marker_but_from(hostile)
     record(f"{planted_count(hostile)} planted modules: none imported by the {manager} unit's daemon")
 
 
-def test_a_daemon_started_without_the_flags_seals_itself_before_it_loads_anything(hostile: Hostile, record) -> None:  # type: ignore[no-untyped-def]
+def test_a_daemon_started_without_the_flags_seals_itself_before_it_loads_anything(hostile: Hostile, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
     """A unit written by an older version, or ``python -m atomictoolsd serve`` typed from a repository."""
-    proc = launch([sys.executable, "-m", "atomictoolsd", "serve"], hostile.vars, hostile)
-    try:
-        serving(hostile.env, proc)
-        with Client(str(hostile.env.socket), directory=str(hostile.cwd), autostart=False) as client:
-            check_probe(client.call("probe").text)
-        daemon = psutil.Process(proc.pid)
-        assert not [k for k in daemon.environ() if k.startswith("PYTHON") and k not in HARMLESS]
-        assert "-P" in daemon.cmdline()
-    finally:
-        stop(proc)
+    daemon: Daemon = make_daemon(hostile.vars, command=[sys.executable, "-m", "atomictoolsd", "serve"], cwd=hostile.cwd)
+    with daemon.client(hostile.cwd) as client:
+        check_probe(client.call("probe").text)
+    process = psutil.Process(daemon.pid)
+    assert not [k for k in process.environ() if k.startswith("PYTHON") and k not in HARMLESS]
+    assert "-P" in process.cmdline()
+    daemon.stop()
     # What the interpreter imported before our first line is beyond reach; the daemon proper (sealed,
     # after it re-executed itself) and what it starts import nothing planted, its event loop included.
     no_marker_but_from(hostile, lambda m: not m.safe_path and m.name not in ("uvloop", "msgspec", "ssl"))
     record("a daemon started the old way re-executed itself sealed: no planted uvloop, msgspec or ssl")
 
 
-def launch(argv: list[str], variables: dict[str, str], hostile: Hostile) -> subprocess.Popen[bytes]:
-    with open(hostile.env.root / "daemon.stderr", "ab") as stderr:
-        return subprocess.Popen(argv, env=variables, cwd=hostile.cwd,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-
-
-def serving(env: Env, proc: subprocess.Popen[bytes]) -> None:
-    def ping() -> bool:
-        assert proc.poll() is None, (env.root / "daemon.stderr").read_text()
-        try:
-            with RawConnection(env.socket, timeout=2) as raw:
-                return "result" in raw.request("ping")
-        except OSError:
-            return False
-
-    wait_for(ping, timeout=30, message="the daemon to serve")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        family = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    _, alive = psutil.wait_procs(family, timeout=10)
-    for process in alive:
-        process.kill()
-    assert not alive, f"processes left behind: {alive}"
-
-
-def test_code_found_through_pythonpath_is_the_one_thing_of_it_that_is_kept(hostile: Hostile, tmp_path: Path, record) -> None:  # type: ignore[no-untyped-def]
+def test_code_found_through_pythonpath_is_the_one_thing_of_it_that_is_kept(hostile: Hostile, make_daemon, tmp_path: Path, record) -> None:  # type: ignore[no-untyped-def]
     """A source checkout on PYTHONPATH (the benchmarks compare two so): the fork server and workers
     run the daemon's own code from there, and nothing else the variable names."""
     from unit.test_defcache_runtime import copy_sources
@@ -331,16 +292,14 @@ def test_code_found_through_pythonpath_is_the_one_thing_of_it_that_is_kept(hosti
     hostile.env.write_tool(hostile.env.local_tools, "origin.py", (
         "import atomictoolsd\n\n\ndef origin() -> str:\n    return atomictoolsd.__file__\n"
     ))
-    variables = {**hostile.vars, "PYTHONPATH": os.pathsep.join([str(client_root), str(daemon_root), hostile.vars["PYTHONPATH"]])}
-    proc = launch([sys.executable, "-m", "atomictoolsd", "serve"], variables, hostile)
-    try:
-        serving(hostile.env, proc)
-        with Client(str(hostile.env.socket), directory=str(hostile.cwd), autostart=False) as client:
-            check_probe(client.call("probe").text)
-            assert client.call("origin").text == str(daemon_root / "atomictoolsd" / "__init__.py")
-        for process in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children()]:
-            assert process.environ()["PYTHONPATH"] == os.pathsep.join([str(client_root), str(daemon_root)])
-    finally:
-        stop(proc)
+    ours = os.pathsep.join([str(client_root), str(daemon_root)])
+    variables = {**hostile.vars, "PYTHONPATH": os.pathsep.join([ours, hostile.vars["PYTHONPATH"]])}
+    daemon: Daemon = make_daemon(variables, command=[sys.executable, "-m", "atomictoolsd", "serve"], cwd=hostile.cwd)
+    with daemon.client(hostile.cwd) as client:
+        check_probe(client.call("probe").text)
+        assert client.call("origin").text == str(daemon_root / "atomictoolsd" / "__init__.py")
+    for process in [psutil.Process(daemon.pid), *daemon.descendants()]:
+        assert process.environ()["PYTHONPATH"] == ours, process
+    daemon.stop()
     no_marker_but_from(hostile, lambda m: not m.safe_path and m.name not in ("uvloop", "msgspec", "ssl"))
     record("a daemon run from a checkout on PYTHONPATH: its workers run that checkout, nothing planted")
