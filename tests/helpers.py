@@ -171,9 +171,15 @@ class RawConnection:
 class Daemon:
     """A real ``atomictoolsd serve`` process in an ``Env``."""
 
-    def __init__(self, env: Env, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, env: Env, extra_env: dict[str, str] | None = None, python: str | None = None,
+        command: list[str] | None = None, cwd: Path | None = None,
+    ) -> None:
         self.env = env
         self.extra_env = dict(extra_env or {})
+        # -P as the autostart and the units start it: started without, it re-executes itself.
+        self.command = command or [python or sys.executable, "-P", "-m", "atomictoolsd", "serve"]
+        self.cwd = cwd or env.root
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr_path = env.root / "daemon.stderr"
         self._known: dict[int, psutil.Process] = {}
@@ -186,9 +192,9 @@ class Daemon:
     def start(self, timeout: float = 20.0) -> Daemon:
         with open(self.stderr_path, "ab") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "atomictoolsd", "serve"],
+                self.command,
                 env={**self.env.vars, **self.extra_env},
-                cwd=self.env.root,
+                cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,

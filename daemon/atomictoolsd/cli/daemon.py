@@ -20,9 +20,24 @@ from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json
 
 __all__ = ["register"]
 
+_RESEALED = "ATOMICTOOLS_RESEALED"  # set by serve for the copy of itself it re-executes, and removed by it
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground (``--detach``: in the background, as ``start`` does)."""
+    from atomictools._launch import is_sealed, python_command, sealed_environ
+
+    resealed = os.environ.pop(_RESEALED, None) is not None
+    if not is_sealed() and sys.argv[1:2] == ["serve"] and not resealed:
+        # Started by a command line this installation did not write (a unit from an older version,
+        # `python -m atomictoolsd serve` typed in a repository, the console script under an agent's
+        # PYTHONPATH): start over sealed, same pid and descriptors, before the event loop, msgspec
+        # or any tool code is imported. What the interpreter ran before this line is beyond reach.
+        # Once only: an interpreter that still does not look sealed must not loop on exec.
+        os.execve(sys.executable, python_command("atomictoolsd", *sys.argv[1:]), {**sealed_environ(), _RESEALED: "1"})
+    sealed = sealed_environ()
+    for key in [k for k in os.environ if k.startswith("PYTHON") and os.environ[k] != sealed.get(k)]:
+        del os.environ[key]  # ignored here (-E), but a tool's own `python` would inherit them
     if args.detach:
         if os.fork() > 0:
             os._exit(0)  # the daemon continues in the child, which no shell or agent waits for

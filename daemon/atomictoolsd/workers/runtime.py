@@ -103,7 +103,9 @@ def _error_line(exc: BaseException, path: str) -> int | None:
 def _load_python(path: str) -> list[ToolSpec]:
     directory, filename = os.path.split(path)
     stem = filename.rsplit(".", 1)[0]
-    # Appended, not prepended: helpers (_util.py) import by name, but never shadow the stdlib.
+    # Appended, not prepended: helpers (_util.py) import by name, but never shadow the stdlib. This
+    # is the one directory of a project on sys.path: the fork server is started sealed (no cwd, no
+    # PYTHONPATH), and the worker's move into the project root (spec.cwd) adds nothing to it.
     if directory not in sys.path:
         sys.path.append(directory)
     install_source_only_finder(directory)

@@ -12,6 +12,10 @@ Linux; elsewhere the daemon kills them) along with what they started, and the ne
 new fork server. A send that fails counts as the same news, and the spawn is tried once more on a
 new fork server.
 
+The fork server is started sealed (``atomictools._launch``): ``-P``, from ``/``, without ``PYTHON*``
+variables but the daemon's own code roots. Started with ``-m`` from the daemon's directory, every
+module there (``ssl.py``) would run in it and in every worker forked from it.
+
 A ``SpawnError`` is never the module's doing: the caller fails what needed the worker, not the module.
 """
 
@@ -25,11 +29,11 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from typing import Any
 
 import msgspec
 
+from atomictools._launch import SEALED_CWD, python_command, sealed_environ
 from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.sessions import kill_worker_processes
 
@@ -138,8 +142,9 @@ class Spawner:
             raise SpawnError(f"cannot start the fork server: {_fd_cause(exc)}") from exc
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "atomictoolsd.workers.forkserver",
-                 str(theirs.fileno()), str(os.getpid()), str(alive_w)],
+                python_command("atomictoolsd.workers.forkserver", str(theirs.fileno()), str(os.getpid()), str(alive_w)),
+                cwd=SEALED_CWD,
+                env=sealed_environ(),
                 pass_fds=(theirs.fileno(), alive_w),
                 stdin=subprocess.PIPE,  # its EOF tells the fork server that we are gone
                 close_fds=True,
