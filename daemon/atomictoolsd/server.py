@@ -204,6 +204,7 @@ class Server:
             # self.config, not config: SIGHUP may replace it, trust_all included.
             trusted=lambda root: self.config.trust_all or self.trust.is_trusted(root),
             cache=DefinitionCache(paths.cache_dir / "definitions"),
+            load_wait=config.load_wait,
         )
         self.registry.add_listener(self._on_change)
         self.sessions: set[Session] = set()

@@ -7,6 +7,11 @@ arrive from the worker as ready-made JSON and are spliced into the response.
 
 The session sees one project (``atomic/attach`` chooses it; until then, the global and built-in
 tools), filtered by its allow/deny globs, at listing and at dispatch alike.
+
+Listing never waits on a slow module: it waits for the project's first scan, which commits what has
+loaded within ``load_wait``, and reports the modules still loading (``_meta`` of ``tools/list``,
+``loading`` of ``atomic/list`` and ``atomic/attach``); their tools follow with ``list_changed``. A
+call to a tool not listed waits for those loads (within the call timeout) before it is unknown.
 """
 
 from __future__ import annotations
@@ -109,7 +114,8 @@ class CancelledParams(msgspec.Struct):
 
 
 class _WaitingCall:
-    """A call waiting for its project's first scan; a cancel marks it, and it never starts."""
+    """A call waiting for its project's first scan, or for modules still loading; a cancel marks
+    it, and it never starts."""
 
     __slots__ = ("cancelled",)
 
@@ -523,6 +529,9 @@ class Session(asyncio.Protocol):
         body = b'{"tools":[' + b",".join(t.encoded for t in page) + b"]"
         if start + size < len(tools):
             body += b',"nextCursor":' + _encode(_encode_cursor(start + size))
+        loading = self.project.view().loading
+        if loading:  # their tools come with list_changed once they have loaded
+            body += b',"_meta":' + _encode({"atomic/loading": loading})
         self.send_result(id_json, body + b"}")
         if start == 0:
             self._seen = self.fingerprint()
@@ -543,7 +552,26 @@ class Session(asyncio.Protocol):
         del self.calls[id_json]  # _call registers the call it starts; one it answers at once is not in flight
         self._call(id_json, params)
 
-    def _call(self, id_json: bytes, params: CallParams) -> None:
+    async def _call_when_loaded(
+        self, id_json: bytes, params: CallParams, waiting: _WaitingCall, loads: list[asyncio.Future[None]]
+    ) -> None:
+        timeout = self.server.config.call_timeout
+        asked = params.meta.get("atomic/timeout") if params.meta else None
+        if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
+            timeout = min(float(asked), self.server.config.max_call_timeout)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while loads and params.name not in self.project.view().tools:  # each load may bring it
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await asyncio.wait(loads, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            loads = self.project.loads_under_way()
+        if waiting.cancelled or self.calls.get(id_json) is not waiting:
+            return  # cancelled while the modules loaded: never answered
+        del self.calls[id_json]
+        self._call(id_json, params, waited=True)
+
+    def _call(self, id_json: bytes, params: CallParams, waited: bool = False) -> None:
         # The hot path: no closures, no tasks; the call reports back through call_result().
         name = params.name
         arguments = params.arguments
@@ -554,6 +582,12 @@ class Session(asyncio.Protocol):
                 return
             name, arguments = inner[0], msgspec.Raw(inner[1])
         tool = self.project.view().tools.get(name)
+        if tool is None and not waited:
+            loads = self.project.loads_under_way()
+            if loads:  # a module still loading may define it: wait for them, then look again
+                waiting = self.calls[id_json] = _WaitingCall()
+                self._spawn(self._call_when_loaded(id_json, CallParams(name, arguments, params.meta), waiting, loads), id_json)
+                return
         if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
             message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
             blocked = self.project.view().blocked if tool is None else None
@@ -619,6 +653,7 @@ class Session(asyncio.Protocol):
             "counts": counts,
             "errors": view.errors,
             "blocked": view.blocked,
+            "loading": view.loading,
         }
         if params.all:
             result["shadowed"] = [
@@ -666,6 +701,7 @@ class Session(asyncio.Protocol):
             "toolCount": len(self.visible()),
             "errors": view.errors,
             "blocked": view.blocked,
+            "loading": view.loading,
         }
         self.send_result(id_json, _encode_report(result))
 

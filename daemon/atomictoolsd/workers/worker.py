@@ -44,8 +44,9 @@ class LoadFailed(Exception):
     """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``.
 
     ``by_module``: the module reported the failure itself (its import raised, its tools are
-    malformed), so loading the same files fails the same way and the failure may be cached; False
-    when its worker died or took too long while loading, which may not happen again.
+    malformed) or its import outlived the load timeout, so loading the same files fails the same way
+    and the failure may be cached; False when its worker died while loading, which may not happen
+    again.
     """
 
     def __init__(self, info: dict[str, Any], by_module: bool = True) -> None:
@@ -145,6 +146,7 @@ class Worker(asyncio.Protocol):
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
         self.source: list[int] | None = None  # [size, crc32] of the module file's bytes it loaded
+        self.helpers: list[list[Any]] = []  # [path, size, crc32] of the bytes it loaded from each helper
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -181,6 +183,7 @@ class Worker(asyncio.Protocol):
                 self.problems = message[3] if len(message) > 3 else []
                 self.deps = message[4] if len(message) > 4 else []
                 self.source = message[5] if len(message) > 5 else None
+                self.helpers = message[6] if len(message) > 6 else []
                 self.loaded.set_result((message[1], message[2]))
             elif op == "failed" and not self.loaded.done():
                 self.loaded.set_exception(LoadFailed(message[1]))
