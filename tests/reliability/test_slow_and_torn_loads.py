@@ -62,7 +62,7 @@ def test_a_slow_module_holds_no_listing_and_a_timed_out_one_is_remembered(env: E
             names: set[str] = set()
             notices = 0
             while not {"quick", "slow"} <= names:
-                await wait_until(lambda: seen.methods().count("notifications/tools/list_changed") > notices, timeout=30)
+                await wait_until(lambda n=notices: seen.methods().count("notifications/tools/list_changed") > n, timeout=30)
                 notices = seen.methods().count("notifications/tools/list_changed")
                 names = {t.name for t in (await session.list_tools()).tools}
             changed.append(time.monotonic() - started)
@@ -139,7 +139,7 @@ class HelperWriter:
         text = shared_source(self.versions[tool])
         cuts = sorted(rng.sample(range(1, len(text)), 2))
         with open(self.paths[tool], "w") as f:  # truncates
-            for start, end in zip([0, *cuts], [*cuts, len(text)]):
+            for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
                 f.write(text[start:end])
                 f.flush()
                 if end < len(text):
