@@ -10,8 +10,10 @@ take turns in rounds, so drift in the machine's load hits them alike. atomictool
 default configuration (the event log records every call at ``log_level = "info"``) and again with
 ``log_level = "warning"``.
 
-A floor runs alongside: a minimal uvloop relay and worker (``peers/floor_relay.py``) measured with
-the same client, so what the machine allows at the moment of the run stands next to each figure.
+Two floors run alongside, measured with the same client, so what the machine allows at the moment of
+the run stands next to each figure: three processes (client → a minimal uvloop relay → one worker,
+``peers/floor_relay.py``), the floor of the socket path; and four, with a standard-library stdio relay
+in front of it (``peers/floor_stdio_relay.py``), the floor of the shim path.
 
 Calls/s: 16 and 64 connections, each keeping one call in flight, to one tool module or spread over
 eight (connection ``i`` calls module ``i % 8``; each module has its own worker). A peer has one stdio
@@ -53,6 +55,7 @@ from common import (  # noqa: E402
 LOADS = [(16, 1), (64, 1), (16, 8), (64, 8)]  # (connections, modules)
 FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
 PEER_NAMES = (FASTMCP, MCPSERVER)
+FLOOR_STDIO_RELAY = Path(__file__).resolve().parent / "peers" / "floor_stdio_relay.py"
 
 
 class Settings:
@@ -81,6 +84,7 @@ def tiny_client_latency(client: Client, calls: int, warmup: int) -> Stats:
 
 
 FLOOR = "floor: minimal relay + worker (peers/floor_relay.py)"
+FLOOR_STDIO = "floor: stdio relay + minimal relay + worker (peers/floor_stdio_relay.py)"
 
 
 def latency(
@@ -121,6 +125,12 @@ def latency(
         assert floor.proc is not None
         relay = psutil.Process(floor.proc.pid)
         processes[f"{FLOOR}, raw client, socket"] = {"daemon": relay.pid, "worker": relay.children()[0].pid}
+        stdio_relay, channel = stdio_channel([sys.executable, "-I", "-S", str(FLOOR_STDIO_RELAY), str(floor.socket)])
+        channel.handshake()
+        runs[f"{FLOOR_STDIO}, raw client, stdio"] = over(channel)
+        processes[f"{FLOOR_STDIO}, raw client, stdio"] = {
+            "shim": stdio_relay.pid, "daemon": relay.pid, "worker": relay.children()[0].pid,
+        }
         pooled = {name: Stats() for name in runs}
         for _ in range(settings.rounds):
             for name, run in runs.items():

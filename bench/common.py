@@ -331,7 +331,8 @@ class DaemonUnderTest:
         read_fd, write_fd = os.pipe()
         started = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "atomictoolsd", "serve", "--ready-fd", str(write_fd)],
+            # -P as the autostart starts it (without it, a daemon re-executes itself and starts later).
+            [sys.executable, "-P", "-m", "atomictoolsd", "serve", "--ready-fd", str(write_fd)],
             env=self.env, cwd=self.project, pass_fds=(write_fd,),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

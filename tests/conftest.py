@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,8 +37,8 @@ def make_daemon(env: Env) -> Iterator[object]:
     """Start daemons in ``env`` (with extra environment); every one is stopped and checked."""
     started: list[Daemon] = []
 
-    def make(extra_env: dict[str, str] | None = None, start: bool = True) -> Daemon:
-        daemon = Daemon(env, extra_env)
+    def make(extra_env: dict[str, str] | None = None, start: bool = True, **options: Any) -> Daemon:
+        daemon = Daemon(env, extra_env, **options)
         started.append(daemon)
         return daemon.start() if start else daemon
 

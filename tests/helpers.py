@@ -17,6 +17,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import psutil
 
 from atomictools import Client
 
-__all__ = ["Daemon", "Env", "RawConnection", "wait_for"]
+__all__ = ["Daemon", "Env", "RawConnection", "as_other_user", "wait_for"]
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> Any:
@@ -37,6 +38,27 @@ def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, mess
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
+
+
+def as_other_user(uid: int, gid: int, groups: list[int], attempt: Callable[[], str]) -> str:
+    """Run ``attempt`` in a child process that has become ``uid``/``gid``; return what it reports."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            outcome = attempt()
+        except BaseException as exc:  # noqa: BLE001 - whatever happens is the report
+            outcome = f"crashed {exc!r}"
+        os.write(write_fd, outcome.encode())
+        os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_fd, "rb") as f:
+        return f.read().decode()
 
 
 class Env:
@@ -149,9 +171,15 @@ class RawConnection:
 class Daemon:
     """A real ``atomictoolsd serve`` process in an ``Env``."""
 
-    def __init__(self, env: Env, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, env: Env, extra_env: dict[str, str] | None = None, python: str | None = None,
+        command: list[str] | None = None, cwd: Path | None = None,
+    ) -> None:
         self.env = env
         self.extra_env = dict(extra_env or {})
+        # -P as the autostart and the units start it: started without, it re-executes itself.
+        self.command = command or [python or sys.executable, "-P", "-m", "atomictoolsd", "serve"]
+        self.cwd = cwd or env.root
         self.proc: subprocess.Popen[bytes] | None = None
         self.stderr_path = env.root / "daemon.stderr"
         self._known: dict[int, psutil.Process] = {}
@@ -164,9 +192,9 @@ class Daemon:
     def start(self, timeout: float = 20.0) -> Daemon:
         with open(self.stderr_path, "ab") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "atomictoolsd", "serve"],
+                self.command,
                 env={**self.env.vars, **self.extra_env},
-                cwd=self.env.root,
+                cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,

@@ -12,6 +12,10 @@ Its stderr is ``atomictoolsd.stderr`` in the runtime dir: what the daemon says b
 opens, its warnings, a crash's traceback. What tools print goes to the event log instead. The file
 is rotated to ``atomictoolsd.stderr.1`` when a daemon starts and it is past ``STDERR_MAX_BYTES``, so
 it never grows across many daemons' lives (the runtime dir is often in memory).
+
+The daemon is started sealed (``_launch``): ``-P``, from ``/``, without the starter's ``PYTHON*``
+variables. The starter is often an agent sitting in a repository nobody has vetted, and the daemon is
+shared by every project: nothing of that repository may be imported into it.
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import sys
 import time
 
 from atomictools._errors import ConnectError
+from atomictools._launch import SEALED_CWD, python_command, sealed_environ
 from atomictools._paths import runtime_dir
 
 __all__ = ["STDERR_MAX_BYTES", "STDERR_NAME", "start_daemon"]
@@ -54,7 +58,9 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tup
     try:
         with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as stderr:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "atomictoolsd", "serve", "--detach", "--ready-fd", str(write_fd), *extra_args],
+                python_command("atomictoolsd", "serve", "--detach", "--ready-fd", str(write_fd), *extra_args),
+                cwd=SEALED_CWD,
+                env=sealed_environ(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,

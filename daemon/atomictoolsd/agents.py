@@ -127,15 +127,17 @@ def _opencode_file(directory: Path) -> Path:
 def shim_command(python: str | None = None) -> list[str]:
     """The command that starts the shim with this installation's interpreter.
 
-    The ``atomictoolsd`` console script beside the interpreter when there is one (what a person
-    expects to read in their config), else ``python -m atomictoolsd``. The interpreter path is used
-    as it is, never resolved: a virtualenv's ``bin/python`` is a symlink out of the virtualenv.
+    ``python -E -P -m atomictoolsd mcp``, not the ``atomictoolsd`` console script: an agent starts
+    it from whatever repository it is in, with whatever environment its config or the repository's
+    tooling gives it, and a console script's interpreter reads ``PYTHONPATH`` (a planted
+    ``sitecustomize.py``) before any line of ours runs. ``-E`` ignores every ``PYTHON*`` variable;
+    ``-P`` keeps the working directory off ``sys.path``, which ``-m`` alone would put first. The
+    interpreter path is used as it is, never resolved: a virtualenv's ``bin/python`` is a symlink out
+    of the virtualenv.
     """
-    python = python or sys.executable
-    script = Path(python).parent / "atomictoolsd"
-    if script.is_file() and os.access(script, os.X_OK):
-        return [str(script), "mcp"]
-    return [python, "-m", "atomictoolsd", "mcp"]
+    from atomictools._launch import SEALED_FLAGS
+
+    return [python or sys.executable, *SEALED_FLAGS, "-m", "atomictoolsd", "mcp"]
 
 
 def server_entry(agent: str, command: list[str]) -> dict[str, Any]:

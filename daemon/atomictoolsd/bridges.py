@@ -296,7 +296,7 @@ class Bridges:
     def _watch_owner(self, bridge: Bridge) -> None:
         pid = bridge.ownerPid
         assert pid is not None
-        if pid <= 0:
+        if not 0 < pid < 2**31:  # a pid_t; a larger number cannot name a process
             raise ParamsError(f"Invalid params: ownerPid must be a positive pid, not {pid}")
         loop = asyncio.get_running_loop()
         if hasattr(os, "pidfd_open"):

@@ -37,6 +37,10 @@ class Config:
         2.0, "Seconds a cancelled or timed-out call has to stop before its worker is killed.", minimum=0
     )
     load_timeout: float = _setting(30.0, "Seconds a tool module may take to import.", minimum=0.1)
+    load_wait: float = _setting(
+        2.0, "Seconds a listing waits for tool modules still importing; they are listed once loaded (list_changed).",
+        minimum=0,
+    )
     max_message_bytes: int = _setting(16 * 1024 * 1024, "Largest JSON-RPC message accepted on the socket, and largest tool result, log or progress message sent back.", minimum=1024)
     truncate_lines: int = _setting(2000, "Tool output longer than this many lines is truncated.", minimum=1)
     truncate_bytes: int = _setting(50 * 1024, "Tool output larger than this many bytes is truncated.", minimum=256)
@@ -56,6 +60,9 @@ class Config:
     builtins: bool = _setting(True, "Serve the built-in tools.")
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
+    max_connections: int = _setting(
+        1000, "Most client connections at once (fewer when the open-file limit leaves less beside what workers need).", minimum=1
+    )
     shutdown_grace: float = _setting(10.0, "Seconds calls in flight may finish when the daemon stops.", minimum=0)
     log_level: str = _setting("info", "Least severe level written to the log.", choices=DAEMON_LOG_LEVELS)
     log_max_bytes: int = _setting(10 * 1024 * 1024, "Size at which the log file is rotated.", minimum=4096)

@@ -181,7 +181,7 @@ class DefinitionCache:
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(_CacheFile(self.runtime, str(tools_dir), entries)))
             os.replace(temp, target)
-        except OSError as exc:
+        except (OSError, UnicodeEncodeError) as exc:  # a path that is not UTF-8 cannot be kept in JSON
             log.warning("cannot write the definition cache of %s: %s", tools_dir, exc)
             try:
                 temp.unlink()

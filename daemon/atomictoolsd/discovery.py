@@ -2,22 +2,34 @@
 
 Pure filesystem logic with no daemon state, so it is cheap to test and to reuse (the CLI and the
 bridges use it too).
+
+A tools directory is written by whoever wrote the repository, so anything may be in it: names that
+are not UTF-8 or hold control characters, directories and FIFOs named like modules, dangling links,
+symlink loops, or no directory at all. Listing one never raises: what cannot be a module is skipped
+and described (``Skipped``, its name escaped by ``escape_path``) so that it can be reported, and
+no name that could not be encoded as JSON, or printed on one line, leaves this module as a module.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
+from typing import Any, NamedTuple
 
 __all__ = [
     "MODULE_KINDS",
     "ModuleFile",
+    "Skipped",
+    "escape_path",
+    "escape_strings",
     "git_worktree_root",
     "global_tools_dir",
     "list_module_files",
     "local_tools_dir",
     "project_root",
+    "scan_tools_dir",
 ]
 
 # File suffix → module kind (the worker loader that serves it).
@@ -38,8 +50,11 @@ def git_worktree_root(directory: Path) -> Path | None:
     """The nearest ancestor (or ``directory`` itself) holding ``.git`` (a directory, or a file in a
     linked worktree or submodule), without running git."""
     for candidate in (directory, *directory.parents):
-        if (candidate / ".git").exists():
-            return candidate
+        try:
+            os.stat(candidate / ".git")
+        except OSError:  # missing, or a loop or a directory we may not search: not a marker
+            continue
+        return candidate
     return None
 
 
@@ -86,17 +101,153 @@ class ModuleFile:
         return f"ModuleFile({self.path!r}, {self.kind!r})"
 
 
-def list_module_files(tools_dir: Path) -> list[ModuleFile]:
-    """The tool modules in a tools directory, sorted by file name.
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
 
-    Files whose suffix is in ``MODULE_KINDS`` count; names starting with ``_`` are helpers that tools import, and
-    names starting with ``.`` are editor and temporary files: neither is a module.
+
+def escape_path(path: str | bytes) -> str:
+    """``path`` as valid UTF-8 on one line, for JSON, logs and terminals.
+
+    Bytes that are not UTF-8 (the surrogate escapes of ``os.fsdecode``) read ``\\xff``; newlines,
+    control characters and the invisible ones that reorder or hide text read as Python writes them
+    (``\\n``, ``\\x1b``, ``\\u202e``). In such a path a backslash is doubled, so an escape is never
+    mistaken for a name that holds ``\\x``.
     """
+    text = path if isinstance(path, str) else os.fsdecode(path)
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for char in text:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte os.fsdecode could not decode
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x100:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def escape_strings(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, …) with each string that is not valid UTF-8
+    escaped by ``escape_path``: what a report holds that came from a file name, made fit for JSON."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return escape_path(value)
+        return value
+    if isinstance(value, dict):
+        return {escape_strings(k): escape_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [escape_strings(v) for v in value]
+    return value
+
+
+_NOT_UTF8 = "its name is not valid UTF-8"
+
+
+def _odd_name(name: str) -> str | None:
+    """Why a module's file name cannot serve, or None: it must travel as UTF-8 JSON and print on one line."""
     try:
-        entries = list(os.scandir(tools_dir))
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return []
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return _NOT_UTF8
+    if not name.isprintable():
+        return "its name holds a control character (a newline, an escape, a hidden or reordering mark)"
+    return None
+
+
+class Skipped(NamedTuple):
+    """An entry of a tools directory that is not listed as a module, or the directory itself when it
+    cannot be listed: its ``path``, escaped (``escape_path``), and in ``message`` why and the fix."""
+
+    path: str
+    message: str
+
+    def entry(self, scope: str) -> dict[str, Any]:
+        """The form load errors take in ``list``, ``reload`` and ``status``."""
+        return {"file": self.path, "line": None, "message": self.message, "scope": scope}
+
+
+_RENAME = "rename or remove it"
+
+
+def _dir_problem(tools_dir: Path, exc: OSError) -> Skipped | None:
+    """What keeps a tools directory from being listed, as a report (None: it just does not exist)."""
+    if isinstance(exc, FileNotFoundError):
+        if os.path.islink(tools_dir):
+            return Skipped(
+                escape_path(str(tools_dir)),
+                "the tools directory is a symbolic link to nothing: no tools load from it; "
+                "point it at a directory or remove it",
+            )
+        return None  # no tools directory is the usual case, not a fault
+    if exc.errno == errno.ELOOP:
+        why = "is a symbolic link loop (it leads back to itself)"
+    elif exc.errno == errno.ENOTDIR:
+        why = "is not a directory (a file, or a file on the way to it)"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        why = "cannot be read (permission denied); make it readable: chmod u+rx"
+    else:
+        why = f"cannot be listed ({exc.strerror or exc})"
+    return Skipped(
+        escape_path(str(tools_dir)), f"the tools directory {why}: no tools load from it until that is put right"
+    )
+
+
+def _entry_problem(entry: os.DirEntry[str]) -> tuple[str | None, os.stat_result | None]:
+    """Why an entry named like a module is not one (None and its stat when it is a regular file)."""
+    problem = _odd_name(entry.name)
+    if problem is not None:
+        return f"{problem}: not loaded; {_RENAME}", None
+    try:
+        st = os.stat(entry.path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"it is a symbolic link loop: not loaded; {_RENAME}", None
+        if isinstance(exc, FileNotFoundError) and os.path.islink(entry.path):
+            return f"it is a symbolic link to nothing: not loaded; {_RENAME}", None
+        if isinstance(exc, FileNotFoundError):
+            return None, None  # removed while we looked: the watcher sees that
+        return f"it cannot be read ({exc.strerror or exc}): not loaded", None
+    if stat.S_ISDIR(st.st_mode):
+        return (
+            f"it is a directory, not a tool module: not loaded; {_RENAME} (a helper package's name starts with _)"
+        ), None
+    if not stat.S_ISREG(st.st_mode):
+        return f"it is not a regular file (a FIFO, socket or device): not loaded; {_RENAME}", None
+    return None, st
+
+
+def scan_tools_dir(tools_dir: Path) -> tuple[list[ModuleFile], list[Skipped]]:
+    """The tool modules in a tools directory, sorted by file name, and what was skipped.
+
+    Files whose suffix is in ``MODULE_KINDS`` count; names starting with ``_`` are helpers that tools
+    import, and names starting with ``.`` are editor and temporary files: neither is a module, nor
+    reported. An entry named like a module that cannot be one (see the module docstring), and a
+    tools directory that exists but cannot be listed, are skipped and reported. Never raises.
+    """
+    if _odd_name(str(tools_dir)) == _NOT_UTF8:  # every module path would hold it: none could reach a worker
+        return [], [
+            Skipped(
+                escape_path(str(tools_dir)),
+                "the tools directory's path is not valid UTF-8: no tools load from it; move it to a path that is",
+            )
+        ]
+    try:
+        with os.scandir(tools_dir) as iterator:
+            entries = list(iterator)
+    except OSError as exc:
+        problem = _dir_problem(tools_dir, exc)
+        return [], [] if problem is None else [problem]
     found = []
+    skipped = []
     for entry in entries:
         name = entry.name
         if name.startswith(("_", ".")):
@@ -104,12 +255,17 @@ def list_module_files(tools_dir: Path) -> list[ModuleFile]:
         kind = MODULE_KINDS.get(os.path.splitext(name)[1])
         if kind is None:
             continue
-        try:
-            if not entry.is_file():
-                continue
-            st = entry.stat()
-        except OSError:
-            continue
-        found.append(ModuleFile(entry.path, kind, st.st_size, st.st_mtime_ns))
+        problem, st = _entry_problem(entry)
+        if problem is not None:
+            skipped.append(Skipped(escape_path(entry.path), problem))
+        elif st is not None:
+            found.append(ModuleFile(entry.path, kind, st.st_size, st.st_mtime_ns))
     found.sort(key=lambda m: os.path.basename(m.path))
-    return found
+    skipped.sort(key=lambda s: s.path)
+    return found, skipped
+
+
+def list_module_files(tools_dir: Path) -> list[ModuleFile]:
+    """The tool modules in a tools directory, sorted by file name (``scan_tools_dir`` without the
+    skipped entries)."""
+    return scan_tools_dir(tools_dir)[0]

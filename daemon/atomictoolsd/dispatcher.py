@@ -124,11 +124,14 @@ def handle(session: Session, id_json: bytes, name: str, arguments: bytes) -> tup
     if name == LIST_TOOL:
         try:
             pattern = _decode_list(arguments).pattern
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
             session.send_result(id_json, error_result(f"Invalid arguments for {LIST_TOOL}: {exc}"))
             return None
         tools = [t.definition for t in session.visible() if fnmatch.fnmatchcase(t.name, pattern)]
-        listing = {"tools": tools}
+        listing: dict[str, Any] = {"tools": tools}
+        loading = session.project.view().loading
+        if loading:  # their tools are listed once they have loaded
+            listing["loading"] = loading
         text = _encode(listing).decode()
         session.send_result(
             id_json, _encode({"content": [{"type": "text", "text": text}], "structuredContent": listing})
@@ -136,7 +139,7 @@ def handle(session: Session, id_json: bytes, name: str, arguments: bytes) -> tup
         return None
     try:
         call = _decode_call(arguments)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
         session.send_result(id_json, error_result(f"Invalid arguments for {CALL_TOOL}: {exc}"))
         return None
     inner = bytes(call.arguments) if call.arguments is not UNSET else b"{}"
@@ -148,6 +151,8 @@ def handle(session: Session, id_json: bytes, name: str, arguments: bytes) -> tup
         )
         return None
     tool = session.project.view().tools.get(call.name)
+    if tool is None and session.project.loads_under_way():
+        return call.name, inner  # the session's call path waits for the modules still loading
     if tool is None or not session.allowed(call.name):
         reason = "is not allowed in this session" if tool is not None else "does not exist"
         session.send_result(

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from atomictoolsd.discovery import escape_strings
 from atomictoolsd.loglevels import LEVEL_RANK
 
 if TYPE_CHECKING:
@@ -206,7 +207,10 @@ class EventLog:
         # log's cost per call, and most calls are quick.
         ended = {entry[4] for entry in pending if entry[0] == _TOOL_END}
         records = [_as_record(entry) for entry in pending if not (entry[0] == _TOOL_START and entry[4] in ended)]
-        data = _encode_lines(records)
+        try:
+            data = _encode_lines(records)
+        except UnicodeEncodeError:  # a file name that is not UTF-8 in one event: escape it, lose nothing
+            data = _encode_lines([escape_strings(r) if isinstance(r, dict) else r for r in records])
         with self._write_lock:
             try:
                 if self._size and self._size + len(data) > self.max_bytes:

@@ -86,6 +86,7 @@ def apply_config(server: Server, config: Config) -> list[str]:
     settings.truncate_bytes = config.truncate_bytes
     settings.cancel_grace = config.cancel_grace
     settings.load_timeout = config.load_timeout
+    server.registry.load_wait = config.load_wait
     settings.max_result_bytes = config.max_message_bytes
     if WORKER_SETTINGS.intersection(changed):
         for runner in server.pool.runners.values():

@@ -15,6 +15,17 @@ Module definitions come from a worker that loaded the module or, when it is fres
 definition cache (``defcache``): after a restart, listing starts no worker, and a module's worker
 starts on its first call. A worker that starts later and reports other definitions updates them.
 
+No scan waits on one slow module for longer than ``load_wait``: it commits what has loaded by then,
+and a module still importing is committed on its own when it is done (a new module is listed as
+``loading`` meanwhile; one that served keeps serving its previous generation). A module whose import
+outlived ``load_timeout`` failed by its own doing: that is cached like any load error, so a restart
+does not wait for it again.
+
+A load is committed only when what its worker read is what is on disk: the module file and every
+helper it imported from its tools dir, byte for byte, once those helpers have been left alone for a
+moment (``HELPER_SETTLE``). A load that read a file half-written is loaded again; the module keeps
+serving its previous generation meanwhile.
+
 Projects are held, not owned: whoever serves a project ``acquire``s it and ``release``s it when
 done (the server does so for each session's attachment), and ``forget_idle`` drops the projects
 nobody has held for a while, with their own tools dir and its workers. A project asked for again
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterable
@@ -38,7 +50,15 @@ import msgspec
 
 from atomictools._protocol import check_tool_name
 from atomictoolsd.defcache import CacheEntry, DefinitionCache
-from atomictoolsd.discovery import ModuleFile, global_tools_dir, list_module_files, local_tools_dir, project_root
+from atomictoolsd.discovery import (
+    ModuleFile,
+    Skipped,
+    global_tools_dir,
+    list_module_files,
+    local_tools_dir,
+    project_root,
+    scan_tools_dir,
+)
 from atomictoolsd.trust import trust_command
 from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, SpawnError, WorkerPool
 from atomictoolsd.workers.worker import Worker
@@ -71,8 +91,9 @@ class ToolDef:
 
 
 class Module:
-    """One tool module file and its current state: ``pending``, ``ready``, ``failed``, ``blocked`` or
-    ``failing`` (it loaded, but its workers keep crashing).
+    """One tool module file and its current state: ``pending``, ``loading`` (seen for the first time,
+    its first load outlived a scan's ``load_wait``), ``ready``, ``failed``, ``blocked`` or ``failing``
+    (it loaded, but its workers keep crashing).
 
     ``error`` says why a failed module failed (or what a failing one keeps dying of); ``problems``
     lists the tools a ready module skipped (``{tool, line, message}``), so its other tools serve.
@@ -85,6 +106,7 @@ class Module:
         self.file = file
         self.runner = runner
         self.state = "pending"
+        self.file_seen = time.time()  # when this daemon first saw the file (for a module still loading)
         self.tools: dict[str, ToolDef] = {}
         self.error: dict[str, Any] | None = None
         self.problems: list[dict[str, Any]] = []
@@ -104,6 +126,10 @@ class Module:
     @property
     def scope(self) -> Scope:
         return self.tools_dir.scope
+
+    def loading_entry(self) -> dict[str, Any]:
+        """What ``list`` reports for a module whose first load is still under way."""
+        return {"file": self.path, "scope": self.scope, "since": self.file_seen}
 
     def error_entry(self) -> dict[str, Any]:
         assert self.error is not None
@@ -152,11 +178,13 @@ class ToolsDir:
         self.scope = scope
         self.cwd = cwd
         self.modules: dict[str, Module] = {}
+        self.skipped: list[Skipped] = []  # entries that cannot be modules, or the dir itself: reported as errors
         self.trusted = True  # a project's own dir is set from the trust store when it is created
         self.version = 0
         self.scanned: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
         self.retired = False  # forgotten with its project: scans no longer touch it
+        self.loading: dict[str, LateLoad] = {}  # loads that outlived their scan's load_wait, by path
         self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -170,6 +198,7 @@ class ToolsDir:
         tools: dict[str, ToolDef] = {}
         errors: list[dict[str, Any]] = []
         blocked: list[dict[str, Any]] = []
+        errors.extend(s.entry(self.scope) for s in self.skipped)
         for path in sorted(self.modules):
             module = self.modules[path]
             if module.state == "blocked":
@@ -194,9 +223,10 @@ class ToolsDir:
 
 
 class View:
-    """What a project sees: visible tools by name (sorted), shadowed ones, errors, blocked modules."""
+    """What a project sees: visible tools by name (sorted), shadowed ones, errors, blocked modules,
+    and the modules whose first load is still under way (their tools come with a later view)."""
 
-    __slots__ = ("blocked", "errors", "key", "shadowed", "tools")
+    __slots__ = ("blocked", "errors", "key", "loading", "shadowed", "tools")
 
     def __init__(
         self,
@@ -205,12 +235,14 @@ class View:
         shadowed: list[tuple[ToolDef, ToolDef]],
         errors: list[dict[str, Any]],
         blocked: list[dict[str, Any]] | None = None,
+        loading: list[dict[str, Any]] | None = None,
     ) -> None:
         self.key = key
         self.tools = tools
         self.shadowed = shadowed
         self.errors = errors
         self.blocked = blocked or []
+        self.loading = loading or []
 
 
 class Project:
@@ -239,18 +271,33 @@ class Project:
         shadowed: list[tuple[ToolDef, ToolDef]] = []
         errors: list[dict[str, Any]] = []
         blocked: list[dict[str, Any]] = []
+        loading: list[dict[str, Any]] = []
         for tools_dir in self.dirs:
             dir_tools, dir_errors, dir_blocked = tools_dir.catalog()
             errors.extend(dir_errors)
             blocked.extend(dir_blocked)
+            loading.extend(m.loading_entry() for m in tools_dir.modules.values() if m.state == "loading")
             for name, tool in dir_tools.items():
                 winner = tools.get(name)
                 if winner is None:
                     tools[name] = tool
                 else:
                     shadowed.append((tool, winner))
-        self._view = View(key, dict(sorted(tools.items())), shadowed, errors, blocked)
+        self._view = View(key, dict(sorted(tools.items())), shadowed, errors, blocked, loading)
         return self._view
+
+    def loads_under_way(self) -> list[asyncio.Future[None]]:
+        """When each load that outlived its scan's ``load_wait`` in this project's dirs is done.
+
+        Any of them may define a tool not listed yet (a module names its tools freely with
+        ``@tool(name=…)``), so a call to an unknown tool waits for them all.
+        """
+        return [late.done for d in self.dirs for late in d.loading.values() if not late.done.done()]
+
+    async def loaded(self) -> None:
+        """Wait until the loads under way in this project's dirs (and those they lead to) are done."""
+        while pending := self.loads_under_way():
+            await asyncio.wait(pending)
 
     def invalidate(self) -> None:
         self._view = None
@@ -291,24 +338,105 @@ DirListener = Callable[[ToolsDir, bool], None]  # (tools_dir, in use): True when
 
 _BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
 CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is tried again
+# Seconds a helper a load read must have been left alone before the load is judged whole: a writer
+# that truncates and then writes in several steps shows the same half-written bytes to the worker
+# and to a check made at once.
+HELPER_SETTLE = 0.2
+
+
+class _Late:
+    """The outcome of a load still running when its scan's ``load_wait`` ran out."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Future[Any]) -> None:
+        self.task = task
+
+
+class LateLoad:
+    """A load of ``file`` committed on its own once done; ``done`` resolves when the module's load
+    has been committed (or given up: the file went, the dir was forgotten)."""
+
+    __slots__ = ("done", "file", "task")
+
+    def __init__(self, file: ModuleFile, task: asyncio.Future[Any], done: asyncio.Future[None]) -> None:
+        self.file = file
+        self.task = task
+        self.done = done
+
+
+def _reads(outcome: Any) -> tuple[list[int] | None, list[list[Any]]]:
+    """What a load's worker read: ``[size, crc32]`` of the module file, ``[path, size, crc32]`` of each helper."""
+    if isinstance(outcome, tuple):
+        return outcome[0].source, outcome[0].helpers
+    if isinstance(outcome, LoadFailed):
+        return outcome.info.get("source"), outcome.info.get("helpers") or []
+    return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
+
+
+def _same_bytes(path: str, read: list[int]) -> bool:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return read == [len(data), zlib.crc32(data)]
+
+
+def read_whole(path: str, source: list[int] | None, helpers: list[list[Any]]) -> bool:
+    """Whether the bytes a worker loaded from module ``path`` (``source``: None if it read none, when
+    the file did not matter) and from its ``helpers`` are the bytes on disk now."""
+    if source is not None and not _same_bytes(path, source):
+        return False
+    return all(_same_bytes(helper, [size, crc]) for helper, size, crc in helpers)
 
 
 def _torn(file: ModuleFile, outcome: Any, current: dict[str, ModuleFile]) -> bool:
-    """Whether a worker's load of ``file`` may not be of the file as it is now on disk."""
-    if outcome is _BLOCKED or isinstance(outcome, (CacheEntry, SpawnError)):
+    """Whether a worker's load of ``file`` may not be of the files as they are now on disk."""
+    if not isinstance(outcome, (tuple, LoadFailed)):
         return False  # nothing was read by a worker
     now = current.get(file.path)
     if now is None or now.key != file.key:
         return True
-    loaded = outcome[0].source if isinstance(outcome, tuple) else outcome.info.get("source")
-    if loaded is None:  # nothing was read (the worker failed first, or could not say): the file did not matter
-        return False
+    return not read_whole(file.path, *_reads(outcome))
+
+
+async def _outcome(load: Any) -> Any:
+    """A load's outcome: the new generation, or the failure (``LoadFailed``, ``SpawnError``) as a value."""
     try:
-        with open(file.path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return True
-    return loaded != [len(data), zlib.crc32(data)]
+        return await load
+    except (LoadFailed, SpawnError) as failure:
+        return failure
+
+
+def _discard(outcome: Any) -> None:
+    """Stop the worker generation of a load that will not be committed."""
+    if isinstance(outcome, tuple):
+        outcome[0].runner.drop(outcome[0])
+
+
+def _loading(tools_dir: ToolsDir, file: ModuleFile) -> bool:
+    late = tools_dir.loading.get(file.path)
+    return late is not None and late.file.key == file.key
+
+
+def _settle(late: LateLoad) -> None:
+    if not late.done.done():
+        late.done.set_result(None)
+
+
+async def settle_helpers(helpers: Iterable[str]) -> None:
+    """Wait until none of ``helpers`` was written in the last ``HELPER_SETTLE`` seconds (at most that
+    long: a file still being written then differs from what was read, and the load is torn)."""
+    youngest = 0.0
+    for path in helpers:
+        try:
+            youngest = max(youngest, os.stat(path).st_mtime)
+        except OSError:
+            continue
+    wait = youngest + HELPER_SETTLE - time.time()
+    if wait > 0:
+        await asyncio.sleep(min(wait, HELPER_SETTLE))
 
 
 class Registry:
@@ -317,6 +445,8 @@ class Registry:
     Args:
         trusted: whether a project root's own tools may load (default: every project's may).
         cache: where module definitions are kept across restarts (None: nowhere).
+        load_wait: seconds a scan waits for its loads before it commits those done (the others
+            commit on their own when done).
     """
 
     def __init__(
@@ -326,8 +456,10 @@ class Registry:
         builtin_dirs: Iterable[ToolsDir] = (),
         trusted: Callable[[Path], bool] | None = None,
         cache: DefinitionCache | None = None,
+        load_wait: float = 2.0,
     ) -> None:
         self.pool = pool
+        self.load_wait = load_wait
         self.home = home
         self.cache = cache
         self.trusted: Callable[[Path], bool] = trusted or (lambda root: True)
@@ -465,6 +597,9 @@ class Registry:
                 for path in list(tools_dir.modules):
                     self.pool.discard(path)
                 tools_dir.modules.clear()
+                for late in tools_dir.loading.values():
+                    _settle(late)  # its finisher sees the dir retired and stops what it loaded
+                tools_dir.loading.clear()
                 if self.cache is not None:
                     self.cache.forget(tools_dir.path)
                 self._tell_dir_listeners(tools_dir, False)
@@ -486,6 +621,7 @@ class Registry:
         force: bool = False,
         skip: Collection[str] | Callable[[], Collection[str]] = (),
         retry_failed: bool = False,
+        finished: dict[str, tuple[LateLoad, Any]] | None = None,
     ) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
 
@@ -498,12 +634,19 @@ class Registry:
                 that changes while the scan waits for the lock is judged as the scan sees it.
             retry_failed: load again the modules that failed, changed or not (an explicit reload:
                 what made them fail may lie outside the file, such as a package or a permission).
+            finished: loads that outlived an earlier scan's ``load_wait`` and are now done, with
+                their outcomes: committed as if this scan had loaded them (when their file is
+                still what they loaded, and nothing newer took their place).
+
+        Loads still running after ``load_wait`` are committed by a scan of their own once done;
+        meanwhile a module seen for the first time is ``loading``, and one that served keeps its
+        tools and its worker.
 
         A scan, once begun, runs to its commit even when whoever asked for it goes away (a client
         that disconnects during ``atomic/reload``, a watcher task cancelled): stopped between
         loading and committing, it would leave the workers it started serving nobody.
         """
-        task = asyncio.ensure_future(self._scan(tools_dir, only, force, skip, retry_failed))
+        task = asyncio.ensure_future(self._scan(tools_dir, only, force, skip, retry_failed, finished or {}))
         self._tasks.add(task)
         task.add_done_callback(self._scan_done)
         return await asyncio.shield(task)
@@ -520,12 +663,20 @@ class Registry:
         force: bool,
         skip: Collection[str] | Callable[[], Collection[str]],
         retry_failed: bool,
+        finished: dict[str, tuple[LateLoad, Any]],
     ) -> Change:
         async with tools_dir.lock:
+            for path, (late, outcome) in list(finished.items()):
+                if tools_dir.retired or tools_dir.loading.get(path) is not late:
+                    _discard(outcome)  # something newer took its place while it waited for the lock
+                    del finished[path]
             if tools_dir.retired:
                 return Change(set(), [])
             trusted = tools_dir.trusted
-            on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
+            files, skipped = scan_tools_dir(tools_dir.path)
+            on_disk = {f.path: f for f in files}
+            if skipped != tools_dir.skipped:
+                self._skipped_changed(tools_dir, skipped)
             if callable(skip):
                 skip = skip()
             removed = [
@@ -543,40 +694,58 @@ class Registry:
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
                     or tools_dir.modules[p].transient
                 )
+                # A load of this very file is under way: it commits when done (unless the watcher
+                # saw the file written again, which its key may not show).
+                and (force or p in finished or not _loading(tools_dir, f) or not trusted)
             ]
+            used: set[str] = set()
             if trusted:
-                results = await asyncio.gather(*(self._load(tools_dir, f) for f in changed))
-                results = await self._reload_torn(tools_dir, results)
-                results = await self._confirm_failures(tools_dir, results)
+                deadline = asyncio.get_running_loop().time() + self.load_wait
+
+                async def load(file: ModuleFile) -> tuple[ModuleFile, Any]:
+                    late = finished.get(file.path)
+                    if late is not None and late[0].file.key == file.key:
+                        used.add(file.path)
+                        return file, late[1]
+                    return await self._load(tools_dir, file, deadline)
+
+                results = await asyncio.gather(*(load(f) for f in changed))
+                results = await self._reload_torn(tools_dir, results, deadline)
+                results = await self._confirm_failures(tools_dir, results, deadline)
             else:
                 results = [(f, _BLOCKED) for f in changed]
+            for path, (_late, outcome) in finished.items():
+                if path not in used:
+                    _discard(outcome)  # its file changed or went: this scan judged what is there now
             return self._commit(tools_dir, results, removed)
 
-    async def _reload_torn(self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]]) -> list[tuple[ModuleFile, Any]]:
+    async def _reload_torn(
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]], deadline: float
+    ) -> list[tuple[ModuleFile, Any]]:
         """Load again the modules whose file changed while their worker read it: it may have read
         it half-written (an editor truncates, then writes), and committing that would withdraw the
         tools of a module that is fine a moment later.
 
-        A load is torn when the file's size or mtime moved, or when the bytes the worker loaded are
-        not the bytes on disk now (a rewrite within one mtime tick keeps both). A module still torn
+        A load is torn when the file's size or mtime moved, or when the bytes the worker loaded from
+        it or from a helper it imported are not the bytes on disk now (a rewrite within one mtime
+        tick keeps both), judged once the helpers have settled (``settle_helpers``). A module still torn
         after three tries, or whose file is gone, is left as it was: the writes that tore it, or the
         removal, reach the watcher, which scans it again once they settle.
         """
         for attempt in range(4):
+            await settle_helpers(helper[0] for _file, outcome in results for helper in _reads(outcome)[1])
             current = {f.path: f for f in list_module_files(tools_dir.path)}
             torn = [i for i, (file, outcome) in enumerate(results) if _torn(file, outcome, current)]
             if not torn:
                 return results
             for i in torn:
-                outcome = results[i][1]
-                if isinstance(outcome, tuple):
-                    outcome[0].runner.drop(outcome[0])  # it loaded what is no longer on disk
+                _discard(results[i][1])  # it loaded what is no longer on disk
             if attempt == 3:
                 kept = [r for i, r in enumerate(results) if i not in set(torn)]
                 log.info("left %d module(s) of %s as they were: their files keep changing", len(torn), tools_dir.path)
                 return kept
             retry = [i for i in torn if results[i][0].path in current]
-            again = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path]) for i in retry))
+            again = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path], deadline) for i in retry))
             for i, result in zip(retry, again, strict=True):
                 results[i] = result
             gone = set(torn) - set(retry)
@@ -584,7 +753,7 @@ class Registry:
         return results
 
     async def _confirm_failures(
-        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]]
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]], deadline: float
     ) -> list[tuple[ModuleFile, Any]]:
         """Load once more, after a short settle, the modules that served tools and now fail.
 
@@ -604,21 +773,44 @@ class Registry:
         await asyncio.sleep(CONFIRM_SETTLE)
         current = {f.path: f for f in list_module_files(tools_dir.path)}
         again = [i for i in failing if results[i][0].path in current]
-        retried = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path]) for i in again))
+        retried = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path], deadline) for i in again))
         for i, result in zip(again, retried, strict=True):
             results[i] = result
-        return await self._reload_torn(tools_dir, results)
+        return await self._reload_torn(tools_dir, results, deadline)
 
-    async def _load(self, tools_dir: ToolsDir, file: ModuleFile) -> tuple[ModuleFile, Any]:
+    async def _load(self, tools_dir: ToolsDir, file: ModuleFile, deadline: float) -> tuple[ModuleFile, Any]:
+        """Load ``file``: its cached definitions, or a new worker generation, or a failure; ``_Late``
+        when the worker is still importing it at ``deadline`` (loop time)."""
         if self.cache is not None and file.path not in tools_dir.modules:
             entry = self.cache.lookup(tools_dir.path, file)  # first sight of it in this daemon's life
             if entry is not None:
                 return file, entry
         runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
-        try:
-            return file, await runner.load()
-        except (LoadFailed, SpawnError) as failure:
-            return file, failure
+        task = asyncio.ensure_future(_outcome(runner.load()))
+        await asyncio.wait([task], timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
+        return file, (task.result() if task.done() else _Late(task))
+
+    def _load_later(self, tools_dir: ToolsDir, file: ModuleFile, task: asyncio.Future[Any]) -> None:
+        """Commit the load ``task`` of ``file`` once it is done, in a scan of its own."""
+        old = tools_dir.loading.get(file.path)
+        done = old.done if old is not None else asyncio.get_running_loop().create_future()
+        late = tools_dir.loading[file.path] = LateLoad(file, task, done)  # a load it replaces is stale
+        log.info("%s is still loading after %.3g s; listing without it until it is done", file.path, self.load_wait)
+
+        async def finish() -> None:
+            outcome = await task
+            if tools_dir.loading.get(file.path) is not late or tools_dir.retired:
+                _discard(outcome)
+                return
+            try:
+                await self.scan(tools_dir, only={file.path}, force=True, finished={file.path: (late, outcome)})
+            finally:
+                if tools_dir.loading.get(file.path) is late:  # not committed (a failed scan): give up on it
+                    _settle(tools_dir.loading.pop(file.path))
+
+        finisher = asyncio.ensure_future(finish())
+        self._tasks.add(finisher)
+        finisher.add_done_callback(self._scan_done)
 
     def _commit(
         self,
@@ -627,6 +819,7 @@ class Registry:
         removed: list[str],
     ) -> Change:
         """Apply loaded modules and removals in one step, then tell listeners."""
+        settled: list[LateLoad] = []
         failures: list[Module] = []
         loaded = bool(removed)
         for file, outcome in results:
@@ -637,11 +830,21 @@ class Registry:
                 runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
                 runner.on_loaded = lambda worker, definitions, m=module: self._lazy_loaded(m, worker, definitions)
                 runner.on_health = lambda m=module: self._health_changed(m)
-            elif isinstance(outcome, SpawnError):
+                runner.verify = lambda worker, m=module: self._read_whole(m, worker)
+                if isinstance(outcome, _Late):
+                    module.state = "loading"
+            elif isinstance(outcome, SpawnError) and module.state != "loading":
                 # Not the module's doing: it keeps what it served, and its old file key has the next
                 # scan try again.
                 log.warning("cannot load %s now: no worker could be started (%s)", module.path, outcome)
                 continue
+            if isinstance(outcome, _Late):
+                # It keeps what it served (and its old file key) until the load is done.
+                self._load_later(tools_dir, file, outcome.task)
+                continue
+            late = tools_dir.loading.pop(file.path, None)
+            if late is not None:
+                settled.append(late)  # this outcome takes the place of a load under way
             module.file = file
             if outcome is _BLOCKED:
                 self._block(module)
@@ -672,6 +875,9 @@ class Registry:
                 failures.append(module)
         for path in removed:
             tools_dir.modules.pop(path)
+            late = tools_dir.loading.pop(path, None)
+            if late is not None:
+                settled.append(late)
             self.pool.discard(path)
             log.info("removed %s", path, extra={"event": "module.removed", "data": {"path": path, "scope": tools_dir.scope}})
         if tools_dir.scanned is None:
@@ -684,6 +890,8 @@ class Registry:
         if results or removed:
             self._changed(tools_dir)
             self._notify(change)
+        for late in settled:
+            _settle(late)  # after the listeners: a call waiting on it finds the new tools
         return change
 
     def _save_cache(self, tools_dir: ToolsDir) -> None:
@@ -702,6 +910,15 @@ class Registry:
                     definitions=module.definitions, problems=module.worker_problems, load_ms=module.load_ms,
                 )
         self.cache.store(tools_dir.path, entries)
+
+    def _skipped_changed(self, tools_dir: ToolsDir, skipped: list[Skipped]) -> None:
+        """Entries that cannot be modules came or went: report them (they never reach a worker)."""
+        for entry in set(skipped) - set(tools_dir.skipped):
+            log.warning("skipping %s: %s", entry.path, entry.message,
+                        extra={"event": "module.skipped", "data": {"path": entry.path, "scope": tools_dir.scope}})
+        tools_dir.skipped = skipped
+        self._changed(tools_dir)
+        self._notify(Change({tools_dir}, []))
 
     def _changed(self, tools_dir: ToolsDir) -> None:
         """Record that ``tools_dir``'s tools changed: new version, stale views dropped."""
@@ -771,7 +988,7 @@ class Registry:
         module.worker_problems = []
         module.deps = [list(d) for d in info.get("deps", [])]
         module.state = "failed"
-        module.error = {k: v for k, v in info.items() if k != "deps"}
+        module.error = {k: v for k, v in info.items() if k not in ("deps", "helpers")}
         module.problems = []
         module.runner.retire(f"its module failed to load: {info.get('message')}")
         where = f"{module.path}:{info.get('line')}" if info.get("line") else module.path
@@ -781,6 +998,11 @@ class Registry:
                 "path": module.path, "scope": module.scope, "line": info.get("line"), "error": info.get("message"),
             }},
         )
+
+    async def _read_whole(self, module: Module, worker: Worker) -> bool:
+        """Whether a worker started for a call read the module and its helpers whole (see ``_reload_torn``)."""
+        await settle_helpers(helper[0] for helper in worker.helpers)
+        return read_whole(module.path, worker.source, worker.helpers)
 
     def _lazy_load_failed(self, module: Module, failure: LoadFailed) -> None:
         """A worker started for a call could not load a module that had loaded before."""
@@ -835,6 +1057,7 @@ class Registry:
                 tools_dir.trusted = self.trusted(tools_dir.cwd)
             self.ensure_scanned(tools_dir)
             await self.scan(tools_dir, retry_failed=True)
+        await project.loaded()  # an explicit reload answers with every module's outcome
         view = project.view()
         result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
         if view.blocked:
@@ -861,4 +1084,5 @@ class Registry:
                 for root, p in self.projects.items()
             ],
             "modules": [m.info() for d in self.dirs.values() for m in d.modules.values()],
+            "skipped": [s.entry(d.scope) for d in self.dirs.values() for s in d.skipped],
         }

@@ -5,7 +5,11 @@ before touching the socket (asyncio and uvloop silently delete an existing socke
 bind), replaces a stale socket left by a killed daemon (one that refuses connections; a socket some
 other process serves is left alone), binds with mode 0600, and reports readiness. Under socket
 activation it serves on the socket the service manager passed (``listen_socket``) and never unlinks
-it. Every connection is checked for the peer's uid. Shutdown stops accepting, lets calls in flight
+it. Every connection is checked for the peer's uid, and counted: past ``max_connections``, or when
+fewer file descriptors would be left than workers need (``fd_reserve``), a new connection gets one
+error line and is closed. Once a second the daemon checks that the socket file and the lock file at
+their paths are still its own (a cleaner or a user may delete them): it binds a fresh socket, or
+takes the lock again, and when another daemon has taken over meanwhile it stops. Shutdown stops accepting, lets calls in flight
 finish (bounded by ``shutdown_grace``), stops every worker, and removes the socket and lock files.
 
 Signal handlers only record the signal; the main loop acts on it. A second SIGINT forces the exit.
@@ -23,6 +27,7 @@ import errno
 import fcntl
 import logging
 import os
+import resource
 import signal
 import socket
 import stat
@@ -32,6 +37,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from atomictoolsd import __version__
 from atomictoolsd.builtins import BUILTIN_DIR
@@ -52,9 +59,18 @@ from atomictoolsd.workers.truncate import remove_old_spills
 if TYPE_CHECKING:
     from atomictoolsd.session import Handler
 
-__all__ = ["AlreadyRunning", "Component", "Server", "peer_credentials"]
+__all__ = ["AlreadyRunning", "Component", "Server", "fd_reserve", "peer_credentials"]
 
 log = logging.getLogger("atomictoolsd")
+
+# JSON-RPC's range for errors a server defines: this one refuses a connection past the limit.
+TOO_MANY_CONNECTIONS = -32000
+_GUARD_INTERVAL = 1.0  # seconds between checks that the socket and lock files are still ours
+
+
+def fd_reserve(soft_limit: int) -> int:
+    """File descriptors kept from connections for workers' channels, the fork server and own files."""
+    return max(128, soft_limit // 4)
 
 
 class AlreadyRunning(Exception):
@@ -116,6 +132,27 @@ class InstanceLock:
             return None
         return int(text) if text.isdigit() else None
 
+    def held(self) -> bool:
+        """Whether the file at the lock's path is still the one this daemon locked (not deleted)."""
+        if self.fd is None:
+            return False
+        try:
+            return os.fstat(self.fd).st_ino == os.stat(self.path).st_ino
+        except OSError:
+            return False
+
+    def retake(self) -> None:
+        """Lock a new file at the path after ours was deleted; ``AlreadyRunning`` if another took it."""
+        old = self.fd
+        self.fd = None
+        try:
+            self.acquire()
+        except BaseException:
+            self.fd = old
+            raise
+        if old is not None:
+            os.close(old)
+
     def release(self) -> None:
         if self.fd is None:
             return
@@ -163,10 +200,11 @@ class Server:
         self.registry = Registry(
             self.pool,
             paths.home,
-            builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", paths.home)] if config.builtins else [],
+            builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
             # self.config, not config: SIGHUP may replace it, trust_all included.
             trusted=lambda root: self.config.trust_all or self.trust.is_trusted(root),
             cache=DefinitionCache(paths.cache_dir / "definitions"),
+            load_wait=config.load_wait,
         )
         self.registry.add_listener(self._on_change)
         self.sessions: set[Session] = set()
@@ -178,6 +216,9 @@ class Server:
         self._stop_reason = ""
         self._sigints = 0
         self._housekeeping: asyncio.Task[None] | None = None
+        self._guard: asyncio.Task[None] | None = None
+        self._refused = 0  # connections refused for the limit since it was last logged
+        self._refused_logged = 0.0
         self.methods: dict[str, Handler] = {}  # JSON-RPC methods added by components
         self.components: list[Component] = [TrustService()]
         # (event, detail) with event in ready, reloading, reloaded, stopping: service glue listens.
@@ -234,6 +275,8 @@ class Server:
         for tools_dir in self.registry.builtin_dirs:
             self.registry.ensure_scanned(tools_dir)
         self._housekeeping = loop.create_task(self._housekeep())
+        if self._socket_ino is not None:  # an adopted socket is the service manager's to keep
+            self._guard = loop.create_task(self._guard_files())
         for component in self.components:
             await component.start(self)
         log.info(
@@ -303,6 +346,8 @@ class Server:
             self._listener.close()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self._guard is not None:
+            self._guard.cancel()
         deadline = time.monotonic() + self.config.shutdown_grace
         while self.pool.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -388,7 +433,59 @@ class Server:
             await loop.run_in_executor(None, remove_old_spills, str(self.paths.spill_dir), self.config.spill_max_age)
             await asyncio.sleep(min(3600.0, max(60.0, self.config.spill_max_age / 4)))
 
+    async def _guard_files(self) -> None:
+        while True:
+            await asyncio.sleep(_GUARD_INTERVAL)
+            try:
+                await self._check_files()
+            except Exception:  # a failed check is tried again next time; the daemon serves on
+                log.exception("checking the socket and lock files failed")
+
+    async def _check_files(self) -> None:
+        """Put back a deleted socket or lock file; stop when another daemon or program took the path."""
+        if self._stop is not None and self._stop.is_set():
+            return
+        if not self._lock.held():
+            try:
+                self._lock.retake()
+            except AlreadyRunning as exc:
+                self.request_stop(f"{self.paths.lock} was deleted and another daemon (pid {exc.pid}) now holds it")
+                return
+            log.warning("%s was deleted; locked it again", self.paths.lock)
+        path = self.paths.socket
+        try:
+            ino: int | None = os.lstat(path).st_ino
+        except FileNotFoundError:
+            ino = None
+        if ino == self._socket_ino:
+            return
+        if ino is not None and _listener_pid(path) is not False:
+            self.request_stop(f"{path} was replaced by a socket another process serves")
+            return
+        try:
+            check_private_dir(self.paths.runtime_dir)
+            sock = self._bind()
+            listener = await asyncio.get_running_loop().create_unix_server(lambda: Session(self), sock=sock, backlog=512)
+        except (OSError, PathError) as exc:
+            self.request_stop(f"{path} was deleted and cannot be made again: {exc}")
+            return
+        old, self._listener = self._listener, listener
+        if old is not None:
+            old.close()  # its file is gone: nobody can reach it; open connections stay
+        log.warning(
+            "%s was deleted or replaced; listening on a new one", path,
+            extra={"event": "daemon.rebind", "data": {"socket": str(path)}},
+        )
+
     # -- sessions -------------------------------------------------------------------------------
+
+    def connection_limit(self) -> tuple[int, int]:
+        """(connections allowed now, the open-file soft limit): the limit is read each time, as
+        ``prlimit`` may change it while the daemon runs."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return self.config.max_connections, soft
+        return min(self.config.max_connections, max(0, soft - fd_reserve(soft))), soft
 
     def accept(self, session: Session, transport: asyncio.BaseTransport) -> bool:
         sock = transport.get_extra_info("socket")
@@ -399,9 +496,29 @@ class Server:
         if uid is not None and uid != os.geteuid():
             log.warning("refused a connection from uid %s (pid %s): only uid %d may connect", uid, pid, os.geteuid())
             return False
+        allowed, soft = self.connection_limit()
+        if len(self.sessions) >= allowed:
+            self._refuse(transport, allowed, soft)
+            return False
         session.peer_pid = pid
         self.sessions.add(session)
         return True
+
+    def _refuse(self, transport: asyncio.BaseTransport, allowed: int, soft: int) -> None:
+        """Tell a connection past the limit why it is closed (rather than a reset it cannot explain)."""
+        message = (
+            f"Too many connections: {len(self.sessions)} are open and the daemon takes {allowed} "
+            f"(max_connections {self.config.max_connections}; open-file limit {soft}, of which "
+            f"{fd_reserve(soft)} are kept for workers). Close idle clients, or raise "
+            f"ATOMICTOOLS_MAX_CONNECTIONS or the open-file limit (ulimit -n) and restart the daemon"
+        )
+        error = {"jsonrpc": "2.0", "id": None, "error": {"code": TOO_MANY_CONNECTIONS, "message": message}}
+        transport.write(msgspec.json.encode(error) + b"\n")  # type: ignore[attr-defined]
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged >= 10.0:  # a flood is one warning every 10 s, not one per connection
+            log.warning("refused %d connection(s): %s", self._refused, message)
+            self._refused, self._refused_logged = 0, now
 
     def forget(self, session: Session) -> None:
         self.sessions.discard(session)
@@ -442,6 +559,7 @@ class Server:
             "sessions": [s.info() for s in self.sessions],
             "projects": registry["projects"],
             "modules": _with_rss(registry["modules"]),
+            "skipped": registry["skipped"],
             "config": {item["key"]: item["value"] for item in self.config.describe()},
             "config_sources": dict(self.config.sources),
             "config_file": str(self.paths.config_file),
@@ -449,6 +567,16 @@ class Server:
                     "written": events.written, "dropped": events.dropped},
             **{name: section() for name, section in self.status_sections.items()},
         }
+
+
+def _worker_cwd(home: Path) -> Path:
+    """Where the built-ins' workers run: the home directory, unless its path is not UTF-8 and so could
+    not reach the fork server (the built-ins work on the directory each call names, never on their cwd)."""
+    try:
+        str(home).encode()
+    except UnicodeEncodeError:
+        return Path("/")
+    return home
 
 
 def _with_rss(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,6 +7,11 @@ arrive from the worker as ready-made JSON and are spliced into the response.
 
 The session sees one project (``atomic/attach`` chooses it; until then, the global and built-in
 tools), filtered by its allow/deny globs, at listing and at dispatch alike.
+
+Listing never waits on a slow module: it waits for the project's first scan, which commits what has
+loaded within ``load_wait``, and reports the modules still loading (``_meta`` of ``tools/list``,
+``loading`` of ``atomic/list`` and ``atomic/attach``); their tools follow with ``list_changed``. A
+call to a tool not listed waits for those loads (within the call timeout) before it is unknown.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import fnmatch
 import itertools
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +41,7 @@ from atomictools._protocol import (
     SUPPORTED_PROTOCOL_VERSIONS,
 )
 from atomictoolsd import __version__, dispatcher
-from atomictoolsd.discovery import git_worktree_root
+from atomictoolsd.discovery import escape_strings, git_worktree_root
 from atomictoolsd.registry import Project, ToolDef
 
 if TYPE_CHECKING:
@@ -108,7 +114,8 @@ class CancelledParams(msgspec.Struct):
 
 
 class _WaitingCall:
-    """A call waiting for its project's first scan; a cancel marks it, and it never starts."""
+    """A call waiting for its project's first scan, or for modules still loading; a cancel marks
+    it, and it never starts."""
 
     __slots__ = ("cancelled",)
 
@@ -141,6 +148,13 @@ def decode_params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
         return decoder.decode(raw if raw is not UNSET else b"{}")
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise ParamsError(f"Invalid params: {exc}") from None
+    except RecursionError:
+        raise ParamsError(f"Invalid params: {TOO_DEEP}") from None
+
+
+# The JSON decoder refuses nesting deeper than the interpreter's recursion limit allows (about 1,000
+# levels, fewer the deeper the stack it is called from). Such a message is answered, never fatal.
+TOO_DEEP = "nested too deeply to decode (keep JSON under a few hundred levels of arrays and objects)"
 
 
 # A request handler: (session, request id as JSON, raw params) → None when it has answered, or an
@@ -175,6 +189,8 @@ class Session(asyncio.Protocol):
         self.dropped = 0  # log and progress notifications dropped since the client stopped reading
         self.calls: dict[bytes, Any] = {}  # calls in flight by their request id, as JSON
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: set[bytes] = set()  # ids of the requests a task answers (attach, reload, …)
+        self._eof = False  # the client half-closed: answer every request read, then close
         self._visible: tuple[Any, list[ToolDef]] | None = None
         self._seen: int | None = None  # fingerprint of the toolset this client last saw
         # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
@@ -206,7 +222,8 @@ class Session(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         if self.transport is not None:
-            self.transport.resume_reading()
+            if not self._eof:
+                self.transport.resume_reading()
             if self.dropped:
                 dropped, self.dropped = self.dropped, 0
                 self.log_message("warning", f"{dropped} log and progress notification(s) were dropped while this client was not reading")
@@ -243,6 +260,20 @@ class Session(asyncio.Protocol):
             self._discarding = True
             self.send_error(b"null", INVALID_REQUEST, self._oversized(size, partial=True))
 
+    def eof_received(self) -> bool:
+        # A half-close (`echo … | socat`, a shim whose agent closed stdin) ends the requests, not
+        # the answers: every request already read is answered, then the connection closes.
+        if self._buffer and not self._discarding:
+            line, self._buffer = bytes(self._buffer), bytearray()
+            self.handle_line(line)  # the last line may lack its newline
+        self._eof = True
+        self._close_if_done()
+        return True  # keep the writing side open
+
+    def _close_if_done(self) -> None:
+        if self._eof and not self.calls and not self._pending and self.transport is not None:
+            self.transport.close()  # after what is buffered has been written
+
     def _oversized(self, size: int, partial: bool = False) -> str:
         limit = self.server.config.max_message_bytes
         grown = "at least " if partial else ""
@@ -258,6 +289,9 @@ class Session(asyncio.Protocol):
             return
         try:
             message = _decode_message(line)
+        except RecursionError:
+            self._refuse_deep(line)
+            return
         except msgspec.ValidationError as exc:
             stripped = line.lstrip()
             if stripped.startswith(b"["):
@@ -281,6 +315,15 @@ class Session(asyncio.Protocol):
             self.handle_notification(method, message.params)
             return
         id_json = _encode(message.id)
+        if id_json in self.calls or id_json in self._pending:
+            # Answers and cancels are matched by id: a second request with the id of one in flight
+            # would make both ambiguous, so it is refused and the first one stands.
+            self.send_error(
+                id_json, INVALID_REQUEST,
+                f"Invalid request: id {_clip(id_json.decode())} is already used by a request in flight; "
+                f"use a new id for each request",
+            )
+            return
         if self.locked and method in LOCKED_OUT:
             self.send_error(
                 id_json, INVALID_REQUEST,
@@ -289,7 +332,7 @@ class Session(asyncio.Protocol):
             return
         handler = _HANDLERS.get(method) or self.server.methods.get(method)
         if handler is None:
-            self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {method}")
+            self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {_clip(method)}")
             return
         try:
             outcome = handler(self, id_json, message.params)
@@ -309,9 +352,19 @@ class Session(asyncio.Protocol):
             value = msgspec.json.decode(line)
         except msgspec.DecodeError:
             return b"null"
-        if isinstance(value, dict) and isinstance(value.get("id"), (int, str)):
+        except RecursionError:
+            return _scan_envelope(line)[0]
+        if isinstance(value, dict) and isinstance(value.get("id"), (int, str)) and not isinstance(value["id"], bool):
             return _encode(value["id"])
         return b"null"
+
+    def _refuse_deep(self, line: bytes) -> None:
+        id_json, field, method = _scan_envelope(line)
+        if field == "params" and method and id_json != b"null":
+            self.send_error(id_json, INVALID_PARAMS, f"Invalid params: {TOO_DEEP}")
+        else:
+            where = f"{field!r} is " if field else ""
+            self.send_error(id_json, INVALID_REQUEST, f"Invalid request: {where}{TOO_DEEP}")
 
     def _spawn(self, coroutine: Awaitable[None], id_json: bytes) -> None:
         async def run() -> None:
@@ -324,9 +377,15 @@ class Session(asyncio.Protocol):
             except Exception as exc:  # answer, and keep the connection serving
                 log.exception("request failed")
                 self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+            finally:
+                # In the step that answered, not in a done callback a loop turn later: the client
+                # may reuse the id as soon as it reads the answer.
+                self._pending.discard(id_json)
+                self._close_if_done()
 
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)
+        self._pending.add(id_json)
         task.add_done_callback(self._tasks.discard)
 
     # -- writing --------------------------------------------------------------------------------
@@ -340,7 +399,7 @@ class Session(asyncio.Protocol):
         if data is not None:
             error["data"] = data
         if self.transport is not None:
-            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode(error) + b"}\n")
+            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode_report(error) + b"}\n")
 
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
         if self.transport is None:
@@ -351,7 +410,7 @@ class Session(asyncio.Protocol):
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
-        self.transport.write(_encode(message) + b"\n")
+        self.transport.write(_encode_report(message) + b"\n")
 
     def log_message(self, level: str, data: Any, logger: str = "atomictoolsd") -> None:
         """Send ``notifications/message`` when ``level`` passes this client's level."""
@@ -406,6 +465,7 @@ class Session(asyncio.Protocol):
             call = self.calls.pop(_encode(params.requestId), None)
             if call is not None:
                 call.cancel()
+                self._close_if_done()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -464,11 +524,14 @@ class Session(asyncio.Protocol):
         if params.cursor is not None:
             start = _decode_cursor(params.cursor)
             if start is None or start > len(tools):
-                raise ParamsError(f"Invalid params: unknown cursor {params.cursor!r}")
+                raise ParamsError(f"Invalid params: unknown cursor {_clip(params.cursor)!r}; list again without one")
         page = tools[start : start + size]
         body = b'{"tools":[' + b",".join(t.encoded for t in page) + b"]"
         if start + size < len(tools):
             body += b',"nextCursor":' + _encode(_encode_cursor(start + size))
+        loading = self.project.view().loading
+        if loading:  # their tools come with list_changed once they have loaded
+            body += b',"_meta":' + _encode({"atomic/loading": loading})
         self.send_result(id_json, body + b"}")
         if start == 0:
             self._seen = self.fingerprint()
@@ -489,7 +552,26 @@ class Session(asyncio.Protocol):
         del self.calls[id_json]  # _call registers the call it starts; one it answers at once is not in flight
         self._call(id_json, params)
 
-    def _call(self, id_json: bytes, params: CallParams) -> None:
+    async def _call_when_loaded(
+        self, id_json: bytes, params: CallParams, waiting: _WaitingCall, loads: list[asyncio.Future[None]]
+    ) -> None:
+        timeout = self.server.config.call_timeout
+        asked = params.meta.get("atomic/timeout") if params.meta else None
+        if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
+            timeout = min(float(asked), self.server.config.max_call_timeout)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while loads and params.name not in self.project.view().tools:  # each load may bring it
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await asyncio.wait(loads, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            loads = self.project.loads_under_way()
+        if waiting.cancelled or self.calls.get(id_json) is not waiting:
+            return  # cancelled while the modules loaded: never answered
+        del self.calls[id_json]
+        self._call(id_json, params, waited=True)
+
+    def _call(self, id_json: bytes, params: CallParams, waited: bool = False) -> None:
         # The hot path: no closures, no tasks; the call reports back through call_result().
         name = params.name
         arguments = params.arguments
@@ -500,6 +582,12 @@ class Session(asyncio.Protocol):
                 return
             name, arguments = inner[0], msgspec.Raw(inner[1])
         tool = self.project.view().tools.get(name)
+        if tool is None and not waited:
+            loads = self.project.loads_under_way()
+            if loads:  # a module still loading may define it: wait for them, then look again
+                waiting = self.calls[id_json] = _WaitingCall()
+                self._spawn(self._call_when_loaded(id_json, CallParams(name, arguments, params.meta), waiting, loads), id_json)
+                return
         if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
             message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
             blocked = self.project.view().blocked if tool is None else None
@@ -533,8 +621,10 @@ class Session(asyncio.Protocol):
     # CallOwner: what a call started by this session produces
 
     def call_result(self, call: Any, result: bytes) -> None:
-        self.calls.pop(call.request_id, None)
+        if self.calls.get(call.request_id) is call:
+            del self.calls[call.request_id]
         self.send_result(call.request_id, result)
+        self._close_if_done()
 
     def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
         payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}
@@ -563,6 +653,7 @@ class Session(asyncio.Protocol):
             "counts": counts,
             "errors": view.errors,
             "blocked": view.blocked,
+            "loading": view.loading,
         }
         if params.all:
             result["shadowed"] = [
@@ -570,7 +661,7 @@ class Session(asyncio.Protocol):
                 for tool, winner in view.shadowed
                 if self.allowed(tool.name)
             ]
-        self.send_result(id_json, _encode(result))
+        self.send_result(id_json, _encode_report(result))
 
     def on_attach(self, id_json: bytes, raw: Any) -> Awaitable[None]:
         # Everything but the wait happens before the next line is read: the stdio shim sends its
@@ -610,8 +701,9 @@ class Session(asyncio.Protocol):
             "toolCount": len(self.visible()),
             "errors": view.errors,
             "blocked": view.blocked,
+            "loading": view.loading,
         }
-        self.send_result(id_json, _encode(result))
+        self.send_result(id_json, _encode_report(result))
 
     def on_subscribe(self, id_json: bytes, raw: Any) -> None:
         self.subscribed = True
@@ -621,10 +713,10 @@ class Session(asyncio.Protocol):
 
     async def on_reload(self, id_json: bytes, raw: Any) -> None:
         result = await self.server.registry.reload(self.project)
-        self.send_result(id_json, _encode(result))
+        self.send_result(id_json, _encode_report(result))
 
     def on_status(self, id_json: bytes, raw: Any) -> None:
-        self.send_result(id_json, _encode(self.server.status()))
+        self.send_result(id_json, _encode_report(self.server.status()))
 
     def on_shutdown(self, id_json: bytes, raw: Any) -> None:
         self.send_result(id_json, _encode({"stopping": True, "pid": os.getpid()}))
@@ -641,18 +733,76 @@ class Session(asyncio.Protocol):
         }
 
 
+def _encode_report(value: Any) -> bytes:
+    """A report (status, list, attach, reload, an error) as JSON. Its paths come from the file system,
+    whose names need not be UTF-8: such a string is sent escaped rather than failing the answer."""
+    try:
+        return _encode(value)
+    except UnicodeEncodeError:
+        return _encode(escape_strings(value))
+
+
 def _encode_cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(f"o{offset}".encode()).decode()
 
 
 def _decode_cursor(cursor: str) -> int | None:
+    if len(cursor) > 64:  # far longer than any offset the daemon issues
+        return None
     try:
-        text = base64.urlsafe_b64decode(cursor.encode()).decode()
-    except (ValueError, UnicodeDecodeError):
+        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("ascii")
+    except ValueError:  # not base64, not ASCII (UnicodeError is a ValueError)
         return None
-    if not text.startswith("o") or not text[1:].isdigit():
+    digits = text[1:]
+    if not text.startswith("o") or not digits.isascii() or not digits.isdigit() or len(digits) > 18:
         return None
-    return int(text[1:])
+    return int(digits)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """``text`` short enough to echo in an error message (a client's value can be megabytes)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+# Tokens of a JSON text, enough to walk its nesting: strings, punctuation, other scalars.
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]|[^\s\[\]{}:,"]+', re.S)
+_SCAN_BYTES = 1 << 18  # the envelope (jsonrpc, id, method) comes first; never walk megabytes for it
+_SCAN_DEPTH = 64
+
+
+def _scan_envelope(line: bytes) -> tuple[bytes, str | None, bool]:
+    """For a line too deeply nested to decode: its id as JSON (``null`` when not found), the top-level
+    key whose value is nested deepest (None when not reached), and whether it names a method."""
+    depth = 0
+    key: str | None = None
+    id_json = b"null"
+    method = False
+    for match in _TOKEN.finditer(line, 0, _SCAN_BYTES):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > _SCAN_DEPTH:
+                return id_json, key, method
+        elif token in (b"]", b"}"):
+            depth -= 1
+        elif depth != 1 or token == b":":
+            continue
+        elif token == b",":
+            key = None
+        elif key is None:
+            try:
+                key = msgspec.json.decode(token, type=str)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                return id_json, None, method
+        elif key == "id":
+            try:
+                value = msgspec.json.decode(token, type=int | str)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            id_json = _encode(value)
+        elif key == "method":
+            method = True
+    return id_json, None, method
 
 
 _HANDLERS: dict[str, Handler] = {

@@ -6,8 +6,10 @@ session id and allow/deny globs, and from then on relays bytes both ways. The so
 one-message-per-line JSON-RPC as MCP's stdio transport, so nothing is parsed on the way: the only
 line the shim looks at is the daemon's answer to its own attach, which it keeps off stdout.
 
-It exits when stdin closes (the MCP shutdown signal), when its parent process dies, or when the
-daemon closes the connection.
+When stdin closes (the MCP shutdown signal) it half-closes the socket and relays the answers the daemon
+still owes, then exits once the daemon closes the connection: the daemon answers every request it
+read before it does (a call still running included), so `printf '…' | atomictoolsd mcp` gets every
+answer. It also exits when its parent process dies, or when the daemon closes the connection.
 
 Start-up cost is the product here: an agent spawns a shim for every session. So this module imports
 only ``os``, ``sys``, ``time``, ``select`` and ``_socket`` (the C module under ``socket``, which
@@ -39,7 +41,6 @@ _ATTACH_ANSWER = b'{"jsonrpc":"2.0","id":"' + ATTACH_ID.encode() + b'",'
 _CHUNK = 1 << 16
 _HIGH_WATER = 1 << 22  # stop reading a side while 4 MiB wait to be written to the other
 _PARENT_CHECK = 1.0  # seconds between checks that the parent is still alive
-_EOF_GRACE = 5.0  # after stdin closes, seconds to wait for the daemon's last answers
 _CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
 _PARENT = os.getppid()  # as early as possible: the agent may die while we start
 
@@ -242,25 +243,25 @@ class _Relay:
         sock = self.sock
         sock.setblocking(False)
         self._flush_to_daemon()
-        eof_deadline: float | None = None
+        half_closed = False
         next_parent_check = time.monotonic() + _PARENT_CHECK
         while True:
-            if not self.stdin_open and not self.to_daemon and eof_deadline is None:
+            if not self.stdin_open and not self.to_daemon and not half_closed:
                 # The client is done. Half-close so the daemon answers what it already read, then
-                # closes; whatever it sends before that still reaches stdout.
+                # closes; whatever it sends before that still reaches stdout. No deadline of our own:
+                # a call still running is answered when it ends (its timeout bounds it).
                 try:
                     sock.shutdown(_socket.SHUT_WR)
                 except OSError:
                     pass
-                eof_deadline = time.monotonic() + _EOF_GRACE
+                half_closed = True
             if not self.daemon_open and not self.to_client:
                 if self.stdin_open:
                     _say("the daemon closed the connection (it stopped or restarted); restart this MCP server")
                     return 1
                 return 0
             self._register()
-            timeout = _PARENT_CHECK if eof_deadline is None else max(0.0, eof_deadline - time.monotonic())
-            events = self.poller.poll(timeout * 1000)
+            events = self.poller.poll(_PARENT_CHECK * 1000)
             for fd, event in events:
                 if fd == 0:
                     self._read_stdin()
@@ -273,8 +274,6 @@ class _Relay:
                 else:
                     self._read_daemon()
             now = time.monotonic()
-            if eof_deadline is not None and now >= eof_deadline:
-                return 0
             if now >= next_parent_check:
                 next_parent_check = now + _PARENT_CHECK
                 if os.getppid() != self.parent:

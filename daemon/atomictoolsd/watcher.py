@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from watchfiles._rust_notify import RustNotify
 
 from atomictoolsd.defcache import deps_fresh
-from atomictoolsd.discovery import MODULE_KINDS
+from atomictoolsd.discovery import MODULE_KINDS, escape_path
 from atomictoolsd.doorbell import Doorbell
 from atomictoolsd.registry import ToolsDir
 
@@ -541,15 +541,22 @@ def _settled(tools_dir: Path, quiet: float = 0.2) -> bool:
         return True
 
 
+def _watchable(path: Path) -> bool:
+    """A directory we can list (a symlink loop, a file or an unreadable dir is not: watching one
+    fails, and would take the OS watch away from every other directory)."""
+    return path.is_dir() and os.access(path, os.R_OK | os.X_OK)
+
+
 def _paths_to_watch(tools_dir: ToolsDir) -> tuple[str, ...]:
-    """The tools dir and its subdirectories; or, while it does not exist, the nearest existing
-    directory between it and its project root (or the home directory), never above, never recursively."""
-    if tools_dir.path.is_dir():
+    """The tools dir and its subdirectories; or, while it cannot be listed (it does not exist, or is
+    a loop or a file), the nearest directory between it and its project root (or the home directory)
+    that can, never above, never recursively: a tools dir put right there is seen."""
+    if _watchable(tools_dir.path):
         return (str(tools_dir.path), *_subdirs(tools_dir.path))
     stop = tools_dir.cwd
     candidate = tools_dir.path.parent
     while True:
-        if candidate.is_dir():
+        if _watchable(candidate):
             return (str(candidate),)
         if candidate == stop or candidate.parent == candidate or stop not in candidate.parents:
             return ()
@@ -557,10 +564,14 @@ def _paths_to_watch(tools_dir: ToolsDir) -> tuple[str, ...]:
 
 
 def _subdirs(tools_dir: Path) -> list[str]:
-    """The directories below a tools directory (helper packages), without caches and hidden ones."""
+    """The directories below a tools directory (helper packages), without caches and hidden ones, and
+    without those whose name no import could name (not UTF-8, a control character: see
+    ``discovery``), which watchfiles could not even be given. os.walk follows no symlink."""
     found: list[str] = []
     for top, dirnames, _files in os.walk(tools_dir):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+        dirnames[:] = sorted(
+            d for d in dirnames if d != "__pycache__" and not d.startswith(".") and escape_path(d) == d
+        )
         for name in dirnames:
             found.append(os.path.join(top, name))
             if len(found) >= _MAX_SUBDIRS:

@@ -13,6 +13,8 @@ import pytest
 from helpers import Daemon, Env
 from shim_helpers import SHIM, mcp_session, run
 
+# The interpreter's flags and module before the shim's own arguments (see docs/trust.md).
+SEALED = ["-E", "-P", "-m", "atomictoolsd"]
 OTHER_JSON = {"command": "npx", "args": ["-y", "other-server"]}
 
 
@@ -102,10 +104,10 @@ def test_connect_writes_each_agents_shape(env: Env) -> None:
     for agent in ("claude", "opencode", "copilot", "cursor"):
         assert cli(env, "connect", agent).returncode == 0
     claude = json.loads((env.project / ".mcp.json").read_text())["mcpServers"]["atomic"]
-    assert claude["type"] == "stdio" and claude["args"][:3] == ["mcp", "--agent", "claude"] and claude["env"] == {}
+    assert claude["type"] == "stdio" and claude["args"][:7] == [*SEALED, "mcp", "--agent", "claude"] and claude["env"] == {}
     opencode = json.loads((env.project / "opencode.json").read_text())["mcp"]["atomic"]
     assert opencode["type"] == "local" and opencode["enabled"] is True and "args" not in opencode
-    assert opencode["command"][1:] == ["mcp", "--agent", "opencode"]
+    assert opencode["command"][1:] == [*SEALED, "mcp", "--agent", "opencode"]
     copilot = json.loads((env.home / ".copilot" / "mcp-config.json").read_text())["mcpServers"]["atomic"]
     assert copilot["tools"] == ["*"] and copilot["type"] == "local"
     cursor = json.loads((env.project / ".cursor" / "mcp.json").read_text())["mcpServers"]["atomic"]
@@ -140,7 +142,7 @@ def test_connect_codex_keeps_the_toml_as_the_user_wrote_it(env: Env) -> None:
     assert config["mcp_servers"]["other"] == {"command": "npx", "args": ["-y", "other-server"], "env": {"TOKEN_VAR": "X"}}
     assert config["profiles"] == {"fast": {"model": "small"}}
     atomic = config["mcp_servers"]["atomic"]
-    assert atomic["args"] == ["mcp", "--agent", "codex", "--dispatcher"]  # Codex ignores list_changed
+    assert atomic["args"] == [*SEALED, "mcp", "--agent", "codex", "--dispatcher"]  # Codex ignores list_changed
     assert cli(env, "disconnect", "codex").returncode == 0
     assert path.read_text() == CODEX_CONFIG
 
@@ -149,7 +151,7 @@ def test_connect_codex_honours_codex_home_and_creates_the_file(env: Env) -> None
     env.vars["CODEX_HOME"] = str(env.root / "codex-home")
     assert cli(env, "connect", "codex", "--no-dispatcher").returncode == 0
     config = tomllib.loads((env.root / "codex-home" / "config.toml").read_text())
-    assert config["mcp_servers"]["atomic"]["args"] == ["mcp", "--agent", "codex"]
+    assert config["mcp_servers"]["atomic"]["args"] == [*SEALED, "mcp", "--agent", "codex"]
     assert backups(env) == []  # there was no file to back up
 
 

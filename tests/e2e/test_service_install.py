@@ -90,7 +90,7 @@ def test_installed_units_pass_systemd_analyze_verify(env: Env) -> None:
     assert checked.returncode == 0 and checked.stdout + checked.stderr == "", checked.stdout + checked.stderr
 
     text = service.read_text()
-    assert f"ExecStart={PYTHON} -m atomictoolsd serve" in text
+    assert f"ExecStart={PYTHON} -E -P -m atomictoolsd serve" in text
     for line in ("Type=notify", "Restart=on-failure", "KillMode=mixed", "RestartPreventExitStatus=2",
                  "ExecReload=kill -HUP $MAINPID", "WatchdogSec=30", "NoNewPrivileges=yes", "StandardError=journal"):
         assert f"\n{line}\n" in text, line
@@ -123,7 +123,7 @@ def test_odd_interpreter_and_socket_paths_are_escaped(env: Env, monkeypatch: pyt
     the_plan = plan("systemd", paths, os.environ, python=str(odd / "python"))
     assert install(the_plan, paths, io.StringIO(), start=False) == 0
     service = unit_dir(env) / "atomictoolsd.service"
-    assert f'ExecStart="{env.root}/my venv %%h/bin/python" -m atomictoolsd serve' in service.read_text()
+    assert f'ExecStart="{env.root}/my venv %%h/bin/python" -E -P -m atomictoolsd serve' in service.read_text()
     socket_unit = (unit_dir(env) / "atomictoolsd.socket").read_text()
     assert f"ListenStream={env.runtime_base}/odd %%i dir/d.sock" in socket_unit
     assert f'Environment="ATOMICTOOLS_SOCKET={env.runtime_base}/odd %%i dir/d.sock"' in service.read_text()
@@ -136,7 +136,7 @@ def test_dry_run_prints_the_files_and_commands_and_writes_nothing(env: Env) -> N
     result = run(env, "service", "install", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert f"# {unit_dir(env) / 'atomictoolsd.service'}" in result.stdout
-    assert f"ExecStart={PYTHON} -m atomictoolsd serve" in result.stdout
+    assert f"ExecStart={PYTHON} -E -P -m atomictoolsd serve" in result.stdout
     assert "ListenStream=%t/atomictools/atomictoolsd.sock" in result.stdout
     assert "#   systemctl --user enable --now atomictoolsd.socket atomictoolsd.service" in result.stdout
     assert snapshot(env.root / "config", env.root / "state", env.home) == before
@@ -150,7 +150,7 @@ def test_the_plist_parses_and_has_what_launchd_needs(env: Env) -> None:
     text = result.stdout[len(header):].split("\n# then run:")[0]
     plist = plistlib.loads(text.encode())
     assert plist["Label"] == "org.atomictools.atomictoolsd"
-    assert plist["ProgramArguments"] == [PYTHON, "-m", "atomictoolsd", "serve"]
+    assert plist["ProgramArguments"] == [PYTHON, "-E", "-P", "-m", "atomictoolsd", "serve"]
     assert os.path.isabs(plist["ProgramArguments"][0])
     assert plist["RunAtLoad"] is True
     assert plist["KeepAlive"] == {"SuccessfulExit": False}, "restart after a failed exit only"

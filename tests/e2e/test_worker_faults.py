@@ -9,6 +9,9 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
+import sysconfig
 import textwrap
 import threading
 import time
@@ -199,20 +202,27 @@ os.fork = fork
 """
 
 
+def faulty_interpreter(root: Path) -> str:
+    """An interpreter whose installation carries FAIL_ONE_FORK as its sitecustomize, with this one's
+    packages. The daemon's processes run what their installation holds and nothing a PYTHONPATH
+    names (docs/trust.md), so the fault goes where a user's own installation would put it."""
+    venv = root / "faulty-python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    [site_dir] = (venv / "lib").glob("python*/site-packages")
+    (site_dir / "ours.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    (site_dir / "sitecustomize.py").write_text(FAIL_ONE_FORK)
+    return str(venv / "bin" / "python")
+
+
 def test_a_fork_that_fails_costs_only_what_needed_that_worker_and_is_never_cached(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    inject = env.root / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(FAIL_ONE_FORK)
+    python = faulty_interpreter(env.root)
     trigger = env.root / "fail-the-next-fork"
-    extra = {
-        "PYTHONPATH": os.pathsep.join([str(inject), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        "FAIL_FORK_TRIGGER": str(trigger),
-    }
+    extra = {"FAIL_FORK_TRIGGER": str(trigger)}
     env.write_tool(env.global_tools, "a.py", "import os, time\n\ndef a(s: float = 0) -> str:\n    time.sleep(s)\n    return str(os.getpid())\n")
     env.write_tool(env.global_tools, "b.py", "import os\n\ndef b() -> str:\n    return str(os.getpid())\n")
     env.write_tool(env.global_tools, "c.py", "def c() -> str:\n    return 'c'\n")
 
-    daemon: Daemon = make_daemon(extra)
+    daemon: Daemon = make_daemon(extra, python=python)
     answers: list[Any] = []
     with daemon.client(env.home) as client, daemon.client(env.home) as other:
         pid_a, pid_b = client.call("a").text, client.call("b").text
@@ -233,7 +243,7 @@ def test_a_fork_that_fails_costs_only_what_needed_that_worker_and_is_never_cache
 
     # The failure was not d.py's: nothing was cached, and the next daemon loads it. The others are
     # listed from the cache, without a worker until their first call.
-    daemon = make_daemon(extra)
+    daemon = make_daemon(extra, python=python)
     with daemon.client(env.home) as client:
         assert names(client) == ["a", "b", "c", "d"] and client.request("atomic/list")["errors"] == []
         assert module_status(client, "c.py")["worker"] is None

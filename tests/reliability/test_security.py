@@ -22,33 +22,12 @@ from typing import Any
 
 import pytest
 
-from helpers import Daemon, Env, RawConnection, wait_for
+from helpers import Daemon, Env, RawConnection, as_other_user, wait_for
 
 NOBODY = 65534
 
 
 # -- another user ----------------------------------------------------------------------------------
-
-
-def as_other_user(uid: int, gid: int, groups: list[int], attempt: Callable[[], str]) -> str:
-    """Run ``attempt`` in a child process that has become ``uid``/``gid``; return what it reports."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_fd)
-            os.setgroups(groups)
-            os.setgid(gid)
-            os.setuid(uid)
-            outcome = attempt()
-        except BaseException as exc:  # noqa: BLE001 - whatever happens is the report
-            outcome = f"crashed {exc!r}"
-        os.write(write_fd, outcome.encode())
-        os._exit(0)
-    os.close(write_fd)
-    os.waitpid(pid, 0)
-    with os.fdopen(read_fd, "rb") as f:
-        return f.read().decode()
 
 
 def knock(path: Path, payload: bytes) -> Callable[[], str]:

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from atomictoolsd.discovery import git_worktree_root, list_module_files, project_root
+from atomictoolsd.discovery import (
+    escape_path,
+    escape_strings,
+    git_worktree_root,
+    list_module_files,
+    project_root,
+    scan_tools_dir,
+)
+from helpers import as_other_user
 
 
 def test_nearest_atomic_dir_is_the_root(tmp_path: Path) -> None:
@@ -55,3 +65,94 @@ def test_an_atomic_dir_of_another_user_marks_no_project(tmp_path: Path) -> None:
     work = shared / "mine"
     work.mkdir()
     assert project_root(work, tmp_path / "home") == work
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [
+        (b"plain \xc3\xa9.py", "plain \u00e9.py"),  # printable non-ASCII stays as it is
+        (b"bad\xff.py", "bad\\xff.py"),
+        (b"new\nline\r\t.py", "new\\nline\\r\\t.py"),
+        (b"esc\x1b[31m\x7f.py", "esc\\x1b[31m\\x7f.py"),
+        ("rtl\u202e\u200b.py".encode(), "rtl\\u202e\\u200b.py"),
+        (b"back\\slash\xfe", "back\\\\slash\\xfe"),  # doubled: never read as an escape
+    ],
+)
+def test_escape_path_is_utf8_on_one_line(raw: bytes, escaped: str) -> None:
+    result = escape_path(os.fsdecode(raw))
+    assert result == escaped and escape_path(raw) == escaped
+    result.encode("utf-8")  # strict
+    assert result.isprintable()
+
+
+def test_escape_strings_escapes_only_what_json_cannot_carry() -> None:
+    value = {"file": os.fsdecode(b"/t/bad\xff.py"), "ok": "new\nline", "n": [1, os.fsdecode(b"\xfe")], "x": None}
+    assert escape_strings(value) == {"file": "/t/bad\\xff.py", "ok": "new\nline", "n": [1, "\\xfe"], "x": None}
+
+
+def test_odd_entries_are_skipped_with_a_reason(tmp_path: Path) -> None:
+    base = os.fsencode(tmp_path)
+    for raw in (b"good.py", b"bad\xff.py", b"new\nline.py", b"ok.json"):
+        with open(base + b"/" + raw, "w") as f:
+            f.write("")
+    os.mkdir(base + b"/pkg.py")
+    os.symlink(b"nowhere", base + b"/gone.py")
+    os.symlink(b"loop.py", base + b"/loop.py")
+    os.mkfifo(base + b"/pipe.py")
+    os.symlink(b"_lib", base + b"/_lib")  # a helper: never reported
+    os.symlink(b"good.py", base + b"/alias.py")  # a link to a module is a module
+    modules, skipped = scan_tools_dir(tmp_path)
+    assert [Path(m.path).name for m in modules] == ["alias.py", "good.py", "ok.json"]
+    reasons = {Path(s.path).name: s.message for s in skipped}
+    assert set(reasons) == {"bad\\xff.py", "new\\nline.py", "pkg.py", "gone.py", "loop.py", "pipe.py"}
+    assert "not valid UTF-8" in reasons["bad\\xff.py"] and "control character" in reasons["new\\nline.py"]
+    assert "directory" in reasons["pkg.py"] and "to nothing" in reasons["gone.py"]
+    assert "loop" in reasons["loop.py"] and "not a regular file" in reasons["pipe.py"]
+    assert all("rename or remove it" in m for m in reasons.values())
+
+
+@pytest.mark.parametrize("case", ["loop", "file", "dangling", "missing", "not utf-8"])
+def test_a_tools_dir_that_cannot_be_listed_is_reported_not_raised(tmp_path: Path, case: str) -> None:
+    tools = tmp_path / "tools"
+    if case == "loop":
+        os.symlink("tools", tools)
+    elif case == "file":
+        tools.write_text("")
+    elif case == "dangling":
+        os.symlink("gone", tools)
+    elif case == "not utf-8":
+        tools = Path(os.fsdecode(os.fsencode(tmp_path) + b"/t\xff"))
+        tools.mkdir()
+        (tools / "a.py").write_text("")
+    modules, skipped = scan_tools_dir(tools)
+    assert modules == [] and list_module_files(tools) == []
+    if case == "missing":
+        assert skipped == []  # no tools dir is the usual case
+        return
+    [problem] = skipped
+    assert problem.path == escape_path(str(tools)) and "no tools load from it" in problem.message
+    word = {"loop": "loop", "file": "not a directory", "dangling": "to nothing", "not utf-8": "not valid UTF-8"}[case]
+    assert word in problem.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_an_unreadable_tools_dir_is_reported() -> None:
+    """EACCES, as a user who may not read the dir (root may read anything)."""
+    top = tempfile.mkdtemp(prefix="at-eacces-", dir="/tmp")
+    try:
+        os.chmod(top, 0o711)
+        tools = Path(top) / "tools"
+        tools.mkdir(mode=0o000)
+        (tools / "a.py").write_text("")
+        os.chmod(tools, 0o000)
+        os.chown(tools, 65534, 65534)
+
+        def attempt() -> str:
+            modules, skipped = scan_tools_dir(tools)
+            return f"{len(modules)}|" + "|".join(s.message for s in skipped)
+
+        outcome = as_other_user(65534, 65534, [], attempt)
+        assert outcome.startswith("0|") and "permission denied" in outcome, outcome
+    finally:
+        os.chmod(Path(top) / "tools", 0o700)
+        shutil.rmtree(top)

@@ -195,3 +195,15 @@ def test_a_multi_line_error_reads_as_a_line_and_its_traceback() -> None:
         "    Traceback (most recent call last):",
         "    ValueError: no",
     ]
+
+
+def test_a_file_name_that_is_not_utf8_loses_no_event_of_its_batch(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME)
+    log.emit("info", "first", {"path": "/t/ok.py"})
+    log.emit("warning", "module.skipped", {"path": os.fsdecode(b"/t/bad\xff.py")})
+    log.emit("info", "last")
+    log.close()
+    events = lines(tmp_path / LOG_NAME)
+    assert [e["event"] for e in events] == ["first", "module.skipped", "last"]
+    assert events[1]["path"] == "/t/bad\\xff.py"

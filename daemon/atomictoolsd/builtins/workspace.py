@@ -11,7 +11,7 @@ import msgspec
 from atomictools import Context, tool
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.builtins._common import git, home, project_of
-from atomictoolsd.discovery import global_tools_dir, local_tools_dir
+from atomictoolsd.discovery import escape_path, global_tools_dir, local_tools_dir
 
 __all__ = ["ToolsDirInfo", "WorkspaceInfo", "workspace_info"]
 
@@ -55,7 +55,8 @@ def workspace_info(ctx: Context) -> WorkspaceInfo:
     global_dir = global_tools_dir(home())
     if local != global_dir:
         dirs.append(ToolsDirInfo(str(local), "local", local.is_dir(), trusted))
-    dirs.append(ToolsDirInfo(str(global_dir), "global", global_dir.is_dir(), True))
+    # Escaped: a home whose name is not UTF-8 could not be sent (the daemon reports its tools dir).
+    dirs.append(ToolsDirInfo(escape_path(str(global_dir)), "global", global_dir.is_dir(), True))
     dirs.append(ToolsDirInfo(str(BUILTIN_DIR), "builtin", True, True))
     return WorkspaceInfo(
         directory=ctx.directory,

@@ -1,10 +1,17 @@
-"""Daemon lifecycle commands: serve, start, stop, restart, status."""
+"""Daemon lifecycle commands: serve, start, stop, restart, status.
+
+A daemon is found by its socket and, when the socket does not answer (its file deleted, say), by its
+instance lock: the lock file is held for the daemon's whole life and holds its pid.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -13,9 +20,24 @@ from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json
 
 __all__ = ["register"]
 
+_RESEALED = "ATOMICTOOLS_RESEALED"  # set by serve for the copy of itself it re-executes, and removed by it
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground (``--detach``: in the background, as ``start`` does)."""
+    from atomictools._launch import is_sealed, python_command, sealed_environ
+
+    resealed = os.environ.pop(_RESEALED, None) is not None
+    if not is_sealed() and sys.argv[1:2] == ["serve"] and not resealed:
+        # Started by a command line this installation did not write (a unit from an older version,
+        # `python -m atomictoolsd serve` typed in a repository, the console script under an agent's
+        # PYTHONPATH): start over sealed, same pid and descriptors, before the event loop, msgspec
+        # or any tool code is imported. What the interpreter ran before this line is beyond reach.
+        # Once only: an interpreter that still does not look sealed must not loop on exec.
+        os.execve(sys.executable, python_command("atomictoolsd", *sys.argv[1:]), {**sealed_environ(), _RESEALED: "1"})
+    sealed = sealed_environ()
+    for key in [k for k in os.environ if k.startswith("PYTHON") and os.environ[k] != sealed.get(k)]:
+        del os.environ[key]  # ignored here (-E), but a tool's own `python` would inherit them
     if args.detach:
         if os.fork() > 0:
             os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
@@ -144,13 +166,58 @@ def _running_pid(args: argparse.Namespace) -> int | None:
     return int(status["pid"]) if isinstance(status, dict) and "pid" in status else None
 
 
+def lock_holder() -> int | None:
+    """The pid of the daemon holding the instance lock, or None when no process holds it."""
+    from atomictoolsd.paths import Paths
+
+    try:
+        fd = os.open(Paths.from_env().lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return None
+        else:
+            return None  # we could lock it: nobody holds it (a killed daemon's file)
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    return int(text) if text.isdigit() and pid_alive(int(text)) else None
+
+
+def _wait_for_socket(timeout: float = 3.0) -> Any:
+    """``atomic/status`` once the socket answers again (a daemon makes a deleted one anew within a second)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        status = raw_request("atomic/status", timeout=2.0)
+        if status is not None:
+            return status
+    return None
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop the daemon: calls in flight finish first (within the configured grace)."""
-    status = raw_request("atomic/status")
-    reply = raw_request("atomic/shutdown") if status is not None else None
+    # Status only says which service manager to mention: a daemon that cannot answer it is stopped all the same.
+    status = raw_request("atomic/status") or {}
+    reply = raw_request("atomic/shutdown")
     if reply is None:
-        print("atomictoolsd is not running")
-        return 0
+        pid = lock_holder()
+        if pid is None:
+            print("atomictoolsd is not running")
+            return 0
+        # It holds the lock but its socket does not answer (deleted, or the daemon is stuck):
+        # SIGTERM is the same graceful stop atomic/shutdown asks for.
+        status = {}
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            print("atomictoolsd is not running")
+            return 0
+        reply = {"pid": pid}
     pid = reply["pid"]
     deadline = time.monotonic() + 60
     while pid_alive(pid) and time.monotonic() < deadline:
@@ -176,13 +243,32 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Show the daemon's state: process, service manager, projects, modules and their workers, config."""
-    from atomictools._errors import ConnectError
+    from atomictools._errors import ConnectError, RPCError
 
     try:
         with connect(args, autostart=False) as client:
             status = client.status()
     except ConnectError:
-        return not_running()
+        pid = lock_holder()
+        if pid is None:
+            return not_running()
+        status = _wait_for_socket()
+        if status is None:
+            from atomictools._paths import socket_path
+
+            print(
+                f"atomictoolsd (pid {pid}) holds its lock but does not answer on {socket_path()}; "
+                f"stop it with `atomictoolsd stop`",
+                file=sys.stderr,
+            )
+            return 1
+    except RPCError as exc:
+        # This directory's project could not be attached: the daemon's own state still shows why.
+        status = raw_request("atomic/status")
+        if status is None:
+            print(f"atomictoolsd: the daemon answered: {exc}", file=sys.stderr)
+            return 1
+        print(f"atomictoolsd: this directory's project: {exc}", file=sys.stderr)
     if args.json:
         print_json(status)
         return 0
@@ -236,6 +322,11 @@ def print_status(status: dict[str, Any]) -> None:
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
+    skipped = status.get("skipped") or []
+    if skipped:
+        print("\nskipped (not loaded; the daemon serves everything else):")
+        for entry in skipped:
+            print(f"  {entry['file']}: {entry['message']}")
     for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
         if name not in _CORE_KEYS:
             _print_section(name, value)
@@ -253,7 +344,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "config", "config_sources", "config_file", "log",
+    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log",
 })
 
 

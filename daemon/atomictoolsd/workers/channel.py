@@ -67,6 +67,7 @@ class Loaded(_Message, tag="loaded"):
     problems: list[dict[str, Any]] = []
     deps: list[list[Any]] = []
     source: list[Any] | None = None
+    helpers: list[list[Any]] = []
 
 
 class Failed(_Message, tag="failed"):

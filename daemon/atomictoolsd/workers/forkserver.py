@@ -1,8 +1,8 @@
 """The fork server: a small process with the worker runtime already imported, forking workers.
 
 A cold ``python -c "import msgspec"`` costs ~26 ms; forking this process costs well under 1 ms. The
-daemon starts one fork server (``python -m atomictoolsd.workers.forkserver FD DAEMON_PID ALIVE_FD``)
-and talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
+daemon starts one fork server (``python -P -m atomictoolsd.workers.forkserver FD DAEMON_PID ALIVE_FD``,
+sealed: see ``spawner``) and talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
 
 daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
 The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer

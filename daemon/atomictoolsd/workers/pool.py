@@ -19,7 +19,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from atomictoolsd.eventlog import error_text, events
@@ -87,7 +87,9 @@ class ModuleRunner:
         self.backoff = CrashBackoff()
         self._epoch = 0  # bumped by install() and retire(): a lazy start begun before is stale
         # Set by the registry: a lazily started worker could not load the module; it loaded it
-        # (definitions to compare with what is listed); the crash streak began, grew or ended.
+        # (definitions to compare with what is listed); the crash streak began, grew or ended;
+        # whether what a lazily started worker loaded is what is on disk (not a half-written file).
+        self.verify: Callable[[Worker], Awaitable[bool]] | None = None
         self.on_load_failure: Callable[[LoadFailed], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
@@ -124,10 +126,12 @@ class ModuleRunner:
         except TimeoutError:
             worker.cause = f"did not finish importing the module within {self.pool.settings.load_timeout:g} s"
             worker.kill()
+            # The module's doing: remembered (and cached) like an import error, so that no later
+            # scan, nor the next daemon, waits for it again until its files change.
             raise LoadFailed(
                 {"file": self.spec.path, "line": None, "traceback": "",
-                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"},
-                by_module=False,
+                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"
+                            " (load_timeout); it is tried again when its files change or on a reload"},
             ) from None
         except (LoadFailed, SpawnError, asyncio.CancelledError):
             self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
@@ -143,7 +147,8 @@ class ModuleRunner:
         try:
             return await asyncio.wait_for(asyncio.shield(worker.loaded), self.pool.settings.load_timeout)
         except TimeoutError:
-            if not worker.unread():
+            # Read meanwhile (the timeout and the report fell in the same turn of the loop), or waiting.
+            if not (worker.loaded.done() or worker.unread()):
                 raise
         return await asyncio.wait_for(asyncio.shield(worker.loaded), Deadlines.LATE)
 
@@ -278,10 +283,25 @@ class ModuleRunner:
             return
         self._starting = loop.create_task(self._start_worker())
 
+    async def _load_whole(self) -> tuple[Worker, list[dict[str, Any]], float]:
+        """``load()``, again while what the worker read is not what is on disk (a file half-written);
+        after four tries the last one serves: the file keeps changing, and the watcher reloads it."""
+        for _attempt in range(3):
+            worker, definitions, load_ms = await self.load()
+            try:
+                whole = self.verify is None or await self.verify(worker)
+            except BaseException:
+                self.drop(worker)
+                raise
+            if whole:
+                return worker, definitions, load_ms
+            self.drop(worker)
+        return await self.load()
+
     async def _start_worker(self) -> Worker | None:
         epoch = self._epoch
         try:
-            worker, definitions, _ms = await self.load()
+            worker, definitions, _ms = await self._load_whole()
         except LoadFailed as failure:
             self._starting = None
             if epoch != self._epoch:

@@ -13,12 +13,12 @@ daemon → worker
     ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
 
 worker → daemon
-    ``["loaded", definitions, load_ms, problems, deps, source]`` once, when the module loaded;
+    ``["loaded", definitions, load_ms, problems, deps, source, helpers]`` once, when the module loaded;
     ``problems`` lists the tools it skipped (``{tool, line, message}``: a declarative file's malformed
     tools), else ``[]``; ``deps`` lists ``[path, size, mtime_ns]`` of the other files of its directory
     it imported; ``source`` is ``[size, crc32]`` of the module file's bytes it loaded (None if it
-    read none).
-    ``["failed", {file, line, message, traceback, deps, source}]`` once, instead, when it did not; then
+    read none), ``helpers`` ``[path, size, crc32]`` of the bytes it loaded from each of those files.
+    ``["failed", {file, line, message, traceback, deps, source, helpers}]`` once, instead, when it did not; then
     it exits.
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
@@ -55,7 +55,13 @@ from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
 from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
 from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.output import capture as capture_output
-from atomictoolsd.workers.sourceload import SourceOnlyLoader, fingerprint, imported_from, install_source_only_finder
+from atomictoolsd.workers.sourceload import (
+    SourceOnlyLoader,
+    fingerprint,
+    fingerprints,
+    imported_from,
+    install_source_only_finder,
+)
 from atomictoolsd.workers.truncate import spill, truncate
 
 __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "warm_up"]
@@ -108,7 +114,9 @@ def _error_line(exc: BaseException, path: str) -> int | None:
 def _load_python(path: str) -> list[ToolSpec]:
     directory, filename = os.path.split(path)
     stem = filename.rsplit(".", 1)[0]
-    # Appended, not prepended: helpers (_util.py) import by name, but never shadow the stdlib.
+    # Appended, not prepended: helpers (_util.py) import by name, but never shadow the stdlib. This
+    # is the one directory of a project on sys.path: the fork server is started sealed (no cwd, no
+    # PYTHONPATH), and the worker's move into the project root (spec.cwd) adds nothing to it.
     if directory not in sys.path:
         sys.path.append(directory)
     install_source_only_finder(directory)
@@ -609,7 +617,10 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         specs, problems = load_module(spec)
         tools = {t.name: t for t in specs}
     except LoadFailure as failure:
-        info = {**failure.info, "deps": imported_from(directory, spec.path), "source": fingerprint(spec.path)}
+        info = {
+            **failure.info, "deps": imported_from(directory, spec.path), "source": fingerprint(spec.path),
+            "helpers": fingerprints(directory, spec.path),
+        }
         if info["message"].startswith("MemoryError") and spec.memory_limit:
             info["message"] = f"MemoryError: importing the module needs more than {describe_limit(spec.memory_limit)}"
         send(["failed", info])
@@ -620,7 +631,10 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     load_ms = (time.perf_counter() - started) * 1000
     runtime = Runtime(sock, tools, spec, send_lock)
     deps = imported_from(directory, spec.path)
-    runtime.send(["loaded", [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path)])
+    runtime.send([
+        "loaded", [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path),
+        fingerprints(directory, spec.path),
+    ])
     runtime.run()
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.

@@ -9,8 +9,9 @@ standard library, installed packages) imports as usual.
 
 After the module loaded, ``imported_from(directory)`` names the files of that directory the worker
 imported, so the daemon can reload a module when a helper it uses changes, and ``fingerprint(path)``
-says which bytes of a file were loaded (``[size, crc32]``), so the daemon can tell a module read
-while it was being written from one read whole.
+and ``fingerprints(directory)`` say which bytes of a file were loaded (``[size, crc32]``), so the
+daemon can tell a module, or a helper it imported, read while it was being written from one read
+whole.
 
 Nothing is loaded that another user could have written (``check_writers``): a tool module or helper
 owned by someone else (but root), writable by others, or in a directory others may write to (without
@@ -30,7 +31,10 @@ import sys
 import zlib
 from typing import Any
 
-__all__ = ["SourceOnlyLoader", "check_writers", "fingerprint", "imported_from", "install_source_only_finder", "note_read"]
+__all__ = [
+    "SourceOnlyLoader", "check_writers", "fingerprint", "fingerprints", "imported_from", "install_source_only_finder",
+    "note_read",
+]
 
 _DAEMON_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _read: dict[str, list[int]] = {}  # path → [size, crc32] of the bytes loaded from it, in this process
@@ -66,6 +70,14 @@ def note_read(path: str, data: bytes) -> None:
 def fingerprint(path: str) -> list[int] | None:
     """``[size, crc32]`` of the bytes last loaded from ``path`` in this process, if any were."""
     return _read.get(os.path.abspath(path))
+
+
+def fingerprints(directory: str, exclude: str) -> list[list[Any]]:
+    """``[path, size, crc32]`` of the bytes loaded from each file under ``directory`` but ``exclude``
+    (the helpers a module imported: ``_shared.py``, a ``_lib/`` package's files)."""
+    prefix = os.path.abspath(directory) + os.sep
+    exclude = os.path.abspath(exclude)
+    return [[path, *read] for path, read in sorted(_read.items()) if path.startswith(prefix) and path != exclude]
 
 
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):

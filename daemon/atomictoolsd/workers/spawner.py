@@ -12,6 +12,10 @@ Linux; elsewhere the daemon kills them) along with what they started, and the ne
 new fork server. A send that fails counts as the same news, and the spawn is tried once more on a
 new fork server.
 
+The fork server is started sealed (``atomictools._launch``): ``-P``, from ``/``, without ``PYTHON*``
+variables but the daemon's own code roots. Started with ``-m`` from the daemon's directory, every
+module there (``ssl.py``) would run in it and in every worker forked from it.
+
 A fork server that is alive but does not answer (a tool sent its parent SIGSTOP; a debugger holds
 it) would hold every later spawn, and with them reloads and attaches. So it has a health check: its
 state is read (Linux: ``/proc``) every second, every quarter second while a spawn waits, and it is
@@ -26,18 +30,19 @@ A ``SpawnError`` is never the module's doing: the caller fails what needed the w
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from typing import Any
 
 import msgspec
 
+from atomictools._launch import SEALED_CWD, python_command, sealed_environ
 from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.sessions import kill_worker_processes
 
@@ -154,12 +159,21 @@ class Spawner:
             return server
 
     def _start(self) -> _ForkServer:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        alive_r, alive_w = os.pipe()
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        except OSError as exc:
+            raise SpawnError(f"cannot start the fork server: {_fd_cause(exc)}") from exc
+        try:
+            alive_r, alive_w = os.pipe()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            raise SpawnError(f"cannot start the fork server: {_fd_cause(exc)}") from exc
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "atomictoolsd.workers.forkserver",
-                 str(theirs.fileno()), str(os.getpid()), str(alive_w)],
+                python_command("atomictoolsd.workers.forkserver", str(theirs.fileno()), str(os.getpid()), str(alive_w)),
+                cwd=SEALED_CWD,
+                env=sealed_environ(),
                 pass_fds=(theirs.fileno(), alive_w),
                 stdin=subprocess.PIPE,  # its EOF tells the fork server that we are gone
                 close_fds=True,
@@ -357,7 +371,10 @@ class Spawner:
             raise SpawnError(f"{exc}, twice in a row") from None
 
     async def _spawn_on(self, server: _ForkServer, spec: WorkerSpec) -> tuple[int, socket.socket]:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as exc:  # out of file descriptors: fail the calls now, not at their timeout
+            raise SpawnError(f"cannot open the worker's channel: {_fd_cause(exc)}") from exc
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
         server.requests[request_id] = future
@@ -449,6 +466,15 @@ def _process_state(pid: int) -> str | None:
             return f.read().rsplit(b")", 1)[1].split()[0].decode()
     except (OSError, IndexError):
         return None
+
+
+def _fd_cause(exc: OSError) -> str:
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return (
+            f"{exc.strerror} (the daemon is out of file descriptors: close idle connections, "
+            f"or raise the open-file limit, ulimit -n, and restart the daemon)"
+        )
+    return str(exc)
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:

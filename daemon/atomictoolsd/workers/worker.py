@@ -89,8 +89,9 @@ class LoadFailed(Exception):
     """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``.
 
     ``by_module``: the module reported the failure itself (its import raised, its tools are
-    malformed), so loading the same files fails the same way and the failure may be cached; False
-    when its worker died or took too long while loading, which may not happen again.
+    malformed) or its import outlived the load timeout, so loading the same files fails the same way
+    and the failure may be cached; False when its worker died while loading, which may not happen
+    again.
     """
 
     def __init__(self, info: dict[str, Any], by_module: bool = True) -> None:
@@ -194,6 +195,7 @@ class Worker(asyncio.Protocol):
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
         self.source: list[int] | None = None  # [size, crc32] of the module file's bytes it loaded
+        self.helpers: list[list[Any]] = []  # [path, size, crc32] of the bytes it loaded from each helper
         self.max_message = runner.pool.settings.max_result_bytes
         self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
         self._trusted = True  # until it sends what no worker runtime sends
@@ -239,6 +241,7 @@ class Worker(asyncio.Protocol):
                 self.problems = message.problems
                 self.deps = [list(dep) for dep in message.deps]
                 self.source = message.source
+                self.helpers = [list(helper) for helper in message.helpers]
                 self.loaded.set_result((message.definitions, message.load_ms))
             elif kind is Failed:
                 self.loaded.set_exception(LoadFailed(message.info))
