@@ -209,6 +209,7 @@ def print_status(status: dict[str, Any]) -> None:
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
+    _print_reload(status)
     projects = status.get("projects") or []
     if projects:
         print()
@@ -251,8 +252,23 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "config", "config_sources", "config_file", "log",
+    "projects", "modules", "config", "config_sources", "config_file", "log", "reload",
 })
+
+
+def _print_reload(status: dict[str, Any]) -> None:
+    """The last SIGHUP: a configuration that did not load, and settings that wait for a restart."""
+    reload = status.get("reload")
+    if not reload:
+        return
+    at = time.strftime("%H:%M:%S", time.localtime(reload["at"]))
+    if reload.get("config_error"):
+        print(f"config    NOT reloaded at {at}, the previous configuration stays in force: {reload['config_error']}")
+    else:
+        print(f"config    reloaded at {at}")
+    for key, value in (reload.get("waiting") or {}).items():
+        print(f"          {key} = {json.dumps(value)} waits for a restart "
+              f"(in force: {json.dumps(status['config'].get(key))}; run: atomictoolsd restart)")
 
 
 def _print_section(name: str, value: Any) -> None:
@@ -302,15 +318,39 @@ def _duration(seconds: float) -> str:
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    serve = commands.add_parser("serve", help="run the daemon in the foreground")
+    serve = commands.add_parser(
+        "serve", help="run the daemon in the foreground",
+        description="Run the daemon in the foreground until SIGINT or SIGTERM (what a service manager "
+        "runs). It logs to stderr and to the event log (`atomictoolsd logs`); SIGHUP rereads the "
+        "configuration and rescans the tools dirs. Exits 2 on a bad configuration; 0 when another "
+        "daemon already serves.",
+    )
     serve.add_argument("--detach", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
-    commands.add_parser("start", help="start the daemon in the background").set_defaults(func=cmd_start)
-    commands.add_parser("stop", help="stop the daemon").set_defaults(func=cmd_stop)
-    commands.add_parser("restart", help="stop, then start the daemon").set_defaults(func=cmd_restart)
+    commands.add_parser(
+        "start", help="start the daemon in the background",
+        description="Start the daemon in the background, detached from this terminal, and return once "
+        "its socket serves. Does nothing when a daemon already runs. Exits 2 on a bad configuration, "
+        "1 when the daemon could not start (the cause is printed first).",
+    ).set_defaults(func=cmd_start)
+    commands.add_parser(
+        "stop", help="stop the daemon",
+        description="Stop the daemon: calls in flight finish first (within shutdown_grace seconds), then "
+        "its workers and bridge scripts go. Exits 0 when no daemon runs, 1 when it is still stopping "
+        "after 60 s.",
+    ).set_defaults(func=cmd_stop)
+    commands.add_parser(
+        "restart", help="stop, then start the daemon",
+        description="Stop the daemon (as `stop`), then start it (as `start`): for settings that "
+        "`atomictoolsd status` lists as waiting for a restart.",
+    ).set_defaults(func=cmd_restart)
 
-    status = commands.add_parser("status", help="show the daemon's state")
+    status = commands.add_parser(
+        "status", help="show the daemon's state",
+        description="Show the daemon's process, service manager, projects, modules (worker, memory, "
+        "calls, errors, latency) and the settings in force. Exits 3 when the daemon is not running.",
+    )
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)
