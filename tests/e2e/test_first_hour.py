@@ -4,9 +4,11 @@ help, output and exit codes, and the tool scaffold — each through a real daemo
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,159 @@ def _status_once(env: Env, says: str) -> str:
         return out if says in out else None
 
     return wait_for(status, timeout=20, message=f"status to say {says!r}")
+
+
+# 3. The CLI
+
+
+@pytest.mark.parametrize("command", ["serve", "start", "stop", "restart", "config", "connect", "call", "status", "new"])
+def test_every_command_help_says_what_it_does_and_the_exit_codes(env: Env, command: str) -> None:
+    shown = run(env, command, "--help")
+    assert shown.returncode == 0
+    usage, _, rest = shown.stdout.partition("\n\n")
+    assert usage.startswith(f"usage: atomictoolsd {command}")
+    assert len(rest.split("\n\n")[0]) > 40, "a description, not a usage line alone"
+    assert "exit codes:\n  0    done\n  1    " in shown.stdout and "\n  3    the daemon is not running" in shown.stdout
+
+
+def test_connect_help_says_the_globs_repeat_and_mcp_help_looks_like_the_rest(env: Env) -> None:
+    connect = " ".join(run(env, "connect", "--help").stdout.split())
+    assert connect.count("(repeat it for more globs)") == 2
+    assert "--no-dispatcher no meta-tools" in connect
+    mcp = run(env, "mcp", "--help")
+    assert mcp.returncode == 0 and mcp.stdout.startswith("usage: atomictoolsd mcp [-h]")
+    assert "options:\n  -h, --help           show this help message and exit" in mcp.stdout
+    assert "(repeat it for more globs)" in mcp.stdout and "exit codes:" in mcp.stdout
+
+
+SCALARS = '''
+    from atomictools import ToolError, tool
+
+    @tool
+    def calc(n: int) -> int:
+        """Double n."""
+        if n < 0:
+            raise ToolError("n must not be negative")
+        return n * 2
+
+    @tool
+    def words(n: int) -> list[str]:
+        """n words."""
+        return ["w"] * n
+'''
+
+
+def test_call_prints_a_scalar_bare_and_every_error_on_stderr(env: Env, make_daemon: object) -> None:
+    env.write_tool(env.global_tools, "calc.py", SCALARS)
+    make_daemon()  # type: ignore[operator]
+    done = run(env, "call", "calc", "n=2")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "4\n", "")
+    raw = run(env, "call", "calc", "n=2", "--json")
+    assert json.loads(raw.stdout)["structuredContent"] == {"result": 4} and raw.returncode == 0
+    assert run(env, "call", "calc_words", "--args", '{"n": 2}').stdout == '["w", "w"]\n'
+    assert run(env, "call", "calc_words", '{"n": 1}').stdout == '["w"]\n'
+
+    failed = run(env, "call", "calc", "n=-1")  # the tool's own error: exit 1, stderr
+    assert (failed.returncode, failed.stdout) == (1, "") and "n must not be negative" in failed.stderr
+    invalid = run(env, "call", "calc", "n=x")  # bad argument values: the tool's validation, exit 1
+    assert (invalid.returncode, invalid.stdout) == (1, "") and "Expected `int`" in invalid.stderr
+    unknown = run(env, "call", "clac")  # refused: exit 2, stderr
+    assert (unknown.returncode, unknown.stdout) == (2, "") and "did you mean 'calc'" in unknown.stderr
+    malformed = run(env, "call", "calc", "n")
+    assert (malformed.returncode, malformed.stdout) == (2, "") and "expected key=value" in malformed.stderr
+    raw_failed = run(env, "call", "calc", "n=-1", "--json")
+    assert raw_failed.returncode == 1 and json.loads(raw_failed.stdout)["isError"] is True
+
+
+def test_logs_follow_with_no_history_prints_only_new_events(env: Env, make_daemon: object) -> None:
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    daemon = make_daemon()  # type: ignore[operator]
+    with daemon.client() as client:
+        client.call("greet", name="old")
+    old = [json.loads(line) for line in run(env, "logs", "--json", "--event", "tool.").stdout.splitlines()]
+    assert old, "the old call is in the log"
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "atomictoolsd", "logs", "-f", "-n", "0", "--json", "--event", "tool."],
+        env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        time.sleep(1)  # let it reach the end of the log; an old event would be printed by now
+        with daemon.client() as client:
+            client.call("greet", name="new")
+        assert follower.stdout is not None
+        first = json.loads(follower.stdout.readline())
+    finally:
+        follower.kill()
+        follower.wait(10)
+    assert first["call"] not in {e.get("call") for e in old}, first
+    assert run(env, "logs", "-n", "0").stdout == ""
+
+
+def test_status_renders_its_sections_as_tables(env: Env, daemon: Daemon) -> None:
+    shown = run(env, "status").stdout
+    assert "{" not in shown, shown  # no raw JSON
+    lines = shown.splitlines()
+    for section, row in (("watcher", "debounce ms"), ("monitor", "killed for memory"), ("cache", "hits")):
+        assert section in lines
+        assert any(line.startswith(f"  {row} ") for line in lines), (row, shown)
+
+
+def test_trust_and_untrust_say_what_the_running_daemon_did(env: Env, make_daemon: object) -> None:
+    env.vars.pop("ATOMICTOOLS_TRUST_ALL")
+    env.write_tool(env.local_tools, "probe.py", "def probe() -> str:\n    return 'ran'\n")
+    daemon = make_daemon()  # type: ignore[operator]
+    first = run(env, "trust", cwd=env.root)  # a directory of no project the daemon has open
+    assert "has not opened this project yet" in first.stdout
+    run(env, "untrust", str(env.root))
+    with daemon.client() as client:
+        assert client.list_tools() == []
+    trusted = run(env, "trust")
+    assert "the running daemon loaded the project's tools" in trusted.stdout, trusted.stdout
+    untrusted = run(env, "untrust")
+    assert "the running daemon withdrew the project's tools" in untrusted.stdout, untrusted.stdout
+    assert "already agreed" not in trusted.stdout + untrusted.stdout
+
+
+# 4. A place to start
+
+
+def _printed(output: str, label: str) -> list[str]:
+    line = next(line for line in output.splitlines() if line.startswith(label))
+    return shlex.split(line.removeprefix(label))
+
+
+def test_new_writes_a_tool_that_loads_and_runs_as_its_printed_commands_say(env: Env, make_daemon: object) -> None:
+    made = run(env, "new", "hello-world")  # in a project (it has .atomic/): the project's tools dir
+    assert made.returncode == 0, made.stderr
+    path = env.local_tools / "hello-world.py"
+    assert made.stdout.startswith(f"wrote {path} (the project {env.project.resolve()})")
+    source = path.read_text()
+    assert "Field(" in source and "ctx: Context" in source and '"""Repeat a text' in source
+    made_json = run(env, "new", "count", "--json", cwd=env.root)  # no project here: the global dir
+    assert made_json.returncode == 0 and (env.global_tools / "count.json").exists()
+    (env.root / "words.txt").write_text("one two\n")
+
+    daemon = make_daemon()  # type: ignore[operator]
+    listed = subprocess.run(_printed(made.stdout, "list it:"), env=env.vars, cwd=env.project, capture_output=True, text=True, timeout=60)
+    assert "hello-world" in listed.stdout and "count" in listed.stdout and "problem" not in listed.stdout, listed.stdout
+    called = subprocess.run(_printed(made.stdout, "call it:"), env=env.vars, cwd=env.project, capture_output=True, text=True, timeout=60)
+    assert called.stdout == f"hello hello (from {env.project.resolve()})\n", called.stderr
+    with daemon.client() as client:
+        refused = client.call("hello-world", text="hi", times=11)
+        assert refused.is_error and "<= 10" in refused.text
+        assert "words.txt" in client.call("count", path=str(env.root / "words.txt")).text
+
+    again = run(env, "new", "hello-world")
+    assert again.returncode == 1 and "already exists" in again.stderr
+    assert path.read_text() == source
+    assert run(env, "new", "9lives").returncode == 2
+
+
+def test_new_outside_a_project_writes_a_global_tool_and_names_an_untrusted_project(env: Env) -> None:
+    env.vars.pop("ATOMICTOOLS_TRUST_ALL")
+    made = run(env, "new", "greet")
+    assert f"not trusted yet, so its tools do not load; to load them, run: " in made.stdout
+    trust = _printed(made.stdout.split("to load them, run: ", 1)[1], "")
+    assert subprocess.run(trust, env=env.vars, capture_output=True, text=True, timeout=60).returncode == 0
+    home_made = run(env, "new", "mine", cwd=env.home)
+    assert (env.global_tools / "mine.py").exists() and "your global tools" in home_made.stdout

@@ -84,7 +84,7 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
         assert trusted.returncode == 0, trusted.stderr
         assert trusted.stdout.splitlines() == [
             f"trusted: {root} (2 tool module(s) in {root / '.atomic' / 'tools'} will load)",
-            "the running daemon reloaded the project",
+            "the running daemon loaded the project's tools; attached agents were told",
         ]
         assert watcher.recv() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, "no restart needed"
 

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, where
+from atomictoolsd.command import command_name
 
 __all__ = ["register"]
 
@@ -82,7 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvloop.run(run())
     except AlreadyRunning as exc:
         if listener is not None:  # the service manager expects this process to serve: it cannot
-            return fail(f"{exc}, started outside the service manager; stop it with `atomictoolsd stop`", 1)
+            return fail(f"{exc}, started outside the service manager; stop it with `{command_name()} stop`", 1)
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 0
     except PathError as exc:
@@ -245,9 +246,9 @@ def print_status(status: dict[str, Any]) -> None:
             ["SETTING", "VALUE", "FROM"],
             [[key, json.dumps(status["config"][key]), source] for key, source in sorted(sources.items())],
         )
-        print("(every other setting has its default: `atomictoolsd config` lists them all)")
+        print(f"(every other setting has its default: `{command_name()} config` lists them all)")
     else:
-        print("configuration: all defaults (`atomictoolsd config` lists them)")
+        print(f"configuration: all defaults (`{command_name()} config` lists them)")
 
 
 _CORE_KEYS = frozenset({
@@ -268,7 +269,7 @@ def _print_reload(status: dict[str, Any]) -> None:
         print(f"config    reloaded at {at}")
     for key, value in (reload.get("waiting") or {}).items():
         print(f"          {key} = {json.dumps(value)} waits for a restart "
-              f"(in force: {json.dumps(status['config'].get(key))}; run: atomictoolsd restart)")
+              f"(in force: {json.dumps(status['config'].get(key))}; run: {command_name()} restart)")
 
 
 def _print_section(name: str, value: Any) -> None:
@@ -278,6 +279,15 @@ def _print_section(name: str, value: Any) -> None:
         table([h.upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value])
     elif isinstance(value, list) and not value:
         print(f"{name}: none")
+    elif isinstance(value, dict):
+        # One setting or counter a line, lists one item a line: a person reads down, not across.
+        print(name)
+        width = max((len(k) for k in value), default=0)
+        for key, item in value.items():
+            items = item if isinstance(item, list) and item else (["none"] if item == [] else [item])
+            for index, one in enumerate(items):
+                label = key.replace("_", " ") if index == 0 else ""
+                print(f"  {label.ljust(width)}  {_cell(one)}".rstrip())
     else:
         print(f"{name}: {json.dumps(value)}")
 

@@ -46,10 +46,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
             print(f"no log yet in {log_dir} (the daemon writes it once it runs)", file=sys.stderr)
             return 0
         matching: Iterator[dict[str, Any]] = (e for e in read_events(log_dir) if wanted(e))
-        show(deque(matching, maxlen=args.lines) if args.lines else matching)
+        show(deque(matching, maxlen=args.lines) if args.lines is not None else matching)
         return 0
     # Follow: the rotated files, then the current one from its start, with no gap before new events.
-    history: deque[dict[str, Any]] = deque(maxlen=args.lines or None)
+    history: deque[dict[str, Any]] = deque(maxlen=args.lines)  # -n 0: only what comes from now on
     history.extend(e for e in read_events(log_dir, backups_only=True) if wanted(e))
     try:
         stream = follow_events(log_dir)
@@ -91,6 +91,13 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     logs = commands.add_parser("logs", help="show the daemon's event log")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
@@ -100,10 +107,18 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "--level", choices=DAEMON_LOG_LEVELS, default="debug",
         help="least severe level to show (default: all)",
     )
-    logs.add_argument("-n", "--lines", type=int, default=0, metavar="N", help="only the last N matching events")
+    logs.add_argument(
+        "-n", "--lines", type=_count, default=None, metavar="N",
+        help="only the last N matching events (with -f, -n 0 prints only new ones)",
+    )
     logs.add_argument("--json", action="store_true", help="print the JSON lines as they are")
     logs.set_defaults(func=cmd_logs)
 
-    config = commands.add_parser("config", help="show the effective configuration and where each value came from")
+    config = commands.add_parser(
+        "config", help="show the effective configuration and where each value came from",
+        description="Print every setting: its value, where the value came from (default, the config "
+        "file, or an ATOMICTOOLS_<SETTING> variable) and what it means, read the way the daemon reads "
+        "it at start. Works without a running daemon. Exits 2 when the configuration is bad.",
+    )
     config.add_argument("--json", action="store_true", help="print JSON")
     config.set_defaults(func=cmd_config)
