@@ -11,7 +11,10 @@ import os
 import shutil
 import sys
 
-__all__ = ["command_name", "installed_command"]
+__all__ = ["add_own_bin_to_path", "command_name", "installed_command", "with_own_bin"]
+
+# The PATH this process was given, before ``add_own_bin_to_path``: what the user's shell finds.
+_given_path: str | None = None
 
 
 def installed_command() -> str | None:
@@ -26,9 +29,31 @@ def command_name() -> str:
     """``atomictoolsd`` when ``PATH`` finds this installation's script, else its full path (or
     ``python -m atomictoolsd`` when no script was installed)."""
     script = installed_command()
-    found = shutil.which("atomictoolsd")
+    found = shutil.which("atomictoolsd", path=_given_path)
     if script is None:
         return "atomictoolsd" if found else f"{sys.executable} -m atomictoolsd"
     if found and os.path.realpath(found) == os.path.realpath(script):
         return "atomictoolsd"
     return script
+
+
+def with_own_bin(path: str) -> str:
+    """``path`` with this interpreter's bin directory (the venv's) appended when it is missing.
+
+    The daemon's workers run programs by name (``ruff``, ``pytest``); installed into the daemon's venv
+    they are found even when the venv is not activated, and the user's own ``PATH`` still comes first.
+    """
+    own = os.path.dirname(sys.executable)
+    entries = [e for e in path.split(os.pathsep) if e]
+    if any(os.path.normpath(e) == os.path.normpath(own) for e in entries):
+        return path
+    return os.pathsep.join([*entries, own])
+
+
+def add_own_bin_to_path() -> None:
+    """``with_own_bin`` on this process's ``PATH`` (its workers inherit it); ``command_name`` still
+    judges by the ``PATH`` the process was given, the one the user's commands run with."""
+    global _given_path
+    if _given_path is None:
+        _given_path = os.environ.get("PATH", os.defpath)
+    os.environ["PATH"] = with_own_bin(_given_path)

@@ -295,3 +295,60 @@ def test_new_outside_a_project_writes_a_global_tool_and_names_an_untrusted_proje
     assert subprocess.run(trust, env=env.vars, capture_output=True, text=True, timeout=60).returncode == 0
     home_made = run(env, "new", "mine", cwd=env.home)
     assert (env.global_tools / "mine.py").exists() and "your global tools" in home_made.stdout
+
+
+# 2. The README's own examples
+
+
+def test_tools_find_the_programs_installed_next_to_the_daemon(env: Env, make_daemon: object) -> None:
+    env.write_tool(env.global_tools, "where.py", "import shutil\n\ndef where() -> str:\n    return str(shutil.which('atomictoolsd'))\n")
+    daemon = make_daemon({"PATH": "/usr/bin:/bin"})  # the venv is not on the PATH the daemon was given
+    with daemon.client() as client:
+        assert client.call("where").text == str(Path(sys.executable).parent / "atomictoolsd")
+
+
+def test_a_shell_tool_declares_the_exit_codes_that_are_not_failures(env: Env, make_daemon: object) -> None:
+    (env.global_tools).mkdir(parents=True)
+    (env.global_tools / "find.json").write_text(json.dumps({"name": "find", "tools": [
+        {"name": "todos", "description": "Find TODOs.",
+         "inputSchema": {"type": "object", "properties": {"dir": {"type": "string", "default": "."}}},
+         "handler": {"type": "shell", "command": "grep -rn TODO -- {{dir}}", "okExitCodes": [0, 1]}},
+        {"name": "strict", "description": "grep, every non-zero exit a failure.",
+         "inputSchema": {"type": "object", "properties": {"dir": {"type": "string"}}},
+         "handler": {"type": "shell", "command": "grep -rn TODO -- {{dir}}"}},
+        {"name": "bad", "description": "A bad list.", "handler": {"type": "shell", "command": "true", "okExitCodes": "1"}},
+    ]}))
+    (env.project / "clean").mkdir()
+    (env.project / "clean" / "a.txt").write_text("nothing to do\n")
+    daemon = make_daemon()  # type: ignore[operator]
+    with daemon.client() as client:
+        none = client.call("todos", dir="clean")  # grep exits 1: found nothing, an answer
+        assert not none.is_error and none.text == ""
+        assert client.call("strict", dir="clean").is_error
+        missing = client.call("todos", dir="no-such-dir")  # grep exits 2: still a failure
+        assert missing.is_error and "exited with code 2" in missing.text
+        problems = client.request("atomic/list", {})["errors"]
+    assert any(p.get("tool") == "bad" and "okExitCodes must be a non-empty list" in p["message"] for p in problems), problems
+
+
+def test_suggested_commands_run_as_printed_when_atomictoolsd_is_not_on_path(env: Env, make_daemon: object) -> None:
+    env.vars.pop("ATOMICTOOLS_TRUST_ALL")
+    env.vars["PATH"] = "/usr/bin:/bin"
+    env.write_tool(env.local_tools, "probe.py", "def probe() -> str:\n    return 'ran'\n")
+    make_daemon()  # type: ignore[operator]
+    listing = run(env, "list")
+    command = listing.stdout.split("to load them, run: ", 1)[1].splitlines()[0]
+    assert command.startswith(str(Path(sys.executable).parent / "atomictoolsd") + " trust "), command
+    trusted = subprocess.run(shlex.split(command), env=env.vars, capture_output=True, text=True, timeout=60)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "probe" in run(env, "list").stdout
+
+
+def test_connect_says_where_it_wrote_and_which_project_it_is_for(env: Env) -> None:
+    (env.project / "sub").mkdir()
+    connected = run(env, "connect", "claude", cwd=env.project / "sub")
+    assert connected.returncode == 0, connected.stderr
+    assert f"in {env.project.resolve() / '.mcp.json'}" in connected.stdout
+    assert f"for the project {env.project.resolve()}: its tools in {env.project.resolve() / '.atomic' / 'tools'}/" in connected.stdout
+    codex = run(env, "connect", "codex")
+    assert "for every project" in codex.stdout

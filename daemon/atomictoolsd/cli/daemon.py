@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, where
-from atomictoolsd.command import command_name
+from atomictoolsd.command import add_own_bin_to_path, command_name
 
 __all__ = ["register"]
 
@@ -26,6 +26,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # First of all: these variables are for this process only, never for the fork server or workers.
     service = capture()
+    # Tools run programs by name; those installed next to the daemon (its venv) are among them.
+    add_own_bin_to_path()
 
     import asyncio
 
