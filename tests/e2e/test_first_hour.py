@@ -290,7 +290,7 @@ def test_new_writes_a_tool_that_loads_and_runs_as_its_printed_commands_say(env: 
 def test_new_outside_a_project_writes_a_global_tool_and_names_an_untrusted_project(env: Env) -> None:
     env.vars.pop("ATOMICTOOLS_TRUST_ALL")
     made = run(env, "new", "greet")
-    assert f"not trusted yet, so its tools do not load; to load them, run: " in made.stdout
+    assert "not trusted yet, so its tools do not load; to load them, run: " in made.stdout
     trust = _printed(made.stdout.split("to load them, run: ", 1)[1], "")
     assert subprocess.run(trust, env=env.vars, capture_output=True, text=True, timeout=60).returncode == 0
     home_made = run(env, "new", "mine", cwd=env.home)

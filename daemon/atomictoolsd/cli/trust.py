@@ -43,7 +43,7 @@ def _tell_daemon(root: Path, trusted: bool) -> str:
 
     reply = raw_request("atomic/trust/refresh")
     if not isinstance(reply, dict):
-        return "the daemon is not running; it reads this when it starts"
+        return "the daemon is not running; it will read this when it starts"
     for entry in reply.get("changed", []):
         if entry.get("root") == str(root):
             if entry.get("trusted"):
