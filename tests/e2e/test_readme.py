@@ -9,15 +9,11 @@ breaks an example breaks this test. Shell lines run through ``bash`` with the ve
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from helpers import Daemon, Env
@@ -35,23 +31,6 @@ def block(name: str) -> str:
 def shell(env: Env, line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", line], env={**env.vars, "PATH": f"{BIN}:/usr/bin:/bin"}, cwd=cwd,
                           capture_output=True, text=True, timeout=60)
-
-
-@pytest.fixture
-def detached(env: Env) -> Iterator[Env]:
-    """The README's commands start the daemon detached: stop it by the pid in its lock file."""
-    yield env
-    try:
-        pid = int((env.runtime_dir / "atomictoolsd.lock").read_text())
-        process = psutil.Process(pid)
-        children = process.children(recursive=True)
-    except (OSError, ValueError, psutil.NoSuchProcess):
-        return
-    os.kill(pid, signal.SIGTERM)
-    _gone, alive = psutil.wait_procs([process, *children], timeout=15)
-    for leftover in alive:
-        leftover.kill()
-    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
 
 
 def test_the_five_minutes_run_as_written(detached: Env) -> None:
