@@ -352,3 +352,18 @@ def test_connect_says_where_it_wrote_and_which_project_it_is_for(env: Env) -> No
     assert f"for the project {env.project.resolve()}: its tools in {env.project.resolve() / '.atomic' / 'tools'}/" in connected.stdout
     codex = run(env, "connect", "codex")
     assert "for every project" in codex.stdout
+
+
+def test_logs_of_a_tool_show_what_it_printed(env: Env, make_daemon: object) -> None:
+    env.write_tool(env.global_tools, "noisy.py", "def noisy() -> str:\n    print('shouting here')\n    return 'ok'\n")
+    env.write_tool(env.global_tools, "quiet.py", "def quiet() -> str:\n    print('not this one')\n    return 'ok'\n")
+    daemon = make_daemon()  # type: ignore[operator]
+    with daemon.client() as client:
+        assert client.call("noisy").text == "ok" and client.call("quiet").text == "ok"
+
+    def printed() -> str | None:
+        out = run(env, "logs", "--tool", "noisy").stdout
+        return out if "shouting here" in out else None
+
+    shown = wait_for(printed, message="noisy's output in its logs")
+    assert "not this one" not in shown and "tool.complete" in shown

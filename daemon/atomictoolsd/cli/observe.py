@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -28,10 +29,25 @@ def cmd_logs(args: argparse.Namespace) -> int:
     log_dir = Paths.from_env().log_dir
     minimum = LEVEL_RANK[args.level]
 
+    tool_modules: set[str] = set()  # the modules the tool's calls ran in, as the log shows them
+
+    def of_tool(event: dict[str, Any]) -> bool:
+        if event.get("tool") == args.tool:
+            if event.get("module"):
+                tool_modules.add(str(event["module"]))
+            return True
+        # What a tool prints is logged per module (a worker's output has no call to name): the tool's
+        # module is the one its calls ran in, or the file it is named after (`noisy` in noisy.py).
+        module = event.get("module")
+        if event.get("event") != "tool.output" or not module:
+            return False
+        stem = os.path.splitext(os.path.basename(str(module)))[0]
+        return module in tool_modules or args.tool == stem or args.tool.startswith(stem + "_")
+
     def wanted(event: dict[str, Any]) -> bool:
         if LEVEL_RANK.get(str(event.get("level")), 20) < minimum:
             return False
-        if args.tool is not None and event.get("tool") != args.tool:
+        if args.tool is not None and not of_tool(event):
             return False
         if args.event is not None and not str(event.get("event", "")).startswith(args.event):
             return False
@@ -101,7 +117,7 @@ def _count(text: str) -> int:
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     logs = commands.add_parser("logs", help="show the daemon's event log")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
-    logs.add_argument("--tool", metavar="NAME", help="only events of this tool")
+    logs.add_argument("--tool", metavar="NAME", help="only events of this tool, and what its module printed")
     logs.add_argument("--event", metavar="PREFIX", help="only events whose name starts so (tool., module., worker.)")
     logs.add_argument(
         "--level", choices=DAEMON_LOG_LEVELS, default="debug",
