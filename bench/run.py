@@ -21,6 +21,7 @@ import json
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +122,20 @@ def main() -> None:
     started = time.time()
     reports: list[Report] = []
     runs: list[dict[str, Any]] = []
+    failed: list[str] = []
     for name in chosen:
         module = importlib.import_module(name)
         before = load_average()
         clock = time.perf_counter()
         print(f"\n# {name} (load average {before})", flush=True)
-        report: Report = module.measure(args.quick)
+        try:
+            report: Report = module.measure(args.quick)
+        except Exception as exc:  # one benchmark's failure must not lose the others' results
+            traceback.print_exc()
+            failed.append(name)
+            runs.append({"name": name, "seconds": round(time.perf_counter() - clock, 1),
+                         "load_before": before, "load_after": load_average(), "error": f"{type(exc).__name__}: {exc}"})
+            continue
         runs.append({"name": name, "seconds": round(time.perf_counter() - clock, 1),
                      "load_before": before, "load_after": load_average()})
         report.print()
@@ -143,13 +152,15 @@ def main() -> None:
     }
     path = save("run-quick" if args.quick else "run", payload)
     print(f"\nsaved {path}")
-    if not args.quick and set(chosen) == set(BENCHES):
+    if not args.quick and set(chosen) == set(BENCHES) and not failed:
         shutil.copyfile(path, RESULTS / "latest.json")
         print(f"copied to {RESULTS / 'latest.json'}")
     if args.update_docs:
         from render import render
 
         print(render(json.loads(path.read_text())))
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)} (the others' results are in {path})")
 
 
 if __name__ == "__main__":

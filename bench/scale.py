@@ -109,28 +109,42 @@ def layout(root: Path, projects: int, modules: int) -> list[tuple[Path, list[str
 
 
 def workers_of(daemon: DaemonUnderTest) -> list[psutil.Process]:
-    """The daemon's tool workers: the fork server's children."""
+    """The daemon's tool workers: the fork server's children (a process that ends meanwhile is none)."""
     workers: list[psutil.Process] = []
     for child in psutil.Process(daemon.pid).children():
-        workers += child.children()
+        try:
+            workers += child.children()
+        except psutil.Error:
+            continue
     return workers
 
 
 def memory(daemon: DaemonUnderTest, sample: int = 100) -> dict[str, Any]:
     """The daemon's RSS, and the workers' count, RSS and USS (USS measured on up to ``sample``)."""
-    workers = workers_of(daemon)
-    out: dict[str, Any] = {"daemon_rss_mb": round(psutil.Process(daemon.pid).memory_info().rss / 2**20, 1),
-                           "workers": len(workers)}
-    if workers:
-        rss = [w.memory_info().rss for w in workers]
-        step = max(1, len(workers) // sample)
-        uss = [w.memory_full_info().uss for w in workers[::step]]
+    return memory_of(psutil.Process(daemon.pid), workers_of(daemon), sample)
+
+
+def memory_of(daemon: psutil.Process, workers: list[psutil.Process], sample: int = 100) -> dict[str, Any]:
+    """As ``memory``; a worker that exits while it is measured (the idle reaper, a retired
+    generation) is left out rather than ending the whole run."""
+    rss = [r for r in (_read(w, lambda p: p.memory_info().rss) for w in workers) if r is not None]
+    step = max(1, len(workers) // sample)
+    uss = [u for u in (_read(w, lambda p: p.memory_full_info().uss) for w in workers[::step]) if u is not None]
+    out: dict[str, Any] = {"daemon_rss_mb": round(daemon.memory_info().rss / 2**20, 1), "workers": len(rss)}
+    if rss and uss:
         out.update(
             workers_rss_mb_each=round(sum(rss) / len(rss) / 2**20, 2),
             workers_uss_mb_each=round(sum(uss) / len(uss) / 2**20, 2),
-            workers_uss_mb_total=round(sum(uss) / len(uss) * len(workers) / 2**20, 1),
+            workers_uss_mb_total=round(sum(uss) / len(uss) * len(rss) / 2**20, 1),
         )
     return out
+
+
+def _read(process: psutil.Process, what: Any) -> int | None:
+    try:
+        return int(what(process))
+    except psutil.Error:  # NoSuchProcess, ZombieProcess, AccessDenied: gone while we looked
+        return None
 
 
 def attach_all(daemon: DaemonUnderTest, projects: list[tuple[Path, list[str]]]) -> tuple[list[Connection], float]:

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import Daemon, Env  # noqa: E402
+from helpers import Daemon, Env, stop_detached  # noqa: E402
 
 
 @pytest.fixture
@@ -57,3 +57,10 @@ def make_daemon(env: Env) -> Iterator[object]:
 @pytest.fixture
 def daemon(make_daemon: object) -> Daemon:
     return make_daemon()  # type: ignore[operator]
+
+
+@pytest.fixture
+def detached(env: Env) -> Iterator[Env]:
+    """For tests whose daemon is started detached (by the CLI or a client): stopped by its pid."""
+    yield env
+    stop_detached(env)

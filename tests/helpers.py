@@ -25,7 +25,7 @@ import psutil
 
 from atomictools import Client
 
-__all__ = ["Daemon", "Env", "RawConnection", "as_other_user", "wait_for"]
+__all__ = ["Daemon", "Env", "RawConnection", "as_other_user", "daemon_pid", "stop_detached", "wait_for"]
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> Any:
@@ -297,3 +297,29 @@ def _alive(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def daemon_pid(env: Env) -> int | None:
+    """The pid of the daemon of ``env``, from its lock file (None without one)."""
+    try:
+        return int((env.runtime_dir / "atomictoolsd.lock").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_detached(env: Env) -> None:
+    """Stop a daemon started detached (by the CLI or a client) in ``env``, by its pid, and fail if it
+    or anything it started is still alive after 15 s."""
+    pid = daemon_pid(env)
+    if pid is None:
+        return
+    try:
+        process = psutil.Process(pid)
+        children = process.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    os.kill(pid, signal.SIGTERM)
+    _gone, alive = psutil.wait_procs([process, *children], timeout=15)
+    for leftover in alive:
+        leftover.kill()
+    assert not alive, f"processes left behind: {[p.pid for p in alive]}"

@@ -54,6 +54,10 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tup
     _private_dir(rundir)
     stderr_path = os.path.join(rundir, STDERR_NAME)
     _rotate_if_large(stderr_path)
+    try:
+        written_before = os.stat(stderr_path).st_size  # what earlier daemons said is not this one's cause
+    except OSError:
+        written_before = 0
     read_fd, write_fd = os.pipe()
     try:
         with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as stderr:
@@ -79,10 +83,7 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tup
     words = line.split()
     if len(words) == 2 and words[0] in ("started", "running") and words[1].isdigit():
         return words[0], int(words[1])
-    raise ConnectError(
-        f"the daemon did not start ({'no report' if not line else line!r}); "
-        f"its stderr ({stderr_path}) ends with:\n{_tail(stderr_path)}"
-    )
+    raise ConnectError(f"the daemon did not start: {_cause(stderr_path, written_before, line)} (its stderr: {stderr_path})")
 
 
 def _rotate_if_large(path: str) -> None:
@@ -110,12 +111,18 @@ def _read_line(fd: int, timeout: float) -> str:
     return data.decode(errors="replace").strip()
 
 
-def _tail(path: str, lines: int = 20) -> str:
+def _cause(path: str, offset: int, report: str) -> str:
+    """One line that says why this start failed: the daemon's own ``atomictoolsd: …`` message, else
+    the last line it wrote (a traceback's exception), else what its readiness pipe said."""
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 8192))
-            text = f.read().decode(errors="replace")
+            f.seek(offset)
+            lines = [ln.strip() for ln in f.read(1 << 16).decode(errors="replace").splitlines() if ln.strip()]
     except OSError:
-        return "(no stderr captured)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty)"
+        lines = []
+    said = [ln for ln in lines if ln.startswith("atomictoolsd: ")]
+    if said:
+        return said[-1].removeprefix("atomictoolsd: ")
+    if lines:
+        return lines[-1]
+    return f"it reported {report!r}" if report else "it exited without a word"

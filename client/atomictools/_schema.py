@@ -100,6 +100,29 @@ def tool_name(stem: str, function_name: str, override: str | None = None) -> str
     return stem if function_name == stem else f"{stem}_{function_name}"
 
 
+def _no_tools_message(namespace: dict[str, Any], module_name: str, stem: str) -> str:
+    """Why a module has no tools, and the one change that gives it one."""
+    found = sorted(
+        name for name, obj in namespace.items()
+        if inspect.isfunction(obj) and obj.__module__ == module_name and not name.startswith("_")
+    )
+    mark = "mark functions with @tool (from atomictools import tool)"
+    if not stem.isidentifier():
+        # `my-tool.py`: no Python function can be named `my-tool`, so naming one after the file is no way out.
+        advice = (
+            f"{mark}, e.g. @tool(name={stem!r}); or rename the file to {stem.replace('-', '_')!r}.py"
+            if stem.replace("-", "_").isidentifier() else f"{mark}"
+        )
+        return f"no tools found: {stem!r} cannot be a Python function name; {advice}"
+    if found:
+        listed = ", ".join(repr(n) for n in found)
+        return (
+            f"no tools found: this file defines {listed} but no function named {stem!r}; "
+            f"rename one to {stem!r}, or {mark}"
+        )
+    return f"no tools found: {mark}, or define a function named {stem!r}"
+
+
 def collect_tools(namespace: dict[str, Any], module_name: str, stem: str) -> list[ToolSpec]:
     """Find and build every tool a loaded module defines.
 
@@ -122,10 +145,7 @@ def collect_tools(namespace: dict[str, Any], module_name: str, stem: str) -> lis
         if inspect.isfunction(plain) and plain.__module__ == module_name:
             marked = [plain]
     if not marked:
-        raise SchemaError(
-            f"no tools found: mark functions with @tool (from atomictools import tool), "
-            f"or define a function named {stem!r}"
-        )
+        raise SchemaError(_no_tools_message(namespace, module_name, stem))
     specs: list[ToolSpec] = []
     seen: dict[str, str] = {}
     for fn in marked:

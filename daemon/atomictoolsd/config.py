@@ -126,6 +126,13 @@ def _convert(f: dataclasses.Field[Any], raw: Any, source: str) -> Any:
     return value
 
 
+def _setting_hint(key: str, known: Mapping[str, Any]) -> str:
+    from atomictoolsd.suggest import did_you_mean, near_names  # only on this error path
+
+    near = near_names(key, known)
+    return did_you_mean(near) if near else f"; known settings: {', '.join(known)}"
+
+
 def load_config(config_file: Path, environ: Mapping[str, str] | None = None) -> Config:
     """Read the configuration: defaults, overridden by ``config_file``, overridden by the environment.
 
@@ -146,7 +153,7 @@ def load_config(config_file: Path, environ: Mapping[str, str] | None = None) -> 
     for key, raw in data.items():
         f = fields.get(key)
         if f is None:
-            raise ConfigError(f"{config_file}: unknown setting {key!r}; known settings: {', '.join(fields)}")
+            raise ConfigError(f"{config_file}: unknown setting {key!r}{_setting_hint(key, fields)}")
         values[key] = _convert(f, raw, str(config_file))
         sources[key] = str(config_file)
     for key, f in fields.items():

@@ -13,6 +13,7 @@ sessions whose tools changed get ``notifications/tools/list_changed`` as on any 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -25,12 +26,16 @@ from atomictoolsd.eventlog import events
 if TYPE_CHECKING:
     from atomictoolsd.server import Server
 
-__all__ = ["WORKER_SETTINGS", "apply_config", "reload"]
+__all__ = ["RESTART_SETTINGS", "WORKER_SETTINGS", "apply_config", "reload"]
 
 log = logging.getLogger("atomictoolsd")
 
 # Settings baked into a worker when it starts.
 WORKER_SETTINGS = frozenset({"worker_threads", "memory_limit_mb", "truncate_lines", "truncate_bytes", "max_message_bytes"})
+
+# Settings read once, when the daemon starts: a SIGHUP cannot apply them. The value in force stays
+# in ``server.config`` (so status tells the truth) and the new one waits, shown in status as such.
+RESTART_SETTINGS = frozenset({"builtins"})
 
 
 async def reload(server: Server) -> dict[str, Any]:
@@ -39,6 +44,7 @@ async def reload(server: Server) -> dict[str, Any]:
     server.lifecycle("reloading")
     note = error = ""
     changed: list[str] = []
+    config: Config | None = None
     try:
         config = load_config(server.paths.config_file)
     except ConfigError as exc:
@@ -70,13 +76,29 @@ async def reload(server: Server) -> dict[str, Any]:
         f"; {note}" if note else "",
         extra={"event": "daemon.reload", "data": result},
     )
+    _report_in_status(server, error, config)
     server.lifecycle("reloaded", note)
     return result
+
+
+def _report_in_status(server: Server, error: str, loaded: Config | None) -> None:
+    """The last reload, in ``atomic/status``: when, a configuration that failed, settings waiting."""
+    previous = server.status_sections.get("reload")
+    waiting = previous().get("waiting", {}) if previous is not None and loaded is None else {}
+    if loaded is not None:
+        waiting = {
+            key: getattr(loaded, key) for key in sorted(RESTART_SETTINGS)
+            if getattr(loaded, key) != getattr(server.config, key)
+        }
+    section = {"at": time.time(), "config_error": error or None, "waiting": waiting}
+    server.status_sections["reload"] = lambda: section
 
 
 def apply_config(server: Server, config: Config) -> list[str]:
     """Make ``config`` the daemon's configuration; return the names of the settings that changed."""
     old = server.config
+    # What cannot change without a restart stays as it is (``_report_in_status`` says it waits).
+    config = dataclasses.replace(config, **{key: getattr(old, key) for key in RESTART_SETTINGS})
     changed = [f.name for f in Config.settings() if getattr(old, f.name) != getattr(config, f.name)]
     server.config = config
     settings = server.pool.settings

@@ -43,6 +43,7 @@ from atomictools._protocol import (
 from atomictoolsd import __version__, dispatcher
 from atomictoolsd.discovery import escape_strings, git_worktree_root
 from atomictoolsd.registry import Project, ToolDef
+from atomictoolsd.suggest import unknown_tool
 
 if TYPE_CHECKING:
     from atomictoolsd.server import Server
@@ -589,11 +590,12 @@ class Session(asyncio.Protocol):
                 self._spawn(self._call_when_loaded(id_json, CallParams(name, arguments, params.meta), waiting, loads), id_json)
                 return
         if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
-            message = f"Unknown tool: {name!r}" if tool is None else f"Tool {name!r} is not allowed in this session"
-            blocked = self.project.view().blocked if tool is None else None
-            if blocked:
-                message += f"; this project's own tools are blocked until you trust it: {blocked[0]['command']}"
-            self.send_error(id_json, INVALID_PARAMS, message, {"name": name})
+            if tool is None:
+                view = self.project.view()
+                message, data = unknown_tool(name, [t.name for t in self.visible()], view.errors, view.blocked)
+            else:
+                message, data = f"Tool {name!r} is not allowed in this session", {"name": name}
+            self.send_error(id_json, INVALID_PARAMS, message, data)
             return
         config = self.server.config
         timeout = tool.timeout or config.call_timeout

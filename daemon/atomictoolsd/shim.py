@@ -45,21 +45,28 @@ _CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
 _PARENT = os.getppid()  # as early as possible: the agent may die while we start
 
 USAGE = """\
-usage: atomictoolsd mcp [--directory DIR] [--allow GLOB ...] [--deny GLOB ...] [--dispatcher]
+usage: atomictoolsd mcp [-h] [--directory DIR] [--allow GLOB] [--deny GLOB] [--dispatcher]
                         [--agent NAME] [--no-autostart]
 
-A stdio MCP server for AI coding agents: relays MCP between stdin/stdout and the atomictoolsd daemon,
-starting the daemon when none is running.
+Run the stdio MCP server that AI coding agents launch: it relays MCP between stdin/stdout and the
+atomictoolsd daemon, starting the daemon when none is running. `atomictoolsd connect AGENT` writes
+the agent's config entry that runs it.
 
 options:
+  -h, --help           show this help message and exit
   -C, --directory DIR  project directory whose tools to serve (default: the current directory)
-  --allow GLOB         serve only tools whose name matches GLOB (repeatable)
-  --deny GLOB          never serve tools whose name matches GLOB (repeatable)
+  --allow GLOB         serve only tools whose name matches GLOB (repeat it for more globs)
+  --deny GLOB          never serve tools whose name matches GLOB (repeat it for more globs)
   --dispatcher         add the meta-tools atomic_list_tools and atomic_call_tool, for agents
                        that ignore notifications/tools/list_changed
   --agent NAME         the agent's name, shown in `atomictoolsd status` and in ctx.agent
   --no-autostart       fail instead of starting the daemon when none is running
-  -h, --help           show this message
+
+exit codes:
+  0    stdin closed (the agent is done)
+  1    the daemon could not be reached or started
+  2    bad arguments
+  130  interrupted (Ctrl-C)
 """
 
 
@@ -389,8 +396,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         os.environ.update(environ)
     try:
         options = parse_args(sys.argv[1:] if argv is None else argv)
-        if options.help:
-            sys.stderr.write(USAGE)
+        if options.help:  # no MCP session runs: the help goes where every command's help goes
+            sys.stdout.write(USAGE)
             return 0
         directory = _resolve_directory(options.directory)
         line = attach_line(directory, options.agent, os.urandom(8).hex(), options.allow, options.deny,

@@ -38,7 +38,9 @@ TRUST_FILE = "trust.json"
 
 def trust_command(root: Path | str) -> str:
     """The exact command that trusts ``root``, quoted for a POSIX shell."""
-    return f"atomictoolsd trust {shlex.quote(str(root))}"
+    from atomictoolsd.command import command_name
+
+    return f"{command_name()} trust {shlex.quote(str(root))}"
 
 
 class TrustError(Exception):

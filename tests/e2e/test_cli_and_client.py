@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from atomictools import AsyncClient, Client, ConnectError
-from helpers import Env, wait_for
+from helpers import Env, daemon_pid, wait_for
 
 GREET = '''
     from typing import Annotated
@@ -33,32 +32,6 @@ def run(env: Env, *args: str, cwd: Path | None = None) -> subprocess.CompletedPr
         [sys.executable, "-m", "atomictoolsd", *args],
         env=env.vars, cwd=cwd or env.project, capture_output=True, text=True, timeout=60,
     )
-
-
-def daemon_pid(env: Env) -> int | None:
-    try:
-        return int((env.runtime_dir / "atomictoolsd.lock").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-@pytest.fixture
-def detached(env: Env) -> Iterator[Env]:
-    """For tests whose daemon is started detached (by the CLI or a client): stop it by its pid."""
-    yield env
-    pid = daemon_pid(env)
-    if pid is None:
-        return
-    try:
-        process = psutil.Process(pid)
-        children = process.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    os.kill(pid, signal.SIGTERM)
-    gone, alive = psutil.wait_procs([process, *children], timeout=15)
-    for leftover in alive:
-        leftover.kill()
-    assert not alive, f"processes left behind: {[p.pid for p in alive]}"
 
 
 def test_start_list_call_status_stop(detached: Env) -> None:
@@ -85,10 +58,10 @@ def test_start_list_call_status_stop(detached: Env) -> None:
     # key=value: a string where the schema wants one, JSON otherwise.
     called = run(env, "call", "greet", "name=123", "times=2", "loud=true")
     assert (called.returncode, called.stdout) == (0, "HELLO, 123 HELLO, 123\n")
-    by_json = run(env, "call", "greet", "--json", '{"name": "Ada"}')
+    by_json = run(env, "call", "greet", "--args", '{"name": "Ada"}')
     assert by_json.stdout == "Hello, Ada\n"
     bad = run(env, "call", "greet", "name=x", "times=0")
-    assert bad.returncode == 1 and "Expected `int` >= 1 - at `$.times`" in bad.stdout
+    assert bad.returncode == 1 and "Expected `int` >= 1 - at `$.times`" in bad.stderr
     unknown = run(env, "call", "nope")
     assert unknown.returncode == 2 and "Unknown tool: 'nope'" in unknown.stderr
 

@@ -24,6 +24,7 @@ import pytest
 
 from atomictoolsd.paths import Paths
 from atomictoolsd.service.install import install, plan
+from atomictoolsd.service.searchpath import service_path
 from helpers import Env
 
 PYTHON = os.path.abspath(sys.executable)
@@ -161,7 +162,7 @@ def test_the_plist_parses_and_has_what_launchd_needs(env: Env) -> None:
     assert plist["StandardErrorPath"] == f"{log_dir}/launchd.stderr.log"
     listeners = plist["Sockets"]["Listeners"]
     assert listeners["SockPathName"] == str(env.socket) and listeners["SockPathMode"] == 0o600
-    assert plist["EnvironmentVariables"]["PATH"] == env.vars["PATH"]
+    assert plist["EnvironmentVariables"]["PATH"] == service_path(env.vars["PATH"])
     assert "launchctl bootstrap gui/" in result.stdout
 
     repo = Path(__file__).resolve().parents[2]
@@ -279,3 +280,11 @@ def test_install_refuses_a_bad_configuration_and_writes_nothing(env: Env) -> Non
     assert result.returncode == 2
     assert f"bad configuration: memory_limit_mb (from {config}): must be at least 0" in result.stderr
     assert snapshot(env.root / "config", env.root / "state", env.home) == before
+
+
+def test_the_installed_path_has_each_directory_once_and_no_version_manager_shims(env: Env) -> None:
+    real = os.path.dirname(sys.executable)
+    dirty = f"{real}:{env.home}/.pyenv/shims:/usr/bin::{real}/:{env.home}/.asdf/shims:/bin:/usr/bin"
+    result = run(env, "service", "install", "--dry-run", extra={"PATH": dirty})
+    assert result.returncode == 0, result.stderr
+    assert f'Environment="PATH={real}:/usr/bin:/bin"' in result.stdout or f"Environment=PATH={real}:/usr/bin:/bin" in result.stdout, result.stdout

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from atomictools import RPCError
+from atomictoolsd.command import command_name
 from helpers import Daemon, Env, wait_for
 
 PROBE = '''
@@ -55,7 +56,7 @@ def project_modules(daemon: Daemon, env: Env) -> dict[str, tuple[str, int | None
 def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env = untrusted
     root = env.project.resolve()
-    command = f"atomictoolsd trust {shlex.quote(str(root))}"
+    command = f"{command_name()} trust {shlex.quote(str(root))}"
     daemon = make_daemon()
     with daemon.client() as client:
         listing = client.request("atomic/list")
@@ -84,7 +85,7 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
         assert trusted.returncode == 0, trusted.stderr
         assert trusted.stdout.splitlines() == [
             f"trusted: {root} (2 tool module(s) in {root / '.atomic' / 'tools'} will load)",
-            "the running daemon reloaded the project",
+            "the running daemon loaded the project's tools; attached agents were told",
         ]
         assert watcher.recv() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, "no restart needed"
 
@@ -115,7 +116,7 @@ def test_an_agent_is_told_how_to_trust_the_project(untrusted: Env, make_daemon) 
     with daemon.raw() as raw:  # what the shim does: attach, then relay the agent's initialize
         raw.request("atomic/attach", {"directory": str(untrusted.project)})
         init = raw.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}})
-    command = f"atomictoolsd trust {shlex.quote(str(untrusted.project.resolve()))}"
+    command = f"{command_name()} trust {shlex.quote(str(untrusted.project.resolve()))}"
     assert init["result"]["instructions"].endswith(f"if they want them, ask them to run: {command}")
 
 
@@ -193,4 +194,4 @@ def test_initialize_sent_with_the_attach_names_the_trust_command(untrusted: Env,
             + b"\n"
         )
         replies = {r["id"]: r for r in (raw.recv() for _ in range(2))}
-    assert f"atomictoolsd trust {untrusted.project.resolve()}" in replies[2]["result"]["instructions"]
+    assert f"{command_name()} trust {untrusted.project.resolve()}" in replies[2]["result"]["instructions"]

@@ -4,7 +4,8 @@ What may fail, by design, and nothing else:
 
 - a call to a tool that a file on disk did not define at that moment (``ephemeral``, created and
   deleted again and again; ``gamma_extra``, added and removed by gamma's edits; ``flaky``, whose
-  edits alternate with a syntax error): JSON-RPC ``-32602 Unknown tool``;
+  edits alternate with a syntax error): JSON-RPC ``-32602 Unknown tool`` (or, for ``flaky``, its
+  load error: ``Tool 'flaky' is not available: its module failed to load: …``);
 - a call to ``ephemeral`` or ``flaky`` that was waiting for a worker when its module went away or
   failed to load: a result ``isError`` "Tool '…' is unavailable: …".
 
@@ -115,7 +116,10 @@ def call(client: Any, name: str, x: int) -> tuple[str, str]:
     try:
         result = client.call(name, x=x)
     except RPCError as exc:
-        if exc.code == -32602 and exc.message == f"Unknown tool: {name!r}":
+        # Not served at that moment: unknown (perhaps with near names), or its module failed to load.
+        if exc.code == -32602 and exc.message.startswith(
+            (f"Unknown tool: {name!r}", f"Tool {name!r} is not available: its module failed to load: ")
+        ):
             return "unknown", exc.message
         return "rpc", f"{exc.code} {exc.message}"
     if not result.is_error:

@@ -65,8 +65,11 @@ def test_a_suspect_store_trusts_nothing_and_is_not_overwritten(tmp_path: Path, c
 
 
 def test_the_trust_command_is_quoted_for_a_shell() -> None:
-    assert trust_command("/home/me/my project") == "atomictoolsd trust '/home/me/my project'"
-    assert trust_command(Path("/srv/app")) == "atomictoolsd trust /srv/app"
+    from atomictoolsd.command import command_name
+
+    # The command itself is spelled as it runs here (the full path when PATH does not find it).
+    assert trust_command("/home/me/my project") == f"{command_name()} trust '/home/me/my project'"
+    assert trust_command(Path("/srv/app")) == f"{command_name()} trust /srv/app"
 
 
 def test_the_file_format(tmp_path: Path) -> None:

@@ -22,22 +22,50 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 # Command groups, in the order ``--help`` lists them.
-COMMAND_MODULES = ("daemon", "tools", "trust", "agents", "bridges", "observe", "service")
+COMMAND_MODULES = ("daemon", "tools", "scaffold", "trust", "agents", "bridges", "observe", "service")
 
 
 def build_parser() -> argparse.ArgumentParser:
     import argparse
     import importlib
 
+    from atomictoolsd.cli._common import EXIT_CODES
+
+    class Formatter(argparse.HelpFormatter):
+        """Descriptions wrapped to the terminal; the exit-code table kept as written."""
+
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            if text is EXIT_CODES:
+                return text
+            return super()._fill_text(text, width, indent)
+
     parser = argparse.ArgumentParser(
         prog="atomictoolsd",
         description="Serve Python tool modules from .atomic/tools/ to AI coding agents.",
+        epilog=EXIT_CODES,
+        formatter_class=Formatter,
     )
     parser.add_argument("--version", action="version", version=f"atomictoolsd {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"atomictoolsd.cli.{name}").register(commands)
+    _complete_help(commands, Formatter, EXIT_CODES)
     return parser
+
+
+def _complete_help(commands: argparse._SubParsersAction, formatter: type, epilog: str) -> None:  # type: ignore[type-arg]
+    """Every command's ``--help`` says what it does and lists the exit codes, not a usage line alone."""
+    import argparse
+
+    helps = {action.dest: action.help for action in commands._choices_actions}
+    for name, sub in commands.choices.items():
+        sub.formatter_class = formatter
+        sub.epilog = epilog
+        if not sub.description and helps.get(name):
+            sub.description = helps[name][0].upper() + helps[name][1:] + "."
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _complete_help(action, formatter, epilog)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,24 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["connect", "not_running", "pid_alive", "print_json", "raw_request", "table", "where"]
+__all__ = [
+    "EXIT_CODES", "EXIT_FAILED", "EXIT_NOT_RUNNING", "EXIT_USAGE",
+    "connect", "not_running", "pid_alive", "print_json", "raw_request", "table", "where",
+]
+
+# One meaning per code across every command, so a script can tell them apart (docs/cli.md).
+EXIT_FAILED = 1  # what was asked failed: a tool's error result, a daemon that could not start
+EXIT_USAGE = 2  # what was asked is wrong: bad arguments, an unknown tool, a bad configuration
+EXIT_NOT_RUNNING = 3  # the daemon is not running, and this command does not start it
+
+EXIT_CODES = """\
+exit codes:
+  0    done
+  1    what was asked failed (a tool's error result, a daemon that could not start)
+  2    what was asked is wrong (bad arguments, an unknown tool, a bad configuration)
+  3    the daemon is not running (commands that do not start it: status)
+  130  interrupted (Ctrl-C)
+  141  the output pipe closed (`atomictoolsd logs | head`)"""
 
 
 def print_json(value: Any) -> None:
@@ -57,7 +74,7 @@ def pid_alive(pid: int) -> bool:
 
 def not_running() -> int:
     print("atomictoolsd is not running", file=sys.stderr)
-    return 3
+    return EXIT_NOT_RUNNING
 
 
 def where(error: dict[str, Any]) -> str:

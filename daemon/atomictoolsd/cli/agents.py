@@ -86,11 +86,25 @@ def cmd_connect(args: argparse.Namespace) -> int:
         print(f"{name} is already connected: server {args.name!r} in {outcome.path}")
         return 0
     print(f"{name}: {outcome.action} server {args.name!r} in {outcome.path}")
+    print(f"  {_serves(args, target)}")
     print(f"  runs: {' '.join(command)}")
     if outcome.backup is not None:
         print(f"  previous file saved as {outcome.backup}")
     print(f"Restart {name} (or reload its MCP servers) to use the tools.")
     return 0
+
+
+def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
+    """Which project the entry is for, said outright: run from the wrong directory, a project entry
+    lands in some other repository (this checkout, say), and only the path would hint at it."""
+    from atomictoolsd.discovery import local_tools_dir, project_root
+
+    home = Path(os.environ.get("HOME") or Path.home())
+    if target.scope != "project":
+        return ("for every project: the agent's sessions get the tools of the project they run in "
+                "(its .atomic/tools/) and your global tools")
+    root = project_root(Path(args.directory or os.getcwd()).resolve(), home)
+    return f"for the project {root}: its tools in {local_tools_dir(root)}/ and your global tools (-C DIR for another)"
 
 
 def cmd_disconnect(args: argparse.Namespace) -> int:
@@ -133,14 +147,21 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     mcp.add_argument("shim_args", nargs=argparse.REMAINDER)
     mcp.set_defaults(func=cmd_mcp)
 
-    connect = commands.add_parser("connect", help="add atomictoolsd to an agent's MCP config")
+    connect = commands.add_parser(
+        "connect", help="add atomictoolsd to an agent's MCP config",
+        description="Add an `atomic` server to the agent's MCP config file, keeping everything else in "
+        "it (the previous file is backed up). The project is the one of --directory (default: the "
+        "current directory); the command says which file it wrote.",
+    )
     _agent_options(connect)
-    connect.add_argument("--allow", action="append", default=[], metavar="GLOB", help="serve only matching tools")
-    connect.add_argument("--deny", action="append", default=[], metavar="GLOB", help="never serve matching tools")
+    connect.add_argument("--allow", action="append", default=[], metavar="GLOB", help="serve only tools whose name matches GLOB (repeat it for more globs)")
+    connect.add_argument("--deny", action="append", default=[], metavar="GLOB",
+                         help="never serve tools whose name matches GLOB (repeat it for more globs)")
     dispatcher = connect.add_mutually_exclusive_group()
     dispatcher.add_argument("--dispatcher", dest="dispatcher", action="store_true", default=None,
                             help="add the meta-tools for agents that ignore list_changed (default for codex)")
-    dispatcher.add_argument("--no-dispatcher", dest="dispatcher", action="store_false")
+    dispatcher.add_argument("--no-dispatcher", dest="dispatcher", action="store_false",
+                            help="no meta-tools, even for an agent that gets them by default")
     connect.add_argument("--dry-run", action="store_true", help="print the entry instead of writing it")
     connect.set_defaults(func=cmd_connect)
 

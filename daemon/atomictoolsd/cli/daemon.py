@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, where
+from atomictoolsd.command import add_own_bin_to_path, command_name
 
 __all__ = ["register"]
 
@@ -47,6 +48,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # First of all: these variables are for this process only, never for the fork server or workers.
     service = capture()
+    # Tools run programs by name; those installed next to the daemon (its venv) are among them.
+    add_own_bin_to_path()
 
     import asyncio
 
@@ -104,7 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvloop.run(run())
     except AlreadyRunning as exc:
         if listener is not None:  # the service manager expects this process to serve: it cannot
-            return fail(f"{exc}, started outside the service manager; stop it with `atomictoolsd stop`", 1)
+            return fail(f"{exc}, started outside the service manager; stop it with `{command_name()} stop`", 1)
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 0
     except PathError as exc:
@@ -297,6 +300,7 @@ def print_status(status: dict[str, Any]) -> None:
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
+    _print_reload(status)
     projects = status.get("projects") or []
     if projects:
         print()
@@ -337,15 +341,30 @@ def print_status(status: dict[str, Any]) -> None:
             ["SETTING", "VALUE", "FROM"],
             [[key, json.dumps(status["config"][key]), source] for key, source in sorted(sources.items())],
         )
-        print("(every other setting has its default: `atomictoolsd config` lists them all)")
+        print(f"(every other setting has its default: `{command_name()} config` lists them all)")
     else:
-        print("configuration: all defaults (`atomictoolsd config` lists them)")
+        print(f"configuration: all defaults (`{command_name()} config` lists them)")
 
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log",
+    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload",
 })
+
+
+def _print_reload(status: dict[str, Any]) -> None:
+    """The last SIGHUP: a configuration that did not load, and settings that wait for a restart."""
+    reload = status.get("reload")
+    if not reload:
+        return
+    at = time.strftime("%H:%M:%S", time.localtime(reload["at"]))
+    if reload.get("config_error"):
+        print(f"config    NOT reloaded at {at}, the previous configuration stays in force: {reload['config_error']}")
+    else:
+        print(f"config    reloaded at {at}")
+    for key, value in (reload.get("waiting") or {}).items():
+        print(f"          {key} = {json.dumps(value)} waits for a restart "
+              f"(in force: {json.dumps(status['config'].get(key))}; run: {command_name()} restart)")
 
 
 def _print_section(name: str, value: Any) -> None:
@@ -355,6 +374,15 @@ def _print_section(name: str, value: Any) -> None:
         table([h.upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value])
     elif isinstance(value, list) and not value:
         print(f"{name}: none")
+    elif isinstance(value, dict):
+        # One setting or counter a line, lists one item a line: a person reads down, not across.
+        print(name)
+        width = max((len(k) for k in value), default=0)
+        for key, item in value.items():
+            items = item if isinstance(item, list) and item else (["none"] if item == [] else [item])
+            for index, one in enumerate(items):
+                label = key.replace("_", " ") if index == 0 else ""
+                print(f"  {label.ljust(width)}  {_cell(one)}".rstrip())
     else:
         print(f"{name}: {json.dumps(value)}")
 
@@ -395,15 +423,39 @@ def _duration(seconds: float) -> str:
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    serve = commands.add_parser("serve", help="run the daemon in the foreground")
+    serve = commands.add_parser(
+        "serve", help="run the daemon in the foreground",
+        description="Run the daemon in the foreground until SIGINT or SIGTERM (what a service manager "
+        "runs). It logs to stderr and to the event log (`atomictoolsd logs`); SIGHUP rereads the "
+        "configuration and rescans the tools dirs. Exits 2 on a bad configuration; 0 when another "
+        "daemon already serves.",
+    )
     serve.add_argument("--detach", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
-    commands.add_parser("start", help="start the daemon in the background").set_defaults(func=cmd_start)
-    commands.add_parser("stop", help="stop the daemon").set_defaults(func=cmd_stop)
-    commands.add_parser("restart", help="stop, then start the daemon").set_defaults(func=cmd_restart)
+    commands.add_parser(
+        "start", help="start the daemon in the background",
+        description="Start the daemon in the background, detached from this terminal, and return once "
+        "its socket serves. Does nothing when a daemon already runs. Exits 2 on a bad configuration, "
+        "1 when the daemon could not start (the cause is printed first).",
+    ).set_defaults(func=cmd_start)
+    commands.add_parser(
+        "stop", help="stop the daemon",
+        description="Stop the daemon: calls in flight finish first (within shutdown_grace seconds), then "
+        "its workers and bridge scripts go. Exits 0 when no daemon runs, 1 when it is still stopping "
+        "after 60 s.",
+    ).set_defaults(func=cmd_stop)
+    commands.add_parser(
+        "restart", help="stop, then start the daemon",
+        description="Stop the daemon (as `stop`), then start it (as `start`): for settings that "
+        "`atomictoolsd status` lists as waiting for a restart.",
+    ).set_defaults(func=cmd_restart)
 
-    status = commands.add_parser("status", help="show the daemon's state")
+    status = commands.add_parser(
+        "status", help="show the daemon's state",
+        description="Show the daemon's process, service manager, projects, modules (worker, memory, "
+        "calls, errors, latency) and the settings in force. Exits 3 when the daemon is not running.",
+    )
     status.add_argument("--json", action="store_true", help="print JSON")
     status.set_defaults(func=cmd_status)

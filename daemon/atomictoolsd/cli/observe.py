@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -28,10 +29,25 @@ def cmd_logs(args: argparse.Namespace) -> int:
     log_dir = Paths.from_env().log_dir
     minimum = LEVEL_RANK[args.level]
 
+    tool_modules: set[str] = set()  # the modules the tool's calls ran in, as the log shows them
+
+    def of_tool(event: dict[str, Any]) -> bool:
+        if event.get("tool") == args.tool:
+            if event.get("module"):
+                tool_modules.add(str(event["module"]))
+            return True
+        # What a tool prints is logged per module (a worker's output has no call to name): the tool's
+        # module is the one its calls ran in, or the file it is named after (`noisy` in noisy.py).
+        module = event.get("module")
+        if event.get("event") != "tool.output" or not module:
+            return False
+        stem = os.path.splitext(os.path.basename(str(module)))[0]
+        return module in tool_modules or args.tool == stem or args.tool.startswith(stem + "_")
+
     def wanted(event: dict[str, Any]) -> bool:
         if LEVEL_RANK.get(str(event.get("level")), 20) < minimum:
             return False
-        if args.tool is not None and event.get("tool") != args.tool:
+        if args.tool is not None and not of_tool(event):
             return False
         if args.event is not None and not str(event.get("event", "")).startswith(args.event):
             return False
@@ -46,10 +62,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
             print(f"no log yet in {log_dir} (the daemon writes it once it runs)", file=sys.stderr)
             return 0
         matching: Iterator[dict[str, Any]] = (e for e in read_events(log_dir) if wanted(e))
-        show(deque(matching, maxlen=args.lines) if args.lines else matching)
+        show(deque(matching, maxlen=args.lines) if args.lines is not None else matching)
         return 0
     # Follow: the rotated files, then the current one from its start, with no gap before new events.
-    history: deque[dict[str, Any]] = deque(maxlen=args.lines or None)
+    history: deque[dict[str, Any]] = deque(maxlen=args.lines)  # -n 0: only what comes from now on
     history.extend(e for e in read_events(log_dir, backups_only=True) if wanted(e))
     try:
         stream = follow_events(log_dir)
@@ -91,19 +107,34 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     logs = commands.add_parser("logs", help="show the daemon's event log")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
-    logs.add_argument("--tool", metavar="NAME", help="only events of this tool")
+    logs.add_argument("--tool", metavar="NAME", help="only events of this tool, and what its module printed")
     logs.add_argument("--event", metavar="PREFIX", help="only events whose name starts so (tool., module., worker.)")
     logs.add_argument(
         "--level", choices=DAEMON_LOG_LEVELS, default="debug",
         help="least severe level to show (default: all)",
     )
-    logs.add_argument("-n", "--lines", type=int, default=0, metavar="N", help="only the last N matching events")
+    logs.add_argument(
+        "-n", "--lines", type=_count, default=None, metavar="N",
+        help="only the last N matching events (with -f, -n 0 prints only new ones)",
+    )
     logs.add_argument("--json", action="store_true", help="print the JSON lines as they are")
     logs.set_defaults(func=cmd_logs)
 
-    config = commands.add_parser("config", help="show the effective configuration and where each value came from")
+    config = commands.add_parser(
+        "config", help="show the effective configuration and where each value came from",
+        description="Print every setting: its value, where the value came from (default, the config "
+        "file, or an ATOMICTOOLS_<SETTING> variable) and what it means, read the way the daemon reads "
+        "it at start. Works without a running daemon. Exits 2 when the configuration is bad.",
+    )
     config.add_argument("--json", action="store_true", help="print JSON")
     config.set_defaults(func=cmd_config)

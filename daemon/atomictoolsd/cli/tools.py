@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from atomictoolsd.cli._common import connect, print_json, table, where
+from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, connect, print_json, table, where
 
 __all__ = ["parse_call_arguments", "register"]
 
@@ -100,28 +100,74 @@ def _wants_string(prop: dict[str, Any]) -> bool:
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    """Call a tool and print its text; exit 1 when the result is an error."""
+    """Call a tool. Its result goes to stdout; every error goes to stderr, with a non-zero exit code."""
     from atomictools._errors import ConnectError, RPCError
 
     try:
         with connect(args) as client:
             tools = {t["name"]: t for t in client.list_tools()}
-            schema = tools.get(args.name, {}).get("inputSchema", {})
+            tool = tools.get(args.name, {})
             try:
-                arguments = json.loads(args.json) if args.json else {}
-                arguments.update(parse_call_arguments(args.arguments, schema))
+                arguments = _call_arguments(args, tool.get("inputSchema", {}))
             except (ValueError, AttributeError) as exc:
                 print(f"atomictoolsd: bad arguments: {exc}", file=sys.stderr)
-                return 2
+                return EXIT_USAGE
             result = client.call_tool(args.name, arguments, timeout=args.timeout)
-    except RPCError as exc:
+    except RPCError as exc:  # the daemon refused the call itself: an unknown tool, bad params
         print(f"atomictoolsd: {exc.message}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except ConnectError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
-        return 1
-    print(result.text)
-    return 1 if result.is_error else 0
+        return EXIT_FAILED
+    if args.json:
+        print_json(_raw_result(result))
+        return EXIT_FAILED if result.is_error else 0
+    if result.is_error:
+        print(result.text, file=sys.stderr)
+        return EXIT_FAILED
+    print(_plain(result, tool))
+    return 0
+
+
+def _call_arguments(args: argparse.Namespace, schema: dict[str, Any]) -> dict[str, Any]:
+    """``--args``, then a positional JSON object, then ``key=value`` pairs, later ones winning."""
+    arguments: dict[str, Any] = {}
+    pairs = list(args.arguments)
+    if args.args:
+        arguments.update(_json_object(args.args))
+    if pairs and pairs[0].lstrip().startswith("{"):
+        arguments.update(_json_object(pairs.pop(0)))
+    arguments.update(parse_call_arguments(pairs, schema))
+    return arguments
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object of arguments, got {text!r}")
+    return value
+
+
+def _raw_result(result: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"content": result.content, "isError": result.is_error}
+    if result.structured is not None:
+        out["structuredContent"] = result.structured
+    if result.meta:
+        out["_meta"] = result.meta
+    return out
+
+
+def _plain(result: Any, tool: dict[str, Any]) -> str:
+    """What a person wants to read: a tool's scalar result bare (``1``, not ``{"result":1}``)."""
+    schema = tool.get("outputSchema") or {}
+    structured = result.structured
+    if (
+        isinstance(structured, dict) and list(structured) == ["result"]
+        and list(schema.get("properties", {})) == ["result"] and schema.get("required") == ["result"]
+    ):
+        value = structured["result"]
+        return value if isinstance(value, str) else json.dumps(value)
+    return result.text
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -131,13 +177,21 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=cmd_list)
 
-    call = commands.add_parser("call", help="call a tool and print its result")
+    call = commands.add_parser(
+        "call", help="call a tool and print its result",
+        description="Call a tool and print its result on stdout: text as it is, a single value bare "
+        "(1, not {\"result\": 1}). Every error goes to stderr with a non-zero exit code: 1 when the "
+        "tool failed (its error result, bad argument values, a timeout), 2 when the call was refused "
+        "(an unknown tool, malformed key=value arguments). --json prints the whole result on stdout "
+        "with the same exit codes.",
+    )
     call.add_argument("name", help="tool name")
     call.add_argument(
         "arguments", nargs="*", metavar="key=value",
         help="arguments (values parsed as JSON unless the tool wants a string)",
     )
-    call.add_argument("--json", metavar="ARGS", help="arguments as one JSON object")
+    call.add_argument("--args", metavar="JSON", help="arguments as one JSON object (a first argument {…} is taken so too)")
+    call.add_argument("--json", action="store_true", help="print the whole MCP result as JSON (content, structuredContent, isError)")
     call.add_argument("--directory", "-C", help="project directory (default: the current one)")
     call.add_argument("--timeout", type=float, help="seconds this call may run")
     call.set_defaults(func=cmd_call)

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from atomictoolsd.command import command_name
+
 __all__ = ["register"]
 
 
@@ -31,19 +33,26 @@ def _store_and_root(args: argparse.Namespace) -> tuple[object, Path | None]:
     return store, project_root(path.resolve(), paths.home)
 
 
-def _tell_daemon() -> str:
-    """Ask a running daemon to re-read the store; say what happened, in words."""
-    from atomictools import Client
-    from atomictools._errors import ConnectError, RPCError
+def _tell_daemon(root: Path, trusted: bool) -> str:
+    """Ask a running daemon to re-read the store; say, in words, what it did about ``root``.
 
-    try:
-        with Client(autostart=False, agent="cli").connect() as client:
-            changed = client.request("atomic/trust/refresh")["changed"]
-    except ConnectError:
+    A bare request, without attaching: attaching from here would open the project itself, and the
+    answer could no longer tell whether the daemon had it open before.
+    """
+    from atomictoolsd.cli._common import raw_request
+
+    reply = raw_request("atomic/trust/refresh")
+    if not isinstance(reply, dict):
         return "the daemon is not running; it will read this when it starts"
-    except RPCError as exc:
-        return f"the running daemon did not take the change ({exc.message}); restart it: atomictoolsd restart"
-    return "the running daemon reloaded the project" if changed else "the running daemon already agreed"
+    for entry in reply.get("changed", []):
+        if entry.get("root") == str(root):
+            if entry.get("trusted"):
+                return "the running daemon loaded the project's tools; attached agents were told"
+            return "the running daemon withdrew the project's tools (calls in flight finish); attached agents were told"
+    if trusted:
+        return ("the running daemon has not opened this project yet: its tools load when an agent "
+                f"or `{command_name()} list` first uses it")
+    return "the running daemon had not loaded this project's tools: nothing it serves changed"
 
 
 def cmd_trust(args: argparse.Namespace) -> int:
@@ -65,7 +74,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
     modules = list_module_files(local_tools_dir(root))
     what = f"{len(modules)} tool module(s) in {local_tools_dir(root)}" if modules else f"its tools in {local_tools_dir(root)}"
     print(f"{'trusted' if added else 'already trusted'}: {root} ({what} will load)")
-    print(_tell_daemon())
+    print(_tell_daemon(root, trusted=True))
     return 0
 
 
@@ -85,7 +94,7 @@ def cmd_untrust(args: argparse.Namespace) -> int:
         print(f"not trusted: {root} (nothing to do)")
         return 0
     print(f"untrusted: {root} (its own tools no longer load)")
-    print(_tell_daemon())
+    print(_tell_daemon(root, trusted=False))
     return 0
 
 
@@ -103,7 +112,7 @@ def _list(args: argparse.Namespace) -> int:
         print_json([{"root": root, **info} for root, info in entries.items()])
         return 0
     if not entries:
-        print("no trusted projects (trust one with: atomictoolsd trust [DIR])")
+        print(f"no trusted projects (trust one with: {command_name()} trust [DIR])")
         return 0
     table(
         ["PROJECT", "TRUSTED SINCE"],

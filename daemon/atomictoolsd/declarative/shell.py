@@ -28,6 +28,7 @@ from typing import Any
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
+from atomictoolsd.declarative.exitcodes import ok_exit_codes
 from atomictoolsd.declarative.templates import (
     PLACEHOLDER,
     SHELL_METACHARACTERS,
@@ -93,9 +94,9 @@ def timeout_ms(handler: Mapping[str, Any], default: int) -> int:
 
 
 class ShellHandler:
-    """``{"type": "shell", "command": "...", "timeout": ms, "cwd": "..."}``."""
+    """``{"type": "shell", "command": "...", "timeout": ms, "cwd": "...", "okExitCodes": [0, 1]}``."""
 
-    KEYS = frozenset({"type", "command", "timeout", "cwd"})
+    KEYS = frozenset({"type", "command", "timeout", "cwd", "okExitCodes"})
 
     def __init__(self, handler: Mapping[str, Any]) -> None:
         command = handler.get("command")
@@ -126,6 +127,7 @@ class ShellHandler:
             raise TemplateError("handler.cwd must be a path without {{placeholders}}")
         self.cwd: str | None = cwd
         self.timeout = timeout_ms(handler, DEFAULT_TIMEOUT_MS) / 1000
+        self.ok_codes = ok_exit_codes(handler)
         self.params = placeholders(command)
 
     def argv(self, tool: str, args: Mapping[str, Any]) -> list[str]:
@@ -200,7 +202,7 @@ class ShellHandler:
             raise ToolError(f"Cannot run {argv[0]!r}: permission denied") from None
         stdout, stderr = self._wait(proc, ctx)
         out = stdout.decode("utf-8", "replace")
-        if proc.returncode == 0:
+        if proc.returncode in self.ok_codes:
             return out
         err = stderr.decode("utf-8", "replace")
         if proc.returncode < 0:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from atomictoolsd import __version__
+from atomictoolsd.command import command_name
 from atomictoolsd.paths import Paths
 from atomictoolsd.service.manager import LAUNCHD_LABEL
 from atomictoolsd.service.units import (
@@ -120,7 +121,7 @@ def _manager_hint(manager: str) -> str:
     if manager == "systemd":
         return (
             "Is a systemd user instance running for you? On a server, `loginctl enable-linger $USER` starts one; "
-            "a container often has none (use `atomictoolsd start` there)."
+            f"a container often has none (use `{command_name()} start` there)."
         )
     return "Is this a macOS login session (launchctl domain gui/$UID)?"
 
@@ -196,10 +197,10 @@ def install(
             return _manager_failed(the_plan, command, said, out)
         print(f"ran {_command_line(command)}", file=out)
     if the_plan.manager == "systemd":
-        print("atomictoolsd runs as a systemd user service; `atomictoolsd status` shows it, "
+        print(f"atomictoolsd runs as a systemd user service; `{command_name()} status` shows it, "
               "`journalctl --user -u atomictoolsd` has its stderr", file=out)
     else:
-        print(f"atomictoolsd runs as the launchd agent {LAUNCHD_LABEL}; `atomictoolsd status` shows it", file=out)
+        print(f"atomictoolsd runs as the launchd agent {LAUNCHD_LABEL}; `{command_name()} status` shows it", file=out)
     return 0
 
 
@@ -210,7 +211,7 @@ def _manager_failed(the_plan: Plan, command: list[str], said: str, out: TextIO) 
     for step in the_plan.prepare + the_plan.start:
         if not (the_plan.manager == "launchd" and "bootout" in step):
             print(f"  {_command_line(step)}", file=out)
-    print("or `atomictoolsd service uninstall` to remove them.", file=out)
+    print(f"or `{command_name()} service uninstall` to remove them.", file=out)
     return 1
 
 

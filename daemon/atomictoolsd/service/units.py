@@ -18,6 +18,7 @@ from pathlib import Path
 
 from atomictoolsd.paths import Paths
 from atomictoolsd.service.manager import LAUNCHD_LABEL
+from atomictoolsd.service.searchpath import service_path
 
 __all__ = [
     "PASSED_VARIABLES",
@@ -91,7 +92,7 @@ def environment(environ: Mapping[str, str]) -> dict[str, str]:
         "XDG_CACHE_HOME": os.path.join(home, ".cache"),
         "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
     }
-    env = {"PATH": environ.get("PATH", os.defpath)}
+    env = {"PATH": service_path(environ.get("PATH", os.defpath))}
     for name in PASSED_VARIABLES:
         value = environ.get(name)
         if value and value != defaults.get(name):
