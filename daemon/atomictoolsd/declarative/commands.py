@@ -57,8 +57,7 @@ class Unsafe(Exception):
         run_by = f" (run by {self.via})" if self.via else ""
         if self.role == PROGRAM:
             if not prog:
-                return ("handler.command must start with a fixed program name; a parameter cannot choose the program. "
-                        "Write one tool per program")
+                return "handler.command must start with a fixed program name; a parameter cannot choose the program"
             return (f"handler.command lets {p} choose the program that {prog} runs ({word!r}): a value there "
                     f"would run any program. Name the program in the template and pass the value as its argument")
         if self.role == CODE:
