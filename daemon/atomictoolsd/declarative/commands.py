@@ -476,15 +476,15 @@ class _Walk:
                 st = self._apply("", "", what, st)
                 k += 1
                 continue
-            if what.startswith("opt:"):  # attached only, of any length: try every split
+            if what.startswith("opt:"):  # attached only, of any length: try every split, none first
+                self._cluster(i, k + 1, st)
                 for cut in range(1, len(rest) + 1):
                     self.put(rest[:cut], what[4:])
                     if k + 1 + cut < len(word):
                         self._cluster(i, k + 1 + cut, st)
                     else:
                         self.run(i + 1, st)
-                k += 1
-                continue
+                return
             self._taking(i, rest, what, st)
             return
         self.run(i + 1, st)

@@ -237,8 +237,8 @@ def _abort(conn: http.client.HTTPConnection) -> None:
 
 
 def _path_end(template: str) -> int:
-    """Where the path of a URL template ends: at its query or fragment (placeholders never hold
-    ``?`` or ``#``: they are encoded)."""
+    """Where the path of a URL (or its template) ends: at its query or fragment. Values never hold
+    ``?`` or ``#`` (they are encoded), so these are the template's."""
     ends = [i for i in (template.find("?"), template.find("#")) if i >= 0]
     return min(ends) if ends else len(template)
 
@@ -252,7 +252,7 @@ def _check_dot_segments(url: str, filled: list[tuple[str, int, int]]) -> None:
     URL parser and to any server that decodes before it resolves dot segments.
     """
     start = 0
-    for segment in url.split("/"):
+    for segment in url[:_path_end(url)].split("/"):
         end = start + len(segment)
         names = [name for name, a, b in filled if a <= end and b >= start]
         if names:
