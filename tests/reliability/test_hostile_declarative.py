@@ -185,7 +185,7 @@ def test_safe_forms_load_and_take_every_payload_as_one_argument(env: Env, make_d
         assert refused == set(unsafe), set(unsafe) - refused
         for index, name in enumerate(tools):
             # Each form with every payload unwrapped; wrapped, a rotating share of them.
-            chosen = payloads if tools[name].startswith(tuple(SAFE_INTERPRETERS.values())) else payloads[index % 5::5]
+            chosen = payloads if tools[name].startswith(tuple(SAFE_INTERPRETERS.values())) else payloads[index % 17::17]
             for payload in chosen:
                 result = client.call_tool(name, {"v": payload})
                 calls += 1
@@ -333,7 +333,7 @@ class Dripper:
                         continue
             head = {"status": b"", "headers": b"HTTP/1.1 200 OK\r\n",
                     "body": b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", "tls": b""}[self.mode]
-            drip = {"status": b"HTTP/1.1 200 OK\r\n", "headers": b"X-Drip: " + b"a" * 1000,
+            drip = {"status": b"HTTP/1.1 200 " + b"K" * 1000, "headers": b"X-Drip: " + b"a" * 1000,
                     "body": b"b" * 100000, "tls": b"\x16\x03\x03\x40\x00" + b"\x00" * 1000}[self.mode]
             try:
                 conn.sendall(head)
