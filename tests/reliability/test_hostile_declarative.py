@@ -13,7 +13,9 @@ from __future__ import annotations
 import http.server
 import itertools
 import json
+import os
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -130,7 +132,8 @@ SAFE_INTERPRETERS = {
     "bash": "bash -euc 'printf \"[%s]\\n\" \"$@\"' bash {{v}}",
     "perl": "perl -e 'print \"[$_]\\n\" for @ARGV' -- {{v}}",
     "perl-l": "perl -le 'print \"[$_]\" for @ARGV' -- {{v}}",
-    "python": "python3 -c 'import sys; sys.stdout.write(\"\".join(f\"[{a}]\\n\" for a in sys.argv[1:]))' {{v}}",
+    # This interpreter by its full, versioned path (a shim on PATH may cost a shell and a pyenv per call).
+    "python": f"{os.path.realpath(sys.executable)} -c 'import sys; sys.stdout.write(\"\".join(f\"[{{a}}]\\n\" for a in sys.argv[1:]))' {{{{v}}}}",
     "node": "node -e 'for (const a of process.argv.slice(1)) process.stdout.write(`[${a}]\\n`)' -- {{v}}",
     "awk": "awk 'BEGIN { for (i = 1; i < ARGC; i++) printf \"[%s]\\n\", ARGV[i] }' {{v}}",
 }
@@ -169,7 +172,9 @@ def test_safe_forms_load_and_take_every_payload_as_one_argument(env: Env, make_d
     for (iname, command), wrapper in itertools.product(SAFE_INTERPRETERS.items(), SAFE_WRAPPERS):
         name = f"{iname}-{len(tools)}"
         tools[name] = (wrapper + " " + command).strip()
-    env.write_tool(env.local_tools, "safe.json", json.dumps({"tools": [shell_tool(n, c) for n, c in tools.items()]}))
+    one_or_many = {"type": ["string", "array"], "items": STRING}
+    safe = [{**shell_tool(n, c), "inputSchema": {"type": "object", "properties": {"v": one_or_many}}} for n, c in tools.items()]
+    env.write_tool(env.local_tools, "safe.json", json.dumps({"tools": safe}))
     # The unsafe neighbours of each safe form, in the same file's directory: refused, nothing of theirs runs.
     unsafe = {f"bad-{i}": f"{wrapper} {form}".strip() for i, (wrapper, form) in enumerate(zip(
         itertools.cycle(WRAPPERS), [c for _, c in unsafe_templates()[::97]]))}
@@ -184,13 +189,17 @@ def test_safe_forms_load_and_take_every_payload_as_one_argument(env: Env, make_d
         refused = {e.get("tool") for e in listing["errors"]}
         assert refused == set(unsafe), set(unsafe) - refused
         for index, name in enumerate(tools):
-            # Each form with every payload unwrapped; wrapped, a rotating share of them.
-            chosen = payloads if tools[name].startswith(tuple(SAFE_INTERPRETERS.values())) else payloads[index % 17::17]
-            for payload in chosen:
+            # Every payload at once, a list: one argument each. Then one at a time: every payload for
+            # each form unwrapped, a rotating share for the wrapped ones (node, slow to start: the list only).
+            result = client.call_tool(name, {"v": payloads})
+            calls += 1
+            assert not result.is_error and result.text == "".join(f"[{p}]\n" for p in payloads), (tools[name], result.text)
+            if name.startswith("node"):
+                continue
+            for payload in payloads if tools[name] in SAFE_INTERPRETERS.values() else payloads[index % 17::17]:
                 result = client.call_tool(name, {"v": payload})
                 calls += 1
-                expected = f"[{payload}]\n"
-                assert not result.is_error and result.text == expected, (tools[name], payload, result.text)
+                assert not result.is_error and result.text == f"[{payload}]\n", (tools[name], payload, result.text)
     assert not marker.exists(), "a value ran as code"
     record(f"{len(tools)} safe forms ({len(SAFE_INTERPRETERS)} interpreters x {len(SAFE_WRAPPERS)} wrappers) loaded next "
            f"to {len(unsafe)} refused ones; {calls} calls with {len(payloads)} payloads: each value one argument, "
