@@ -285,7 +285,7 @@ def test_no_value_changes_a_urls_structure(env: Env, make_daemon, recorder: Any,
             path, _, query = seen.partition("?")
             segments = path.split("/")[1:]
             assert len(segments) == len(shape), (name, value, seen)
-            for fixed, got in zip(shape, segments):
+            for fixed, got in zip(shape, segments, strict=True):
                 if fixed is None:
                     assert not _dot_part(got), (name, value, seen)
                 else:
