@@ -335,9 +335,9 @@ def http_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def
 def test_http_get_percent_encodes_parameters(http_daemon: Daemon, web: Any) -> None:
     base = f"http://127.0.0.1:{web.server_port}"
     with http_daemon.client() as client:
-        result = client.call("get", url=base, q="a b/../../admin?x=1#frag", page=2)
+        result = client.call("get", url=base, q="a b/c/admin?x=1#frag", page=2)
         assert not result.is_error
-        path = "/search/a%20b%2F..%2F..%2Fadmin%3Fx%3D1%23frag?page=2"
+        path = "/search/a%20b%2Fc%2Fadmin%3Fx%3D1%23frag?page=2"
         assert result.text == f"HTTP 200 OK\n\nok {path}"
         assert web.seen[-1][1] == path
 

@@ -208,8 +208,11 @@ def test_logs_follow_with_no_history_prints_only_new_events(env: Env, make_daemo
     daemon = make_daemon()  # type: ignore[operator]
     with daemon.client() as client:
         client.call("greet", name="old")
-    old = [json.loads(line) for line in run(env, "logs", "--json", "--event", "tool.").stdout.splitlines()]
-    assert old, "the old call is in the log"
+    # The event log writes in batches (a quarter of a second at most): wait until the old call is in it.
+    old = wait_for(
+        lambda: [json.loads(line) for line in run(env, "logs", "--json", "--event", "tool.").stdout.splitlines()],
+        timeout=10, message="the old call is in the log",
+    )
     follower = subprocess.Popen(
         [sys.executable, "-m", "atomictoolsd", "logs", "-f", "-n", "0", "--json", "--event", "tool."],
         env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,

@@ -8,9 +8,10 @@ own, because no shell ever reads the result. The program (the first word) is fix
 A value still lands where the template put it, so a value starting with ``-`` is an option to the
 program if the template puts it where options are read: templates should write ``--`` before
 placeholders that are operands (``grep -rn -- {{pattern}} .``). And a program that runs an argument
-as code would run the value: a template that puts a placeholder inside the script of ``sh -c`` (or
-``bash -c``, ``python -c``, ``perl -e``, ``node -e``, …) is refused when the file loads; the value can
-go after the script, as an argument the script reads (``sh -c 'grep -- "$1" f' sh {{pattern}}``).
+would run the value: a template that puts a placeholder where a shell, an interpreter or a wrapper
+runs it (``sh -c '… {{v}}'``, ``perl -ne``, ``env -S``, ``ssh host …``) is refused when the file loads
+(``commands.check``); the value can go after the code, as an argument the code reads
+(``sh -c 'grep -- "$1" f' sh {{pattern}}``).
 
 Runs inside a worker; standard library only.
 """
@@ -18,7 +19,6 @@ Runs inside a worker; standard library only.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -28,6 +28,7 @@ from typing import Any
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
+from atomictoolsd.declarative.commands import Unsafe, check
 from atomictoolsd.declarative.exitcodes import ok_exit_codes
 from atomictoolsd.declarative.templates import (
     PLACEHOLDER,
@@ -44,34 +45,6 @@ __all__ = ["DEFAULT_TIMEOUT_MS", "ShellHandler", "resolve_dir"]
 DEFAULT_TIMEOUT_MS = 30_000
 MAX_TIMEOUT_MS = 3_600_000
 _POLL = 0.1  # seconds between checks for cancellation while the command runs
-
-# Programs that run the argument after one of these options as code; a shell's short options may be
-# grouped (``bash -lc``, ``sh -ec``).
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "busybox"})
-_CODE_OPTIONS = {"perl": ("-e", "-E"), "ruby": ("-e",), "node": ("-e", "--eval", "-p", "--print"), "php": ("-r",),
-                 "pwsh": ("-c", "-Command"), "osascript": ("-e",), "lua": ("-e",), "Rscript": ("-e",)}
-_SHORT_GROUP_WITH_C = re.compile(r"^-[a-zA-Z]*c[a-zA-Z]*$")
-_PYTHON = re.compile(r"^python[0-9.]*$")
-
-
-def _code_argument(words: list[str]) -> tuple[int, str] | None:
-    """The index of the first word a program in ``words`` would run as code, and that program."""
-    program = ""
-    for i, word in enumerate(words):
-        name = os.path.basename(word)
-        if name in _SHELLS or name in _CODE_OPTIONS or _PYTHON.match(name):
-            program = name
-            continue
-        if not program:
-            continue
-        if program in _SHELLS and (_SHORT_GROUP_WITH_C.match(word) or word == "--command"):
-            return i + 1, program
-        if _PYTHON.match(program) and _SHORT_GROUP_WITH_C.match(word):
-            return i + 1, program
-        if word in _CODE_OPTIONS.get(program, ()):
-            return i + 1, program
-    return None
-
 
 def resolve_dir(path: str | None, ctx: Context | None) -> str:
     """A directory named in a tool file: ``~`` expanded, relative to the caller's directory.
@@ -106,22 +79,10 @@ class ShellHandler:
             self.words = shlex.split(command)
         except ValueError as exc:
             raise TemplateError(f"handler.command cannot be split into words: {exc}") from None
-        if PLACEHOLDER.search(self.words[0]):
-            raise TemplateError(
-                "handler.command must start with a fixed program name; a parameter cannot choose the program"
-            )
-        code = _code_argument(self.words)
-        if code is not None and code[0] < len(self.words) and PLACEHOLDER.search(self.words[code[0]]):
-            index, program = code
-            name = PLACEHOLDER.search(self.words[index]).group(1)  # type: ignore[union-attr]
-            if program in _SHELLS:
-                fix = f"e.g. {program} {self.words[index - 1]} '... \"$1\" ...' {program} {{{{{name}}}}}"
-            else:
-                fix = "where the code reads it from its arguments (sys.argv, @ARGV, process.argv)"
-            raise TemplateError(
-                f"handler.command puts {{{{{name}}}}} inside the code that {program} runs ({self.words[index]!r}): "
-                f"a value there would run as code. Pass it as an argument after the code instead, {fix}"
-            )
+        try:
+            self.single = check(self.words)  # words where a list value must not become several words
+        except Unsafe as exc:
+            raise TemplateError(str(exc)) from None
         cwd = handler.get("cwd")
         if cwd is not None and (not isinstance(cwd, str) or PLACEHOLDER.search(cwd)):
             raise TemplateError("handler.cwd must be a path without {{placeholders}}")
@@ -149,7 +110,7 @@ class ShellHandler:
                 suspicious.append(name)
             return rendered
 
-        for word in self.words:
+        for index, word in enumerate(self.words):
             names = PLACEHOLDER.findall(word)
             if not names:
                 out.append(word)
@@ -160,6 +121,12 @@ class ShellHandler:
                 value = args.get(name)
                 if value is None:
                     continue
+                if isinstance(value, list) and index in self.single:
+                    raise ValueRejected(
+                        f"parameter {name!r} is a list, but the command takes exactly one argument there "
+                        "(an option's value or an operand a program reads before others); several words could "
+                        "add an option or a command. Send one value"
+                    )
                 if isinstance(value, list):
                     out.extend(text(name, item) for item in value)
                 else:

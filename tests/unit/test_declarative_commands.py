@@ -1,0 +1,136 @@
+"""Where a shell template's values land (commands.check), and what an http value may do to a URL."""
+
+from __future__ import annotations
+
+import shlex
+import urllib.parse
+
+import pytest
+
+from atomictools import ToolError
+from atomictoolsd.declarative.commands import Unsafe, check, program_name
+from atomictoolsd.declarative.http_request import HttpHandler
+from atomictoolsd.declarative.shell import ShellHandler
+from atomictoolsd.declarative.templates import TemplateError, ValueRejected
+
+
+def role(command: str) -> str | None:
+    try:
+        check(shlex.split(command))
+    except Unsafe as exc:
+        return exc.role
+    return None
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        # The issue's walk-arounds.
+        ("perl -ne 'print if /{{p}}/'", "code"),
+        ("perl -lne 'print {{p}}'", "code"),
+        ("node -pe '{{e}}'", "code"),
+        ("env -S 'sh -c \"echo {{v}}\"'", "line"),
+        ("sh -c -- 'echo {{v}}'", "code"),
+        # Clusters, options between, options read after the code.
+        ("bash -euxc 'echo {{v}}'", "code"),
+        ("sh -c -e 'echo {{v}}'", "code"),
+        ("zsh -o errexit -c 'echo {{v}}'", "code"),
+        ("python3 -Ic '{{v}}'", "code"),
+        ("perl -e{{v}}", "code"),
+        ("node --eval={{v}}", "code"),
+        ("perl -e 'print @ARGV' {{v}}", "option"),
+        ("node -e 'x' {{v}}", "option"),
+        ("sed -n p {{v}}", "option"),
+        ("python3 -X {{v}} s.py", "option"),
+        # The program, a script or a module chosen by the value.
+        ("{{prog}} x", "program"),
+        ("timeout 5 {{prog}}", "program"),
+        ("find . -exec {{prog}} ;", "program"),
+        ("python3 {{script}}", "script"),
+        ("python3 -m {{module}}", "script"),
+        ("perl -M{{module}} s.pl", "script"),
+        # Wrappers in front, by path and versioned name.
+        ("sudo -u root nice -n 5 env A=1 /usr/bin/python3.11 -c 'print({{v}})'", "code"),
+        ("xargs -0 perl5.36 -e '{{v}}'", "code"),
+        ("find . -exec sh -c 'echo {{v}}' ;", "code"),
+        ("env -S 'sh -c' {{v}}", "code"),
+        ("busybox sh -c '{{v}}'", "code"),
+        # Command lines handed to a shell, and variables chosen by the value.
+        ("ssh host ls {{dir}}", "line"),
+        ("watch echo {{v}}", "line"),
+        ("su -c 'echo {{v}}'", "code"),
+        ("flock /tmp/l -c 'echo {{v}}'", "code"),
+        ("env {{name}}=1 sh s.sh", "variable"),
+        ("timeout {{t}} true", "option"),
+        # Safe: the value after the code, behind -- where options are still read, or data to a plain program.
+        ("sh -c 'echo \"$1\"' sh {{v}}", None),
+        ("bash -lc 'grep -- \"$1\" f' bash {{v}}", None),
+        ("perl -ne 'print if /$ENV{X}/' -- {{v}}", None),
+        ("node -e 'console.log(process.argv[1])' -- {{v}}", None),
+        ("python3 -c 'import sys; print(sys.argv[1])' {{v}}", None),
+        ("python3 tool.py --name {{v}}", None),
+        ("awk -v pat={{v}} '$0 ~ pat' f", None),
+        ("sed -n p -- {{v}}", None),
+        ("timeout -- {{t}} true", None),
+        ("nice -n {{n}} grep -- x y", None),
+        ("env A={{v}} printenv A", None),
+        ("find . -name {{v}} -exec grep -l x {} +", None),
+        ("grep -rn -- {{v}} .", None),
+        ("git log -n {{count}} -- {{path}}", None),
+    ],
+)
+def test_where_a_value_lands(command: str, expected: str | None) -> None:
+    assert role(command) == expected
+
+
+def test_program_names() -> None:
+    assert [program_name(w) for w in ("/usr/bin/python3.11", "perl5.36", "python3.13t", "lua5.4", "gawk", "grep")] == [
+        "python", "perl", "python", "lua", "gawk", "grep"]
+
+
+def test_an_unknown_option_is_read_both_ways() -> None:
+    # -Z is not in python's table: if it takes the next word, {{v}} is the script.
+    assert role("python3 -Z s.py {{v}}") == "script"
+    assert role("python3 -u s.py {{v}}") is None
+
+
+def test_the_refusal_says_what_to_do_instead() -> None:
+    with pytest.raises(TemplateError) as info:
+        ShellHandler({"command": "perl -lne 'print if /{{p}}/'"})
+    assert "inside the code that perl runs" in str(info.value)
+    assert "perl -e 'print $ARGV[0]' -- {{p}}" in str(info.value)
+    with pytest.raises(TemplateError) as info:
+        ShellHandler({"command": "bash -ec 'grep {{p}} f'"})
+    assert "bash -c '... \"$1\" ...' bash {{p}}" in str(info.value)
+    with pytest.raises(TemplateError, match=r"where perl reads its own options .* behind --"):
+        ShellHandler({"command": "perl -e 'print @ARGV' {{p}}"})
+
+
+def test_a_list_cannot_become_several_words_where_a_program_reads_one() -> None:
+    # nice -n 5 sh -c 'touch x' would run a command the template never wrote.
+    for command in ("nice -n {{v}} grep -- x f", "timeout -- {{v}} true", "find . -name {{v}}"):
+        with pytest.raises(ValueRejected, match="is a list, but the command takes exactly one argument there"):
+            ShellHandler({"command": command}).argv("t", {"v": ["5", "sh", "-c", "touch x"]})
+    assert ShellHandler({"command": "sh -c 'echo \"$@\"' sh {{v}}"}).argv("t", {"v": ["a", "b"]})[-2:] == ["a", "b"]
+    assert ShellHandler({"command": "nice -n {{v}} grep -- x f"}).argv("t", {"v": "5"})[:3] == ["nice", "-n", "5"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [".", "..", "%2e", "%2E%2e", ".%2e", "a/../b", "..\\x", "\\..", "..;x", "..%00", "... ", "", "x/.", "%2e%2e%2f",
+     "..%5c"],
+)
+def test_a_value_cannot_make_a_dot_segment(value: str) -> None:
+    handler = HttpHandler({"url": "http://h/api/items/{{id}}/details"})
+    with pytest.raises(ToolError, match=r"^Refused: the value of \{\{id\}\} would make a URL path segment"):
+        handler.build_url({"id": value})
+
+
+@pytest.mark.parametrize("value", ["a.b", ".hidden", "v1.2", "...x", "@evil:1", "#f", "?a=1&b=2", "//x", "a b", "ü"])
+def test_a_value_never_changes_scheme_host_port_or_query(value: str) -> None:
+    url = HttpHandler({"url": "https://h.example:8443/api/{{id}}/x?a={{id}}&b=1"}).build_url({"id": value})
+    parts = urllib.parse.urlsplit(url)
+    assert (parts.scheme, parts.hostname, parts.port) == ("https", "h.example", 8443)
+    assert parts.path.split("/")[1::2] == ["api", "x"] and len(parts.path.split("/")) == 4
+    assert urllib.parse.parse_qs(parts.query) == {"a": [value], "b": ["1"]}
+    assert parts.fragment == ""
