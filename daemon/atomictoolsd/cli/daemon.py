@@ -295,6 +295,8 @@ def print_status(status: dict[str, Any]) -> None:
     workers = fork["workers"]
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
           f"{workers} worker{'s' * (workers != 1)}")
+    if fork.get("problem"):
+        print(f"          {fork['problem']}")
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")

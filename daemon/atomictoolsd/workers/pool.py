@@ -122,9 +122,7 @@ class ModuleRunner:
         worker = Worker(self, pid, self.pool.spawner.exit_status(pid))
         await loop.connect_accepted_socket(lambda: worker, sock=sock)
         try:
-            definitions, load_ms = await asyncio.wait_for(
-                asyncio.shield(worker.loaded), self.pool.settings.load_timeout
-            )
+            definitions, load_ms = await self._loaded(worker)
         except TimeoutError:
             worker.cause = f"did not finish importing the module within {self.pool.settings.load_timeout:g} s"
             worker.kill()
@@ -139,6 +137,20 @@ class ModuleRunner:
             self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
             raise
         return worker, definitions, load_ms
+
+    async def _loaded(self, worker: Worker) -> tuple[list[dict[str, Any]], float]:
+        """Wait for ``worker``'s load report, for ``load_timeout`` seconds.
+
+        A report already waiting on the channel when the time is up wins (for up to ``Deadlines.LATE``
+        more): a daemon that was itself frozen judges its timers before it reads its sockets.
+        """
+        try:
+            return await asyncio.wait_for(asyncio.shield(worker.loaded), self.pool.settings.load_timeout)
+        except TimeoutError:
+            # Read meanwhile (the timeout and the report fell in the same turn of the loop), or waiting.
+            if not (worker.loaded.done() or worker.unread()):
+                raise
+        return await asyncio.wait_for(asyncio.shield(worker.loaded), Deadlines.LATE)
 
     def install(self, worker: Worker) -> None:
         """Make ``worker`` (a new generation of the module) serve new calls; the previous one retires."""
@@ -407,13 +419,21 @@ class Deadlines:
     A timer handle per call (``call_later`` and its cancel) cost ~2 µs of every call; timeouts are
     seconds long, so looking every 50 ms is precise enough. A call that has answered is dropped
     from the set at the next sweep, not when it answers: nothing is added to the call path.
+
+    A result that arrived in time wins: a call past its deadline whose worker has bytes waiting to
+    be read is looked at again on the next sweep, after the loop has read them (for up to ``LATE``
+    seconds after a sweep first found it overdue). Without this, a daemon that was itself frozen (SIGSTOP, a stalled machine) would on
+    waking judge its timers before its sockets (uvloop runs timers first) and answer "timed out" to
+    calls whose results were already waiting.
     """
 
     TICK = 0.05
+    LATE = 1.0
 
     def __init__(self) -> None:
         self._calls: set[Call] = set()
         self._handle: asyncio.TimerHandle | None = None
+        self._overdue: dict[Call, float] = {}  # calls whose expiry waits for bytes to be read: since when
 
     def add(self, call: Call) -> None:
         self._calls.add(call)
@@ -425,11 +445,19 @@ class Deadlines:
         expired = [c for c in self._calls if c.done or now >= c.deadline]
         self._calls.difference_update(expired)
         for call in expired:
-            if not call.done:
-                call.expire()
+            since = self._overdue.pop(call, now)
+            if call.done:
+                continue
+            worker = call.worker
+            if worker is not None and now - since < self.LATE and worker.unread():
+                self._calls.add(call)  # its answer may be among those bytes: read them first
+                self._overdue[call] = since
+                continue
+            call.expire()
         self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep) if self._calls else None
 
     def close(self) -> None:
+        self._overdue.clear()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
