@@ -9,7 +9,7 @@ Measured here, with a one-line tool module (its import is a fraction of a millis
 - **fork server**: the daemon's ``Spawner`` asks the warm fork server for a worker; the times are
   request → pid (the fork), and request → the worker's ``loaded`` message (fork, runtime set-up, the
   module's import, its schemas), sequentially, each worker closed before the next;
-- **cold**: ``python -m atomictoolsd.workers.runtime`` started with ``subprocess`` (``sys.executable``,
+- **cold**: ``python -m atomictoolsd.workers.runtime.main`` started with ``subprocess`` (``sys.executable``,
   never a pyenv shim), request → ``loaded``: what every spawn would cost without the fork server.
 
 Daemon start: ``atomictoolsd serve --ready-fd`` spawned → it reports that its socket serves
@@ -34,8 +34,10 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from atomictoolsd.workers.channel import FrameReader  # noqa: E402
-from atomictoolsd.workers.runtime import WorkerSpec  # noqa: E402
+from atomictoolsd.workers.protocol import (
+    FrameReader,  # noqa: E402
+    WorkerSpec,  # noqa: E402
+)
 from atomictoolsd.workers.spawner import Spawner  # noqa: E402
 from clients import measure_latency, socket_channel  # noqa: E402
 from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, quick_main, ratio  # noqa: E402
@@ -93,7 +95,7 @@ def cold(spec: WorkerSpec, count: int) -> list[float]:
         ours, theirs = socket.socketpair()
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "atomictoolsd.workers.runtime", str(theirs.fileno()), spec_json],
+            [sys.executable, "-m", "atomictoolsd.workers.runtime.main", str(theirs.fileno()), spec_json],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
         )
         theirs.close()

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from atomictoolsd.workers.channel import (
+from atomictoolsd.workers.protocol import (
     FrameError,
     FrameReader,
     FrameTooLarge,

@@ -9,7 +9,7 @@ import platformdirs
 import pytest
 
 from atomictools._paths import runtime_dir, socket_path
-from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
+from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 
 
 def test_runtime_dir_agrees_with_platformdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from atomictools import Context, ToolError
-from atomictoolsd.discovery import project_root
+from atomictoolsd.config.discovery import project_root
 
 __all__ = ["GIT_TIMEOUT", "MAX_READ_BYTES", "git", "home", "inside", "project_of"]
 

@@ -23,14 +23,14 @@ _AGENT_NAMES = {
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from atomictoolsd.shim import main as shim_main
+    from atomictoolsd.shim.relay import main as shim_main  # lazy: only this command pays for it (start-up cost)
 
     return shim_main(args.shim_args)
 
 
 def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from atomictoolsd import agents
-    from atomictoolsd.discovery import project_root
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
 
     home = Path(os.environ.get("HOME") or Path.home())
     directory = Path(args.directory or os.getcwd()).resolve()
@@ -39,7 +39,7 @@ def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _backup_dir() -> Path:
-    from atomictoolsd.paths import Paths
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
 
     return Paths.from_env().state_dir / "backups"
 
@@ -47,7 +47,7 @@ def _backup_dir() -> Path:
 def cmd_connect(args: argparse.Namespace) -> int:
     """Write the agent's MCP config so that it launches the shim."""
     from atomictools._protocol import check_tool_name
-    from atomictoolsd import agents
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
 
     problem = check_tool_name(args.name)
     if problem:
@@ -97,7 +97,10 @@ def cmd_connect(args: argparse.Namespace) -> int:
 def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
     """Which project the entry is for, said outright: run from the wrong directory, a project entry
     lands in some other repository (this checkout, say), and only the path would hint at it."""
-    from atomictoolsd.discovery import local_tools_dir, project_root
+    from atomictoolsd.config.discovery import (  # lazy: only this command pays for it (start-up cost)
+        local_tools_dir,
+        project_root,
+    )
 
     home = Path(os.environ.get("HOME") or Path.home())
     if target.scope != "project":
@@ -109,7 +112,7 @@ def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped
 
 def cmd_disconnect(args: argparse.Namespace) -> int:
     """Remove exactly the entry ``connect`` wrote."""
-    from atomictoolsd import agents
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
 
     try:
         target = _target(args)
@@ -128,7 +131,7 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
 
 
 def _agent_options(parser: argparse.ArgumentParser) -> None:
-    from atomictoolsd.agents import AGENTS
+    from atomictoolsd.bridges.agents import AGENTS  # lazy: only this command pays for it (start-up cost)
 
     parser.add_argument("agent", choices=AGENTS, help="the agent whose MCP config to change")
     scope = parser.add_mutually_exclusive_group()

@@ -1,6 +1,6 @@
 """Bridge commands: ``bridge create``, ``bridge list``, ``bridge remove``.
 
-The daemon writes and tracks the bridge scripts (``atomictoolsd.bridges``); these commands ask it
+The daemon writes and tracks the bridge scripts (``atomictoolsd.bridges.scripts``); these commands ask it
 over the socket and print what an agent's config needs.
 """
 
@@ -104,7 +104,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from atomictoolsd.agents import BRIDGE_AGENTS
+    from atomictoolsd.bridges.agents import BRIDGE_AGENTS  # lazy: only this command pays for it (start-up cost)
 
     bridge = commands.add_parser("bridge", help="generated launcher scripts for agents (deleted when the daemon stops)")
     actions = bridge.add_subparsers(dest="action", metavar="ACTION", required=True)

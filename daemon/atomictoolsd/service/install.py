@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from atomictoolsd import __version__
-from atomictoolsd.command import command_name
-from atomictoolsd.paths import Paths
+from atomictoolsd.config.command import command_name
+from atomictoolsd.config.paths import Paths
 from atomictoolsd.service.manager import LAUNCHD_LABEL
 from atomictoolsd.service.units import (
     SERVICE_NAME,

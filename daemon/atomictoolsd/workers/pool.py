@@ -20,13 +20,16 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from atomictoolsd.eventlog import error_text, events
+from atomictoolsd.eventlog.writer import error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
-from atomictoolsd.workers.runtime import WorkerSpec
+from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
+
+if TYPE_CHECKING:
+    from atomictoolsd.config.settings import Config
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
 
@@ -57,23 +60,41 @@ class PoolSettings:
         self.cancel_grace = cancel_grace
         self.load_timeout = load_timeout
 
+    @classmethod
+    def from_config(cls, config: Config, spill_dir: str) -> PoolSettings:
+        """The limits ``config`` sets (at start, and on SIGHUP)."""
+        return cls(
+            threads=config.worker_threads,
+            memory_limit=config.memory_limit_mb * 1024 * 1024,
+            truncate_lines=config.truncate_lines,
+            truncate_bytes=config.truncate_bytes,
+            spill_dir=spill_dir,
+            cancel_grace=config.cancel_grace,
+            load_timeout=config.load_timeout,
+            max_result_bytes=config.max_message_bytes,
+        )
+
+    def worker_spec(self, path: str, kind: str, cwd: str) -> WorkerSpec:
+        """What a new worker of the module at ``path`` is told."""
+        return WorkerSpec(
+            path=path,
+            kind=kind,
+            cwd=cwd,
+            threads=self.threads,
+            memory_limit=self.memory_limit,
+            truncate_lines=self.truncate_lines,
+            truncate_bytes=self.truncate_bytes,
+            spill_dir=self.spill_dir,
+            max_result_bytes=self.max_result_bytes,
+        )
+
 
 class ModuleRunner:
     """Runs one tool module: its current worker, the ones retiring, and its call statistics."""
 
     def __init__(self, pool: WorkerPool, path: str, kind: str, cwd: str) -> None:
         self.pool = pool
-        self.spec = WorkerSpec(
-            path=path,
-            kind=kind,
-            cwd=cwd,
-            threads=pool.settings.threads,
-            memory_limit=pool.settings.memory_limit,
-            truncate_lines=pool.settings.truncate_lines,
-            truncate_bytes=pool.settings.truncate_bytes,
-            spill_dir=pool.settings.spill_dir,
-            max_result_bytes=pool.settings.max_result_bytes,
-        )
+        self.spec = pool.settings.worker_spec(path, kind, cwd)
         self.current: Worker | None = None
         self.retiring: set[Worker] = set()
         self.loading = 0  # generations being started (spawned, not yet loaded)
@@ -263,7 +284,7 @@ class ModuleRunner:
         """
         call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
         if events.calls_on:
-            events.tool_started(call)
+            events.tool_started(call.tool, call.runner.spec.path, call.id, call.context)
         self.pool.deadlines.add(call)
         worker = self.current
         if worker is not None and worker.state == "ready":
@@ -370,9 +391,9 @@ class ModuleRunner:
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"
             if events.failures_on:
-                events.tool_finished(call, duration, result)
+                events.tool_finished(call.tool, call.runner.spec.path, call.id, call.context, duration, result)
         elif events.calls_on:
-            events.tool_finished(call, duration, None)
+            events.tool_finished(call.tool, call.runner.spec.path, call.id, call.context, duration, None)
 
     # -- status and shutdown --------------------------------------------------------------------
 
@@ -483,6 +504,16 @@ class WorkerPool:
 
     def next_call_id(self) -> int:
         return next(self._ids)
+
+    def reconfigure(self, settings: PoolSettings) -> None:
+        """Apply new limits. When what workers are told changed, every module's worker retires: calls
+        in flight finish, and the next call starts a worker with the new limits."""
+        self.settings = settings
+        for runner in self.runners.values():
+            spec = settings.worker_spec(runner.spec.path, runner.spec.kind, runner.spec.cwd)
+            if spec != runner.spec:
+                runner.spec = spec
+                runner.retire()
 
     def discard(self, path: str) -> None:
         """Forget the module at ``path`` (it was deleted); its workers retire in the background."""

@@ -43,8 +43,8 @@ from typing import Any
 import msgspec
 
 from atomictools._launch import SEALED_CWD, python_command, sealed_environ
-from atomictoolsd.workers.runtime import WorkerSpec
-from atomictoolsd.workers.sessions import kill_worker_processes
+from atomictoolsd.workers.protocol import WorkerSpec
+from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 
 __all__ = ["FORKSERVER_GONE", "SpawnError", "Spawner", "describe_status"]
 
@@ -171,7 +171,7 @@ class Spawner:
             raise SpawnError(f"cannot start the fork server: {_fd_cause(exc)}") from exc
         try:
             proc = subprocess.Popen(
-                python_command("atomictoolsd.workers.forkserver", str(theirs.fileno()), str(os.getpid()), str(alive_w)),
+                python_command("atomictoolsd.workers.runtime.forkserver", str(theirs.fileno()), str(os.getpid()), str(alive_w)),
                 cwd=SEALED_CWD,
                 env=sealed_environ(),
                 pass_fds=(theirs.fileno(), alive_w),

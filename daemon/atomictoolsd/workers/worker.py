@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from atomictoolsd.eventlog import events
-from atomictoolsd.workers.channel import (
+from atomictoolsd.eventlog.writer import events
+from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
     Failed,
     FrameError,
@@ -43,11 +43,12 @@ from atomictoolsd.workers.channel import (
     encode_frame,
     error_result,
 )
-from atomictoolsd.workers.output import CHUNK_BYTES
+from atomictoolsd.workers.runtime.output import CHUNK_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, SpawnError, describe_status
 
 if TYPE_CHECKING:
-    from atomictoolsd.workers.pool import ModuleRunner
+    from atomictoolsd.workers.backoff import CrashBackoff
+    from atomictoolsd.workers.protocol import WorkerSpec
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "Worker", "error_result"]
 
@@ -70,6 +71,23 @@ _encode_json = msgspec.json.Encoder().encode
 
 def _too_large(what: str, size: int, limit: int) -> str:
     return f"{what} of {size:,} bytes, more than the {limit:,} bytes a message may carry (max_message_bytes)"
+
+
+class ModuleRunner(Protocol):
+    """What a worker and its calls use of the runner of their module (``pool.ModuleRunner``): a
+    protocol, because the pool imports this module."""
+
+    spec: WorkerSpec
+    backoff: CrashBackoff
+    pool: Any  # pool.WorkerPool: its settings (max_result_bytes) and its spawner
+
+    def record(self, call: Call, result: bytes) -> None: ...
+
+    def stop_call(self, call: Call) -> None: ...
+
+    def worker_ended(self, worker: Worker, was: str) -> None: ...
+
+    def served(self) -> None: ...
 
 
 class CallOwner(Protocol):

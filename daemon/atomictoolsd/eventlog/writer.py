@@ -16,9 +16,8 @@ daemon is killed with SIGKILL (a normal stop flushes).
 The file is ``atomictoolsd.log``; when a write would take it past ``log_max_bytes`` it becomes
 ``atomictoolsd.log.1`` (and ``.1`` becomes ``.2`` …, keeping ``log_backups`` of them).
 
-This module also reads the log back (``read_events``, ``follow_events``) for ``atomictoolsd logs``,
-and formats stderr for the systemd journal. It must never import server, session or worker code:
-the pool imports it.
+This module also formats stderr for the systemd journal; ``reader`` reads the log back. It must never
+import server, session or worker code: the pool imports it.
 """
 
 from __future__ import annotations
@@ -30,30 +29,22 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from atomictoolsd.discovery import escape_strings
-from atomictoolsd.loglevels import LEVEL_RANK
-
-if TYPE_CHECKING:
-    from atomictoolsd.workers.worker import Call
+from atomictoolsd.config.discovery import escape_strings
+from atomictoolsd.config.levels import LEVEL_RANK
 
 __all__ = [
     "EventLog",
-    "CAUGHT_UP",
     "EventLogHandler",
     "error_text",
     "JournalFormatter",
     "LOG_NAME",
     "events",
-    "follow_events",
-    "format_event",
-    "log_files",
-    "read_events",
     "stderr_is_journal",
 ]
 
@@ -152,22 +143,21 @@ class EventLog:
         else:
             self.flush()
 
-    def tool_started(self, call: Call) -> None:
-        """``tool.start`` for ``call`` (event loop thread only; callers check ``calls_on``)."""
-        context = call.context
-        self._pending.append(
-            (_TOOL_START, time.time(), call.tool, call.runner.spec.path, call.id, context[0], context[2])
-        )
+    def tool_started(self, tool: str, module: str, call_id: int, context: Sequence[Any]) -> None:
+        """``tool.start`` of call ``call_id`` (event loop thread only; callers check ``calls_on``).
+
+        ``context`` is the call context the worker gets (see ``sessions/session.py``): its first item
+        is the agent's session id, its third the project root."""
+        self._pending.append((_TOOL_START, time.time(), tool, module, call_id, context[0], context[2]))
         if not self._scheduled:
             self._schedule()
 
-    def tool_finished(self, call: Call, duration: float, failure: bytes | None) -> None:
+    def tool_finished(
+        self, tool: str, module: str, call_id: int, context: Sequence[Any], duration: float, failure: bytes | None
+    ) -> None:
         """``tool.complete``, or ``tool.failed`` when ``failure`` (the result) is given."""
         pending = self._pending
-        context = call.context
-        pending.append(
-            (_TOOL_END, time.time(), call.tool, call.runner.spec.path, call.id, context[0], context[2], duration, failure)
-        )
+        pending.append((_TOOL_END, time.time(), tool, module, call_id, context[0], context[2], duration, failure))
         if not self._scheduled:
             self._schedule()
         elif len(pending) >= FLUSH_AT and not self._urgent and self._loop is not None:
@@ -367,124 +357,3 @@ class JournalFormatter(logging.Formatter):
 
 
 # -- reading --------------------------------------------------------------------------------------
-
-
-def log_files(log_dir: Path) -> list[Path]:
-    """The log and its rotated backups that exist, oldest first."""
-    current = log_dir / LOG_NAME
-    backups = []
-    for candidate in log_dir.glob(f"{LOG_NAME}.*"):
-        suffix = candidate.name[len(LOG_NAME) + 1 :]
-        if suffix.isdigit():
-            backups.append((int(suffix), candidate))
-    files = [path for _, path in sorted(backups, reverse=True)]
-    if current.exists():
-        files.append(current)
-    return files
-
-
-def _parse(line: bytes) -> dict[str, Any] | None:
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        value = _decode_json(line)
-    except msgspec.DecodeError:
-        return {"ts": "", "level": "error", "event": "unreadable", "line": line.decode(errors="replace")}
-    return value if isinstance(value, dict) else None
-
-
-def read_events(log_dir: Path, backups_only: bool = False) -> Iterator[dict[str, Any]]:
-    """Every event in the log and its backups, oldest first (``backups_only``: not the current file)."""
-    files = log_files(log_dir)
-    if backups_only:
-        files = [f for f in files if f.name != LOG_NAME]
-    for path in files:
-        try:
-            with open(path, "rb") as fh:
-                for line in fh:
-                    event = _parse(line)
-                    if event is not None:
-                        yield event
-        except FileNotFoundError:  # rotated away while we read
-            continue
-
-
-CAUGHT_UP: dict[str, Any] = {}  # yielded once by follow_events when it has read what was written
-
-
-def follow_events(log_dir: Path, interval: float = 0.2) -> Iterator[dict[str, Any]]:
-    """The current log file's events from its start, then ``CAUGHT_UP`` once, then every event
-    written from then on, across rotations (the rest of a rotated file is read before moving to the
-    new one). Never ends."""
-    path = log_dir / LOG_NAME
-    fh = None
-    inode = None
-    partial = b""
-    caught_up = False
-    while True:
-        if fh is None:
-            try:
-                fh = open(path, "rb")
-            except FileNotFoundError:
-                if not caught_up:
-                    caught_up = True
-                    yield CAUGHT_UP
-                time.sleep(interval)
-                continue
-            inode = os.fstat(fh.fileno()).st_ino
-        chunk = fh.read()
-        if chunk:
-            partial += chunk
-            *lines, partial = partial.split(b"\n")
-            for line in lines:
-                event = _parse(line)
-                if event is not None:
-                    yield event
-            continue
-        if not caught_up:
-            caught_up = True
-            yield CAUGHT_UP
-        try:
-            rotated = os.stat(path).st_ino != inode
-        except FileNotFoundError:
-            rotated = True
-        if rotated:  # the rest of the old file has been read: move to the new one
-            fh.close()
-            fh = None
-            partial = b""
-            continue
-        time.sleep(interval)
-
-
-_KNOWN = ("ts", "level", "event", "message", "logger")
-
-
-def format_event(event: dict[str, Any]) -> str:
-    """One human line: time, level, event, message, then the other fields as key=value; the rest of a
-    multi-line field (an error's traceback) follows on indented lines."""
-    ts = str(event.get("ts", ""))
-    parts = [ts.replace("T", " ").rstrip("Z"), f"{str(event.get('level', '')).upper():7}", str(event.get("event", ""))]
-    message = event.get("message")
-    if message and event.get("event") == "log":
-        parts.append(f"{event.get('logger', '')}: {message}")
-    elif message:
-        parts.append(str(message))
-    tails = []
-    for key, value in event.items():
-        if key in _KNOWN or value is None or key == "traceback":
-            continue
-        if isinstance(value, str):
-            first, _, rest = value.partition("\n")
-            if rest.strip():
-                tails.append(rest.strip("\n"))
-            text = msgspec.json.encode(first).decode() if (" " in first or not first or rest) else first
-        else:
-            text = msgspec.json.encode(value).decode()
-        parts.append(f"{key}={text}")
-    if event.get("traceback"):
-        tails.append(str(event["traceback"]))
-    line = "  ".join(p for p in parts if p)
-    for tail in tails:
-        line += "\n" + "\n".join("    " + t for t in tail.splitlines())
-    return line

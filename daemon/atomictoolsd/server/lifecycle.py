@@ -23,43 +23,39 @@ Extension points: ``components`` (started once the socket serves, stopped after 
 from __future__ import annotations
 
 import asyncio
-import errno
-import fcntl
 import logging
 import os
 import resource
 import signal
 import socket
-import stat
-import struct
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
 from atomictoolsd import __version__
-from atomictoolsd.builtins import BUILTIN_DIR
-from atomictoolsd.config import Config
-from atomictoolsd.defcache import DefinitionCache
-from atomictoolsd.eventlog import events
-from atomictoolsd.idle_projects import ProjectReaper
-from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
-from atomictoolsd.registry import Change, Registry, ToolsDir
+from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
+from atomictoolsd.config.settings import Config
+from atomictoolsd.eventlog.writer import events
+from atomictoolsd.registry.projects import Change, Registry
+from atomictoolsd.server.reconfigure import reload
+from atomictoolsd.server.socketfile import (
+    AlreadyRunning,
+    InstanceLock,
+    adopt_socket,
+    bind_socket,
+    listener_pid,
+    peer_credentials,
+    wait_until_served,
+)
 from atomictoolsd.service.manager import ServiceContext
-from atomictoolsd.session import Session
-from atomictoolsd.trust import TrustService, TrustStore
-from atomictoolsd.watcher import FileWatcher
-from atomictoolsd.workers.monitor import WorkerMonitor
-from atomictoolsd.workers.pool import PoolSettings, WorkerPool
-from atomictoolsd.workers.truncate import remove_old_spills
+from atomictoolsd.sessions.session import Handler, Session
+from atomictoolsd.workers.pool import WorkerPool
+from atomictoolsd.workers.runtime.truncate import remove_old_spills
 
-if TYPE_CHECKING:
-    from atomictoolsd.session import Handler
-
-__all__ = ["AlreadyRunning", "Component", "Server", "fd_reserve", "peer_credentials"]
+__all__ = ["Component", "Server", "fd_reserve"]
 
 log = logging.getLogger("atomictoolsd")
 
@@ -71,97 +67,6 @@ _GUARD_INTERVAL = 1.0  # seconds between checks that the socket and lock files a
 def fd_reserve(soft_limit: int) -> int:
     """File descriptors kept from connections for workers' channels, the fork server and own files."""
     return max(128, soft_limit // 4)
-
-
-class AlreadyRunning(Exception):
-    """Another daemon holds the instance lock."""
-
-    def __init__(self, pid: int | None) -> None:
-        super().__init__(f"atomictoolsd is already running (pid {pid})" if pid else "atomictoolsd is already running")
-        self.pid = pid
-
-
-def peer_credentials(sock: Any) -> tuple[int | None, int | None]:
-    """The (pid, uid) of the process at the other end of a Unix socket, where the OS tells."""
-    if hasattr(socket, "SO_PEERCRED"):
-        pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        return pid, uid
-    if sys.platform == "darwin":
-        # LOCAL_PEERCRED (1) at SOL_LOCAL (0) gives a struct xucred: version, uid, ngroups, groups.
-        data = sock.getsockopt(0, 0x001, struct.calcsize("IIh16I"))
-        _version, uid = struct.unpack_from("II", data)
-        pid_data = sock.getsockopt(0, 0x002, 4)  # LOCAL_PEERPID
-        return struct.unpack("i", pid_data)[0], uid
-    return None, None
-
-
-class InstanceLock:
-    """``flock`` on a pid file in the runtime dir, held for the daemon's life."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        """Take the lock or raise ``AlreadyRunning`` with the holder's pid."""
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise AlreadyRunning(self.read_pid()) from None
-                raise
-            # The previous holder may have unlinked the file between our open and our lock.
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self.fd = fd
-
-    def read_pid(self) -> int | None:
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            return None
-        return int(text) if text.isdigit() else None
-
-    def held(self) -> bool:
-        """Whether the file at the lock's path is still the one this daemon locked (not deleted)."""
-        if self.fd is None:
-            return False
-        try:
-            return os.fstat(self.fd).st_ino == os.stat(self.path).st_ino
-        except OSError:
-            return False
-
-    def retake(self) -> None:
-        """Lock a new file at the path after ours was deleted; ``AlreadyRunning`` if another took it."""
-        old = self.fd
-        self.fd = None
-        try:
-            self.acquire()
-        except BaseException:
-            self.fd = old
-            raise
-        if old is not None:
-            os.close(old)
-
-    def release(self) -> None:
-        if self.fd is None:
-            return
-        try:
-            self.path.unlink()  # while still locked: a newcomer then locks a fresh file
-        except FileNotFoundError:
-            pass
-        os.close(self.fd)
-        self.fd = None
 
 
 class Component(Protocol):
@@ -181,31 +86,12 @@ class Component(Protocol):
 class Server:
     """The daemon: socket, sessions, registry and workers."""
 
-    def __init__(self, paths: Paths, config: Config) -> None:
+    def __init__(self, paths: Paths, config: Config, pool: WorkerPool, registry: Registry) -> None:
+        """Built by ``server/wiring.py``, which also adds the components, methods and hooks."""
         self.paths = paths
         self.config = config
-        self.pool = WorkerPool(
-            PoolSettings(
-                threads=config.worker_threads,
-                memory_limit=config.memory_limit_mb * 1024 * 1024,
-                truncate_lines=config.truncate_lines,
-                truncate_bytes=config.truncate_bytes,
-                spill_dir=str(paths.spill_dir),
-                cancel_grace=config.cancel_grace,
-                load_timeout=config.load_timeout,
-                max_result_bytes=config.max_message_bytes,
-            )
-        )
-        self.trust = TrustStore(paths.state_dir)
-        self.registry = Registry(
-            self.pool,
-            paths.home,
-            builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
-            # self.config, not config: SIGHUP may replace it, trust_all included.
-            trusted=lambda root: self.config.trust_all or self.trust.is_trusted(root),
-            cache=DefinitionCache(paths.cache_dir / "definitions"),
-            load_wait=config.load_wait,
-        )
+        self.pool = pool
+        self.registry = registry
         self.registry.add_listener(self._on_change)
         self.sessions: set[Session] = set()
         self.started = time.time()
@@ -220,7 +106,7 @@ class Server:
         self._refused = 0  # connections refused for the limit since it was last logged
         self._refused_logged = 0.0
         self.methods: dict[str, Handler] = {}  # JSON-RPC methods added by components
-        self.components: list[Component] = [TrustService()]
+        self.components: list[Component] = []
         # (event, detail) with event in ready, reloading, reloaded, stopping: service glue listens.
         self.lifecycle_hooks: list[Callable[[str, str], None]] = []
         # Extra keys of atomic/status, each computed when asked (bridges, …).
@@ -230,13 +116,6 @@ class Server:
         self.socket_path = paths.socket
         self._reload_task: asyncio.Task[None] | None = None
         self._reload_again = False
-        self.watcher = FileWatcher()
-        self.monitor = WorkerMonitor()
-        self.components += [self.watcher, self.monitor, ProjectReaper()]
-        self.status_sections["watcher"] = self.watcher.info
-        self.status_sections["monitor"] = self.monitor.info
-        if self.registry.cache is not None:
-            self.status_sections["cache"] = self.registry.cache.info
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -246,7 +125,7 @@ class Server:
             await self.startup()
         except AlreadyRunning as exc:
             # Report only once the holder serves, so that a racing `start` returns to a usable socket.
-            pid = _wait_until_served(self.paths.socket, self._lock, 10.0) or exc.pid
+            pid = wait_until_served(self.paths.socket, self._lock, 10.0) or exc.pid
             _report_ready(ready_fd, f"running {pid or 0}")
             raise AlreadyRunning(pid) from None
         _report_ready(ready_fd, f"started {os.getpid()}")
@@ -288,46 +167,11 @@ class Server:
         )
 
     def _adopt(self, sock: socket.socket) -> socket.socket:
-        """Serve on the service manager's socket; it owns the file, so it is never unlinked here."""
-        name = sock.getsockname()
-        if isinstance(name, str) and name:
-            self.socket_path = Path(name)
-            if self.socket_path != self.paths.socket:
-                log.warning(
-                    "the service manager's socket is %s, but clients look for %s: set ATOMICTOOLS_SOCKET",
-                    name, self.paths.socket,
-                )
+        self.socket_path = adopt_socket(sock, self.paths.socket)
         return sock
 
     def _bind(self) -> socket.socket:
-        path = self.paths.socket
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            pass
-        else:
-            if not stat.S_ISSOCK(info.st_mode):
-                raise PathError(f"{path} exists and is not a socket; remove it")
-            holder = _listener_pid(path)
-            if holder is not False:
-                # Someone serves it without holding our lock: not a daemon of ours (a service
-                # manager's socket, another program). Never take it over.
-                who = f" (pid {holder})" if holder else ""
-                raise PathError(
-                    f"{path} is served by another process{who} that does not hold {self.paths.lock}; "
-                    f"stop it (if it is a systemd socket unit: systemctl --user stop atomictoolsd.socket) "
-                    f"or set ATOMICTOOLS_SOCKET to another path"
-                )
-            path.unlink()  # we hold the lock and nothing answers: a killed daemon's socket
-            log.info("removed the stale socket of a previous daemon")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)  # created 0600: never a moment when others could connect
-        try:
-            sock.bind(str(path))
-        finally:
-            os.umask(old_umask)
-        self._socket_ino = os.stat(path).st_ino
-        sock.setblocking(False)
+        sock, self._socket_ino = bind_socket(self.paths.socket, self.paths.lock)
         return sock
 
     async def main_loop(self) -> None:
@@ -399,8 +243,6 @@ class Server:
         self._reload_task = asyncio.get_running_loop().create_task(self._reload())
 
     async def _reload(self) -> None:
-        from atomictoolsd.reconfigure import reload
-
         while True:
             self._reload_again = False
             try:
@@ -459,7 +301,7 @@ class Server:
             ino = None
         if ino == self._socket_ino:
             return
-        if ino is not None and _listener_pid(path) is not False:
+        if ino is not None and listener_pid(path) is not False:
             self.request_stop(f"{path} was replaced by a socket another process serves")
             return
         try:
@@ -569,16 +411,6 @@ class Server:
         }
 
 
-def _worker_cwd(home: Path) -> Path:
-    """Where the built-ins' workers run: the home directory, unless its path is not UTF-8 and so could
-    not reach the fork server (the built-ins work on the directory each call names, never on their cwd)."""
-    try:
-        str(home).encode()
-    except UnicodeEncodeError:
-        return Path("/")
-    return home
-
-
 def _with_rss(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each module's worker resident memory in bytes (None without a worker)."""
     import psutil  # only when status is asked for
@@ -592,32 +424,6 @@ def _with_rss(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 rss = None
         module["rss"] = rss
     return modules
-
-
-def _wait_until_served(path: Path, lock: InstanceLock, timeout: float) -> int | None:
-    """Wait (blocking: nothing else runs yet) until the lock holder serves; return its pid."""
-    deadline = time.monotonic() + timeout
-    while _listener_pid(path) is False and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return lock.read_pid()
-
-
-def _listener_pid(path: Path) -> int | None | bool:
-    """False when nothing accepts connections on ``path``; else the listener's pid (None if unknown)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(str(path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except OSError:
-        return None  # a full backlog or a timeout: alive but busy
-    try:
-        return peer_credentials(probe)[0]
-    except OSError:
-        return None
-    finally:
-        probe.close()
 
 
 def _report_ready(fd: int | None, line: str) -> None:

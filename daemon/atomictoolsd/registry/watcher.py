@@ -46,23 +46,30 @@ import select
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 # Private, and pinned for it in pyproject.toml: the public watchfiles.watch() creates its RustNotify
 # inside a generator on the first next(), which blocks until a change, so nothing could tell when a
 # directory is watched (a tools dir must be before its first scan) or that a path is missing.
 from watchfiles._rust_notify import RustNotify
 
-from atomictoolsd.defcache import deps_fresh
-from atomictoolsd.discovery import MODULE_KINDS, escape_path
-from atomictoolsd.doorbell import Doorbell
-from atomictoolsd.registry import ToolsDir
+from atomictoolsd.config.discovery import MODULE_KINDS, escape_path
+from atomictoolsd.registry.cache import deps_fresh
+from atomictoolsd.registry.doorbell import Doorbell
+from atomictoolsd.registry.projects import ToolsDir
 
 if TYPE_CHECKING:
-    from atomictoolsd.registry import Registry
-    from atomictoolsd.server import Server
+    from atomictoolsd.config.settings import Config
+    from atomictoolsd.registry.projects import Registry
 
-__all__ = ["FileWatcher", "is_module_name"]
+__all__ = ["FileWatcher", "WatcherHost", "is_module_name"]
+
+
+class WatcherHost(Protocol):
+    """What the watcher is started with (the server meets it; see ``server/wiring.py``)."""
+
+    registry: Registry
+    config: Config
 
 log = logging.getLogger("atomictoolsd.watcher")
 
@@ -173,7 +180,7 @@ class FileWatcher:
 
     # -- component --------------------------------------------------------------------------------
 
-    async def start(self, server: Server) -> None:
+    async def start(self, server: WatcherHost) -> None:
         self.registry = server.registry
         if self.debounce_ms is None:
             self.debounce_ms = server.config.watch_debounce_ms

@@ -19,15 +19,15 @@ session's allow/deny rules.
 from __future__ import annotations
 
 import fnmatch
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from atomictoolsd.workers.worker import error_result
+from atomictoolsd.workers.protocol import error_result
 
 if TYPE_CHECKING:
-    from atomictoolsd.session import Session
+    from atomictoolsd.registry.projects import Project, ToolDef
 
 __all__ = ["CALL_TOOL", "LIST_TOOL", "META_NAMES", "META_TOOLS", "MetaTool", "handle"]
 
@@ -114,7 +114,20 @@ _decode_list = msgspec.json.Decoder(_ListArgs).decode
 _decode_call = msgspec.json.Decoder(_CallArgs).decode
 
 
-def handle(session: Session, id_json: bytes, name: str, arguments: bytes) -> tuple[str, bytes] | None:
+class MetaSession(Protocol):
+    """What the meta-tools use of the session they are called in (``session.Session``, which imports
+    this module)."""
+
+    project: Project
+
+    def visible(self) -> list[ToolDef]: ...
+
+    def allowed(self, name: str) -> bool: ...
+
+    def send_result(self, id_json: bytes, result: bytes) -> None: ...
+
+
+def handle(session: MetaSession, id_json: bytes, name: str, arguments: bytes) -> tuple[str, bytes] | None:
     """Serve a call to a meta-tool.
 
     Returns:

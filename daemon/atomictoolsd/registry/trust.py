@@ -1,4 +1,5 @@
-"""Project trust: which projects may load their own tools, and the daemon method that re-reads it.
+"""Project trust: which projects may load their own tools (the store; ``atomic/trust/refresh``, which
+re-reads it in a running daemon, is in ``sessions/trust_refresh.py``).
 
 A project's ``.atomic/tools/`` runs code from whatever repository the agent works in, so it loads only
 once the user has trusted that project root (``atomictoolsd trust [DIR]``, like ``direnv allow``).
@@ -9,8 +10,8 @@ is ignored, so it can only ever trust less.
 Trust is by directory, not by content: a trusted project's tools load as they are now and as they
 change later, like the rest of its code that you run.
 
-This module is light (standard library only, bar ``msgspec`` in the daemon method): the registry, the
-CLI and the built-in tools' workers import it.
+This module is light (standard library only): the registry, the CLI and the built-in tools' workers
+import it. It never knows the server or the sessions.
 """
 
 from __future__ import annotations
@@ -21,15 +22,11 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from atomictoolsd.server import Server
-    from atomictoolsd.session import Session
-
-__all__ = ["TRUST_FILE", "TrustError", "TrustService", "TrustStore", "trust_command"]
+__all__ = ["TRUST_FILE", "TrustError", "TrustStore", "trust_command"]
 
 log = logging.getLogger("atomictoolsd.trust")
 
@@ -38,7 +35,7 @@ TRUST_FILE = "trust.json"
 
 def trust_command(root: Path | str) -> str:
     """The exact command that trusts ``root``, quoted for a POSIX shell."""
-    from atomictoolsd.command import command_name
+    from atomictoolsd.config.command import command_name  # lazy: for a message only (start-up cost)
 
     return f"{command_name()} trust {shlex.quote(str(root))}"
 
@@ -137,33 +134,3 @@ class TrustStore:
             return True
         finally:
             os.close(lock)
-
-
-class TrustService:
-    """Daemon component: ``atomic/trust/refresh`` re-reads the store and loads, or blocks, every
-    project whose trust changed, telling attached sessions (``tools/list_changed``).
-
-    ``atomictoolsd trust`` and ``untrust`` call it after writing the store, so trusting takes effect
-    without a restart.
-    """
-
-    def __init__(self) -> None:
-        self.server: Server | None = None
-
-    async def start(self, server: Server) -> None:
-        self.server = server
-        server.methods["atomic/trust/refresh"] = self.on_refresh
-
-    async def stop(self) -> None:
-        self.server = None
-
-    def on_refresh(self, session: Session, id_json: bytes, raw: Any) -> Awaitable[None]:
-        return self._refresh(session, id_json)
-
-    async def _refresh(self, session: Session, id_json: bytes) -> None:
-        import msgspec
-
-        assert self.server is not None
-        changed = await self.server.registry.refresh_trust()
-        result = {"changed": [{"root": str(d.cwd), "trusted": d.trusted} for d in changed]}
-        session.send_result(id_json, msgspec.json.encode(result))

@@ -52,43 +52,21 @@ import msgspec
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
-from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
-from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
-from atomictoolsd.workers.output import capture as capture_output
-from atomictoolsd.workers.sourceload import (
+from atomictoolsd.workers.protocol import FrameReader, LoadFailure, WorkerSpec, encode_frame, error_result
+from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_limit, memory_error_text
+from atomictoolsd.workers.runtime.output import capture as capture_output
+from atomictoolsd.workers.runtime.sourceload import (
     SourceOnlyLoader,
     fingerprint,
     fingerprints,
     imported_from,
     install_source_only_finder,
 )
-from atomictoolsd.workers.truncate import spill, truncate
+from atomictoolsd.workers.runtime.truncate import spill, truncate
 
 __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "warm_up"]
 
 _json_encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
-
-
-class WorkerSpec(msgspec.Struct, kw_only=True):
-    """What the daemon tells a new worker: which module, and the limits to apply."""
-
-    path: str
-    kind: str = "python"
-    cwd: str = "/"
-    threads: int = 16
-    memory_limit: int = 0  # bytes; 0 means no limit
-    truncate_lines: int = 2000
-    truncate_bytes: int = 50 * 1024
-    spill_dir: str = ""
-    max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
-
-
-class LoadFailure(Exception):
-    """A module could not be loaded; carries where and why, for the daemon's listings."""
-
-    def __init__(self, file: str, line: int | None, message: str, trace: str = "") -> None:
-        super().__init__(message)
-        self.info = {"file": file, "line": line, "message": message, "traceback": trace}
 
 
 # -- loading -------------------------------------------------------------------------------------
@@ -642,7 +620,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Cold start, without the fork server: ``python -m atomictoolsd.workers.runtime FD SPEC_JSON``."""
+    """Cold start, without the fork server: ``python -m atomictoolsd.workers.runtime.main FD SPEC_JSON``."""
     args = sys.argv[1:] if argv is None else argv
     serve(int(args[0]), msgspec.json.decode(args[1], type=WorkerSpec))
 

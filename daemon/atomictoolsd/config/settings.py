@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atomictoolsd.loglevels import DAEMON_LOG_LEVELS
+from atomictoolsd.config.levels import DAEMON_LOG_LEVELS
 
 __all__ = ["Config", "ConfigError", "load_config"]
 
@@ -127,7 +127,7 @@ def _convert(f: dataclasses.Field[Any], raw: Any, source: str) -> Any:
 
 
 def _setting_hint(key: str, known: Mapping[str, Any]) -> str:
-    from atomictoolsd.suggest import did_you_mean, near_names  # only on this error path
+    from atomictoolsd.config.suggest import did_you_mean, near_names  # only on this error path
 
     near = near_names(key, known)
     return did_you_mean(near) if near else f"; known settings: {', '.join(known)}"

@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -40,15 +40,18 @@ from atomictools._protocol import (
     PARSE_ERROR,
     SUPPORTED_PROTOCOL_VERSIONS,
 )
-from atomictoolsd import __version__, dispatcher
-from atomictoolsd.discovery import escape_strings, git_worktree_root
-from atomictoolsd.registry import Project, ToolDef
-from atomictoolsd.suggest import unknown_tool
+from atomictoolsd import __version__
+from atomictoolsd.config.discovery import escape_strings, git_worktree_root
+from atomictoolsd.config.suggest import unknown_tool
+from atomictoolsd.registry.projects import Project, ToolDef
+from atomictoolsd.sessions import dispatcher
 
 if TYPE_CHECKING:
-    from atomictoolsd.server import Server
+    from atomictoolsd.config.settings import Config
+    from atomictoolsd.registry.projects import Registry
+    from atomictoolsd.workers.pool import WorkerPool
 
-__all__ = ["Handler", "ParamsError", "Session", "decode_params"]
+__all__ = ["Handler", "ParamsError", "Session", "SessionHost", "decode_params"]
 
 log = logging.getLogger("atomictoolsd.session")
 
@@ -164,10 +167,27 @@ TOO_DEEP = "nested too deeply to decode (keep JSON under a few hundred levels of
 Handler = Callable[["Session", bytes, Any], "None | Awaitable[None]"]
 
 
+class SessionHost(Protocol):
+    """What a session uses of the daemon that accepted it (``server.lifecycle.Server``)."""
+
+    config: Config
+    registry: Registry
+    pool: WorkerPool
+    methods: dict[str, Handler]  # the components' methods
+
+    def accept(self, session: Session, transport: asyncio.BaseTransport) -> bool: ...
+
+    def forget(self, session: Session) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def request_stop(self, reason: str) -> None: ...
+
+
 class Session(asyncio.Protocol):
     """The state and protocol of one connection."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: SessionHost) -> None:
         self.server = server
         self.id = next(_ids)
         self.transport: asyncio.Transport | None = None
@@ -181,7 +201,7 @@ class Session(asyncio.Protocol):
         self.session_id = ""
         self.allow: tuple[str, ...] = ()
         self.deny: tuple[str, ...] = ()
-        self.dispatcher = False  # also offer the meta-tools of atomictoolsd.dispatcher
+        self.dispatcher = False  # also offer the meta-tools of atomictoolsd.sessions.dispatcher
         self.locked = False  # attached with lock: LOCKED_OUT methods are refused from now on
         self.protocol_version: str | None = None
         self.initialized = False

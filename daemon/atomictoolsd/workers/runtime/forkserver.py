@@ -1,7 +1,7 @@
 """The fork server: a small process with the worker runtime already imported, forking workers.
 
 A cold ``python -c "import msgspec"`` costs ~26 ms; forking this process costs well under 1 ms. The
-daemon starts one fork server (``python -P -m atomictoolsd.workers.forkserver FD DAEMON_PID ALIVE_FD``,
+daemon starts one fork server (``python -P -m atomictoolsd.workers.runtime.forkserver FD DAEMON_PID ALIVE_FD``,
 sealed: see ``spawner``) and talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
 
 daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
@@ -42,8 +42,8 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from atomictoolsd.workers import runtime  # the point of this process: pay for the import once
-from atomictoolsd.workers.sessions import kill_worker_processes
+from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
+from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 
 __all__ = ["main", "set_child_subreaper", "set_parent_death_signal"]
 

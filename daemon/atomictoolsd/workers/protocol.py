@@ -1,4 +1,6 @@
-"""The framing between the daemon and a worker: a 4-byte big-endian length, then one msgpack value.
+"""What the daemon and a worker say to each other: ``WorkerSpec`` (what a new worker is told),
+``LoadFailure`` (a module that cannot load), the messages, and the framing: a 4-byte big-endian
+length, then one msgpack value.
 
 Both sides import this, so it stays at the standard library, msgspec and the protocol's types.
 Every message is a msgpack array whose first element names it; see ``runtime`` (what a worker sends
@@ -22,8 +24,8 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "FRAME_OVERHEAD", "MAX_FRAME", "Failed", "FrameError", "FrameReader", "FrameTooLarge", "Loaded", "Log", "Output",
-    "Progress", "Result", "WorkerMessage", "encode_frame", "error_result",
+    "FRAME_OVERHEAD", "MAX_FRAME", "Failed", "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log",
+    "Output", "Progress", "Result", "WorkerMessage", "WorkerSpec", "encode_frame", "error_result",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -32,6 +34,29 @@ MAX_FRAME = 1 << 30  # a larger frame means the stream is corrupt, not that a re
 # its call id): a reader given a limit of ``max_message_bytes + FRAME_OVERHEAD`` refuses nothing
 # the runtime sends.
 FRAME_OVERHEAD = 64 * 1024
+
+
+class WorkerSpec(msgspec.Struct, kw_only=True):
+    """What the daemon tells a new worker: which module, and the limits to apply."""
+
+    path: str
+    kind: str = "python"
+    cwd: str = "/"
+    threads: int = 16
+    memory_limit: int = 0  # bytes; 0 means no limit
+    truncate_lines: int = 2000
+    truncate_bytes: int = 50 * 1024
+    spill_dir: str = ""
+    max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
+
+
+class LoadFailure(Exception):
+    """A module could not be loaded; carries where and why, for the daemon's listings."""
+
+    def __init__(self, file: str, line: int | None, message: str, trace: str = "") -> None:
+        super().__init__(message)
+        self.info = {"file": file, "line": line, "message": message, "traceback": trace}
+
 
 
 class FrameError(ValueError):

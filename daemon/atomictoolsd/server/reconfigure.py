@@ -16,29 +16,41 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
-
-from atomictoolsd.config import Config, ConfigError, load_config
-from atomictoolsd.eventlog import events
+from atomictoolsd.config.settings import Config, ConfigError, load_config
+from atomictoolsd.eventlog.writer import events
+from atomictoolsd.workers.pool import PoolSettings
 
 if TYPE_CHECKING:
-    from atomictoolsd.server import Server
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.projects import Registry
+    from atomictoolsd.workers.pool import WorkerPool
 
-__all__ = ["RESTART_SETTINGS", "WORKER_SETTINGS", "apply_config", "reload"]
+__all__ = ["RESTART_SETTINGS", "Reconfigurable", "apply_config", "reload"]
 
 log = logging.getLogger("atomictoolsd")
-
-# Settings baked into a worker when it starts.
-WORKER_SETTINGS = frozenset({"worker_threads", "memory_limit_mb", "truncate_lines", "truncate_bytes", "max_message_bytes"})
 
 # Settings read once, when the daemon starts: a SIGHUP cannot apply them. The value in force stays
 # in ``server.config`` (so status tells the truth) and the new one waits, shown in status as such.
 RESTART_SETTINGS = frozenset({"builtins"})
 
 
-async def reload(server: Server) -> dict[str, Any]:
+class Reconfigurable(Protocol):
+    """What a reload reads and changes of the daemon (``lifecycle.Server``, which imports this module)."""
+
+    paths: Paths
+    config: Config
+    registry: Registry
+    pool: WorkerPool
+    components: list[Any]
+    status_sections: dict[str, Callable[[], Any]]
+
+    def lifecycle(self, event: str, detail: str = "") -> None: ...
+
+
+async def reload(server: Reconfigurable) -> dict[str, Any]:
     """Reload the configuration and rescan every tools dir; return what happened."""
     started = time.perf_counter()
     server.lifecycle("reloading")
@@ -81,7 +93,7 @@ async def reload(server: Server) -> dict[str, Any]:
     return result
 
 
-def _report_in_status(server: Server, error: str, loaded: Config | None) -> None:
+def _report_in_status(server: Reconfigurable, error: str, loaded: Config | None) -> None:
     """The last reload, in ``atomic/status``: when, a configuration that failed, settings waiting."""
     previous = server.status_sections.get("reload")
     waiting = previous().get("waiting", {}) if previous is not None and loaded is None else {}
@@ -94,33 +106,15 @@ def _report_in_status(server: Server, error: str, loaded: Config | None) -> None
     server.status_sections["reload"] = lambda: section
 
 
-def apply_config(server: Server, config: Config) -> list[str]:
+def apply_config(server: Reconfigurable, config: Config) -> list[str]:
     """Make ``config`` the daemon's configuration; return the names of the settings that changed."""
     old = server.config
     # What cannot change without a restart stays as it is (``_report_in_status`` says it waits).
     config = dataclasses.replace(config, **{key: getattr(old, key) for key in RESTART_SETTINGS})
     changed = [f.name for f in Config.settings() if getattr(old, f.name) != getattr(config, f.name)]
     server.config = config
-    settings = server.pool.settings
-    settings.threads = config.worker_threads
-    settings.memory_limit = config.memory_limit_mb * 1024 * 1024
-    settings.truncate_lines = config.truncate_lines
-    settings.truncate_bytes = config.truncate_bytes
-    settings.cancel_grace = config.cancel_grace
-    settings.load_timeout = config.load_timeout
+    server.pool.reconfigure(PoolSettings.from_config(config, server.pool.settings.spill_dir))
     server.registry.load_wait = config.load_wait
-    settings.max_result_bytes = config.max_message_bytes
-    if WORKER_SETTINGS.intersection(changed):
-        for runner in server.pool.runners.values():
-            runner.spec = msgspec.structs.replace(
-                runner.spec,
-                threads=settings.threads,
-                memory_limit=settings.memory_limit,
-                truncate_lines=settings.truncate_lines,
-                truncate_bytes=settings.truncate_bytes,
-                max_result_bytes=settings.max_result_bytes,
-            )
-            runner.retire()  # calls in flight finish; the next call starts a worker with the new limits
     if events.is_open:
         events.configure(level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
     logging.getLogger().setLevel(config.log_level.upper())

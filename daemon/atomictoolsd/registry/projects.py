@@ -49,8 +49,7 @@ from typing import Any
 import msgspec
 
 from atomictools._protocol import check_tool_name
-from atomictoolsd.defcache import CacheEntry, DefinitionCache
-from atomictoolsd.discovery import (
+from atomictoolsd.config.discovery import (
     ModuleFile,
     Skipped,
     global_tools_dir,
@@ -59,7 +58,8 @@ from atomictoolsd.discovery import (
     project_root,
     scan_tools_dir,
 )
-from atomictoolsd.trust import trust_command
+from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
+from atomictoolsd.registry.trust import trust_command
 from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, SpawnError, WorkerPool
 from atomictoolsd.workers.worker import Worker
 

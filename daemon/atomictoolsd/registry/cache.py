@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 
 from atomictoolsd import __version__
-from atomictoolsd.discovery import ModuleFile
+from atomictoolsd.config.discovery import ModuleFile
 
 __all__ = ["CacheEntry", "DefinitionCache", "deps_fresh", "runtime_files", "runtime_version"]
 
@@ -74,9 +74,10 @@ def runtime_files() -> list[Path]:
     import atomictools
 
     client = Path(atomictools.__file__).parent
-    daemon = Path(__file__).parent
+    daemon = Path(__file__).parent.parent
     files = [client / name for name in ("_schema.py", "_authoring.py", "_protocol.py")]
-    files += [daemon / "workers" / name for name in ("runtime.py", "sourceload.py")]
+    files += [daemon / "workers" / "runtime" / name for name in ("main.py", "sourceload.py")]
+    files.append(daemon / "workers" / "protocol.py")  # what a worker reports of a load (LoadFailure, the messages)
     files += sorted((daemon / "declarative").glob("*.py"))
     spec = importlib.util.find_spec("fastjsonschema")
     if spec is not None and spec.origin:

@@ -19,13 +19,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from atomictoolsd.registry import Registry
-    from atomictoolsd.server import Server
+    from atomictoolsd.config.settings import Config
+    from atomictoolsd.registry.projects import Registry
 
-__all__ = ["ProjectReaper"]
+__all__ = ["ProjectReaper", "ReaperHost"]
+
+
+class ReaperHost(Protocol):
+    """What the reaper is started with (the server meets it; see ``server/wiring.py``)."""
+
+    registry: Registry
+    config: Config
 
 log = logging.getLogger("atomictoolsd.registry")
 
@@ -39,7 +46,7 @@ class ProjectReaper:
         self.forgotten = 0
         self._task: asyncio.Task[None] | None = None
 
-    async def start(self, server: Server) -> None:
+    async def start(self, server: ReaperHost) -> None:
         self.registry = server.registry
         self.reconfigure(server.config)
         self._task = asyncio.get_running_loop().create_task(self._run())

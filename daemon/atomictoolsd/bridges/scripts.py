@@ -24,20 +24,22 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 import atomictools
 import atomictoolsd
-from atomictoolsd import agents
-from atomictoolsd.session import ParamsError, decode_params
+from atomictoolsd.bridges import agents
+from atomictoolsd.sessions.session import ParamsError, decode_params
 
 if TYPE_CHECKING:
-    from atomictoolsd.server import Server
-    from atomictoolsd.session import Session
+    from collections.abc import Callable
 
-__all__ = ["Bridge", "Bridges", "bridge_script"]
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.sessions.session import Handler, Session
+
+__all__ = ["Bridge", "Bridges", "BridgesHost", "bridge_script"]
 
 log = logging.getLogger("atomictoolsd.bridges")
 
@@ -109,9 +111,18 @@ def bridge_script(bridge: Bridge, *, python: str, socket: str, runtime_dir: str)
         f"# It is deleted when that daemon stops; `atomictoolsd bridge remove {bridge.id}` deletes it now.\n"
         "import sys\n"
         f"sys.path += {import_paths!r}\n"
-        "from atomictoolsd.shim import main\n"
+        "from atomictoolsd.shim.relay import main\n"
         f"sys.exit(main({argv!r}, {environ!r}))\n"
     )
+
+
+class BridgesHost(Protocol):
+    """What the bridges component is started with (the server meets it; see ``server/wiring.py``):
+    it adds its methods and status section only once it has swept what a killed daemon left."""
+
+    paths: Paths
+    methods: dict[str, Handler]
+    status_sections: dict[str, Callable[[], Any]]
 
 
 class Bridges:
@@ -120,13 +131,13 @@ class Bridges:
     def __init__(self) -> None:
         self.bridges: dict[str, Bridge] = {}
         self._watches: dict[str, Any] = {}  # bridge id → pidfd (int) or polling task
-        self._server: Server | None = None
+        self._server: BridgesHost | None = None
         self.dir = Path()
         self.manifest = Path()
 
     # -- component ------------------------------------------------------------------------------
 
-    async def start(self, server: Server) -> None:
+    async def start(self, server: BridgesHost) -> None:
         self._server = server
         self.dir = server.paths.bridges_dir
         self.manifest = server.paths.runtime_dir / MANIFEST_NAME

@@ -1,0 +1,11 @@
+"""Which tools exist: projects, tools dirs, precedence, generations, and the trust store.
+
+- ``projects``: ``Registry``: scans tools dirs, loads their modules through the pool, resolves
+  precedence into each project's view, and tells listeners what changed; and the model types.
+- ``cache``: definitions of unchanged modules, kept across restarts.
+- ``trust``: the trust store (``trust.json``).
+- ``watcher`` and ``doorbell``: reload a module when its file or a helper changes.
+- ``idle``: forget projects nobody has held for ``idle_timeout``.
+
+Knows nothing of sockets or sessions: it tells its listeners, and the server passes the news on.
+"""
