@@ -15,9 +15,10 @@ finish (bounded by ``shutdown_grace``), stops every worker, and removes the sock
 Signal handlers only record the signal; the main loop acts on it. A second SIGINT forces the exit.
 SIGHUP reloads the configuration and rescans every tools dir (``reconfigure``); connections stay.
 
-Extension points: ``components`` (started once the socket serves, stopped after calls drain),
-``methods`` (extra JSON-RPC methods), ``lifecycle_hooks`` (told ``ready``, ``reloading``,
-``reloaded``, ``stopping``) and ``status_sections`` (extra keys of ``atomic/status``, e.g. bridges).
+Extension points, filled by ``server/wiring.py``: ``components`` (started once the socket serves,
+stopped after calls drain), ``methods`` (extra JSON-RPC methods), ``lifecycle_hooks`` (told
+``ready``, ``reloading``, ``reloaded``, ``stopping``) and ``status_sections`` (extra keys of
+``atomic/status``, e.g. bridges). The socket and lock files are ``socketfile``'s.
 """
 
 from __future__ import annotations
@@ -72,10 +73,11 @@ def fd_reserve(soft_limit: int) -> int:
 class Component(Protocol):
     """A part of the daemon with a lifetime of its own (file watcher, bridges, service glue, …).
 
-    Started in order once the socket serves and stopped in reverse order during shutdown, after
-    calls in flight have drained. A component may add JSON-RPC methods to ``server.methods``, a
-    section to ``server.status_sections``, and a ``reconfigure(config)`` method that SIGHUP calls
-    with the reloaded configuration.
+    Made and added by ``server/wiring.py``. Started in order once the socket serves and stopped in
+    reverse order during shutdown, after calls in flight have drained. ``start`` is given the server,
+    which the component sees only through a narrow protocol of its own module (``WatcherHost``, …),
+    never by importing this one. A component may have a ``reconfigure(config)`` method that SIGHUP
+    calls with the reloaded configuration.
     """
 
     async def start(self, server: Server) -> None: ...
