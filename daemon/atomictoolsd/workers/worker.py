@@ -163,6 +163,7 @@ class Call:
         if self.done:
             return
         self.done = True
+        self.runner.record_cancelled(self)
         self.runner.stop_call(self)
 
     def expire(self) -> None:
