@@ -317,11 +317,11 @@ def print_status(status: dict[str, Any]) -> None:
     if modules:
         print()
         table(
-            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "P50 MS", "P99 MS"],
+            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "CANCELLED", "P50 MS", "P99 MS"],
             [
                 [
                     m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
-                    m["calls"], m["errors"], _ms(m["p50_ms"]), _ms(m["p99_ms"]),
+                    m["calls"], m["errors"], m.get("cancelled", 0), _ms(m["p50_ms"]), _ms(m["p99_ms"]),
                 ]
                 for m in modules
             ],

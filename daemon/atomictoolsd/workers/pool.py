@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from atomictoolsd.eventlog.writer import error_text, events
+from atomictoolsd.eventlog.writer import CANCELLED, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
@@ -102,6 +102,7 @@ class ModuleRunner:
         self._queued: list[Call] = []
         self.calls = 0
         self.errors = 0
+        self.cancelled = 0  # calls whose caller cancelled them or went away; neither calls nor errors
         self.durations: deque[float] = deque(maxlen=1024)
         self.last_error: str | None = None
         self.spawns = 0
@@ -395,6 +396,13 @@ class ModuleRunner:
         elif events.calls_on:
             events.tool_finished(call.tool, call.runner.spec.path, call.id, call.context, duration, None)
 
+    def record_cancelled(self, call: Call) -> None:
+        self.cancelled += 1
+        if events.calls_on:
+            events.tool_finished(
+                call.tool, call.runner.spec.path, call.id, call.context, time.perf_counter() - call.started, CANCELLED
+            )
+
     # -- status and shutdown --------------------------------------------------------------------
 
     def inflight(self) -> int:
@@ -416,6 +424,7 @@ class ModuleRunner:
             "loading": self.loading,  # new generations being started
             "calls": self.calls,
             "errors": self.errors,
+            "cancelled": self.cancelled,
             "inflight": self.inflight(),
             "p50_ms": pct(0.5),
             "p99_ms": pct(0.99),

@@ -83,6 +83,8 @@ class ModuleRunner(Protocol):
 
     def record(self, call: Call, result: bytes) -> None: ...
 
+    def record_cancelled(self, call: Call) -> None: ...
+
     def stop_call(self, call: Call) -> None: ...
 
     def worker_ended(self, worker: Worker, was: str) -> None: ...
@@ -181,6 +183,7 @@ class Call:
         if self.done:
             return
         self.done = True
+        self.runner.record_cancelled(self)
         self.runner.stop_call(self)
 
     def expire(self) -> None:
