@@ -43,7 +43,7 @@ def in_process(calls: int) -> dict[str, float]:
 
     from atomictoolsd.eventlog.writer import EventLog
 
-    call = ("echo", "/t/echo.py", 1, ["s1", "", "agent", "/p", "/p", ""])  # tool, module, call id, context
+    call = ("echo", "/t/echo.py", 1, "s1", "agent")  # tool, module, call id, session, agent
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, open_it in (("closed log (check only)", False), ("open log, info", True)):

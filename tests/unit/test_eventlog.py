@@ -22,9 +22,9 @@ from atomictoolsd.eventlog.writer import (
 )
 
 
-def fake_call(tool: str = "greet", call_id: int = 1) -> tuple[str, str, int, list[str]]:
-    """What the pool tells the log of a call: tool, module, call id, context (a real call needs a worker)."""
-    return (tool, "/t/greet.py", call_id, ["s1", "", "agent", "/p", "/p", ""])
+def fake_call(tool: str = "greet", call_id: int = 1) -> tuple[str, str, int, str, str]:
+    """What the pool tells the log of a call: tool, module, call id, session, agent (a real call needs a worker)."""
+    return (tool, "/t/greet.py", call_id, "s1", "agent")
 
 
 def lines(path: Path) -> list[dict]:  # type: ignore[type-arg]

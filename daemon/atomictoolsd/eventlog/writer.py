@@ -29,7 +29,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,22 +143,20 @@ class EventLog:
         else:
             self.flush()
 
-    def tool_started(self, tool: str, module: str, call_id: int, context: Sequence[Any]) -> None:
-        """``tool.start`` of call ``call_id`` (event loop thread only; callers check ``calls_on``).
-
-        ``context`` is the call context the worker gets (see ``sessions/session.py``): its first item
-        is the agent's session id, its third the project root."""
-        self._pending.append((_TOOL_START, time.time(), tool, module, call_id, context[0], context[2]))
+    def tool_started(self, tool: str, module: str, call_id: int, session: str, agent: str) -> None:
+        """``tool.start`` of call ``call_id`` of ``tool`` in ``module``, asked by the agent's ``session``
+        (event loop thread only; callers check ``calls_on``)."""
+        self._pending.append((_TOOL_START, time.time(), tool, module, call_id, session, agent))
         if not self._scheduled:
             self._schedule()
 
     def tool_finished(
-        self, tool: str, module: str, call_id: int, context: Sequence[Any], duration: float, failure: bytes | None
+        self, tool: str, module: str, call_id: int, session: str, agent: str, duration: float, failure: bytes | None
     ) -> None:
         """``tool.complete``, ``tool.failed`` when ``failure`` (the result) is given, or
         ``tool.cancelled`` when it is ``CANCELLED`` (its caller went away or cancelled it)."""
         pending = self._pending
-        pending.append((_TOOL_END, time.time(), tool, module, call_id, context[0], context[2], duration, failure))
+        pending.append((_TOOL_END, time.time(), tool, module, call_id, session, agent, duration, failure))
         if not self._scheduled:
             self._schedule()
         elif len(pending) >= FLUSH_AT and not self._urgent and self._loop is not None:

@@ -46,6 +46,7 @@ from atomictoolsd.config.discovery import escape_strings, git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
 from atomictoolsd.registry.projects import Project, ToolDef
 from atomictoolsd.sessions import dispatcher
+from atomictoolsd.workers.protocol import CallContext
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -216,7 +217,7 @@ class Session(asyncio.Protocol):
         self._visible: tuple[Any, list[ToolDef]] | None = None
         self._seen: int | None = None  # fingerprint of the toolset this client last saw
         # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
-        self._context: list[str] = ["", "", "", "", "", ""]
+        self._context = CallContext()
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -501,7 +502,7 @@ class Session(asyncio.Protocol):
         self.protocol_version = version if version in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
-            self._context[2] = self.agent
+            self._context = msgspec.structs.replace(self._context, agent=self.agent)
         instructions = (
             "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
             "The tool list changes when those files change."
@@ -635,9 +636,9 @@ class Session(asyncio.Protocol):
             message_id = meta.get("atomic/messageId")
             tool_use_id = meta.get("atomic/toolUseId") or meta.get("claudecode/toolUseId")
             if message_id or tool_use_id:
-                context = [*context]
-                context[1] = str(message_id or "")
-                context[5] = str(tool_use_id or "")
+                context = msgspec.structs.replace(
+                    context, message_id=str(message_id or ""), tool_use_id=str(tool_use_id or "")
+                )
         arguments = b"{}" if arguments is UNSET else bytes(arguments)
         if arguments == b"null":
             arguments = b"{}"
@@ -713,7 +714,7 @@ class Session(asyncio.Protocol):
         self.dispatcher = params.dispatcher
         self.locked = params.lock
         self._visible = None
-        self._context = [self.session_id, "", self.agent, self.directory, self.worktree, ""]
+        self._context = CallContext(self.session_id, "", self.agent, self.directory, self.worktree, "")
         return self._attached(id_json)
 
     async def _attached(self, id_json: bytes) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from atomictoolsd.eventlog.writer import CANCELLED, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
-from atomictoolsd.workers.protocol import WorkerSpec
+from atomictoolsd.workers.protocol import CallContext, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
 
@@ -271,7 +271,7 @@ class ModuleRunner:
         call_id: int,
         tool: str,
         arguments: bytes,
-        context: list[str],
+        context: CallContext,
         timeout: float,
         owner: CallOwner,
         request_id: Any = None,
@@ -280,12 +280,12 @@ class ModuleRunner:
         """Start a call; ``owner.call_result`` gets its answer. Starts a worker first if none runs.
 
         Args:
-            context: ``[session_id, message_id, agent, directory, worktree, tool_use_id]``.
+            context: who asked (``CallContext``): what the tool's ``ctx`` says.
             progress_token: the caller's ``_meta.progressToken``; progress is forwarded only with one.
         """
         call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
         if events.calls_on:
-            events.tool_started(call.tool, call.runner.spec.path, call.id, call.context)
+            events.tool_started(call.tool, self.spec.path, call_id, context.session_id, context.agent)
         self.pool.deadlines.add(call)
         worker = self.current
         if worker is not None and worker.state == "ready":
@@ -392,15 +392,16 @@ class ModuleRunner:
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"
             if events.failures_on:
-                events.tool_finished(call.tool, call.runner.spec.path, call.id, call.context, duration, result)
+                events.tool_finished(call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent, duration, result)
         elif events.calls_on:
-            events.tool_finished(call.tool, call.runner.spec.path, call.id, call.context, duration, None)
+            events.tool_finished(call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent, duration, None)
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1
         if events.calls_on:
             events.tool_finished(
-                call.tool, call.runner.spec.path, call.id, call.context, time.perf_counter() - call.started, CANCELLED
+                call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent,
+                time.perf_counter() - call.started, CANCELLED,
             )
 
     # -- status and shutdown --------------------------------------------------------------------

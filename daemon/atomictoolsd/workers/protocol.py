@@ -24,8 +24,9 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "FRAME_OVERHEAD", "MAX_FRAME", "Failed", "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log",
-    "Output", "Progress", "Result", "WorkerMessage", "WorkerSpec", "encode_frame", "error_result",
+    "FRAME_OVERHEAD", "MAX_FRAME", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Failed", "FrameError",
+    "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result", "WorkerMessage",
+    "WorkerSpec", "encode_frame", "error_result",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -124,6 +125,38 @@ class Output(_Message, tag="output"):
 
 
 WorkerMessage = Loaded | Failed | Result | Progress | Log | Output
+
+
+# What the daemon sends a worker. ``array_like``: on the wire each is the same msgpack array a list
+# would be (``["call", call_id, tool, arguments, context, progress]``), so naming the fields costs
+# no byte.
+
+
+class CallContext(msgspec.Struct, array_like=True, frozen=True):
+    """Who asked for a call: what its tool's ``ctx`` says. The same for every call of a session but
+    ``message_id`` and ``tool_use_id``, which a call's ``_meta`` may set."""
+
+    session_id: str = ""
+    message_id: str = ""
+    agent: str = ""
+    directory: str = ""
+    worktree: str = ""
+    tool_use_id: str = ""
+
+
+class CallTool(_Message, tag="call"):
+    call_id: int
+    tool: str
+    arguments: bytes  # the JSON object of the arguments, as the client sent it
+    context: CallContext
+    progress: bool  # the caller asked for progress notifications
+
+
+class Cancel(_Message, tag="cancel"):
+    call_id: int  # an async call is cancelled; a sync one sees ctx.cancel_event set
+
+
+DaemonMessage = CallTool | Cancel
 
 _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.encode

@@ -30,6 +30,9 @@ import msgspec
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
+    CallContext,
+    CallTool,
+    Cancel,
     Failed,
     FrameError,
     FrameReader,
@@ -150,7 +153,7 @@ class Call:
         call_id: int,
         tool: str,
         arguments: bytes,
-        context: list[str],
+        context: CallContext,
         timeout: float,
         owner: CallOwner,
         request_id: Any = None,
@@ -345,12 +348,12 @@ class Worker(asyncio.Protocol):
         call.worker = self
         self.pending[call.id] = call
         self.last_used = time.monotonic()
-        self._write(["call", call.id, call.tool, call.arguments, call.context, call.progress_token is not None])
+        self._write(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None))
 
     def send_cancel(self, call: Call) -> None:
         if call.id in self.pending:
             self.abandoned.add(call.id)
-            self._write(["cancel", call.id])
+            self._write(Cancel(call.id))
 
     def _on_result(self, call_id: int, result: bytes | None) -> None:
         call = self.pending.pop(call_id, None)
@@ -413,7 +416,7 @@ class Worker(asyncio.Protocol):
         """Calls whose caller still waits for this worker's answer."""
         return len(self.pending) - len(self.abandoned)
 
-    def _write(self, message: list[Any]) -> None:
+    def _write(self, message: CallTool | Cancel) -> None:
         if self._transport is not None:
             self._transport.write(encode_frame(message))
 

@@ -4,13 +4,13 @@ A worker is a process of its own, so whatever a tool does (raise, hang, leak, cr
 here. This module must never import the server, uvloop or watchfiles: a fork server pre-imports it,
 and every import here is paid by every worker that is not forked.
 
-Messages (see ``channel`` for the framing):
+Messages (``workers/protocol.py`` defines each as a tagged, array-like struct, and the framing):
 
 daemon → worker
-    ``["call", call_id, tool, arguments_json, context, progress]`` where ``context`` is
-    ``[session_id, message_id, agent, directory, worktree, tool_use_id]`` and ``progress`` says whether
-    the caller asked for progress notifications.
-    ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
+    ``CallTool``: ``["call", call_id, tool, arguments_json, context, progress]`` where ``context`` is a
+    ``CallContext`` (``[session_id, message_id, agent, directory, worktree, tool_use_id]``) and
+    ``progress`` says whether the caller asked for progress notifications.
+    ``Cancel``: ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
 
 worker → daemon
     ``["loaded", definitions, load_ms, problems, deps, source, helpers]`` once, when the module loaded;
@@ -26,7 +26,7 @@ worker → daemon
     ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
     ``output``.
 
-The daemon accepts exactly these shapes and types (``channel.WorkerMessage``) and no message larger
+The daemon accepts exactly these shapes and types (``protocol.WorkerMessage``) and no message larger
 than ``max_result_bytes`` (its ``max_message_bytes``); it kills a worker that sends anything else. So
 a result past the limit is refused here (kept in a spill file), and a ``ctx.log`` or ``ctx.progress``
 message past it is not sent: its call answers with an error naming the limit.
@@ -52,7 +52,20 @@ import msgspec
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
-from atomictoolsd.workers.protocol import FrameReader, LoadFailure, WorkerSpec, encode_frame, error_result
+from atomictoolsd.workers.protocol import (
+    CallTool,
+    DaemonMessage,
+    Failed,
+    FrameReader,
+    Loaded,
+    LoadFailure,
+    Log,
+    Progress,
+    Result,
+    WorkerSpec,
+    encode_frame,
+    error_result,
+)
 from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.runtime.output import capture as capture_output
 from atomictoolsd.workers.runtime.sourceload import (
@@ -125,8 +138,8 @@ def _load_declarative(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
 
 # Loaders by module kind. A loader returns the module's tools, or (tools, problems) when it can
 # skip a malformed tool and serve the rest.
-Loaded = list[ToolSpec] | tuple[list[ToolSpec], list[dict[str, Any]]]
-LOADERS: dict[str, Callable[[str], Loaded]] = {"python": _load_python, "declarative": _load_declarative}
+LoaderResult = list[ToolSpec] | tuple[list[ToolSpec], list[dict[str, Any]]]
+LOADERS: dict[str, Callable[[str], LoaderResult]] = {"python": _load_python, "declarative": _load_declarative}
 
 # Modules a loader needs beyond this one, by module kind. The fork server imports them just before it
 # forks the first worker of that kind, so every later worker of the kind starts warm, and a daemon
@@ -300,8 +313,8 @@ class Runtime:
         self.worker = worker
         self.calls: dict[int, Context | None] = {}
         self._send_lock = send_lock or threading.Lock()  # shared with whatever else sends on the channel
-        self._frames = FrameReader()
-        self._inbox: collections.deque[list[Any]] = collections.deque()
+        self._frames = FrameReader(type=DaemonMessage)
+        self._inbox: collections.deque[DaemonMessage] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
         self._reader_gen = 0  # which thread may read: the one started for this generation
         self._inline: tuple[int, float, str] | None = None  # (reader generation, start, tool) inline
@@ -316,7 +329,7 @@ class Runtime:
         self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._refused: dict[int, str] = {}  # calls that tried to send a message too large: why they fail
 
-    def send(self, message: list[Any]) -> None:
+    def send(self, message: Any) -> None:
         frame = encode_frame(message)
         try:
             with self._send_lock:
@@ -333,18 +346,18 @@ class Runtime:
         """
         while self._reader_gen == generation:
             message = self._next_message()
-            if message[0] == "call":
-                job = self.start_call(*message[1:])
+            if type(message) is CallTool:
+                job = self.start_call(message)
                 if job is None:
                     continue
                 if self._inbox and job[1].name in self._slow:
                     self._dispatch(job)  # more is waiting to be read: do not sit on it
                 else:
                     self._run_inline(job, generation)
-            elif message[0] == "cancel":
-                self.cancel_call(message[1])
+            else:
+                self.cancel_call(message.call_id)
 
-    def _next_message(self) -> list[Any]:
+    def _next_message(self) -> DaemonMessage:
         inbox = self._inbox
         while not inbox:
             try:
@@ -438,29 +451,30 @@ class Runtime:
 
     # calls
 
-    def start_call(
-        self, call_id: int, name: str, arguments: bytes, context: list[str], progress: bool
-    ) -> tuple[int, ToolSpec, dict[str, Any]] | None:
+    def start_call(self, call: CallTool) -> tuple[int, ToolSpec, dict[str, Any]] | None:
         """Validate a call; return the job to run, or None when it is answered, queued or async."""
+        call_id = call.call_id
+        name = call.tool
         spec = self.tools.get(name)
         if spec is None:
-            self.send(["result", call_id, error_result(f"Unknown tool {name!r} in this module")])
+            self.send(Result(call_id, error_result(f"Unknown tool {name!r} in this module")))
             return None
         try:
-            kwargs = spec.parse_arguments(arguments or b"{}")
+            kwargs = spec.parse_arguments(call.arguments or b"{}")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self.send(["result", call_id, error_result(f"Invalid arguments for tool {name!r}: {exc}")])
+            self.send(Result(call_id, error_result(f"Invalid arguments for tool {name!r}: {exc}")))
             return None
         ctx = None
         if spec.context_param is not None:
+            context = call.context
             ctx = kwargs[spec.context_param] = Context(
-                session_id=context[0],
-                message_id=context[1],
-                agent=context[2],
-                directory=context[3],
-                worktree=context[4],
-                tool_use_id=context[5],
-                emit=self._emitter(call_id, progress, name),
+                session_id=context.session_id,
+                message_id=context.message_id,
+                agent=context.agent,
+                directory=context.directory,
+                worktree=context.worktree,
+                tool_use_id=context.tool_use_id,
+                emit=self._emitter(call_id, call.progress, name),
             )
         self.calls[call_id] = ctx
         if spec.is_async:
@@ -479,7 +493,7 @@ class Runtime:
         refused = self._refused.pop(call_id, None) if self._refused else None
         if refused is not None and result is not None:
             result = error_result(refused)
-        self.send(["result", call_id, result])
+        self.send(Result(call_id, result))
 
     def cancel_call(self, call_id: int) -> None:
         if call_id not in self.calls:
@@ -552,7 +566,7 @@ class Runtime:
                     "a message may carry (max_message_bytes)"
                 ))
                 return
-            self.send([kind, call_id, *payload])
+            self.send(Log(call_id, *payload) if kind == "log" else Progress(call_id, *payload))
 
         return emit
 
@@ -580,7 +594,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     sock.setblocking(True)
     send_lock = threading.Lock()
 
-    def send(message: list[Any]) -> None:
+    def send(message: Any) -> None:
         frame = encode_frame(message)
         with send_lock:
             sock.sendall(frame)
@@ -601,18 +615,18 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         }
         if info["message"].startswith("MemoryError") and spec.memory_limit:
             info["message"] = f"MemoryError: importing the module needs more than {describe_limit(spec.memory_limit)}"
-        send(["failed", info])
+        send(Failed(info))
         _exit()
     except BaseException as exc:  # noqa: BLE001 - report anything, then go
-        send(["failed", {"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}])
+        send(Failed({"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}))
         _exit()
     load_ms = (time.perf_counter() - started) * 1000
     runtime = Runtime(sock, tools, spec, send_lock)
     deps = imported_from(directory, spec.path)
-    runtime.send([
-        "loaded", [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path),
+    runtime.send(Loaded(
+        [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path),
         fingerprints(directory, spec.path),
-    ])
+    ))
     runtime.run()
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.

@@ -24,7 +24,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+
+from atomictoolsd.workers.protocol import Output
 
 __all__ = ["BURST_BYTES", "CHUNK_BYTES", "RATE_BYTES", "capture"]
 
@@ -34,7 +35,7 @@ BURST_BYTES = 65536  # forwarded at once after a quiet spell
 _QUIET = 1.0  # seconds without output after which a flood's dropped count is reported
 
 
-def capture(send: Callable[[list[Any]], None]) -> None:
+def capture(send: Callable[[Output], None]) -> None:
     """Send what is written to descriptors 1 and 2 from now on as ``output`` messages.
 
     ``send`` writes one message to the channel (under the lock every sender takes) and raises
@@ -55,7 +56,7 @@ def capture(send: Callable[[list[Any]], None]) -> None:
     threading.Thread(target=_forward, args=(pipes, send), name="tool-output", daemon=True).start()
 
 
-def _forward(pipes: dict[int, int], send: Callable[[list[Any]], None]) -> None:
+def _forward(pipes: dict[int, int], send: Callable[[Output], None]) -> None:
     dropped = dict.fromkeys(pipes.values(), 0)
     tokens = float(BURST_BYTES)
     last = time.monotonic()
@@ -68,7 +69,7 @@ def _forward(pipes: dict[int, int], send: Callable[[list[Any]], None]) -> None:
         if not readable:  # quiet again: say what the flood cost
             for fd, count in dropped.items():
                 if count:
-                    _send(send, ["output", fd, b"", count])
+                    _send(send, Output(fd, b"", count))
                     dropped[fd] = 0
             continue
         for read_end in readable:
@@ -83,11 +84,11 @@ def _forward(pipes: dict[int, int], send: Callable[[list[Any]], None]) -> None:
                 continue
             kept = data[:CHUNK_BYTES]
             tokens -= len(kept)
-            _send(send, ["output", fd, kept, dropped[fd] + len(data) - len(kept)])
+            _send(send, Output(fd, kept, dropped[fd] + len(data) - len(kept)))
             dropped[fd] = 0
 
 
-def _send(send: Callable[[list[Any]], None], message: list[Any]) -> None:
+def _send(send: Callable[[Output], None], message: Output) -> None:
     try:
         send(message)
     except OSError:

@@ -1,5 +1,5 @@
-"""The worker channel's framing as the daemon reads it: bounded by the header, typed, and what came
-before a bad frame kept."""
+"""The worker protocol: the framing as the daemon reads it (bounded by the header, typed, and what
+came before a bad frame kept), and the messages as tagged structs that cost no byte over lists."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import struct
 import pytest
 
 from atomictoolsd.workers.protocol import (
+    CallContext,
+    CallTool,
+    Cancel,
+    DaemonMessage,
     FrameError,
     FrameReader,
     FrameTooLarge,
@@ -56,3 +60,27 @@ def test_untyped_reading_is_unchanged() -> None:
     frames = encode_frame(["call", 1, "t", b"{}", ["", "", "", "", "", ""], False]) + encode_frame(["cancel", 1])
     assert reader.feed(frames[:3]) == []
     assert reader.feed(frames[3:]) == [["call", 1, "t", b"{}", ["", "", "", "", "", ""], False], ["cancel", 1]]
+
+
+def test_the_daemons_messages_are_typed_and_as_small_as_lists() -> None:
+    context = CallContext("s1", "m1", "claude", "/p", "/p", "t1")
+    call = CallTool(7, "greet", b'{"name":"x"}', context, True)
+    as_list = ["call", 7, "greet", b'{"name":"x"}', ["s1", "m1", "claude", "/p", "/p", "t1"], True]
+    assert encode_frame(call) == encode_frame(as_list)
+    assert encode_frame(Cancel(7)) == encode_frame(["cancel", 7])
+    reader = FrameReader(type=DaemonMessage)
+    assert reader.feed(encode_frame(as_list) + encode_frame(["cancel", 7])) == [call, Cancel(7)]
+    assert reader.feed(encode_frame(call))[0].context.agent == "claude"
+
+
+def test_a_worker_refuses_a_daemon_message_of_the_wrong_shape() -> None:
+    reader = FrameReader(type=DaemonMessage)
+    with pytest.raises(FrameError):
+        reader.feed(encode_frame(["call", 7, "greet", "not bytes", ["", "", "", "", "", ""], False]))
+
+
+def test_what_a_worker_sends_is_what_the_daemon_reads() -> None:
+    sent = [Result(3, b'{"content":[]}'), Log(3, "info", b'"hi"')]
+    reader = FrameReader(1024, WorkerMessage)
+    assert reader.feed(b"".join(encode_frame(m) for m in sent)) == sent
+    assert encode_frame(Result(3, None)) == encode_frame(["result", 3, None])
