@@ -1,7 +1,8 @@
 """Which tools exist: projects, tools dirs, precedence, generations, and the trust store.
 
-- ``projects``: ``Registry``: scans tools dirs, loads their modules through the pool, resolves
-  precedence into each project's view, and tells listeners what changed; and the model types.
+- ``model``: the types: ``ToolDef``, ``Module``, ``ToolsDir``, ``Project``, ``View``, ``Change``.
+- ``projects``: ``Registry``: scans tools dirs, loads their modules through the pool, commits them,
+  keeps the projects, and tells listeners what changed.
 - ``cache``: definitions of unchanged modules, kept across restarts.
 - ``trust``: the trust store (``trust.json``).
 - ``watcher`` and ``doorbell``: reload a module when its file or a helper changes.

@@ -56,7 +56,7 @@ from watchfiles._rust_notify import RustNotify
 from atomictoolsd.config.discovery import MODULE_KINDS, escape_path
 from atomictoolsd.registry.cache import deps_fresh
 from atomictoolsd.registry.doorbell import Doorbell
-from atomictoolsd.registry.projects import ToolsDir
+from atomictoolsd.registry.model import ToolsDir
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config

@@ -40,7 +40,8 @@ from atomictoolsd import __version__
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import events
-from atomictoolsd.registry.projects import Change, Registry
+from atomictoolsd.registry.model import Change
+from atomictoolsd.registry.projects import Registry
 from atomictoolsd.server.reconfigure import reload
 from atomictoolsd.server.socketfile import (
     AlreadyRunning,

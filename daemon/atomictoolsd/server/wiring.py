@@ -18,7 +18,8 @@ from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.idle import ProjectReaper
-from atomictoolsd.registry.projects import Registry, ToolsDir
+from atomictoolsd.registry.model import ToolsDir
+from atomictoolsd.registry.projects import Registry
 from atomictoolsd.registry.trust import TrustStore
 from atomictoolsd.registry.watcher import FileWatcher
 from atomictoolsd.server.lifecycle import Server

@@ -27,7 +27,7 @@ from msgspec import UNSET, UnsetType
 from atomictoolsd.workers.protocol import error_result
 
 if TYPE_CHECKING:
-    from atomictoolsd.registry.projects import Project, ToolDef
+    from atomictoolsd.registry.model import Project, ToolDef
 
 __all__ = ["CALL_TOOL", "LIST_TOOL", "META_NAMES", "META_TOOLS", "MetaTool", "handle"]
 

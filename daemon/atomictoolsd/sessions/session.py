@@ -44,7 +44,7 @@ from atomictools._protocol import (
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import escape_strings, git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
-from atomictoolsd.registry.projects import Project, ToolDef
+from atomictoolsd.registry.model import Project, ToolDef
 from atomictoolsd.sessions import dispatcher
 from atomictoolsd.workers.protocol import CallContext
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from atomictoolsd.registry.projects import ToolsDir
+from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.sessions.session import Handler, Session
 
 __all__ = ["trust_refresh_method"]
