@@ -45,6 +45,7 @@ import msgspec
 from atomictools._launch import SEALED_CWD, python_command, sealed_environ
 from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
+from atomictoolsd.workers.runtime.procstat import STATE, proc_stat
 
 __all__ = ["FORKSERVER_GONE", "SpawnError", "Spawner", "describe_status"]
 
@@ -461,11 +462,8 @@ _STOPPED = ("T", "t")  # stopped by a signal; stopped by a tracer
 
 def _process_state(pid: int) -> str | None:
     """The one-letter state Linux gives a process (``R``, ``S``, ``T``, ...); None where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
+    fields = proc_stat(pid, 1)
+    return fields[STATE].decode() if fields else None
 
 
 def _fd_cause(exc: OSError) -> str:

@@ -44,6 +44,7 @@ import msgspec
 
 from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
+from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
 
 __all__ = ["main", "set_child_subreaper", "set_parent_death_signal"]
 
@@ -255,12 +256,8 @@ def _children() -> set[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == me:
+        fields = proc_stat(name, PPID + 1)
+        if fields is not None and len(fields) > PPID and int(fields[PPID]) == me:
             pids.add(int(name))
     return pids
 

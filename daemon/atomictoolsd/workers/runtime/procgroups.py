@@ -21,6 +21,8 @@ import signal
 import sys
 from collections.abc import Iterable
 
+from atomictoolsd.workers.runtime.procstat import SESSION, STATE, proc_stat
+
 __all__ = ["kill_worker_processes", "session_members"]
 
 _BY_SESSION = sys.platform.startswith("linux")
@@ -37,20 +39,11 @@ def session_members(sessions: set[int]) -> list[int]:
     for name in names:
         if not name.isdigit():
             continue
-        try:  # os-level: about a quarter cheaper than open(), and this runs once per worker exit
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-        except OSError:
+        fields = proc_stat(name, SESSION + 1)  # runs once per worker exit: split no further than needed
+        if fields is None:
             continue  # it ended meanwhile
         try:
-            stat = os.read(fd, 1024)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2 :].split(None, 4)
-        try:
-            if fields[0] != b"Z" and int(fields[3]) in sessions and int(name) != me:
+            if fields[STATE] != b"Z" and int(fields[SESSION]) in sessions and int(name) != me:
                 members.append(int(name))
         except (IndexError, ValueError):
             continue
