@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from atomictoolsd.config.paths import make_private_dirs
+
 __all__ = [
     "AGENTS",
     "BRIDGE_AGENTS",
@@ -330,7 +332,7 @@ def _write(path: Path, old_text: str | None, new_text: str, backup_dir: Path) ->
     """
     backup = None
     if old_text is not None:
-        backup_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(backup_dir)
         tag = hashlib.sha256(str(path).encode()).hexdigest()[:8]
         stamp = time.strftime("%Y%m%d-%H%M%S")
         backup = backup_dir / f"{stamp}-{tag}-{path.name}"

@@ -31,6 +31,7 @@ import msgspec
 import atomictools
 import atomictoolsd
 from atomictoolsd.bridges import agents
+from atomictoolsd.config.paths import make_private_dirs
 from atomictoolsd.sessions.session import ParamsError, decode_params
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ class Bridges:
     def create(self, bridge: Bridge) -> None:
         """Record ``bridge`` in the manifest, then write its script."""
         assert self._server is not None
-        self.dir.mkdir(mode=0o700, exist_ok=True)
+        make_private_dirs(self.dir)
         self.bridges[bridge.id] = bridge
         try:
             self._save()

@@ -78,8 +78,9 @@ class Paths:
         )
 
 
-def make_private_dirs(path: Path) -> None:
-    """Create ``path`` and each missing directory above it with mode 0700, whatever the umask.
+def make_private_dirs(path: Path) -> list[Path]:
+    """Create ``path`` and each missing directory above it with mode 0700, whatever the umask; return
+    the ones it created, outermost first. Every private dir of the daemon is made here.
 
     ``Path.mkdir(parents=True)`` gives the parents it creates the umask's mode: under a umask of 000
     another user could rename them and put their own in place. The XDG spec asks for 0700 too.
@@ -90,12 +91,15 @@ def make_private_dirs(path: Path) -> None:
         if path.parent == path:
             break
         path = path.parent
+    created = []
     for directory in reversed(missing):
         try:
             directory.mkdir(mode=0o700)
         except FileExistsError:
             continue
         os.chmod(directory, 0o700)  # mkdir's mode passes through the umask
+        created.append(directory)
+    return created
 
 
 def make_private(path: Path) -> None:

@@ -36,6 +36,7 @@ import msgspec
 
 from atomictoolsd.config.discovery import escape_strings
 from atomictoolsd.config.levels import LEVEL_RANK
+from atomictoolsd.config.paths import make_private_dirs
 
 __all__ = [
     "EventLog",
@@ -87,7 +88,7 @@ class EventLog:
 
     def open(self, path: Path, *, level: str = "info", max_bytes: int = 10 * 1024 * 1024, backups: int = 3) -> None:
         """Start writing to ``path`` (its directory is created 0700; the file is 0600)."""
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         self.close()
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)

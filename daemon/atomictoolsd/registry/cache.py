@@ -37,6 +37,7 @@ import msgspec
 
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import ModuleFile
+from atomictoolsd.config.paths import make_private_dirs
 
 __all__ = ["CacheEntry", "DefinitionCache", "deps_fresh", "runtime_files", "runtime_version"]
 
@@ -177,7 +178,7 @@ class DefinitionCache:
         target = self._file(tools_dir)
         temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_dirs(self.directory)
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode(_CacheFile(self.runtime, str(tools_dir), entries)))

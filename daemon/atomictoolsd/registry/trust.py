@@ -113,7 +113,9 @@ class TrustStore:
         return self._update(lambda roots: roots.pop(str(root), None) is not None)
 
     def _update(self, change: Callable[[dict[str, dict[str, Any]]], bool]) -> bool:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        from atomictoolsd.config.paths import make_private_dirs  # lazy: platformdirs, a start-up cost in workers
+
+        make_private_dirs(self.path.parent)
         lock = os.open(self.path.with_name(TRUST_FILE + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two CLIs at once must not lose each other's change

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from atomictoolsd import __version__
 from atomictoolsd.config.command import command_name
-from atomictoolsd.config.paths import Paths
+from atomictoolsd.config.paths import Paths, make_private_dirs
 from atomictoolsd.service.manager import LAUNCHD_LABEL
 from atomictoolsd.service.units import (
     SERVICE_NAME,
@@ -160,7 +160,7 @@ def install(
     created: list[str] = list(manifest.get("dirs", []))
     files: dict[str, str] = dict(manifest.get("files", {})) if manifest.get("manager") == the_plan.manager else {}
     for directory in [*(u.path.parent for u in the_plan.files), *the_plan.make_dirs, paths.state_dir]:
-        created += [str(d) for d in _make_dirs(directory)]
+        created += [str(d) for d in make_private_dirs(directory)]
     for unit in the_plan.files:
         _write(unit.path, unit.text)
         files[str(unit.path)] = _digest(unit.text)
@@ -213,18 +213,6 @@ def _manager_failed(the_plan: Plan, command: list[str], said: str, out: TextIO) 
             print(f"  {_command_line(step)}", file=out)
     print(f"or `{command_name()} service uninstall` to remove them.", file=out)
     return 1
-
-
-def _make_dirs(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing parents (0700); return the ones created, outermost first."""
-    missing = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for path in reversed(missing):
-        path.mkdir(mode=0o700)
-    return list(reversed(missing))
 
 
 def _write(path: Path, text: str) -> None:
