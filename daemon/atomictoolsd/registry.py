@@ -524,6 +524,8 @@ class Registry:
         async with tools_dir.lock:
             if tools_dir.retired:
                 return Change(set(), [])
+            if tools_dir.scope == "local":  # asked on every scan: the directory may have been replaced since
+                tools_dir.trusted = self.trusted(tools_dir.cwd)
             trusted = tools_dir.trusted
             on_disk = {f.path: f for f in list_module_files(tools_dir.path)}
             if callable(skip):
