@@ -1,7 +1,7 @@
 """Writing a state file whole or not at all: the trust store, the bridges manifest, the definition
 cache, an agent's config, a service unit.
 
-A file is written to a temporary sibling named ``.<name>.<pid>.tmp``, synced, and renamed over the
+A file is written to a temporary sibling named ``.<name>.atomictoolsd-<pid>.tmp``, synced, and renamed over the
 target, so a reader sees the old file or the new one, never half of either. A write that fails (a
 full disk, a used-up quota, a read-only filesystem, no permission) removes its temporary file and
 raises ``StateWriteError``, whose message names the file and says what to do. A writer killed
@@ -60,16 +60,20 @@ def explain_write_error(path: Path | str, exc: OSError) -> str:
 
 
 def _temporary_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return path.with_name(f".{path.name}.atomictoolsd-{os.getpid()}.tmp")
 
 
-def _writer_pid(name: str, target: str) -> int | None:
-    """The pid in a temporary file name of ``target`` (``.<target>.<pid>[.tmp]``, and the older
-    ``.<target>.<word>-<pid>``), None when the name is not one of ours."""
+_OURS = re.compile(r"atomictoolsd-(\d+)(?:\.tmp)?")
+# In a directory of our own, also the names earlier versions used (``.<name>.<pid>``, ``….tmp``).
+_OURS_AND_OLDER = re.compile(r"(?:atomictoolsd-)?(\d+)(?:\.tmp)?")
+
+
+def _writer_pid(name: str, target: str, pattern: re.Pattern[str]) -> int | None:
+    """The pid in a temporary file name of ``target``, None when the name is not one of ours."""
     prefix = f".{target}."
     if not name.startswith(prefix):
         return None
-    match = re.fullmatch(r"(?:[a-z]+-)?(\d+)(?:\.tmp)?", name[len(prefix):])
+    match = pattern.fullmatch(name[len(prefix):])
     return int(match.group(1)) if match else None
 
 
@@ -85,12 +89,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep(path: Path | str) -> list[Path]:
+def sweep(path: Path | str, *, shared_dir: bool = False) -> list[Path]:
     """Remove the temporary files of ``path`` left by writers that were killed; return them.
 
     One is stale when no process has its writer's pid any more, or when it is older than
-    ``STALE_AFTER`` seconds. Our own pid's file is left alone: it may be being written now.
+    ``STALE_AFTER`` seconds. Our own pid's file is left alone: it may be being written now. In a
+    ``shared_dir`` (an agent's config in the home directory) only names with our tag count: another
+    program's ``.<name>.<pid>.tmp`` is not ours to judge.
     """
+    pattern = _OURS if shared_dir else _OURS_AND_OLDER
     path = Path(path)
     removed = []
     try:
@@ -99,7 +106,7 @@ def sweep(path: Path | str) -> list[Path]:
         return removed
     now = time.time()
     for entry in entries:
-        pid = _writer_pid(entry.name, path.name)
+        pid = _writer_pid(entry.name, path.name, pattern)
         if pid is None or pid == os.getpid():
             continue
         try:
@@ -116,15 +123,17 @@ def sweep(path: Path | str) -> list[Path]:
     return removed
 
 
-def write_atomic(path: Path | str, data: bytes, mode: int = 0o600, *, fsync: bool = True) -> None:
+def write_atomic(path: Path | str, data: bytes, mode: int = 0o600, *, fsync: bool = True, shared_dir: bool = False) -> None:
     """Replace ``path`` with ``data`` atomically (its mode: ``mode``).
+
+    ``shared_dir``: the directory is not ours alone (see ``sweep``).
 
     Raises:
         StateWriteError: the file could not be written; it is as it was, and no temporary file is
             left. ``errno`` is the cause's.
     """
     path = Path(path)
-    sweep(path)
+    sweep(path, shared_dir=shared_dir)
     temporary = _temporary_name(path)
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)

@@ -17,7 +17,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -87,6 +86,23 @@ def test_trust_on_a_full_disk_fails_cleanly_and_leaves_nothing(untrusted: Env, r
     record("trust and untrust with writes failing (RLIMIT_FSIZE): clear error, store unchanged, no temporary file")
 
 
+def test_connect_on_a_full_disk_keeps_the_agent_config_whole(env: Env, record: Record) -> None:
+    """``connect`` writes an agent's config (here ``~/.claude.json``): a write that fails leaves
+    the file as it was, no temporary file beside it, and says what to do."""
+    config = env.home / ".claude.json"
+    original = json.dumps({"mcpServers": {"other": {"command": "x"}}, "padding": "p" * 4096}, indent=2)
+    config.write_text(original)
+    result = cli(env, "connect", "claude", "--user", preexec=_limit_file_size)
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr and "cannot write" in result.stderr and "nothing was changed" in result.stderr
+    assert config.read_text() == original
+    assert [p.name for p in env.home.iterdir() if p.name.startswith(".claude.json.")] == []
+    ok = cli(env, "connect", "claude", "--user")
+    assert ok.returncode == 0, ok
+    assert "atomic" in json.loads(config.read_text())["mcpServers"]
+    record("connect with writes failing: the agent's config unchanged, no temporary file, a clear error")
+
+
 @pytest.fixture
 def tiny_state_dir(untrusted: Env) -> Iterator[Path]:
     """The state dir on a full 64 KiB tmpfs, where this process may mount one (root, no container
@@ -123,7 +139,7 @@ def test_trust_on_a_really_full_disk(untrusted: Env, tiny_state_dir: Path, recor
 
 def test_a_writer_killed_mid_write_leaves_a_temporary_file_that_is_swept(untrusted: Env, record: Record) -> None:
     """A CLI stopped (SIGSTOP) between creating its temporary file and renaming it, then SIGKILLed,
-    leaves ``.trust.json.<pid>.tmp``; the next command removes it. A live writer's file is kept."""
+    leaves ``.trust.json.atomictoolsd-<pid>.tmp``; the next command removes it. A live writer's file is kept."""
     env = untrusted
     env.state_dir.mkdir(parents=True)
     # Stop the writer right after it created its temporary file: fsync is the next thing it does.
@@ -142,7 +158,7 @@ def test_a_writer_killed_mid_write_leaves_a_temporary_file_that_is_swept(untrust
     try:
         wait_for(lambda: temporaries(env.state_dir), message="the writer's temporary file")
         left = temporaries(env.state_dir)
-        assert left == [f".trust.json.{writer.pid}.tmp"], left
+        assert left == [f".trust.json.atomictoolsd-{writer.pid}.tmp"], left
         # While the writer lives, nobody removes its file.
         assert cli(env, "trust", "--list").returncode == 0
         assert temporaries(env.state_dir) == left
