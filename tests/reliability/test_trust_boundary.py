@@ -259,3 +259,207 @@ def test_a_store_of_the_previous_version_still_trusts_its_projects(untrusted: En
     assert upgraded["version"] == 2 and "ino" in upgraded["projects"][str(project)]
     assert upgraded["projects"][str(project)]["trusted_at"] == "2025-01-01T00:00:00+0000"
     record("a version-1 trust store: its projects stay trusted, bound to their directories on first read")
+
+
+# -- the built-in git tools under hostile repositories ----------------------------------------------
+
+SECRET = "LEAKED"  # in the names of the outside repository's files: only git could show them
+GIT_TOOLS = [("git-status", {}), ("git-diff-summary", {}), ("git-diff-summary", {"staged": True}), ("workspace-info", {})]
+BOUND = 25.0  # the built-ins' own deadline (10 s) and ample room: a hang would take far longer
+
+
+def run_git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
+                   capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+
+
+def make_repo(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir(parents=True)
+    run_git(path, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    run_git(path, "add", "-A")
+    run_git(path, "commit", "-qm", "first")
+    return path
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A repository of the user's outside the project, whose names must never show: a committed
+    file, a staged one and an untracked one."""
+    repo = make_repo(tmp_path / "outside", {f"{SECRET}_committed.txt": "secret\n"})
+    (repo / f"{SECRET}_staged.txt").write_text("staged\n")
+    run_git(repo, "add", f"{SECRET}_staged.txt")
+    (repo / f"{SECRET}_untracked.txt").write_text("untracked\n")
+    (repo / "outside.cfg").write_text("[core]\n\tworktree = " + str(repo) + "\n")
+    return repo
+
+
+def _config(key: str, value: str) -> Callable[[Path, Path], None]:
+    def apply(project: Path, outside: Path) -> None:
+        run_git(project, "config", key, value.format(project=project, outside=outside))
+    return apply
+
+
+def _fifo(where: str, then: Callable[[Path, Path], None] | None = None) -> Callable[[Path, Path], None]:
+    def apply(project: Path, outside: Path) -> None:
+        path = project / where
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+        if then is not None:
+            then(project, outside)
+    return apply
+
+
+def _git_file(project: Path, outside: Path) -> None:
+    shutil.rmtree(project / ".git")
+    (project / ".git").write_text(f"gitdir: {outside / '.git'}\n")
+
+
+def _git_symlink(project: Path, outside: Path) -> None:
+    shutil.rmtree(project / ".git")
+    (project / ".git").symlink_to(outside / ".git")
+
+
+def _commondir(project: Path, outside: Path) -> None:
+    (project / ".git" / "commondir").write_text(str(outside / ".git") + "\n")
+
+
+def _huge_config(project: Path, outside: Path) -> None:
+    with open(project / ".git" / "config", "a") as f:
+        f.write("[huge]\n" + "".join(f"\tk{i} = {'v' * 100}\n" for i in range(20_000)))
+
+
+def _submodule_elsewhere(project: Path, outside: Path) -> None:
+    sub = project / "sub"
+    sub.mkdir()
+    (sub / ".git").write_text(f"gitdir: {outside / '.git'}\n")
+    (sub / "x").write_text("x")
+    subprocess.run(["git", "update-index", "--add", "--cacheinfo", "160000,"
+                    + subprocess.run(["git", "rev-parse", "HEAD"], cwd=outside, capture_output=True, text=True).stdout.strip()
+                    + ",sub"], cwd=project, check=True, capture_output=True)
+
+
+def _other_owner(project: Path, outside: Path) -> None:
+    run_git(project, "config", "safe.directory", "*")  # a repository cannot vouch for itself
+    for path in [project, *project.rglob("*")]:
+        os.lchown(path, 54321, 54321)
+
+
+HOSTILE = {
+    "core.worktree outside": _config("core.worktree", "{outside}"),
+    "core.bare and core.worktree": lambda p, o: (_config("core.bare", "true")(p, o), _config("core.worktree", "{outside}")(p, o)),
+    "include.path FIFO": _fifo("hang.cfg", _config("include.path", "{project}/hang.cfg")),
+    "include.path outside": _config("include.path", "{outside}/outside.cfg"),
+    "includeIf outside": _config("includeIf.gitdir:/.path", "{outside}/outside.cfg"),
+    "include.path relative escape": _config("include.path", "../../../outside/outside.cfg"),
+    "core.excludesFile FIFO": _fifo("ex", _config("core.excludesFile", "{project}/ex")),
+    "core.attributesFile FIFO": _fifo("at", _config("core.attributesFile", "{project}/at")),
+    "diff.orderFile FIFO": _fifo("order", _config("diff.orderFile", "{project}/order")),
+    "core.excludesFile outside": _config("core.excludesFile", "{outside}/outside.cfg"),
+    ".git/config FIFO": _fifo(".git/config"),
+    ".git/index FIFO": _fifo(".git/index"),
+    ".git/HEAD FIFO": _fifo(".git/HEAD"),
+    ".git/info/exclude FIFO": _fifo(".git/info/exclude"),
+    "root .gitignore FIFO": _fifo(".gitignore"),
+    "root .gitattributes FIFO": _fifo(".gitattributes"),
+    "alternates FIFO": _fifo(".git/objects/info/alternates"),
+    ".git file to another repository": _git_file,
+    ".git symlink to another repository": _git_symlink,
+    "commondir to another repository": _commondir,
+    "huge config": _huge_config,
+    "submodule whose .git points elsewhere": _submodule_elsewhere,
+    "another owner, safe.directory in its own config": _other_owner,
+}
+
+
+@pytest.fixture
+def builtin_env(env: Env) -> Env:
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    return env
+
+
+def hostile_project(root: Path, name: str, outside: Path) -> Path:
+    project = make_repo(root / name.replace(" ", "_").replace("/", "_"), {"a.txt": "a\n", "src/b.txt": "b\n"})
+    (project / "a.txt").write_text("a\nchanged\n")
+    (project / "new.txt").write_text("new\n")
+    HOSTILE[name](project, outside)
+    return project
+
+
+def test_hostile_repository_configs_never_reach_outside_nor_hang(  # type: ignore[no-untyped-def]
+    builtin_env: Env, outside: Path, make_daemon, record: Record
+) -> None:
+    projects = {name: hostile_project(builtin_env.root / "hostile", name, outside) for name in HOSTILE}
+    daemon = make_daemon()
+    slowest = 0.0
+    answers = 0
+    problems = []
+    timings: list[str] = []
+    for name, project in projects.items():
+        with daemon.client(project, timeout=60) as client:
+            for tool, arguments in GIT_TOOLS:
+                started = time.monotonic()
+                result = client.call(tool, **arguments)
+                took = time.monotonic() - started
+                slowest = max(slowest, took)
+                answers += 1
+                text = result.text if result.text else json.dumps(result.structured)
+                timings.append(f"{took:5.2f} s  {name}: {tool} {arguments or ''}: {text[:120]!r}")
+                if took > BOUND:
+                    problems.append(f"{name}: {tool} took {took:.1f} s")
+                if SECRET in text:
+                    problems.append(f"{name}: {tool} showed what is outside the project: {text[:300]}")
+    print("\n".join(timings))
+    assert not problems, "\n".join(problems)
+    record(f"{len(HOSTILE)} hostile repository setups x {len(GIT_TOOLS)} git built-in calls: "
+           f"{answers} answered, none showed anything outside the project, slowest {slowest:.1f} s")
+
+
+def test_a_fifo_deep_in_the_tree_is_cut_at_the_deadline(builtin_env: Env, make_daemon, record: Record) -> None:  # type: ignore[no-untyped-def]
+    project = make_repo(builtin_env.root / "deep", {"a.txt": "a\n", "deep/er/b.txt": "b\n"})
+    os.mkfifo(project / "deep" / "er" / ".gitignore")
+    daemon = make_daemon()
+    with daemon.client(project, timeout=60) as client:
+        started = time.monotonic()
+        result = client.call("git-status")
+        took = time.monotonic() - started
+    assert result.is_error and "did not finish within" in result.text and ".gitignore" in result.text, result.text
+    assert took < BOUND
+    assert not [p for p in daemon.descendants() if "git" in " ".join(p.cmdline()[:1])], "a git process outlived its call"
+    record(f"a FIFO .gitignore deep in the tree: git-status cut at its deadline ({took:.1f} s), git stopped")
+
+
+def test_one_project_hanging_its_git_calls_does_not_delay_another(builtin_env: Env, make_daemon, record: Record) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    hanging = make_repo(builtin_env.root / "a", {"a.txt": "a\n", "d/b.txt": "b\n"})
+    os.mkfifo(hanging / "d" / ".gitignore")
+    healthy = make_repo(builtin_env.root / "b", {"b.txt": "b\n"})
+    (healthy / "b.txt").write_text("changed\n")
+    daemon = make_daemon()
+    with daemon.client(healthy) as client:  # the built-in worker is up before the storm
+        assert "b.txt" in client.call("git-status").text
+    finished: list[float] = []
+    lock = threading.Lock()
+
+    def hang() -> None:
+        with daemon.client(hanging, timeout=60) as client:
+            client.call("git-status")
+        with lock:
+            finished.append(time.monotonic())
+
+    threads = [threading.Thread(target=hang) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # all 20 are in the worker, hanging
+    with daemon.client(healthy, timeout=60) as client:
+        result = client.call("git-status")
+        answered = time.monotonic()
+    for thread in threads:
+        thread.join(60)
+    assert not result.is_error and "b.txt" in result.text, result.text
+    assert len(finished) == 20
+    assert answered < min(finished), "project B's git-status waited for project A's hanging calls"
+    record("20 hanging git-status calls in one project: another project's git-status answered before any of them ended")
