@@ -37,6 +37,7 @@ import os
 import re
 import signal
 import stat
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -184,7 +185,7 @@ def _owned(path: Path, worktree: Path) -> None:
         owner = os.stat(path).st_uid
     except OSError:
         return
-    if owner == os.geteuid():
+    if owner == os.geteuid() or _vouched(worktree):
         return
     raise ToolError(
         f"Refused: {path} belongs to uid {owner}, not to you; git does not read such a repository "
@@ -194,6 +195,23 @@ def _owned(path: Path, worktree: Path) -> None:
 
 class NotARepository(ToolError):
     """The project is in no git repository."""
+
+
+def _vouched(worktree: Path) -> bool:
+    """Whether your own config (system, global; never the repository's) lists ``worktree`` as a
+    ``safe.directory``, as git asks it. Asked only for a repository someone else owns."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
+    try:
+        listed = subprocess.run(
+            ["git", "config", "--get-all", "safe.directory"], cwd="/", env={**env, "GIT_DIR": "/nonexistent"},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=GIT_TIMEOUT,
+        ).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    safe = set()
+    for value in listed:  # an empty value resets the list, as in git
+        safe = set() if not value else safe | {value}
+    return "*" in safe or str(worktree) in safe or f"{worktree}/" in safe
 
 
 def _repository(root: Path) -> Repository:
