@@ -32,7 +32,7 @@ import atomictools
 import atomictoolsd
 from atomictoolsd import agents
 from atomictoolsd.session import ParamsError, decode_params
-from atomictoolsd.statefile import StateWriteError, explain_write_error, sweep, write_atomic
+from atomictoolsd.statefile import StateWriteError, explain_write_error, write_atomic
 
 if TYPE_CHECKING:
     from atomictoolsd.server import Server
@@ -272,7 +272,8 @@ class Bridges:
         _unlink(self.manifest)
         # A daemon killed between writing its next manifest and renaming it into place left that
         # temporary file; we hold the instance lock, so no other daemon is writing one now.
-        sweep(self.manifest)
+        for temporary in self.manifest.parent.glob(f".{MANIFEST_NAME}.*"):
+            _unlink(temporary)
         self._remove_dir_if_empty()
         return removed
 
