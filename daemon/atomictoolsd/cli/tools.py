@@ -56,7 +56,20 @@ def cmd_list(args: argparse.Namespace) -> int:
         for entry in blocked:
             print(f"  {entry['file']}")
         print(f"to load them, run: {blocked[0]['command']}")
+        _why_untrusted(blocked[0]["root"])
     return 0
+
+
+def _why_untrusted(root: str) -> None:
+    """Say so when the project was trusted, but for a directory that has been replaced since."""
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+        TrustStore,
+        replaced_message,
+    )
+
+    if TrustStore(Paths.from_env().state_dir).state(root) == "replaced":
+        print(f"({replaced_message(root)})")
 
 
 def _source(tool: dict[str, Any]) -> str:

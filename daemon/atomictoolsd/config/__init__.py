@@ -4,6 +4,7 @@
 - ``paths``: the daemon's own files and dirs (socket, lock, state, cache, logs), and their checks.
 - ``discovery``: where tool modules are (project roots, tools dirs, the module files in them).
 - ``levels``: the log level names and ranks (``log_level``, the event log, ``logs --level``).
+- ``statefile``: writing a state file whole or not at all (trust store, manifests, caches, units).
 - ``command``: how the user runs this installation, for messages that print a command.
 - ``suggest``: "did you mean" for unknown settings and tools.
 

@@ -70,6 +70,7 @@ from atomictoolsd.registry.model import (
     ToolDef,
     ToolsDir,
 )
+from atomictoolsd.registry.trust import trust_command
 from atomictoolsd.workers.pool import LoadFailed, SpawnError, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
@@ -243,6 +244,8 @@ class Registry:
                     local.trusted = self.trusted(root)
                 dirs.insert(0, local)
             project = self.projects[root] = Project(root, dirs)
+        else:
+            self._trust_lost(project.dirs[0])
         for tools_dir in project.dirs:
             self.ensure_scanned(tools_dir)
         return project
@@ -402,6 +405,8 @@ class Registry:
                     del finished[path]
             if tools_dir.retired:
                 return Change(set(), [])
+            if tools_dir.scope == "local":  # asked on every scan: the directory may have been replaced since
+                tools_dir.trusted = self.trusted(tools_dir.cwd)
             trusted = tools_dir.trusted
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
@@ -561,6 +566,8 @@ class Registry:
                 runner.on_loaded = lambda worker, definitions, m=module: self._lazy_loaded(m, worker, definitions)
                 runner.on_health = lambda m=module: self._health_changed(m)
                 runner.verify = lambda worker, m=module: self._read_whole(m, worker)
+                if tools_dir.scope == "local":
+                    runner.admit = lambda d=tools_dir: self._admit(d)
                 if isinstance(outcome, _Late):
                     module.state = "loading"
             elif isinstance(outcome, SpawnError) and module.state != "loading":
@@ -793,6 +800,25 @@ class Registry:
         if view.blocked:
             result["blocked"] = view.blocked
         return result
+
+    def _trust_lost(self, tools_dir: ToolsDir) -> bool:
+        """Block a trusted project's own dir at once when it is trusted no more (its directory was
+        replaced: a rename keeps the file watcher on the old one, so no scan would come), and
+        rescan it to list the files there now."""
+        if tools_dir.scope != "local" or not tools_dir.trusted or self.trusted(tools_dir.cwd):
+            return False
+        tools_dir.trusted = False
+        self._commit(tools_dir, [(m.file, _BLOCKED) for m in list(tools_dir.modules.values())], [])
+        task = asyncio.ensure_future(self.scan(tools_dir))
+        self._tasks.add(task)
+        task.add_done_callback(self._scan_done)
+        return True
+
+    def _admit(self, tools_dir: ToolsDir) -> str | None:
+        """Asked before a worker of a project's own module starts (and imports the file there now)."""
+        if self._trust_lost(tools_dir) or not tools_dir.trusted:
+            return f"its project is not trusted (now); trust it with: {trust_command(tools_dir.cwd)}"
+        return None
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed."""

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 from atomictoolsd import __version__
 from atomictoolsd.config.command import command_name
 from atomictoolsd.config.paths import Paths, make_private_dirs
+from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.service.manager import LAUNCHD_LABEL
 from atomictoolsd.service.units import (
     SERVICE_NAME,
@@ -216,10 +217,7 @@ def _manager_failed(the_plan: Plan, command: list[str], said: str, out: TextIO) 
 
 
 def _write(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)  # never a half-written unit for the manager to read
+    write_atomic(path, text.encode("utf-8"), 0o644, shared_dir=True)  # never a half-written unit for the manager to read
 
 
 def _manifest_path(paths: Paths) -> Path:

@@ -115,6 +115,8 @@ class ModuleRunner:
         self.on_load_failure: Callable[[LoadFailed], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
+        # Set by the registry: why no worker may start now (its project is no longer trusted), or None.
+        self.admit: Callable[[], str | None] | None = None
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -298,6 +300,10 @@ class ModuleRunner:
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        refused = self.admit() if self.admit is not None else None
+        if refused is not None:
+            loop.call_soon(self._fail_queued, refused)
+            return
         wait = self.backoff.remaining()
         if wait > 0:
             # Answered on the next turn of the loop: the caller has not yet recorded the call.
