@@ -33,7 +33,7 @@ import atomictoolsd
 from atomictoolsd.bridges import agents
 from atomictoolsd.config.paths import make_private_dirs
 from atomictoolsd.config.statefile import StateWriteError, explain_write_error, write_atomic
-from atomictoolsd.sessions.session import ParamsError, decode_params
+from atomictoolsd.sessions.messages import ParamsError, decode_params
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -46,6 +46,19 @@ from atomictoolsd.config.discovery import escape_strings, git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
 from atomictoolsd.registry.model import Project, ToolDef
 from atomictoolsd.sessions import dispatcher
+from atomictoolsd.sessions.messages import (
+    TOO_DEEP,
+    AtomicListParams,
+    AttachParams,
+    CallParams,
+    CancelledParams,
+    InitializeParams,
+    ListParams,
+    ParamsError,
+    SetLevelParams,
+    decode_message,
+    decode_params,
+)
 from atomictoolsd.workers.protocol import CallContext
 
 if TYPE_CHECKING:
@@ -53,7 +66,7 @@ if TYPE_CHECKING:
     from atomictoolsd.registry.projects import Registry
     from atomictoolsd.workers.pool import WorkerPool
 
-__all__ = ["Handler", "ParamsError", "Session", "SessionHost", "decode_params"]
+__all__ = ["Handler", "Session", "SessionHost"]
 
 log = logging.getLogger("atomictoolsd.session")
 
@@ -71,54 +84,6 @@ _LOSSY_BACKLOG = 4 * 1024 * 1024
 _LOSSY = frozenset({"notifications/message", "notifications/progress"})
 
 
-class Message(msgspec.Struct):
-    jsonrpc: str | UnsetType = UNSET
-    id: int | str | None | UnsetType = UNSET
-    method: str | UnsetType = UNSET
-    params: msgspec.Raw | UnsetType = UNSET
-    result: msgspec.Raw | UnsetType = UNSET
-    error: msgspec.Raw | UnsetType = UNSET
-
-
-class CallParams(msgspec.Struct):
-    name: str
-    arguments: msgspec.Raw | UnsetType = UNSET  # Raw cannot share a union with None; null is Raw too
-    meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
-
-
-class InitializeParams(msgspec.Struct):
-    protocolVersion: str = LATEST_PROTOCOL_VERSION  # noqa: N815 - the wire name
-    capabilities: dict[str, Any] = {}
-    clientInfo: dict[str, Any] = {}  # noqa: N815
-
-
-class ListParams(msgspec.Struct):
-    cursor: str | None = None
-
-
-class AttachParams(msgspec.Struct):
-    lock: bool = False  # the shim locks its agent's session to this attach: see LOCKED_OUT
-    directory: str | None = None
-    agent: str = ""
-    sessionId: str = ""  # noqa: N815
-    allow: list[str] = []
-    deny: list[str] = []
-    dispatcher: bool = False
-
-
-class AtomicListParams(msgspec.Struct):
-    all: bool = False
-
-
-class SetLevelParams(msgspec.Struct):
-    level: str
-
-
-class CancelledParams(msgspec.Struct):
-    requestId: int | str  # noqa: N815
-    reason: str | None = None
-
-
 class _WaitingCall:
     """A call waiting for its project's first scan, or for modules still loading; a cancel marks
     it, and it never starts."""
@@ -132,36 +97,10 @@ class _WaitingCall:
         self.cancelled = True
 
 
-class ParamsError(Exception):
-    """Request parameters that do not fit the method (answered with -32602)."""
-
-
 # What a locked session (an agent's, through the shim, which relays every line) may not do: move
 # to another project or allowlist, stop the daemon, or make launchers. The allowlist is what the
 # agent is offered over MCP; it is no sandbox against an agent that also has a shell.
 LOCKED_OUT = frozenset({"atomic/attach", "atomic/shutdown", "atomic/bridges/create", "atomic/bridges/remove"})
-
-_decode_message = msgspec.json.Decoder(Message).decode
-_param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
-
-
-def decode_params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
-    """Decode request params into ``kind``; raise ``ParamsError`` (answered -32602) when they do not fit."""
-    decoder = _param_decoders.get(kind)
-    if decoder is None:
-        decoder = _param_decoders[kind] = msgspec.json.Decoder(kind)
-    try:
-        return decoder.decode(raw if raw is not UNSET else b"{}")
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise ParamsError(f"Invalid params: {exc}") from None
-    except RecursionError:
-        raise ParamsError(f"Invalid params: {TOO_DEEP}") from None
-
-
-# The JSON decoder refuses nesting deeper than the interpreter's recursion limit allows (about 1,000
-# levels, fewer the deeper the stack it is called from). Such a message is answered, never fatal.
-TOO_DEEP = "nested too deeply to decode (keep JSON under a few hundred levels of arrays and objects)"
-
 
 # A request handler: (session, request id as JSON, raw params) → None when it has answered, or an
 # awaitable that answers. Raising ParamsError answers -32602. Components add theirs to
@@ -315,7 +254,7 @@ class Session(asyncio.Protocol):
         if not line.strip():
             return
         try:
-            message = _decode_message(line)
+            message = decode_message(line)
         except RecursionError:
             self._refuse_deep(line)
             return
