@@ -3,8 +3,8 @@
 length, then one msgpack value.
 
 Both sides import this, so it stays at the standard library, msgspec and the protocol's types.
-Every message is a msgpack array whose first element names it; see ``runtime`` (what a worker sends
-and accepts). A result travels as the JSON of an MCP ``CallToolResult``; ``error_result`` makes the
+Every message is a tagged, array-like struct: on the wire a msgpack array whose first element names
+it; ``runtime/main.py`` says what a worker sends and accepts. A result travels as the JSON of an MCP ``CallToolResult``; ``error_result`` makes the
 error one that either side may have to answer with (a worker for a tool that raised, the daemon for a
 worker that died).
 
@@ -80,7 +80,7 @@ class FrameTooLarge(FrameError):
         self.limit = limit
 
 
-# What a worker sends (see ``runtime``), as the daemon accepts it: exactly these arrays, these types.
+# What a worker sends (see ``runtime/main.py``), as the daemon accepts it: exactly these arrays, these types.
 
 
 class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True, tag_field="op"):

@@ -20,7 +20,7 @@ every worker with what it started. Where there is no ``PR_SET_PDEATHSIG`` (macOS
 channels do the same job: a worker exits when its channel to the daemon closes.
 
 What a tool starts dies with its worker, however it was started. Before a worker is reaped, its
-process group and (on Linux) every process of its session are killed (``sessions``): that reaches a
+process group and (on Linux) every process of its session are killed (``procgroups``): that reaches a
 process in a group of its own, as the declarative ``shell`` handler makes. A process that left the
 session too (``start_new_session=True``, ``setsid``, a daemonizing double fork) is reached on Linux
 because the fork server and every worker are child subreapers (``PR_SET_CHILD_SUBREAPER``): once its
