@@ -786,14 +786,20 @@ class Registry:
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module] if backoff.failing else []))
 
-    async def reload(self, project: Project) -> dict[str, Any]:
-        """Rescan every dir of a project (asking again whether it is trusted):
-        ``{success, toolCount, errors}``, and ``blocked`` when the project's own tools are."""
-        for tools_dir in project.dirs:
+    async def rescan(self, dirs: Iterable[ToolsDir]) -> None:
+        """Scan ``dirs`` again, one after another, asking again whether each project's own dir is
+        trusted and retrying the modules that failed: ``atomic/reload`` for a project's dirs, SIGHUP
+        for every dir. The one rescan there is."""
+        for tools_dir in list(dirs):
             if tools_dir.scope == "local":
                 tools_dir.trusted = self.trusted(tools_dir.cwd)
             self.ensure_scanned(tools_dir)
             await self.scan(tools_dir, retry_failed=True)
+
+    async def reload(self, project: Project) -> dict[str, Any]:
+        """Rescan every dir of a project (asking again whether it is trusted):
+        ``{success, toolCount, errors}``, and ``blocked`` when the project's own tools are."""
+        await self.rescan(project.dirs)
         await project.loaded()  # an explicit reload answers with every module's outcome
         view = project.view()
         result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}

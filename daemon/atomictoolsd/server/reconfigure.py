@@ -69,10 +69,7 @@ async def reload(server: Reconfigurable) -> dict[str, Any]:
     else:
         changed = apply_config(server, config)
     registry = server.registry
-    await registry.refresh_trust()  # trust_all may have changed
-    for tools_dir in list(registry.dirs.values()):
-        registry.ensure_scanned(tools_dir)
-        await registry.scan(tools_dir, retry_failed=True)
+    await registry.rescan(registry.dirs.values())  # trust asked again: trust_all may have changed
     modules = [m for d in registry.dirs.values() for m in d.modules.values()]
     result = {
         "ms": round((time.perf_counter() - started) * 1000, 3),
