@@ -176,6 +176,10 @@ class Worker(asyncio.Protocol):
                 call = self.pending.get(message[1])
                 if call is not None and not call.done:
                     call.owner.call_log(call, message[2], message[3])
+            elif op == "dropped":
+                call = self.pending.get(message[1])
+                if call is not None:
+                    events.arguments_dropped(call, message[2])
             elif op == "output":
                 self._on_output(message[1], message[2], message[3])
             elif op == "loaded" and not self.loaded.done():
