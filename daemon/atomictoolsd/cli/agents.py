@@ -147,6 +147,18 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check each connected agent's entry the way that agent starts it; exit 1 on any problem."""
+    from atomictoolsd import doctor
+    from atomictoolsd.discovery import project_root
+
+    home = Path(os.environ.get("HOME") or Path.home())
+    directory = Path(args.directory or os.getcwd()).resolve()
+    reports = doctor.diagnose(args.agent, directory, home=home, root=project_root(directory, home))
+    print(doctor.render(reports, args.json))
+    return 0 if reports and all(r.ok for r in reports) else 1
+
+
 def _agent_options(parser: argparse.ArgumentParser) -> None:
     from atomictoolsd.agents import AGENTS
 
@@ -189,3 +201,17 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     disconnect = commands.add_parser("disconnect", help="remove atomictoolsd from an agent's MCP config")
     _agent_options(disconnect)
     disconnect.set_defaults(func=cmd_disconnect)
+
+    from atomictoolsd.agents import AGENTS
+
+    doctor = commands.add_parser(
+        "doctor", help="check agents' entries the way each agent starts the shim",
+        description="For each agent whose config holds an atomictoolsd entry (or AGENT): the entry is well "
+        "formed, its command exists, the shim starts with that agent's environment, answers initialize and "
+        "lists this directory's tools from your CLI's daemon; the folder is trusted where the agent asks; "
+        "the agent re-lists tools or has the dispatcher. Exit status 0 when all is fine, 1 otherwise.",
+    )
+    doctor.add_argument("agent", nargs="?", choices=AGENTS, help="only this agent")
+    doctor.add_argument("--directory", "-C", help="the project directory (default: the current one)")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(func=cmd_doctor)
