@@ -213,9 +213,10 @@ def shim_command(python: str | None = None) -> list[str]:
 
 PROJECT_PROGRAM = "atomictoolsd"
 # A project file is committed and read on a teammate's machine, where this interpreter's path means
-# nothing: the entry names the console script, found on PATH. Its interpreter would read these before
-# our first line; empty values are ignored by Python, which seals it as -E does.
-PROJECT_SEAL = {"PYTHONPATH": "", "PYTHONHOME": ""}
+# nothing: the entry names the console script, found on PATH. Its interpreter reads the agent's
+# PYTHON* variables (there is no -E for a console script; Gemini CLI refuses an entry that would
+# override PYTHONPATH), so what they plant runs in the shim, in the agent's own session with the
+# agent's rights; never in the daemon, which the shim starts sealed (atomictools._launch).
 
 
 def project_command() -> list[str]:

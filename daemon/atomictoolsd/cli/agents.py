@@ -36,10 +36,11 @@ def _backup_dir() -> Path:
 
 
 def entry_environment(agent: str, scope: str) -> dict[str, str]:
-    """What the entry carries besides the command: a project entry's seal, a user entry's runtime pin."""
+    """What the entry carries besides the command: a user entry's runtime pin (a project file holds
+    no path of this machine)."""
     from atomictoolsd import agents
 
-    return dict(agents.PROJECT_SEAL) if scope == "project" else agents.runtime_pin()
+    return {} if scope == "project" else agents.runtime_pin()
 
 
 def cmd_connect(args: argparse.Namespace) -> int:
