@@ -165,7 +165,7 @@ def _check_shim(report: Report, argv: list[str], run_env: dict[str, str], direct
     from atomictools._errors import AtomicToolsError
 
     try:
-        cli_client = Client(directory=str(directory), agent="doctor").connect()
+        cli_client = Client(directory=str(directory), agent="doctor", autostart=False).connect()
     except AtomicToolsError as exc:
         report.add("shim", False, f"your CLI reaches no daemon: {exc}", "atomictoolsd start")
         return

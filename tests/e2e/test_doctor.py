@@ -91,3 +91,11 @@ def test_each_problem_comes_with_the_command_that_fixes_it(detached: Env) -> Non
     status, result = doctor(env, "cursor")
     entry = checks(by_agent(result)["cursor"])["entry"]
     assert status == 1 and not entry["ok"] and entry["fix"] == "atomictoolsd connect cursor"
+
+
+def test_doctor_never_starts_a_daemon(env: Env) -> None:
+    assert cli(env, "connect", "codex").returncode == 0
+    status, result = doctor(env)
+    shim = checks(by_agent(result)["codex"])["shim"]
+    assert status == 1 and not shim["ok"] and shim["fix"] == "atomictoolsd start"
+    assert not env.socket.exists() and not (env.runtime_dir / "atomictoolsd.lock").exists()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Daemon, Env
+from helpers import Env
 from shim_helpers import SHIM
 
 NODE_BIN = Path(__file__).resolve().parents[2] / ".ci" / "agents" / "node_modules" / ".bin"
