@@ -176,6 +176,14 @@ class EventLog:
             self._urgent = True
             self._loop.call_soon(self.flush)
 
+    def arguments_dropped(self, call: Call, dropped: list[str]) -> None:
+        """``tool.arguments_dropped``: undeclared arguments a client sent that the call ran without."""
+        context = call.context
+        self.emit("info", "tool.arguments_dropped", {
+            "tool": call.tool, "module": call.runner.spec.path, "call": call.id,
+            "session": context[0] or None, "agent": context[2] or None, "dropped": list(dropped),
+        })
+
     def _schedule(self) -> None:
         loop = self._loop
         if loop is None:

@@ -22,7 +22,7 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "FRAME_OVERHEAD", "MAX_FRAME", "Failed", "FrameError", "FrameReader", "FrameTooLarge", "Loaded", "Log", "Output",
+    "FRAME_OVERHEAD", "MAX_FRAME", "Dropped", "Failed", "FrameError", "FrameReader", "FrameTooLarge", "Loaded", "Log", "Output",
     "Progress", "Result", "WorkerMessage", "encode_frame", "error_result",
 ]
 
@@ -92,13 +92,21 @@ class Log(_Message, tag="log"):
     data: bytes
 
 
+class Dropped(_Message, tag="dropped"):
+    """The call's undeclared arguments the worker dropped (a client's own, e.g. Gemini's
+    ``wait_for_previous``), sent before its result so the daemon can log them."""
+
+    call_id: int
+    keys: list[str]
+
+
 class Output(_Message, tag="output"):
     fd: Literal[1, 2]
     data: bytes
     dropped: int
 
 
-WorkerMessage = Loaded | Failed | Result | Progress | Log | Output
+WorkerMessage = Loaded | Failed | Result | Progress | Log | Dropped | Output
 
 _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.encode

@@ -23,6 +23,8 @@ worker → daemon
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
+    ``["dropped", call_id, keys]``: the call's undeclared arguments that were dropped (see
+    ``arguments``), before its result.
     ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
     ``output``.
 
@@ -52,6 +54,7 @@ import msgspec
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
+from atomictoolsd.workers.arguments import Undeclared, split_undeclared
 from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
 from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.output import capture as capture_output
@@ -471,8 +474,9 @@ class Runtime:
         try:
             kwargs = spec.parse_arguments(arguments or b"{}")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self.send(["result", call_id, error_result(f"Invalid arguments for tool {name!r}: {exc}")])
-            return None
+            kwargs = self._without_undeclared(call_id, spec, arguments, exc)
+            if kwargs is None:
+                return None
         ctx = None
         if spec.context_param is not None:
             ctx = kwargs[spec.context_param] = Context(
@@ -495,6 +499,24 @@ class Runtime:
                 return None
             self._running += 1
         return job
+
+    def _without_undeclared(
+        self, call_id: int, spec: ToolSpec, arguments: bytes, error: Exception
+    ) -> dict[str, Any] | None:
+        """The call's arguments once the undeclared ones are dropped (``arguments``' rule, reported
+        to the daemon as ``dropped``); None when the call is answered with the error instead."""
+        declared = (spec.input_schema.get("properties") or {}).keys()
+        try:
+            split = split_undeclared(arguments or b"{}", declared)
+            if split is None:
+                raise error
+            kept, dropped = split
+            kwargs = spec.parse_arguments(kept)
+        except (msgspec.ValidationError, msgspec.DecodeError, Undeclared) as exc:
+            self.send(["result", call_id, error_result(f"Invalid arguments for tool {spec.name!r}: {exc}")])
+            return None
+        self.send(["dropped", call_id, dropped])
+        return kwargs
 
     def finish_call(self, call_id: int, result: bytes | None) -> None:
         self.calls.pop(call_id, None)

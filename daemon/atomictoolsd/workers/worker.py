@@ -30,6 +30,7 @@ import msgspec
 from atomictoolsd.eventlog import events
 from atomictoolsd.workers.channel import (
     FRAME_OVERHEAD,
+    Dropped,
     Failed,
     FrameError,
     FrameReader,
@@ -233,6 +234,10 @@ class Worker(asyncio.Protocol):
                 self._on_progress(message)
             elif kind is Log:
                 self._on_log(message)
+            elif kind is Dropped:
+                call = self.pending.get(message.call_id)
+                if call is not None:
+                    events.arguments_dropped(call, message.keys)
             elif kind is Output:
                 self._on_output(message.fd, message.data, message.dropped)
             elif self.loaded.done():  # a load report, and the worker has made its one already
