@@ -43,6 +43,7 @@ import msgspec
 from atomictoolsd import __version__
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config import Config
+from atomictoolsd.confinement import judge
 from atomictoolsd.defcache import DefinitionCache
 from atomictoolsd.eventlog import events
 from atomictoolsd.idle_projects import ProjectReaper
@@ -54,6 +55,7 @@ from atomictoolsd.trust import TrustService, TrustStore
 from atomictoolsd.watcher import FileWatcher
 from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
+from atomictoolsd.workers.sandbox import support as sandbox_support
 from atomictoolsd.workers.truncate import remove_old_spills
 
 if TYPE_CHECKING:
@@ -203,6 +205,7 @@ class Server:
             builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
             # self.config, not config: SIGHUP may replace it, trust_all included.
             trusted=lambda root: self.config.trust_all or self.trust.is_trusted(root),
+            judge=lambda tools_dir: judge(tools_dir, self.config, self.trust, paths.home),
             cache=DefinitionCache(paths.cache_dir / "definitions"),
             load_wait=config.load_wait,
         )
@@ -234,6 +237,7 @@ class Server:
         self.monitor = WorkerMonitor()
         self.components += [self.watcher, self.monitor, ProjectReaper()]
         self.status_sections["watcher"] = self.watcher.info
+        self.status_sections["sandbox"] = sandbox_support
         self.status_sections["monitor"] = self.monitor.info
         if self.registry.cache is not None:
             self.status_sections["cache"] = self.registry.cache.info

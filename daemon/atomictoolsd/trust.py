@@ -9,6 +9,11 @@ is ignored, so it can only ever trust less.
 Trust is by directory, not by content: a trusted project's tools load as they are now and as they
 change later, like the rest of its code that you run.
 
+Each trusted root has a level: ``full`` (its tools run with all the user's rights) or ``sandbox``
+(its workers are confined: see ``workers/sandbox.py``), with what the user allowed it beyond the
+sandbox's defaults (``allow``: ``net``, ``read``, ``write``). A store written before levels existed
+reads as ``full``.
+
 This module is light (standard library only, bar ``msgspec`` in the daemon method): the registry, the
 CLI and the built-in tools' workers import it.
 """
@@ -29,18 +34,19 @@ if TYPE_CHECKING:
     from atomictoolsd.server import Server
     from atomictoolsd.session import Session
 
-__all__ = ["TRUST_FILE", "TrustError", "TrustService", "TrustStore", "trust_command"]
+__all__ = ["LEVELS", "TRUST_FILE", "TrustError", "TrustService", "TrustStore", "trust_command"]
 
 log = logging.getLogger("atomictoolsd.trust")
 
 TRUST_FILE = "trust.json"
+LEVELS = ("full", "sandbox")
 
 
-def trust_command(root: Path | str) -> str:
-    """The exact command that trusts ``root``, quoted for a POSIX shell."""
+def trust_command(root: Path | str, sandbox: bool = False) -> str:
+    """The exact command that trusts ``root`` (confined with ``sandbox``), quoted for a POSIX shell."""
     from atomictoolsd.command import command_name
 
-    return f"{command_name()} trust {shlex.quote(str(root))}"
+    return f"{command_name()} trust {'--sandbox ' if sandbox else ''}{shlex.quote(str(root))}"
 
 
 class TrustError(Exception):
@@ -93,6 +99,17 @@ class TrustStore:
         """Whether the project at ``root`` (a resolved project root) may load its own tools."""
         return str(root) in self._read()
 
+    def level(self, root: Path | str) -> str | None:
+        """``full`` or ``sandbox`` for a trusted root (an entry without a level is ``full``), else None."""
+        entry = self.entry(root)
+        return None if entry is None else str(entry.get("level", "full"))
+
+    def entry(self, root: Path | str) -> dict[str, Any] | None:
+        """What was recorded about a trusted root (``trusted_at``, ``level``, ``allow``); None if untrusted."""
+        if not self.is_trusted(root):
+            return None
+        return dict(self._read().get(str(root), {}))
+
     def entries(self) -> dict[str, dict[str, Any]]:
         """Every trusted root with what was recorded about it (``trusted_at``)."""
         roots = self._read()
@@ -100,13 +117,18 @@ class TrustStore:
             raise TrustError(self.problem)
         return dict(roots)
 
-    def trust(self, root: Path | str) -> bool:
-        """Trust ``root``; False when it already was."""
+    def trust(self, root: Path | str, level: str = "full", allow: dict[str, Any] | None = None) -> bool:
+        """Trust ``root`` at ``level`` (``full`` or ``sandbox``, with ``allow`` widening the sandbox);
+        False when it already was, at that level with that allowance."""
+        if level not in LEVELS:
+            raise TrustError(f"unknown trust level {level!r}; use one of {', '.join(LEVELS)}")
 
         def add(roots: dict[str, dict[str, Any]]) -> bool:
-            if str(root) in roots:
+            entry = roots.get(str(root))
+            wanted = {"level": level, **({"allow": allow} if level == "sandbox" and allow else {})}
+            if entry is not None and entry.get("level", "full") == level and entry.get("allow") == wanted.get("allow"):
                 return False
-            roots[str(root)] = {"trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            roots[str(root)] = {"trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **wanted}
             return True
 
         return self._update(add)
