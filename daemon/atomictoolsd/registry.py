@@ -217,8 +217,10 @@ class ToolsDir:
                 if self.blocked_reason is None:
                     # The confined trust first: the safer of the two an agent may relay.
                     entry.update(command=trust_command(self.cwd, sandbox=True), full_command=trust_command(self.cwd))
-                else:
+                elif self.scope == "local":
                     entry.update(reason=self.blocked_reason, command=trust_command(self.cwd))
+                else:
+                    entry["reason"] = self.blocked_reason
                 blocked.append(entry)
             errors.extend(module.error_entries())
             for name, tool in module.tools.items():

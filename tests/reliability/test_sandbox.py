@@ -188,7 +188,7 @@ def world(env: Env) -> Iterator[dict[str, Any]]:
 def call(client: Client, what: str, arg: Any = None, child: bool = False) -> str:
     result = client.call("escape", what=what, arg=json.dumps(arg) if arg is not None else "", child=child)
     assert not result.is_error, result.text
-    return result.text
+    return result.text.rstrip("\n")  # a program's output comes back stripped: compare alike
 
 
 def forkserver_pid(daemon: Daemon) -> int:
@@ -335,3 +335,124 @@ def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[s
     assert not marker.exists(), "a module of a project that cannot be confined was imported"
     shown = cli(env, "list")
     assert "do not run unconfined" in shown.stdout, shown.stdout
+
+
+def test_trust_levels_switch_while_the_daemon_runs(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon: Daemon = make_daemon()
+    secret = str(world["secret"])
+    root = str(env.project.resolve())
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == "sandbox"
+        assert call(client, "read", secret).startswith("refused")
+    listed = cli(env, "trust", "--list")
+    assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [[root, "sandbox"]], listed.stdout
+    shown = cli(env, "list").stdout
+    assert "local (confined)" in shown and "its own tools run confined" in shown, shown
+    status = cli(env, "status").stdout
+    assert "(confined)" in status and "sandbox   Landlock ABI" in status, status
+
+    assert cli(env, "trust").returncode == 0  # full trust: the modules load again, unconfined
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == "full"
+        assert call(client, "read", secret) == "done: the user's secret"
+    assert cli(env, "trust", "--list").stdout.splitlines()[1].split()[:2] == [root, "full"]
+
+    assert cli(env, "trust", "--sandbox").returncode == 0  # and back
+    with daemon.client() as client:
+        assert call(client, "read", secret).startswith("refused")
+    untrusted = cli(env, "untrust")
+    assert untrusted.returncode == 0 and untrusted.stdout.startswith("untrusted:"), untrusted.stdout
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == "untrusted"
+        with pytest.raises(RPCError):
+            call(client, "read", secret)
+
+
+def test_the_user_widens_a_sandbox_and_a_module_narrows_it(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    shared = env.home / "shared"
+    shared.mkdir()
+    (shared / "data.txt").write_text("shared data\n")
+    out = env.home / "out"
+    out.mkdir()
+    port = world["listener"].port
+    assert cli(env, "trust", "--allow-net").returncode == 2, "widening without --sandbox is refused"
+    done = cli(env, "trust", "--sandbox", "--allow-net", "--allow-read", str(shared), "--allow-write", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "sandbox (+net" in cli(env, "trust", "--list").stdout
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        for child in (False, True):
+            assert call(client, "read", str(shared / "data.txt"), child=child) == "done: shared data"
+            assert call(client, "write", str(out / "result.txt"), child=child) == "done: written"
+            assert call(client, "write", str(shared / "data.txt"), child=child).startswith("refused"), "read only"
+            assert call(client, "tcp", port, child=child) == "done: connected"
+            assert call(client, "read", str(world["secret"]), child=child).startswith("refused"), "only what was allowed"
+            # Even with the network, never a Unix socket: the daemon stays out of reach.
+            rpc = call(client, "rpc", {"socket": str(env.socket), "requests": [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]},
+                       child=child)
+            assert rpc.startswith("refused"), rpc
+        # A module may declare that it needs less, never more.
+        env.write_tool(env.local_tools, "narrow.py", f'''
+            import socket
+            __atomic_sandbox__ = {{"write": False, "net": False}}
+
+            def narrow(what: str) -> str:
+                try:
+                    if what == "write":
+                        open({str(env.project / "narrow.txt")!r}, "w").close()
+                    elif what == "read":
+                        return open({str(shared / "data.txt")!r}).read()
+                    else:
+                        socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+                    return "done"
+                except OSError as exc:
+                    return f"refused: errno {{exc.errno}}"
+        ''')
+        wait_for(lambda: "narrow" in [t["name"] for t in client.list_tools()], message="narrow.py to load")
+        assert client.call("narrow", what="read").text == "shared data\n"
+        assert client.call("narrow", what="write").text.startswith("refused")
+        assert client.call("narrow", what="tcp").text.startswith("refused")
+        assert not (env.project / "narrow.txt").exists()
+
+
+def test_a_module_cannot_declare_more(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "greedy.py", '''
+        __atomic_sandbox__ = {"net": True, "read": ["/"]}
+
+        def greedy() -> str:
+            return "ran"
+    ''')
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        errors = client.request("atomic/list", {})["errors"]
+    assert any(e["file"].endswith("greedy.py") and "unknown keys ['read']" in e["message"] for e in errors), errors
+
+
+def test_confined_global_tools_and_spilled_output(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "peek.py", f'''
+        def peek(what: str) -> str:
+            if what == "big":
+                return "line\\n" * 5000
+            try:
+                return open({str(world["secret"])!r}).read()
+            except OSError as exc:
+                return f"refused: errno {{exc.errno}}"
+    ''')
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1"})
+    with daemon.client() as client:
+        assert client.call("peek", what="secret").text.startswith("refused")
+        big = client.call("peek", what="big")
+        status = client.status()
+    assert [m["confined"] for m in status["modules"] if m["path"].endswith("peek.py")] == [True]
+    spilled = big.meta["atomic/fullOutput"]  # written from inside the sandbox, readable by the user
+    assert Path(spilled).read_text() == "line\n" * 5000
+
+    blocked = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1", "ATOMICTOOLS_SANDBOX_ABI": "0"}, start=False)
+    daemon.stop()
+    blocked.start()
+    with blocked.client() as client:
+        listing = client.request("atomic/list", {})
+    assert "peek" not in [t["name"] for t in listing["tools"]]
+    assert any("sandbox_global" in entry.get("reason", "") for entry in listing["blocked"]), listing["blocked"]

@@ -295,6 +295,12 @@ def print_status(status: dict[str, Any]) -> None:
     workers = fork["workers"]
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
           f"{workers} worker{'s' * (workers != 1)}")
+    sandbox = status.get("sandbox")
+    if sandbox:
+        if sandbox["available"]:
+            print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
+        else:
+            print(f"sandbox   unavailable: {sandbox['reason']}")
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
@@ -310,7 +316,7 @@ def print_status(status: dict[str, Any]) -> None:
             ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "P50 MS", "P99 MS"],
             [
                 [
-                    m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
+                    m["path"], m["scope"] + (" (confined)" if m.get("confined") else ""), _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
                     m["calls"], m["errors"], _ms(m["p50_ms"]), _ms(m["p99_ms"]),
                 ]
                 for m in modules
@@ -321,6 +327,8 @@ def print_status(status: dict[str, Any]) -> None:
                 print(f"\n{where(m['error'])}: {m['error']['message']}")
             elif m.get("last_error"):
                 print(f"\n{m['path']}: last error: {_first_lines(m['last_error'])}")
+            if m.get("blocked_reason"):
+                print(f"\n{m['path']}: blocked: {m['blocked_reason']}")
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
@@ -346,7 +354,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload",
+    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload", "sandbox",
 })
 
 

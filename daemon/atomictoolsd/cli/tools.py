@@ -63,7 +63,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"\nblocked: {len(blocked)} tool module(s) of {blocked[0]['root']}, not a trusted project:")
         for entry in blocked:
             print(f"  {entry['file']}")
-        if reason:
+        if reason and blocked[0].get("command"):
             print(f"to run them with all your rights instead, run: {blocked[0]['command']}")
         else:
             print(f"to load them confined (no network, nothing outside the project), run: {blocked[0]['command']}")
