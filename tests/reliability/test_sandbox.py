@@ -210,6 +210,8 @@ def matrix(daemon: Daemon, env: Env, world: dict[str, Any]) -> dict[str, Any]:
         "write through a symlink out": ("write", str(env.project / "link-write")),
         "hard-link a file in": ("hardlink", [str(world["secret"]), str(hard_target)]),
         "read through /proc/self/root": ("read", "/proc/self/root" + str(world["secret"])),
+        "read the daemon's environment": ("read", f"/proc/{daemon.pid}/environ"),
+        "read the daemon's command line": ("read", f"/proc/{daemon.pid}/cmdline"),
         "connect over TCP": ("tcp", world["listener"].port),
         "send a UDP datagram": ("udp", world["listener"].port),
         "bind a port": ("bind", None),
@@ -277,7 +279,7 @@ def test_the_same_tool_fully_trusted_gets_through(env: Env, world: dict[str, Any
         ways = matrix(daemon, env, world)
         tried = 0
         for name in ("read a file in the home", "write outside the project", "read through a symlink out",
-                     "read through /proc/self/root", "connect over TCP", "send a UDP datagram", "bind a port"):
+                     "read through /proc/self/root", "read the daemon's environment", "connect over TCP", "send a UDP datagram", "bind a port"):
             what, arg = ways[name]
             for child in (False, True):
                 reset(env, world)

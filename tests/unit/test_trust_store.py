@@ -78,3 +78,21 @@ def test_the_file_format(tmp_path: Path) -> None:
     store.trust("/a")
     data = json.loads(store.path.read_text())
     assert data["version"] == 1 and list(data["projects"]) == ["/a", "/b"]
+
+
+def test_levels_a_store_without_them_reads_as_full(tmp_path: Path) -> None:
+    store = TrustStore(tmp_path)
+    store.path.write_text('{"version": 1, "projects": {"/old": {"trusted_at": "2026-01-01T00:00:00+0000"}}}')
+    os.chmod(store.path, 0o600)
+    assert store.level("/old") == "full" and store.level("/nowhere") is None
+    assert store.trust("/new", "sandbox", {"net": True}) is True
+    assert store.level("/new") == "sandbox" and store.entry("/new")["allow"] == {"net": True}  # type: ignore[index]
+    assert store.trust("/new", "sandbox", {"net": True}) is False
+    assert store.trust("/new", "sandbox") is True, "a narrower allowance is a change"
+    assert "allow" not in store.entry("/new")  # type: ignore[operator]
+    assert store.trust("/old", "sandbox") is True and store.level("/old") == "sandbox"
+    assert store.trust("/old") is True and store.level("/old") == "full"
+    assert store.untrust("/new") is True and store.level("/new") is None
+    with pytest.raises(TrustError, match="unknown trust level"):
+        store.trust("/x", "partial")
+    assert trust_command("/p q", sandbox=True).endswith("trust --sandbox '/p q'")

@@ -175,6 +175,8 @@ class _Server:
             os.dup2(devnull, 0)  # the daemon's liveness pipe is the fork server's business
             os.close(devnull)
             os.dup2(2, 1)  # a tool's print() goes to the daemon's log, never into a protocol
+            if spec.sandbox is None:
+                sandbox.drop_shared_rules()  # the confined workers' descriptors are none of its business
             runtime.serve(channel_fd, spec)
         finally:
             os._exit(70)
@@ -249,6 +251,7 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
     if not _RUNTIME_PATHS:
         _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
         sandbox.warm_up()
+        sandbox.open_shared_rules(_RUNTIME_PATHS)
     spec.runtime_paths = _RUNTIME_PATHS
     spec.temp_dir = tempfile.mkdtemp(prefix="atomictools-sandbox-")
     if spec.spill_dir:

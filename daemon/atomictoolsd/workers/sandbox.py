@@ -6,8 +6,8 @@ is still the only thread and before it imports the tool module. From then on it,
 starts, can:
 
 - read the project, the Python runtime (prefixes, ``sys.path``, the packages of this program), the
-  system directories programs need (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``, ``/proc``) and
-  a few devices (``/dev/null``, ``/dev/zero``, ``/dev/full``, ``/dev/random``, ``/dev/urandom``);
+  system directories programs need (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``), its own
+  ``/proc/PID`` and a few system-wide files of ``/proc``, and a few devices (``/dev/null``, ``/dev/zero``, ``/dev/full``, ``/dev/random``, ``/dev/urandom``);
 - write the project, its private temporary directory (``TMPDIR``) and its spill directory (the full
   text of truncated results), plus what the user allowed;
 - not connect or bind TCP (Landlock ABI 4), nor create any socket (seccomp: UDP, raw, netlink, and
@@ -43,8 +43,10 @@ __all__ = [
     "REQUIRED_ABI",
     "SandboxError",
     "confine",
+    "drop_shared_rules",
     "kernel_abi",
     "narrow",
+    "open_shared_rules",
     "runtime_read_paths",
     "support",
     "warm_up",
@@ -77,7 +79,14 @@ _SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 _PR_SET_NO_NEW_PRIVS = 38
 
-SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc")
+SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# Not all of /proc: Landlock refuses another process's memory, not its environment, file list or
+# command line (measured on 6.18: /proc/PID/environ of a process outside the domain reads). So the
+# worker gets its own /proc/PID (added in confine()) and these system-wide files.
+PROC_READ = (
+    "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loadavg", "/proc/uptime", "/proc/version",
+    "/proc/filesystems", "/proc/sys",
+)
 DEVICES_READ = ("/dev/random", "/dev/urandom")
 DEVICES_WRITE = ("/dev/null", "/dev/zero", "/dev/full")
 
@@ -198,7 +207,8 @@ class _PathBeneath(ctypes.Structure):
 
 
 def _landlock(
-    abi: int, read: Iterable[str], write: Iterable[str], net: bool, scope: bool = True
+    abi: int, read: Iterable[str], write: Iterable[str], net: bool, scope: bool = True,
+    opened: Iterable[tuple[int, int]] = (),
 ) -> None:
     fs = _FS_BY_ABI.get(abi, _FS_ALL_LATEST)
     attr = _RulesetAttr(fs, 0, 0)
@@ -220,6 +230,8 @@ def _landlock(
             rights[path] = rights.get(path, 0) | _READ | _WRITE
         for path, access in rights.items():
             _add_path(ruleset, path, access & fs)
+        for fd, access in opened:
+            _add_fd(ruleset, fd, access & fs)
         if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise SandboxError(f"cannot set no_new_privs: {os.strerror(ctypes.get_errno())}")
         _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
@@ -235,11 +247,55 @@ def _add_path(ruleset: int, path: str, access: int) -> None:
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             access &= _FILE_ONLY
-        rule = _PathBeneath(access, fd)
-        _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
-                 ctypes.c_uint32(0))
+        _add_fd(ruleset, fd, access)
     finally:
         os.close(fd)
+
+
+def _add_fd(ruleset: int, fd: int, access: int) -> None:
+    rule = _PathBeneath(access, fd)
+    _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
+             ctypes.c_uint32(0))
+
+
+# The rules every confined worker shares (system dirs, devices, the runtime), opened once by the fork
+# server: each worker inherits the descriptors, uses them and closes its copies, so its own set-up
+# opens only its project's paths (measured: about half of the set-up's time otherwise).
+_STATIC: list[tuple[int, int]] = []
+_STATIC_FOR: list[str] = []
+
+
+def open_shared_rules(runtime: list[str]) -> None:
+    """Open the paths every confined worker reads or writes, once (in the fork server)."""
+    if _STATIC_FOR == runtime and _STATIC:
+        return
+    for fd, _ in _STATIC:
+        os.close(fd)
+    _STATIC.clear()
+    rights: dict[str, int] = {}
+    for path in (*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime):
+        rights[path] = rights.get(path, 0) | _READ
+    for path in DEVICES_WRITE:
+        rights[path] = rights.get(path, 0) | _READ | _WRITE
+    for path, access in rights.items():
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            access &= _FILE_ONLY
+        _STATIC.append((fd, access))
+    _STATIC_FOR[:] = runtime
+
+
+def drop_shared_rules() -> None:
+    """Close this process's copies of the shared rules' descriptors (a worker that is not confined)."""
+    for fd, _ in _STATIC:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _STATIC.clear()
 
 
 # -- seccomp -------------------------------------------------------------------------------------
@@ -356,13 +412,22 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
     import tempfile  # noqa: PLC0415 - already imported in the fork server; the cache must forget /tmp
 
     tempfile.tempdir = None
-    read = [*SYSTEM_READ, *DEVICES_READ, *runtime, *policy.get("read", ())]
-    write = [*DEVICES_WRITE, temp_dir, spill_dir, *policy.get("write", ())]
+    runtime = list(runtime)
+    shared = _STATIC if _STATIC and _STATIC_FOR == runtime else []
+    read = [f"/proc/{os.getpid()}", *policy.get("read", ())]  # its own /proc/self, no one else's
+    write = [temp_dir, spill_dir, *policy.get("write", ())]
+    if not shared:
+        read += [*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime]
+        write += DEVICES_WRITE
     try:
-        _landlock(abi, read, write, bool(policy.get("net")))
+        _landlock(abi, read, write, bool(policy.get("net")), opened=shared)
         _seccomp(bool(policy.get("net")))
     except OSError as exc:
         raise SandboxError(f"cannot confine the worker: {exc}") from None
+    finally:
+        for fd, _ in shared:
+            os.close(fd)  # this worker's copies; the fork server keeps its own
+        _STATIC.clear()
 
 
 def narrow(declared: Any, policy: dict[str, Any], temp_dir: str, spill_dir: str) -> list[str]:
