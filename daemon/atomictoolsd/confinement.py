@@ -16,8 +16,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atomictoolsd.workers import sandbox
-
 if TYPE_CHECKING:
     from atomictoolsd.config import Config
     from atomictoolsd.registry import Judgement, ToolsDir
@@ -72,6 +70,8 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
         read = write = [str(tools_dir.cwd)]
         allow = entry.get("allow") or {}
         what = "this project is trusted with --sandbox"
+    from atomictoolsd.workers import sandbox  # ctypes, only once a dir is to be confined
+
     support = sandbox.support()
     if not support["available"]:
         return (False, None, f"{what}, but {support['reason']}: its tools do not run unconfined")

@@ -55,7 +55,6 @@ from atomictoolsd.trust import TrustService, TrustStore
 from atomictoolsd.watcher import FileWatcher
 from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
-from atomictoolsd.workers.sandbox import support as sandbox_support
 from atomictoolsd.workers.truncate import remove_old_spills
 
 if TYPE_CHECKING:
@@ -237,7 +236,7 @@ class Server:
         self.monitor = WorkerMonitor()
         self.components += [self.watcher, self.monitor, ProjectReaper()]
         self.status_sections["watcher"] = self.watcher.info
-        self.status_sections["sandbox"] = sandbox_support
+        self.status_sections["sandbox"] = _sandbox_support
         self.status_sections["monitor"] = self.monitor.info
         if self.registry.cache is not None:
             self.status_sections["cache"] = self.registry.cache.info
@@ -571,6 +570,12 @@ class Server:
                     "written": events.written, "dropped": events.dropped},
             **{name: section() for name, section in self.status_sections.items()},
         }
+
+
+def _sandbox_support() -> dict[str, Any]:
+    from atomictoolsd.workers.sandbox import support  # ctypes: only when someone asks
+
+    return support()
 
 
 def _worker_cwd(home: Path) -> Path:

@@ -44,7 +44,6 @@ from typing import Any, NoReturn
 import msgspec
 
 from atomictoolsd.workers import runtime  # the point of this process: pay for the import once
-from atomictoolsd.workers import sandbox
 from atomictoolsd.workers.sessions import kill_worker_processes
 
 __all__ = ["main", "set_child_subreaper", "set_parent_death_signal"]
@@ -175,7 +174,9 @@ class _Server:
             os.dup2(devnull, 0)  # the daemon's liveness pipe is the fork server's business
             os.close(devnull)
             os.dup2(2, 1)  # a tool's print() goes to the daemon's log, never into a protocol
-            if spec.sandbox is None:
+            if spec.sandbox is None and _RUNTIME_PATHS:
+                from atomictoolsd.workers import sandbox
+
                 sandbox.drop_shared_rules()  # the confined workers' descriptors are none of its business
             runtime.serve(channel_fd, spec)
         finally:
@@ -248,6 +249,8 @@ _RUNTIME_PATHS: list[str] = []
 def _prepare_confined(spec: runtime.WorkerSpec) -> None:
     """Make what a confined worker needs before it is forked, so that the fork server knows it (and
     removes the temporary directory with the worker) and the worker's own start stays short."""
+    from atomictoolsd.workers import sandbox  # once, with the first confined worker: then every fork has it
+
     if not _RUNTIME_PATHS:
         _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
         sandbox.warm_up()

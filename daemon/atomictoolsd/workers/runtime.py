@@ -47,7 +47,6 @@ import msgspec
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
-from atomictoolsd.workers import sandbox
 from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
 from atomictoolsd.workers.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.output import capture as capture_output
@@ -595,6 +594,8 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             sock.sendall(frame)
 
     if spec.sandbox is not None:
+        from atomictoolsd.workers import sandbox  # imported by the fork server before it forks a confined worker
+
         # Before the first thread (Landlock binds the calling thread and what it starts) and
         # before the module's first line: nothing of it ever runs unconfined.
         try:
@@ -625,6 +626,8 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         send(["failed", {"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}])
         _exit()
     if spec.sandbox is not None and "sandbox" in _declared:
+        from atomictoolsd.workers import sandbox
+
         try:
             sandbox.narrow(_declared["sandbox"], spec.sandbox, spec.temp_dir, spec.spill_dir)
         except sandbox.SandboxError as exc:
@@ -648,6 +651,8 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     spec = msgspec.json.decode(args[1], type=WorkerSpec)
     if spec.sandbox is not None and not spec.runtime_paths:
+        from atomictoolsd.workers import sandbox
+
         spec.runtime_paths = sandbox.runtime_read_paths()
     serve(int(args[0]), spec)
 

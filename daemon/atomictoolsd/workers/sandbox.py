@@ -32,7 +32,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import platform
 import stat
 import sys
 from collections.abc import Iterable
@@ -122,7 +121,7 @@ def _syscall(number: int, *args: Any) -> int:
 @functools.cache
 def kernel_abi() -> int:
     """The Landlock ABI this kernel offers: 0 when none (not Linux, too old, the LSM disabled)."""
-    if not sys.platform.startswith("linux") or platform.machine() not in _ARCHES:
+    if not sys.platform.startswith("linux") or os.uname().machine not in _ARCHES:
         return 0
     try:
         return _syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
@@ -159,8 +158,8 @@ def support() -> dict[str, Any]:
     reason = None
     if not sys.platform.startswith("linux"):
         reason = f"the sandbox needs Linux with Landlock; this is {sys.platform}"
-    elif platform.machine() not in _ARCHES:
-        reason = f"the sandbox's seccomp filter has no syscall table for {platform.machine()}"
+    elif os.uname().machine not in _ARCHES:
+        reason = f"the sandbox's seccomp filter has no syscall table for {os.uname().machine}"
     elif abi == 0:
         reason = (
             "this kernel offers no Landlock (Linux 5.13+ with CONFIG_SECURITY_LANDLOCK and landlock in "
@@ -316,7 +315,7 @@ _ERRNO = 0x00050000
 
 def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
     """The filter, as (code, jump if true, jump if false, k) with jumps to labels ("deny", …)."""
-    arch, sys_socket, sys_socketpair, sys_io_uring, _, foreign = _ARCHES[platform.machine()]
+    arch, sys_socket, sys_socketpair, sys_io_uring, _, foreign = _ARCHES[os.uname().machine]
     program: list[tuple[int, int | str, int | str, int]] = [
         (_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch: a 32-bit syscall would use another table
         (_JEQ, 0, "deny", arch),
@@ -374,7 +373,7 @@ def _filter(net: bool) -> tuple[Any, Any]:
 
 
 def _seccomp(net: bool) -> None:
-    _, _, _, _, sys_seccomp, _ = _ARCHES[platform.machine()]
+    _, _, _, _, sys_seccomp, _ = _ARCHES[os.uname().machine]
     _filters, prog = _filter(net)
     # SECCOMP_SET_MODE_FILTER with SECCOMP_FILTER_FLAG_TSYNC: every thread, or none.
     _syscall(sys_seccomp, ctypes.c_uint(1), ctypes.c_uint(1), ctypes.byref(prog))
@@ -403,7 +402,7 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
         spill_dir: where this worker may write the full text of truncated results.
     """
     abi = _abi()
-    if abi < REQUIRED_ABI or platform.machine() not in _ARCHES:
+    if abi < REQUIRED_ABI or os.uname().machine not in _ARCHES:
         raise SandboxError(support()["reason"] or "the sandbox is not available")
     if len(os.listdir("/proc/self/task")) != 1:
         # Landlock binds the calling thread only: a thread started before would stay free.
