@@ -292,6 +292,13 @@ def test_the_same_tool_fully_trusted_gets_through(env: Env, world: dict[str, Any
 
 
 def test_inside_the_project_a_confined_tool_reads_and_writes(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "later.py", '''
+        import asyncio, subprocess
+
+        async def later() -> str:
+            await asyncio.sleep(0)  # the worker's event loop (a socket pair) works confined
+            return subprocess.run(["sh", "-c", "echo from a shell"], capture_output=True, text=True).stdout
+    ''')
     assert cli(env, "trust", "--sandbox").returncode == 0
     daemon: Daemon = make_daemon()
     inside = env.project / "notes" / "a.txt"
@@ -301,12 +308,13 @@ def test_inside_the_project_a_confined_tool_reads_and_writes(env: Env, world: di
             inside.write_text("")
             assert call(client, "write", str(inside), child=child) == "done: written"
             assert call(client, "read", str(inside), child=child).rstrip() == "done: escaped"
+        assert client.call("later").text == "from a shell\n"
         tmpdir = call(client, "env").removeprefix("done: ")
         assert tmpdir and not tmpdir.startswith(str(env.project))
         assert call(client, "write", os.path.join(tmpdir, "scratch")) == "done: written"
         status = client.status()
     confined = {Path(m["path"]).name: m["confined"] for m in status["modules"] if m["scope"] == "local"}
-    assert confined == {"escape.py": True, "sibling.py": True}
+    assert confined == {"escape.py": True, "sibling.py": True, "later.py": True}
     assert status["sandbox"]["available"] and status["sandbox"]["abi"] >= REQUIRED_ABI
     escape_pid = next(m["worker"] for m in status["modules"] if m["path"].endswith("escape.py"))
     daemon.stop()
