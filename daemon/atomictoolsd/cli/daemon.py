@@ -295,28 +295,23 @@ def print_status(status: dict[str, Any]) -> None:
     workers = fork["workers"]
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
           f"{workers} worker{'s' * (workers != 1)}")
-    sandbox = status.get("sandbox")
-    if sandbox:
-        if sandbox["available"]:
-            print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
-        else:
-            print(f"sandbox   unavailable: {sandbox['reason']}")
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
     _print_reload(status)
+    _print_sandbox(status)
     projects = status.get("projects") or []
     if projects:
         print()
         table(["PROJECT", "TOOLS"], [[p["root"], p["tools"]] for p in projects])
-    modules = status["modules"]
+    modules = [{**m, "scope": f"{m['scope']} (confined)"} if m.get("confined") else m for m in status["modules"]]
     if modules:
         print()
         table(
             ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "P50 MS", "P99 MS"],
             [
                 [
-                    m["path"], m["scope"] + (" (confined)" if m.get("confined") else ""), _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
+                    m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
                     m["calls"], m["errors"], _ms(m["p50_ms"]), _ms(m["p99_ms"]),
                 ]
                 for m in modules
@@ -356,6 +351,17 @@ _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
     "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload", "sandbox",
 })
+
+
+def _print_sandbox(status: dict[str, Any]) -> None:
+    """What this kernel lets ``trust --sandbox`` enforce, or why it cannot."""
+    sandbox = status.get("sandbox")
+    if not sandbox:
+        return
+    if sandbox["available"]:
+        print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
+    else:
+        print(f"sandbox   unavailable: {sandbox['reason']}")
 
 
 def _print_reload(status: dict[str, Any]) -> None:
