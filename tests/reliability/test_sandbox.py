@@ -90,6 +90,14 @@ def _attempt(what, arg):
                 line += chunk
             answers.append(json.loads(line) if line else None)
         return json.dumps(answers)
+    if what == "keyring":
+        libc = ctypes.CDLL(None, use_errno=True)
+        number = {"x86_64": 250, "aarch64": 219}[os.uname().machine]  # keyctl
+        key = libc.syscall(number, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
+        if key < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+        return "the user keyring"
     if what == "env":
         return os.environ.get("TMPDIR", "")
     raise ValueError(what)
@@ -223,6 +231,7 @@ def matrix(daemon: Daemon, env: Env, world: dict[str, Any]) -> dict[str, Any]:
             {"jsonrpc": "2.0", "id": 3, "method": "atomic/bridges/create", "params": {"agent": "generic"}},
         ]}),
         "write the trust store": ("write", str(env.state_dir / "trust.json")),
+        "use the user's keyring": ("keyring", None),
     }
 
 
@@ -279,7 +288,8 @@ def test_the_same_tool_fully_trusted_gets_through(env: Env, world: dict[str, Any
         ways = matrix(daemon, env, world)
         tried = 0
         for name in ("read a file in the home", "write outside the project", "read through a symlink out",
-                     "read through /proc/self/root", "read the daemon's environment", "connect over TCP", "send a UDP datagram", "bind a port"):
+                     "read through /proc/self/root", "read the daemon's environment", "use the user's keyring",
+                     "connect over TCP", "send a UDP datagram", "bind a port"):
             what, arg = ways[name]
             for child in (False, True):
                 reset(env, world)

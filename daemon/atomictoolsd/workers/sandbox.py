@@ -12,7 +12,8 @@ starts, can:
   text of truncated results), plus what the user allowed;
 - not connect or bind TCP (Landlock ABI 4), nor create any socket (seccomp: UDP, raw, netlink, and
   pathname Unix sockets such as the daemon's own), unless the user allowed the network, and even
-  then no Unix socket; not set up ``io_uring`` (it would create sockets past seccomp);
+  then no Unix socket; not set up ``io_uring`` (it would create sockets past seccomp); not use the
+  kernel keyrings (``keyctl``: the user's keys are not the project's);
 - not signal, trace or read the memory of any process outside its own tree (Landlock scoping, ABI
   6, and Landlock's ptrace rule: each worker is a domain of its own), nor reach an abstract Unix
   socket outside it;
@@ -90,10 +91,11 @@ DEVICES_READ = ("/dev/random", "/dev/urandom")
 DEVICES_WRITE = ("/dev/null", "/dev/zero", "/dev/full")
 
 # seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h), per architecture:
-# (audit arch, socket, socketpair, io_uring_setup, seccomp, first number of another ABI or None)
+# (audit arch, socket, socketpair, io_uring_setup, seccomp, first number of another ABI or None,
+#  add_key/request_key/keyctl)
 _ARCHES = {
-    "x86_64": (0xC000003E, 41, 53, 425, 317, 0x40000000),  # x32 numbers have bit 30 set: refused
-    "aarch64": (0xC00000B7, 198, 199, 425, 277, None),
+    "x86_64": (0xC000003E, 41, 53, 425, 317, 0x40000000, (248, 249, 250)),  # x32 numbers have bit 30 set
+    "aarch64": (0xC00000B7, 198, 199, 425, 277, None, (217, 218, 219)),
 }
 _AF_UNIX, _SOCK_STREAM = 1, 1
 _EACCES, _EPERM = 13, 1
@@ -315,7 +317,7 @@ _ERRNO = 0x00050000
 
 def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
     """The filter, as (code, jump if true, jump if false, k) with jumps to labels ("deny", …)."""
-    arch, sys_socket, sys_socketpair, sys_io_uring, _, foreign = _ARCHES[os.uname().machine]
+    arch, sys_socket, sys_socketpair, sys_io_uring, _, foreign, keys = _ARCHES[os.uname().machine]
     program: list[tuple[int, int | str, int | str, int]] = [
         (_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch: a 32-bit syscall would use another table
         (_JEQ, 0, "deny", arch),
@@ -323,6 +325,8 @@ def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
     ]
     if foreign is not None:
         program.append((_JGE, "deny", 0, foreign))
+    # The kernel keyrings are the user's, not the directory's: Landlock does not mediate them.
+    program += [(_JEQ, "deny", 0, number) for number in keys]
     program += [
         (_JEQ, "deny", 0, sys_io_uring),
         (_JEQ, "socket", 0, sys_socket),
@@ -373,7 +377,7 @@ def _filter(net: bool) -> tuple[Any, Any]:
 
 
 def _seccomp(net: bool) -> None:
-    _, _, _, _, sys_seccomp, _ = _ARCHES[os.uname().machine]
+    sys_seccomp = _ARCHES[os.uname().machine][4]
     _filters, prog = _filter(net)
     # SECCOMP_SET_MODE_FILTER with SECCOMP_FILTER_FLAG_TSYNC: every thread, or none.
     _syscall(sys_seccomp, ctypes.c_uint(1), ctypes.c_uint(1), ctypes.byref(prog))
