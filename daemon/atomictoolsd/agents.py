@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from atomictoolsd.statefile import write_atomic
+
 __all__ = [
     "AGENTS",
     "BRIDGE_AGENTS",
@@ -334,22 +336,12 @@ def _write(path: Path, old_text: str | None, new_text: str, backup_dir: Path) ->
         tag = hashlib.sha256(str(path).encode()).hexdigest()[:8]
         stamp = time.strftime("%Y%m%d-%H%M%S")
         backup = backup_dir / f"{stamp}-{tag}-{path.name}"
-        backup.write_text(old_text, encoding="utf-8")
+        write_atomic(backup, old_text.encode("utf-8"), 0o600)
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = 0o644
-    temporary = path.with_name(f".{path.name}.atomictoolsd-{os.getpid()}")
-    try:
-        with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as f:
-            f.write(new_text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    write_atomic(path, new_text.encode("utf-8"), mode, shared_dir=True)
     return backup

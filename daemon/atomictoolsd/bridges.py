@@ -32,6 +32,7 @@ import atomictools
 import atomictoolsd
 from atomictoolsd import agents
 from atomictoolsd.session import ParamsError, decode_params
+from atomictoolsd.statefile import StateWriteError, explain_write_error, write_atomic
 
 if TYPE_CHECKING:
     from atomictoolsd.server import Server
@@ -219,9 +220,12 @@ class Bridges:
                 socket=str(self._server.paths.socket),
                 runtime_dir=str(self._server.paths.runtime_dir),
             )
-            fd = os.open(bridge.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-            with open(fd, "w", encoding="utf-8") as f:
-                f.write(text)
+            try:
+                fd = os.open(bridge.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+                with open(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as exc:  # a full disk: say so and what to do (the half-written script goes below)
+                raise StateWriteError(exc.errno, explain_write_error(bridge.path, exc)) from exc
         except BaseException:
             self.remove(bridge.id, reason="its creation failed")
             raise
@@ -279,11 +283,8 @@ class Bridges:
             self._remove_dir_if_empty()
             return
         manifest = Manifest(pid=os.getpid(), bridges=list(self.bridges.values()))
-        temporary = self.manifest.with_name(f".{MANIFEST_NAME}.{os.getpid()}")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "wb") as f:
-            f.write(msgspec.json.encode(manifest))
-        os.replace(temporary, self.manifest)
+        # All or nothing; a full disk is a StateWriteError that names the cause and leaves no temporary file.
+        write_atomic(self.manifest, msgspec.json.encode(manifest), 0o600, fsync=False)
 
     def _remove_dir_if_empty(self) -> None:
         try:

@@ -41,7 +41,7 @@ class Config:
         2.0, "Seconds a listing waits for tool modules still importing; they are listed once loaded (list_changed).",
         minimum=0,
     )
-    max_message_bytes: int = _setting(16 * 1024 * 1024, "Largest JSON-RPC message accepted on the socket, and largest tool result sent back.", minimum=1024)
+    max_message_bytes: int = _setting(16 * 1024 * 1024, "Largest JSON-RPC message accepted on the socket, and largest tool result, log or progress message sent back.", minimum=1024)
     truncate_lines: int = _setting(2000, "Tool output longer than this many lines is truncated.", minimum=1)
     truncate_bytes: int = _setting(50 * 1024, "Tool output larger than this many bytes is truncated.", minimum=256)
     spill_max_age: float = _setting(86400.0, "Seconds the full output of a truncated result is kept.", minimum=0)

@@ -37,6 +37,7 @@ import msgspec
 
 from atomictoolsd import __version__
 from atomictoolsd.discovery import ModuleFile
+from atomictoolsd.statefile import write_atomic
 
 __all__ = ["CacheEntry", "DefinitionCache", "deps_fresh", "runtime_files", "runtime_version"]
 
@@ -174,19 +175,11 @@ class DefinitionCache:
         """Replace the entries of ``tools_dir`` and write them out (a failed write is only logged)."""
         self._dirs[tools_dir] = entries
         target = self._file(tools_dir)
-        temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(_encode(_CacheFile(self.runtime, str(tools_dir), entries)))
-            os.replace(temp, target)
-        except (OSError, UnicodeEncodeError) as exc:  # a path that is not UTF-8 cannot be kept in JSON
+            write_atomic(target, _encode(_CacheFile(self.runtime, str(tools_dir), entries)), 0o600, fsync=False)
+        except (OSError, UnicodeEncodeError) as exc:  # a cache: listing starts workers instead, nothing is lost
             log.warning("cannot write the definition cache of %s: %s", tools_dir, exc)
-            try:
-                temp.unlink()
-            except OSError:
-                pass
 
     @staticmethod
     def failure_entry(tools_dir: Path, file: ModuleFile, error: dict[str, Any]) -> CacheEntry:

@@ -1,7 +1,7 @@
 """The daemon's event log: JSON lines in the log dir, rotated by size, cheap on the call path.
 
 One process-wide ``events`` object. The daemon opens it at start; from then on every tool call adds
-``tool.start`` and ``tool.complete`` / ``tool.failed`` (with its duration), and Python logging records
+``tool.start`` and ``tool.complete`` / ``tool.failed`` / ``tool.cancelled`` (with its duration), and Python logging records
 arrive through ``EventLogHandler`` (module loads and reloads, worker spawns and deaths, reloads of the
 configuration: those carry ``extra={"event": name, "data": {...}}``, so they become structured
 events; other records become ``log`` events).
@@ -64,6 +64,7 @@ FLUSH_AT = 4096  # events waiting that trigger a flush right away
 
 # Kinds of buffered entries; tool events keep the call object and are formatted at flush time.
 _GENERIC, _TOOL_START, _TOOL_END = 0, 1, 2
+CANCELLED = b""  # the "failure" of a call nobody is left to answer: tool.cancelled
 
 _encode_lines = msgspec.json.Encoder().encode_lines
 _decode_json = msgspec.json.decode
@@ -162,7 +163,8 @@ class EventLog:
             self._schedule()
 
     def tool_finished(self, call: Call, duration: float, failure: bytes | None) -> None:
-        """``tool.complete``, or ``tool.failed`` when ``failure`` (the result) is given."""
+        """``tool.complete``, ``tool.failed`` when ``failure`` (the result) is given, or
+        ``tool.cancelled`` when it is ``CANCELLED`` (its caller went away or cancelled it)."""
         pending = self._pending
         context = call.context
         pending.append(
@@ -295,10 +297,12 @@ def _as_record(entry: tuple[Any, ...]) -> Any:
     if kind == _TOOL_START:
         return _ToolEvent(_iso(ts), "info", "tool.start", tool, module, call_id, session or None, agent or None)
     duration, failure = end
+    ms = round(duration * 1000, 3)
+    if failure is CANCELLED:
+        return _ToolEvent(_iso(ts), "info", "tool.cancelled", tool, module, call_id, session or None, agent or None, ms)
     return _ToolEvent(
         _iso(ts), "info" if failure is None else "warning", "tool.complete" if failure is None else "tool.failed",
-        tool, module, call_id, session or None, agent or None,
-        round(duration * 1000, 3), None if failure is None else error_text(failure),
+        tool, module, call_id, session or None, agent or None, ms, None if failure is None else error_text(failure),
     )
 
 

@@ -545,6 +545,8 @@ class Registry:
                     self._judge(local)
                 dirs.insert(0, local)
             project = self.projects[root] = Project(root, dirs)
+        else:
+            self._trust_lost(project.dirs[0])
         for tools_dir in project.dirs:
             self.ensure_scanned(tools_dir)
         return project
@@ -704,6 +706,8 @@ class Registry:
                     del finished[path]
             if tools_dir.retired:
                 return Change(set(), [])
+            # Asked on every scan: the directory may have been replaced since, or its level changed.
+            self._judge(tools_dir)
             trusted = tools_dir.trusted
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
@@ -866,6 +870,8 @@ class Registry:
                 runner.on_loaded = lambda worker, definitions, m=module: self._lazy_loaded(m, worker, definitions)
                 runner.on_health = lambda m=module: self._health_changed(m)
                 runner.verify = lambda worker, m=module: self._read_whole(m, worker)
+                if tools_dir.scope == "local":
+                    runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
                 if isinstance(outcome, _Late):
                     module.state = "loading"
             elif isinstance(outcome, SpawnError) and module.state != "loading":
@@ -1101,6 +1107,34 @@ class Registry:
         if view.blocked:
             result["blocked"] = view.blocked
         return result
+
+    def _trust_lost(self, tools_dir: ToolsDir) -> bool:
+        """Block a trusted project's own dir at once when it is trusted no more (its directory was
+        replaced: a rename keeps the file watcher on the old one, so no scan would come), and
+        rescan it to list the files there now."""
+        if tools_dir.scope != "local" or not tools_dir.trusted or self.trusted(tools_dir.cwd):
+            return False
+        tools_dir.trusted = False
+        self._commit(tools_dir, [(m.file, _BLOCKED) for m in list(tools_dir.modules.values())], [])
+        task = asyncio.ensure_future(self.scan(tools_dir))
+        self._tasks.add(task)
+        task.add_done_callback(self._scan_done)
+        return True
+
+    def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
+        """Asked before a worker of a project's own module starts (and imports the file there now)."""
+        if self._trust_lost(tools_dir) or not tools_dir.trusted:
+            return f"its project is not trusted (now); trust it with: {trust_command(tools_dir.cwd, sandbox=True)}"
+        if self._judge(tools_dir):
+            # Its level changed and no refresh told us (the CLI found no daemon to ask): the worker
+            # starts as the store says now, and a scan brings the listing in step.
+            task = asyncio.ensure_future(self.scan(tools_dir))
+            self._tasks.add(task)
+            task.add_done_callback(self._scan_done)
+            if not tools_dir.trusted:
+                return tools_dir.blocked_reason or "its project is not trusted (now)"
+        runner.spec.sandbox = tools_dir.sandbox
+        return None
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed."""

@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import re
+import select
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -263,7 +264,11 @@ class Session(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         # A half-close (`echo … | socat`, a shim whose agent closed stdin) ends the requests, not
-        # the answers: every request already read is answered, then the connection closes.
+        # the answers: every request already read is answered, then the connection closes. A client
+        # that is gone altogether (it exited, or was stopped with Ctrl-C) reads nothing more: its
+        # calls are cancelled at once, as connection_lost does, instead of running to their end.
+        if _peer_closed(self.transport):
+            return False  # the transport closes; connection_lost cancels the calls
         if self._buffer and not self._discarding:
             line, self._buffer = bytes(self._buffer), bytearray()
             self.handle_line(line)  # the last line may lack its newline
@@ -743,6 +748,21 @@ def _encode_report(value: Any) -> bytes:
         return _encode(value)
     except UnicodeEncodeError:
         return _encode(escape_strings(value))
+
+
+def _peer_closed(transport: Any) -> bool:
+    """Whether the other end closed both directions (POLLHUP), not only its writing side.
+
+    On Linux a Unix stream socket reports POLLHUP once the peer has closed, and only POLLIN (EOF)
+    after a ``shutdown(SHUT_WR)``. Where that cannot be told, the connection counts as half-closed,
+    and writing the answers is what finds out.
+    """
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    return any(events & select.POLLHUP for _, events in poller.poll(0))
 
 
 def _encode_cursor(offset: int) -> str:

@@ -370,3 +370,30 @@ def test_logs_of_a_tool_show_what_it_printed(env: Env, make_daemon: object) -> N
 
     shown = wait_for(printed, message="noisy's output in its logs")
     assert "not this one" not in shown and "tool.complete" in shown
+
+
+def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env, make_daemon: object) -> None:
+    env.write_tool(env.global_tools, "nap.py", "import time\n\ndef nap() -> str:\n    time.sleep(30)\n    return 'woke'\n")
+    daemon = make_daemon()  # type: ignore[operator]
+    caller = subprocess.Popen(
+        [sys.executable, "-m", "atomictoolsd", "call", "nap"],
+        env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for(lambda: "tool.start" in run(env, "logs", "--event", "tool.").stdout, timeout=20, message="the call started")
+        caller.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        caller.wait(10)
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait(10)
+    ends = wait_for(
+        lambda: [e for e in map(json.loads, run(env, "logs", "--json", "--event", "tool.").stdout.splitlines())
+                 if e["event"] != "tool.start"],
+        timeout=10, message="the call's end is in the log",
+    )
+    assert [e["event"] for e in ends] == ["tool.cancelled"], ends
+    with daemon.client() as client:
+        nap = next(m for m in client.status()["modules"] if m["path"].endswith("nap.py"))
+    assert (nap["calls"], nap["errors"], nap["cancelled"]) == (0, 0, 1), nap
+    assert "CANCELLED" in run(env, "status").stdout

@@ -78,9 +78,11 @@ def test_status_and_logs_reflect_calls_failures_deaths_and_reloads(env: Env, mak
     out = table.stdout
     assert f"pid {daemon.pid}" in out and f"socket    {env.socket}" in out and "service   none" in out
     header = next(line for line in out.splitlines() if line.startswith("MODULE"))
-    assert header.split() == ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "P50", "MS", "P99", "MS"]
+    assert header.split() == [
+        "MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "CANCELLED", "P50", "MS", "P99", "MS",
+    ]
     row = next(line for line in out.splitlines() if line.startswith(str(module)))
-    assert row.split()[1:8] == ["global", "ready", "2", str(worker), row.split()[5], "4", "1"]
+    assert row.split()[1:9] == ["global", "ready", "2", str(worker), row.split()[5], "4", "1", "0"]
     assert row.split()[5].endswith("M")
     assert "last error: greet: Tool 'greet' raised ValueError: nobody to greet" in out
     assert "PROJECT" in out and str(env.project) in out

@@ -476,3 +476,21 @@ def test_confined_global_tools_and_spilled_output(env: Env, world: dict[str, Any
         listing = client.request("atomic/list", {})
     assert "peek" not in [t["name"] for t in listing["tools"]]
     assert any("sandbox_global" in entry.get("reason", "") for entry in listing["blocked"]), listing["blocked"]
+
+
+def test_a_level_changed_behind_the_daemons_back_applies_to_the_next_worker(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # The CLI tells a running daemon; when it could not (or the store was edited), the next worker
+    # that starts is confined as the store says then, never as it said before.
+    from atomictoolsd.trust import TrustStore
+
+    assert cli(env, "trust").returncode == 0
+    daemon: Daemon = make_daemon()
+    secret = str(world["secret"])
+    with daemon.client() as client:
+        assert call(client, "read", secret) == "done: the user's secret"
+        TrustStore(env.state_dir).trust(env.project.resolve(), "sandbox")  # no refresh sent
+        worker = next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py"))
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py")) != worker,
+                 message="the dead worker to be noticed")
+        assert call(client, "read", secret).startswith("refused")

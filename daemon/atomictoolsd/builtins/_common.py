@@ -1,35 +1,91 @@
-"""What the built-in tools share: the caller's project root and a git that runs nothing of the repo's.
+"""What the built-in tools share: the caller's project root, and a git that runs nothing of the
+repository's, reads nothing outside the project, never hangs, and lets no project starve another.
 
-Runs inside a worker.
+Runs inside a worker. The built-ins answer questions about any project, trusted or not, so
+everything in a repository is taken as hostile:
+
+- **Programs.** A repository's config can name programs for git to run (an fsmonitor hook, hooks
+  such as post-index-change that git diff runs when it refreshes the index, clean/smudge filter
+  drivers, an external diff, a textconv filter, a pager). All are switched off: the hooks dir
+  points nowhere, the filter drivers the repository defines are emptied (``_repo_filters``; yours,
+  from ~/.gitconfig, still apply), git diff gets --no-ext-diff --no-textconv.
+- **Where git looks.** Git is never left to discover the repository: ``GIT_DIR`` and
+  ``GIT_WORK_TREE`` are set to the ``.git`` that ``_repository`` found and checked, so
+  ``core.worktree`` and ``core.bare`` are moot; a ``.git`` file is followed only to a linked
+  worktree or submodule dir that names it back; an unowned repository is refused as git would
+  (``safe.directory``, which only your own config may set). The repository's config files and
+  everything they include must be regular files of at most ``MAX_CONFIG_BYTES`` inside the
+  repository, and so must the files it names for git to read (``core.excludesFile``,
+  ``core.attributesFile``, ``diff.orderFile``); submodules are not looked into (a submodule's
+  ``.git`` may point anywhere). Every ``GIT_*`` variable of the caller's environment that could
+  redirect git is dropped.
+- **Hangs.** Whatever still blocks git (a FIFO where git reads a ``.gitignore``, a huge index) is
+  cut at the call's deadline (``GIT_TIMEOUT``): its whole process group is killed and the call
+  answers an error that says so.
+- **Isolation.** The tools are async: a git run waits on the worker's event loop and holds no
+  thread, so a project whose calls hang cannot take the threads another project's calls need.
+  Each project runs at most ``PER_PROJECT`` git calls at once; more wait for their own project's
+  turn (within their deadline), never for another project's.
+
+This module must never run git without ``_run`` (the deadline, the pinned environment).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
+import signal
+import stat
 import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from atomictools import Context, ToolError
-from atomictoolsd.discovery import project_root
+from atomictoolsd.discovery import git_worktree_root, project_root
 
-__all__ = ["GIT_TIMEOUT", "MAX_READ_BYTES", "git", "home", "inside", "project_of"]
+__all__ = [
+    "GIT_TIMEOUT",
+    "MAX_CONFIG_BYTES",
+    "MAX_READ_BYTES",
+    "PER_PROJECT",
+    "GitCall",
+    "NotARepository",
+    "GitResult",
+    "Repository",
+    "git",
+    "git_call",
+    "home",
+    "inside",
+    "project_of",
+]
 
-GIT_TIMEOUT = 30.0
+GIT_TIMEOUT = 10.0
+"""Seconds one built-in call may spend running git, all its runs together."""
+PER_PROJECT = 4
+"""Git calls of one project that run at once; more wait their turn."""
 MAX_READ_BYTES = 1024 * 1024
+MAX_CONFIG_BYTES = 1024 * 1024
 
-# A repository's own config can name programs for git to run (an fsmonitor hook, hooks such as
-# post-index-change that git diff runs when it refreshes the index, clean/smudge filter drivers that
-# status and diff run on changed files, an external diff, a textconv filter, a pager), and so can
-# the config of each of its submodules. These tools answer questions about any project, trusted or
-# not, so they switch all of that off: the hooks dir points nowhere, the filter drivers the
-# repository itself defines are emptied (see ``_repo_filters``; yours, from ~/.gitconfig, still
-# apply), submodules are compared by commit only (``--ignore-submodules=dirty`` runs nothing in
-# them), and git diff gets --no-ext-diff --no-textconv.
-_GIT_SAFETY = ("-c", "core.fsmonitor=false", "-c", "core.pager=cat", "-c", "core.hooksPath=/dev/null")
+_GIT_SAFETY = (
+    "-c", "core.fsmonitor=false", "-c", "core.pager=cat", "-c", "core.hooksPath=/dev/null",
+    "-c", "core.untrackedCache=false",
+)
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
+# The caller's environment may choose your own config files; nothing else of git's.
+_KEPT_GIT_VARS = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 _REPO_SCOPES = ("local", "worktree")
 _FILTER_KEYS = re.compile(r"^filter\.(.+)\.(clean|smudge|process)$", re.DOTALL)
+_INCLUDE_KEYS = re.compile(r"^(include|includeif\..*)\.path$", re.DOTALL)
+_PATH_KEYS = ("core.excludesfile", "core.attributesfile", "diff.orderfile")
+_INCLUDE_DEPTH = 10  # git's own limit
+_GIT_DIR_FILES = (
+    "HEAD", "config", "config.worktree", "index", "packed-refs", "commondir", "gitdir", "shallow",
+    "info/exclude", "info/attributes", "info/grafts", "objects/info/alternates",
+)
 
 
 def home() -> Path:
@@ -43,73 +99,351 @@ def project_of(ctx: Context) -> Path:
     return project_root(Path(ctx.directory), home())
 
 
+def _within(path: Path, area: Path) -> bool:
+    return path == area or area in path.parents
+
+
 def inside(root: Path, relative: str) -> Path:
     """``relative`` resolved against ``root`` (symlinks followed), refused when it leaves ``root``."""
     if "\x00" in relative:
         raise ToolError("Refused: the path contains a NUL byte")
     target = (root / relative).resolve()
-    if target != root and root not in target.parents:
+    if not _within(target, root):
         raise ToolError(f"Refused: {relative!r} is outside the project root {root}")
     return target
 
 
-def _repo_filters(cwd: Path, env: dict[str, str]) -> dict[str, str]:
-    """Environment that empties every filter driver the repository's own config defines.
-
-    ``GIT_CONFIG_COUNT`` pairs rather than ``-c``: a driver's name may hold ``=``, which ``-c``
-    would split on. Reading the config runs nothing.
-    """
-    def listing(*options: str) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(
-            ["git", *_GIT_SAFETY, "config", *options, "-z", "--name-only", "--get-regexp", _FILTER_KEYS.pattern],
-            cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=GIT_TIMEOUT,
-        )
-
-    listed = listing("--show-scope")
-    fields = listed.stdout.decode("utf-8", "surrogateescape").split("\0")
-    drivers = {
-        match.group(1)
-        for scope, key in zip(fields[::2], fields[1::2], strict=False)
-        if scope in _REPO_SCOPES and (match := _FILTER_KEYS.match(key))
-    }
-    if listed.returncode not in (0, 1):  # 1: none defined; else a git before 2.26: empty every driver
-        fields = listing().stdout.decode("utf-8", "surrogateescape").split("\0")
-        drivers = {match.group(1) for key in fields if (match := _FILTER_KEYS.match(key))}
-    pairs = [(f"filter.{name}.{key}", "") for name in sorted(drivers) for key in ("clean", "smudge", "process")]
-    pairs += [(f"filter.{name}.required", "false") for name in sorted(drivers)]
-    if not pairs:
-        return {}
-    first = int(env.get("GIT_CONFIG_COUNT") or 0)
-    extra = {"GIT_CONFIG_COUNT": str(first + len(pairs))}
-    for i, (key, value) in enumerate(pairs, start=first):
-        extra[f"GIT_CONFIG_KEY_{i}"] = key
-        extra[f"GIT_CONFIG_VALUE_{i}"] = value
-    return extra
+# -- the repository -------------------------------------------------------------------------------
 
 
-def git(args: list[str], cwd: Path, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run git in ``cwd``; with ``check``, a failure is a ``ToolError`` carrying git's message."""
-    env = {**os.environ, **_GIT_ENV}
+class Repository(NamedTuple):
+    """A repository the built-ins may read: its work tree, its git dir, and its common dir (the
+    main repository's git dir for a linked worktree; the git dir itself otherwise)."""
+
+    worktree: Path
+    git_dir: Path
+    common_dir: Path
+
+    def holds(self, path: Path) -> bool:
+        return any(_within(path, area) for area in (self.worktree, self.git_dir, self.common_dir))
+
+
+def _regular(path: Path, what: str, limit: int | None = None) -> bool:
+    """Whether ``path`` is a regular file (False when absent); refused when it is anything else
+    (a FIFO or a device blocks or never ends) or larger than ``limit``."""
     try:
-        if args[0] in ("status", "diff"):  # the commands that look at file contents
-            env.update(_repo_filters(cwd, env))
-        done = subprocess.run(
-            ["git", *_GIT_SAFETY, *args],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=GIT_TIMEOUT,
-        )
+        info = os.stat(path)
     except FileNotFoundError:
-        raise ToolError("git is not installed (no git on PATH)") from None
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"git {args[0]} took longer than {GIT_TIMEOUT:g} s") from None
-    if check and done.returncode != 0:
-        message = done.stderr.strip() or f"exit code {done.returncode}"
-        if "not a git repository" in message:
-            raise ToolError(f"{cwd} is not inside a git repository")
-        raise ToolError(f"git {args[0]} failed: {message}")
-    return done
+        return False
+    except OSError as exc:
+        raise ToolError(f"Refused: {what} {path} cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"Refused: {what} {path} is not a regular file (a FIFO or a device would make git hang)")
+    if limit is not None and info.st_size > limit:
+        raise ToolError(f"Refused: {what} {path} is {info.st_size} bytes, more than the {limit} the built-ins read")
+    return True
+
+
+def _read_small(path: Path, what: str) -> str:
+    _regular(path, what, 4096)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096).decode("utf-8", "surrogateescape")
+    finally:
+        os.close(fd)
+
+
+def _linked_dir(top: Path, dot_git: Path) -> Path:
+    """The git dir a ``.git`` file names, when it is one git made for this work tree: a linked
+    worktree's (it names this ``.git`` back) or a submodule's (in an enclosing repository's
+    ``.git/modules``). Anything else is refused: a ``.git`` file that came with a download can
+    point at any repository of yours."""
+    text = _read_small(dot_git, "the .git file")
+    if not text.startswith("gitdir:"):
+        raise ToolError(f"Refused: {dot_git} is not a .git file git wrote (no 'gitdir:' line)")
+    target = Path(text[len("gitdir:"):].strip())
+    git_dir = (top / target).resolve() if not target.is_absolute() else target.resolve()
+    if _within(git_dir, top):
+        return git_dir
+    back = git_dir / "gitdir"
+    if _regular(back, "the worktree's gitdir file") and Path(_read_small(back, "the gitdir file").strip()).resolve() == dot_git.resolve():
+        return git_dir
+    for enclosing in top.parents:
+        modules = enclosing / ".git" / "modules"
+        if (enclosing / ".git").is_dir() and _within(git_dir, modules.resolve()):
+            return git_dir
+    raise ToolError(
+        f"Refused: {dot_git} points git at {git_dir}, outside the project, and that is neither a "
+        f"worktree nor a submodule of this one; the built-ins read nothing outside the project"
+    )
+
+
+def _owned(path: Path, worktree: Path) -> None:
+    """Refuse a repository another user owns, as git does: only your own config may vouch for one
+    (``safe.directory``); explicit ``GIT_DIR`` would skip git's own check."""
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        return
+    if owner == os.geteuid() or _vouched(worktree):
+        return
+    raise ToolError(
+        f"Refused: {path} belongs to uid {owner}, not to you; git does not read such a repository "
+        f"unless you say so in your own config: git config --global --add safe.directory {worktree}"
+    )
+
+
+class NotARepository(ToolError):
+    """The project is in no git repository."""
+
+
+def _vouched(worktree: Path) -> bool:
+    """Whether your own config (system, global; never the repository's) lists ``worktree`` as a
+    ``safe.directory``, as git asks it. Asked only for a repository someone else owns."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
+    try:
+        listed = subprocess.run(
+            ["git", "config", "--get-all", "safe.directory"], cwd="/", env={**env, "GIT_DIR": "/nonexistent"},
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=GIT_TIMEOUT,
+        ).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    safe = set()
+    for value in listed:  # an empty value resets the list, as in git
+        safe = set() if not value else safe | {value}
+    return "*" in safe or str(worktree) in safe or f"{worktree}/" in safe
+
+
+def _repository(root: Path) -> Repository:
+    """The repository of the project at ``root``, checked as the module docstring says."""
+    top = git_worktree_root(root)
+    if top is None:
+        raise NotARepository(f"{root} is not inside a git repository")
+    dot_git = top / ".git"
+    info = os.lstat(dot_git)
+    if stat.S_ISLNK(info.st_mode):
+        git_dir = dot_git.resolve()
+        if not _within(git_dir, top):
+            raise ToolError(f"Refused: {dot_git} is a symlink to {git_dir}, outside the project")
+        info = os.stat(git_dir)
+    else:
+        git_dir = dot_git
+    if stat.S_ISREG(info.st_mode):
+        git_dir = _linked_dir(top, dot_git)
+    elif not stat.S_ISDIR(info.st_mode):
+        raise ToolError(f"Refused: {dot_git} is neither a directory nor a .git file")
+    if not git_dir.is_dir():
+        raise ToolError(f"{dot_git} names {git_dir}, which is not a directory: is the repository broken?")
+    common_dir = git_dir
+    if _regular(git_dir / "commondir", "the commondir file"):
+        named = Path(_read_small(git_dir / "commondir", "the commondir file").strip())
+        common_dir = (git_dir / named).resolve()
+        if not _within(common_dir, top) and (common_dir / "worktrees" / git_dir.name).resolve() != git_dir.resolve():
+            raise ToolError(f"Refused: {git_dir}/commondir points git at {common_dir}, a repository this one is not a worktree of")
+    _owned(top, top)
+    _owned(common_dir, top)
+    repository = Repository(top.resolve(), git_dir.resolve(), common_dir.resolve())
+    for directory in {repository.git_dir, repository.common_dir}:
+        for name in _GIT_DIR_FILES:
+            _regular(directory / name, "the git file")
+    # The ones at the top are read by every status and diff; deeper ones are left to the deadline
+    # (looking for them would mean walking the whole tree before git does).
+    for directory in {repository.worktree, root.resolve()}:
+        for name in (".gitignore", ".gitattributes"):
+            if os.path.lexists(directory / name):
+                _regular(directory / name, "the file")
+    return repository
+
+
+# -- running git ----------------------------------------------------------------------------------
+
+
+class GitResult(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+_turns: dict[Path, asyncio.Semaphore] = {}
+
+
+@asynccontextmanager
+async def git_call(root: Path, what: str) -> AsyncIterator[GitCall]:
+    """One built-in call's use of git for the project at ``root``: waits for the project's turn,
+    and gives the call its deadline (``GIT_TIMEOUT`` from now, the wait included)."""
+    call = GitCall(root, time.monotonic() + GIT_TIMEOUT, what)
+    turn = _turns.setdefault(root, asyncio.Semaphore(PER_PROJECT))
+    try:
+        await asyncio.wait_for(turn.acquire(), GIT_TIMEOUT)
+    except TimeoutError:
+        raise ToolError(
+            f"{what} waited {GIT_TIMEOUT:g} s for this project's other git calls ({PER_PROJECT} at once), "
+            f"which are not finishing: something in the repository may be making git hang"
+        ) from None
+    try:
+        yield call
+    finally:
+        turn.release()
+
+
+class GitCall:
+    """The git runs of one built-in call: one repository, one deadline."""
+
+    def __init__(self, root: Path, deadline: float, what: str) -> None:
+        self.root = root
+        self.deadline = deadline
+        self.what = what
+        self._repository: Repository | None = None
+        self._env: dict[str, str] | None = None
+
+    def repository(self) -> Repository:
+        if self._repository is None:
+            self._repository = _repository(self.root)
+        return self._repository
+
+    async def _environment(self) -> dict[str, str]:
+        if self._env is None:
+            repository = self.repository()
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
+            env.update(_GIT_ENV)
+            env["GIT_DIR"] = str(repository.git_dir)
+            env["GIT_WORK_TREE"] = str(repository.worktree)
+            self._env = env
+            try:
+                await self._check_config(repository)
+            except BaseException:
+                self._env = None  # never a run with a repository that failed its check
+                raise
+        return self._env
+
+    async def _check_config(self, repository: Repository) -> None:
+        """Refuse a repository whose config reads outside it, or could block git (see the module)."""
+        files = [repository.common_dir / "config", repository.git_dir / "config.worktree"]
+        seen: set[Path] = set()
+        depth = 0
+        while files:
+            depth += 1
+            if depth > _INCLUDE_DEPTH * 8:
+                raise ToolError("Refused: the repository's config includes too many files")
+            config = files.pop()
+            if config in seen or not _regular(config, "the repository's config", MAX_CONFIG_BYTES):
+                continue
+            seen.add(config)
+            for key, value in await self._config_entries(config):
+                lowered = key.lower()
+                if _INCLUDE_KEYS.match(lowered):
+                    target = _config_path(value, config.parent)
+                    if not repository.holds(target):
+                        raise ToolError(
+                            f"Refused: the repository's config ({config}) includes {target}, outside the "
+                            f"repository; the built-ins read nothing outside the project"
+                        )
+                    files.append(target)
+                elif lowered in _PATH_KEYS and value:
+                    target = _config_path(value, repository.worktree)
+                    if not repository.holds(target):
+                        raise ToolError(f"Refused: the repository's config sets {key} to {target}, outside the repository")
+                    _regular(target, f"{key}", MAX_CONFIG_BYTES)
+
+    async def _config_entries(self, config: Path) -> Iterator[tuple[str, str]]:
+        done = await self._run(["config", "--file", str(config), "--no-includes", "-z", "--list"], check_config=False)
+        if done.returncode != 0:
+            raise ToolError(f"git cannot read the repository's config {config}: {done.stderr.strip()}")
+        entries = []
+        for item in done.stdout.split("\0"):
+            key, _, value = item.partition("\n")
+            if key:
+                entries.append((key, value))
+        return iter(entries)
+
+    async def run(self, args: list[str], *, check: bool = True, filters: bool = False) -> GitResult:
+        """Run git in the project root; with ``check``, a failure is a ``ToolError`` carrying git's message."""
+        await self._environment()
+        if filters:  # the commands that look at file contents
+            await self._empty_filters()
+        done = await self._run(args)
+        if check and done.returncode != 0:
+            message = done.stderr.strip() or f"exit code {done.returncode}"
+            raise ToolError(f"git {args[0]} failed: {message}")
+        return done
+
+    async def _empty_filters(self) -> None:
+        """Empty every filter driver the repository's own config defines (``GIT_CONFIG_COUNT`` pairs
+        rather than ``-c``: a driver's name may hold ``=``, which ``-c`` would split on)."""
+        assert self._env is not None
+        if "GIT_CONFIG_COUNT" in self._env:
+            return
+        listed = await self._run(["config", "-z", "--show-scope", "--name-only", "--get-regexp", _FILTER_KEYS.pattern])
+        fields = listed.stdout.split("\0")
+        drivers = {
+            match.group(1)
+            for scope, key in zip(fields[::2], fields[1::2], strict=False)
+            if scope in _REPO_SCOPES and (match := _FILTER_KEYS.match(key))
+        }
+        if listed.returncode not in (0, 1):  # 1: none defined; else a git before 2.26: empty every driver
+            plain = await self._run(["config", "-z", "--name-only", "--get-regexp", _FILTER_KEYS.pattern])
+            drivers = {match.group(1) for key in plain.stdout.split("\0") if (match := _FILTER_KEYS.match(key))}
+        pairs = [(f"filter.{name}.{key}", "") for name in sorted(drivers) for key in ("clean", "smudge", "process")]
+        pairs += [(f"filter.{name}.required", "false") for name in sorted(drivers)]
+        self._env["GIT_CONFIG_COUNT"] = str(len(pairs))
+        for i, (key, value) in enumerate(pairs):
+            self._env[f"GIT_CONFIG_KEY_{i}"] = key
+            self._env[f"GIT_CONFIG_VALUE_{i}"] = value
+
+    async def _run(self, args: list[str], check_config: bool = True) -> GitResult:
+        assert self._env is not None
+        env = self._env
+        if not check_config:
+            # Reading one config file by name, before it is known to be safe: with the repository's
+            # GIT_DIR, git would read that repository's config (and follow its includes) to start.
+            env = {**env, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_DIR": "/nonexistent"}
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self._late(args)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                "git", *_GIT_SAFETY, *args,
+                cwd=self.root, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # its own process group: a deadline ends git and all it started
+            )
+        except FileNotFoundError:
+            raise ToolError("git is not installed (no git on PATH)") from None
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(), left)
+        except TimeoutError:
+            raise self._late(args) from None
+        finally:
+            if process.returncode is None:  # late, or the call was cancelled
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                await process.wait()
+        return GitResult(
+            process.returncode or 0,
+            stdout.decode("utf-8", "replace"),
+            stderr.decode("utf-8", "replace"),
+        )
+
+    def _late(self, args: list[str]) -> ToolError:
+        return ToolError(
+            f"{self.what}: git {args[0]} did not finish within {GIT_TIMEOUT:g} s and was stopped; something in "
+            f"the repository may block git (a FIFO or a device where git reads a file, such as a .gitignore), "
+            f"or it is very large"
+        )
+
+
+async def git(root: Path, args: list[str], what: str, *, check: bool = True, filters: bool = False) -> GitResult:
+    """One git run as a whole built-in call (see ``git_call`` for several)."""
+    async with git_call(root, what) as call:
+        return await call.run(args, check=check, filters=filters)
+
+
+def _config_path(value: str, base: Path) -> Path:
+    """A path as git reads it from a config file: ``~`` is your home, a relative one is relative
+    to ``base``."""
+    if value.startswith("~/") or value == "~":
+        return Path(os.path.expanduser(value)).resolve()
+    path = Path(value)
+    return (base / path).resolve() if not path.is_absolute() else path.resolve()

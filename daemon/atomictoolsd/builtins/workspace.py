@@ -10,7 +10,7 @@ import msgspec
 
 from atomictools import Context, tool
 from atomictoolsd.builtins import BUILTIN_DIR
-from atomictoolsd.builtins._common import git, home, project_of
+from atomictoolsd.builtins._common import GitCall, NotARepository, git_call, home, project_of
 from atomictoolsd.discovery import escape_path, global_tools_dir, local_tools_dir
 
 __all__ = ["ToolsDirInfo", "WorkspaceInfo", "workspace_info"]
@@ -34,21 +34,25 @@ class WorkspaceInfo(msgspec.Struct):
 
 
 @tool(name="workspace-info", annotations={"readOnlyHint": True})
-def workspace_info(ctx: Context) -> WorkspaceInfo:
+async def workspace_info(ctx: Context) -> WorkspaceInfo:
     """Describe the workspace: the project root, its git branch and remote URL, whether the project
     is trusted to load its own tools, and the tools directories in use (highest precedence first)."""
     root = project_of(ctx)
     git_root = branch = remote = None
-    top = git(["rev-parse", "--show-toplevel"], root, check=False)
-    if top.returncode == 0:
-        git_root = top.stdout.strip()
-        head = git(["symbolic-ref", "--short", "-q", "HEAD"], root, check=False)
-        if head.returncode == 0:
-            branch = head.stdout.strip()
-        else:
-            commit = git(["rev-parse", "--short", "HEAD"], root, check=False)
-            branch = f"(detached at {commit.stdout.strip()})" if commit.returncode == 0 else None
-        remote = _remote_url(root)
+    async with git_call(root, "workspace-info") as call:
+        try:
+            top = await call.run(["rev-parse", "--show-toplevel"], check=False)
+        except NotARepository:
+            top = None
+        if top is not None and top.returncode == 0:
+            git_root = top.stdout.strip()
+            head = await call.run(["symbolic-ref", "--short", "-q", "HEAD"], check=False)
+            if head.returncode == 0:
+                branch = head.stdout.strip()
+            else:
+                commit = await call.run(["rev-parse", "--short", "HEAD"], check=False)
+                branch = f"(detached at {commit.stdout.strip()})" if commit.returncode == 0 else None
+            remote = await _remote_url(call)
     trusted = _trusted(root)
     dirs = []
     local = local_tools_dir(root)
@@ -69,12 +73,12 @@ def workspace_info(ctx: Context) -> WorkspaceInfo:
     )
 
 
-def _remote_url(root: os.PathLike[str]) -> str | None:
-    names = git(["remote"], root, check=False).stdout.split()
+async def _remote_url(call: GitCall) -> str | None:
+    names = (await call.run(["remote"], check=False)).stdout.split()
     if not names:
         return None
     name = "origin" if "origin" in names else names[0]
-    url = git(["remote", "get-url", name], root, check=False).stdout.strip() or None
+    url = (await call.run(["remote", "get-url", name], check=False)).stdout.strip() or None
     if url and "://" in url:
         parts = urllib.parse.urlsplit(url)
         if parts.username or parts.password:  # never hand a token in a URL to the model

@@ -295,6 +295,8 @@ def print_status(status: dict[str, Any]) -> None:
     workers = fork["workers"]
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
           f"{workers} worker{'s' * (workers != 1)}")
+    if fork.get("problem"):
+        print(f"          {fork['problem']}")
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
@@ -308,11 +310,11 @@ def print_status(status: dict[str, Any]) -> None:
     if modules:
         print()
         table(
-            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "P50 MS", "P99 MS"],
+            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "CANCELLED", "P50 MS", "P99 MS"],
             [
                 [
                     m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
-                    m["calls"], m["errors"], _ms(m["p50_ms"]), _ms(m["p99_ms"]),
+                    m["calls"], m["errors"], m.get("cancelled", 0), _ms(m["p50_ms"]), _ms(m["p99_ms"]),
                 ]
                 for m in modules
             ],

@@ -65,10 +65,20 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {entry['file']}")
         if reason and blocked[0].get("command"):
             print(f"to run them with all your rights instead, run: {blocked[0]['command']}")
-        else:
+        elif not reason:
             print(f"to load them confined (no network, nothing outside the project), run: {blocked[0]['command']}")
             print(f"or, to load them with all your rights: {blocked[0]['full_command']}")
+            _why_untrusted(blocked[0]["root"])
     return 0
+
+
+def _why_untrusted(root: str) -> None:
+    """Say so when the project was trusted, but for a directory that has been replaced since."""
+    from atomictoolsd.paths import Paths
+    from atomictoolsd.trust import TrustStore, replaced_message
+
+    if TrustStore(Paths.from_env().state_dir).state(root) == "replaced":
+        print(f"({replaced_message(root)})")
 
 
 def _source(tool: dict[str, Any]) -> str:

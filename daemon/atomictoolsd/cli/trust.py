@@ -16,7 +16,12 @@ from atomictoolsd.command import command_name
 __all__ = ["register"]
 
 
-def _store_and_root(args: argparse.Namespace) -> tuple[object, Path | None]:
+def _store_and_root(args: argparse.Namespace, gone_ok: bool = False) -> tuple[object, Path | None]:
+    """The trust store, and the project root of ``args.directory``.
+
+    With ``gone_ok`` (untrust), a path where no directory is any more is taken as the root itself:
+    a trusted project whose directory was deleted must still be untrusted by its path.
+    """
     from atomictoolsd.discovery import project_root
     from atomictoolsd.paths import Paths
     from atomictoolsd.trust import TrustStore
@@ -28,6 +33,8 @@ def _store_and_root(args: argparse.Namespace) -> tuple[object, Path | None]:
         return store, None
     path = Path(directory).expanduser()
     if not path.is_dir():
+        if gone_ok and not path.exists():
+            return store, Path(os.path.realpath(path))  # the symlinks of the parents that are left still resolve
         print(f"atomictoolsd: {directory} is not a directory", file=sys.stderr)
         raise SystemExit(2)
     return store, project_root(path.resolve(), paths.home)
@@ -83,10 +90,13 @@ def cmd_trust(args: argparse.Namespace) -> int:
     assert root is not None
     level = "sandbox" if args.sandbox else "full"
     try:
+        before = store.state(root)  # type: ignore[attr-defined]
         added = store.trust(root, level, allow)  # type: ignore[attr-defined]
     except TrustError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
+    if before == "replaced":
+        print(f"note: {root} was trusted for a directory that has since been replaced; trusting the one there now")
     modules = list_module_files(local_tools_dir(root))
     what = f"{len(modules)} tool module(s) in {local_tools_dir(root)}" if modules else f"its tools in {local_tools_dir(root)}"
     how = "confined" if args.sandbox else "with all your rights"
@@ -108,7 +118,7 @@ def cmd_untrust(args: argparse.Namespace) -> int:
 
     if args.directory is None:
         args.directory = os.getcwd()
-    store, root = _store_and_root(args)
+    store, root = _store_and_root(args, gone_ok=True)
     try:
         removed = store.untrust(root)  # type: ignore[attr-defined]
     except TrustError as exc:
@@ -124,7 +134,7 @@ def cmd_untrust(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from atomictoolsd.cli._common import print_json, table
-    from atomictoolsd.trust import TrustError
+    from atomictoolsd.trust import TrustError, replaced_message
 
     store, _root = _store_and_root(argparse.Namespace())
     try:
@@ -133,18 +143,20 @@ def _list(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print_json([{"root": root, "level": "full", **info} for root, info in entries.items()])
+        print_json([{"root": root, "state": store.state(root), "level": "full", **info} for root, info in entries.items()])  # type: ignore[attr-defined]
         return 0
     if not entries:
         print(f"no trusted projects (trust one with: {command_name()} trust --sandbox [DIR])")
         return 0
+    notes = {"trusted": "", "missing": "  (missing)", "replaced": "  (replaced: not trusted; trust it again)"}
+    states = {root: store.state(root) for root in entries}  # type: ignore[attr-defined]
     table(
         ["PROJECT", "LEVEL", "TRUSTED SINCE"],
-        [
-            [root + ("" if os.path.isdir(root) else "  (missing)"), _level_text(info), info.get("trusted_at", "")]
-            for root, info in entries.items()
-        ],
+        [[root + notes[states[root]], _level_text(info), info.get("trusted_at", "")] for root, info in entries.items()],
     )
+    for root, state in states.items():
+        if state == "replaced":
+            print(f"\n{replaced_message(root)}")
     return 0
 
 

@@ -35,6 +35,7 @@ from atomictoolsd.service.units import (
     launchd_files,
     systemd_files,
 )
+from atomictoolsd.statefile import write_atomic
 
 __all__ = ["MANIFEST_NAME", "Plan", "default_manager", "install", "plan", "status", "uninstall"]
 
@@ -228,10 +229,7 @@ def _make_dirs(directory: Path) -> list[Path]:
 
 
 def _write(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)  # never a half-written unit for the manager to read
+    write_atomic(path, text.encode("utf-8"), 0o644, shared_dir=True)  # never a half-written unit for the manager to read
 
 
 def _manifest_path(paths: Paths) -> Path:

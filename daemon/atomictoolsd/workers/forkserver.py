@@ -7,6 +7,7 @@ sealed: see ``spawner``) and talks to it over a datagram socket pair, so each re
 daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
 The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer
 goes, so end-of-file on stdin is how the fork server learns that the daemon closed it or died.
+daemon → fork server: ``["ping", n]``, answered by ``["pong", n]``: the daemon's health check.
 fork server → daemon: ``["ready"]`` once; ``["spawned", request_id, pid]``, or ``["failed", request_id,
 message]`` when it could not fork (the process limit, memory: that request fails, nothing else);
 ``["exited", pid, status]`` (``status`` as ``os.waitpid`` gives it) for every worker that ends, since
@@ -129,6 +130,10 @@ class _Server:
             message = None
         if isinstance(message, list) and len(message) == 3 and message[0] == "spawn" and fds:
             self.spawn(message[1], message[2], fds[0])
+        elif isinstance(message, list) and len(message) == 2 and message[0] == "ping":
+            self.send(["pong", message[1]])
+            for fd in fds:
+                os.close(fd)
         else:
             for fd in fds:
                 os.close(fd)

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from atomictoolsd.eventlog import error_text, events
+from atomictoolsd.eventlog import CANCELLED, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.runtime import WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
@@ -81,6 +81,7 @@ class ModuleRunner:
         self._queued: list[Call] = []
         self.calls = 0
         self.errors = 0
+        self.cancelled = 0  # calls whose caller cancelled them or went away; neither calls nor errors
         self.durations: deque[float] = deque(maxlen=1024)
         self.last_error: str | None = None
         self.spawns = 0
@@ -93,6 +94,8 @@ class ModuleRunner:
         self.on_load_failure: Callable[[LoadFailed], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
+        # Set by the registry: why no worker may start now (its project is no longer trusted), or None.
+        self.admit: Callable[[], str | None] | None = None
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -122,9 +125,7 @@ class ModuleRunner:
         worker = Worker(self, pid, self.pool.spawner.exit_status(pid))
         await loop.connect_accepted_socket(lambda: worker, sock=sock)
         try:
-            definitions, load_ms = await asyncio.wait_for(
-                asyncio.shield(worker.loaded), self.pool.settings.load_timeout
-            )
+            definitions, load_ms = await self._loaded(worker)
         except TimeoutError:
             worker.cause = f"did not finish importing the module within {self.pool.settings.load_timeout:g} s"
             worker.kill()
@@ -139,6 +140,20 @@ class ModuleRunner:
             self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
             raise
         return worker, definitions, load_ms
+
+    async def _loaded(self, worker: Worker) -> tuple[list[dict[str, Any]], float]:
+        """Wait for ``worker``'s load report, for ``load_timeout`` seconds.
+
+        A report already waiting on the channel when the time is up wins (for up to ``Deadlines.LATE``
+        more): a daemon that was itself frozen judges its timers before it reads its sockets.
+        """
+        try:
+            return await asyncio.wait_for(asyncio.shield(worker.loaded), self.pool.settings.load_timeout)
+        except TimeoutError:
+            # Read meanwhile (the timeout and the report fell in the same turn of the loop), or waiting.
+            if not (worker.loaded.done() or worker.unread()):
+                raise
+        return await asyncio.wait_for(asyncio.shield(worker.loaded), Deadlines.LATE)
 
     def install(self, worker: Worker) -> None:
         """Make ``worker`` (a new generation of the module) serve new calls; the previous one retires."""
@@ -264,6 +279,10 @@ class ModuleRunner:
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        refused = self.admit() if self.admit is not None else None
+        if refused is not None:
+            loop.call_soon(self._fail_queued, refused)
+            return
         wait = self.backoff.remaining()
         if wait > 0:
             # Answered on the next turn of the loop: the caller has not yet recorded the call.
@@ -362,6 +381,11 @@ class ModuleRunner:
         elif events.calls_on:
             events.tool_finished(call, duration, None)
 
+    def record_cancelled(self, call: Call) -> None:
+        self.cancelled += 1
+        if events.calls_on:
+            events.tool_finished(call, time.perf_counter() - call.started, CANCELLED)
+
     # -- status and shutdown --------------------------------------------------------------------
 
     def inflight(self) -> int:
@@ -383,6 +407,7 @@ class ModuleRunner:
             "loading": self.loading,  # new generations being started
             "calls": self.calls,
             "errors": self.errors,
+            "cancelled": self.cancelled,
             "inflight": self.inflight(),
             "p50_ms": pct(0.5),
             "p99_ms": pct(0.99),
@@ -407,13 +432,21 @@ class Deadlines:
     A timer handle per call (``call_later`` and its cancel) cost ~2 µs of every call; timeouts are
     seconds long, so looking every 50 ms is precise enough. A call that has answered is dropped
     from the set at the next sweep, not when it answers: nothing is added to the call path.
+
+    A result that arrived in time wins: a call past its deadline whose worker has bytes waiting to
+    be read is looked at again on the next sweep, after the loop has read them (for up to ``LATE``
+    seconds after a sweep first found it overdue). Without this, a daemon that was itself frozen (SIGSTOP, a stalled machine) would on
+    waking judge its timers before its sockets (uvloop runs timers first) and answer "timed out" to
+    calls whose results were already waiting.
     """
 
     TICK = 0.05
+    LATE = 1.0
 
     def __init__(self) -> None:
         self._calls: set[Call] = set()
         self._handle: asyncio.TimerHandle | None = None
+        self._overdue: dict[Call, float] = {}  # calls whose expiry waits for bytes to be read: since when
 
     def add(self, call: Call) -> None:
         self._calls.add(call)
@@ -425,11 +458,19 @@ class Deadlines:
         expired = [c for c in self._calls if c.done or now >= c.deadline]
         self._calls.difference_update(expired)
         for call in expired:
-            if not call.done:
-                call.expire()
+            since = self._overdue.pop(call, now)
+            if call.done:
+                continue
+            worker = call.worker
+            if worker is not None and now - since < self.LATE and worker.unread():
+                self._calls.add(call)  # its answer may be among those bytes: read them first
+                self._overdue[call] = since
+                continue
+            call.expire()
         self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep) if self._calls else None
 
     def close(self) -> None:
+        self._overdue.clear()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

@@ -25,6 +25,11 @@ worker → daemon
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
     ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
     ``output``.
+
+The daemon accepts exactly these shapes and types (``channel.WorkerMessage``) and no message larger
+than ``max_result_bytes`` (its ``max_message_bytes``); it kills a worker that sends anything else. So
+a result past the limit is refused here (kept in a spill file), and a ``ctx.log`` or ``ctx.progress``
+message past it is not sent: its call answers with an error naming the limit.
 """
 
 from __future__ import annotations
@@ -342,6 +347,7 @@ class Runtime:
         self._watchdog: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
+        self._refused: dict[int, str] = {}  # calls that tried to send a message too large: why they fail
 
     def send(self, message: list[Any]) -> None:
         frame = encode_frame(message)
@@ -487,7 +493,7 @@ class Runtime:
                 directory=context[3],
                 worktree=context[4],
                 tool_use_id=context[5],
-                emit=self._emitter(call_id, progress),
+                emit=self._emitter(call_id, progress, name),
             )
         self.calls[call_id] = ctx
         if spec.is_async:
@@ -503,6 +509,9 @@ class Runtime:
 
     def finish_call(self, call_id: int, result: bytes | None) -> None:
         self.calls.pop(call_id, None)
+        refused = self._refused.pop(call_id, None) if self._refused else None
+        if refused is not None and result is not None:
+            result = error_result(refused)
         self.send(["result", call_id, result])
 
     def cancel_call(self, call_id: int) -> None:
@@ -554,12 +563,28 @@ class Runtime:
                 result = error_result(f"Tool {spec.name!r} returned a value that cannot be sent: {err}")
         self.finish_call(call_id, result)
 
-    def _emitter(self, call_id: int, progress: bool) -> Callable[[str, tuple[Any, ...]], None]:
+    def _emitter(self, call_id: int, progress: bool, tool: str) -> Callable[[str, tuple[Any, ...]], None]:
         def emit(kind: str, payload: tuple[Any, ...]) -> None:
             if call_id not in self.calls or (kind == "progress" and not progress):
                 return  # not asked for, or the call has answered (MCP: nothing after the response)
             if kind == "log":
                 payload = (payload[0], _json_encode(payload[1]))
+                size = len(payload[1])
+            else:
+                # The types the daemon accepts (it stops a worker that sends others): a wrong one
+                # is the tool's error, raised where it called ctx.progress.
+                value, total, message = payload
+                payload = (float(value), None if total is None else float(total), None if message is None else str(message))
+                size = 0 if message is None else len(payload[2].encode("utf-8", "surrogatepass"))
+            limit = self.worker.max_result_bytes
+            if size > limit:
+                # Not sent: no client accepts a message this large. The call answers with why.
+                what = "log" if kind == "log" else "progress"
+                self._refused.setdefault(call_id, (
+                    f"Tool {tool!r} sent a {what} message of {size:,} bytes, more than the {limit:,} bytes "
+                    "a message may carry (max_message_bytes)"
+                ))
+                return
             self.send([kind, call_id, *payload])
 
         return emit

@@ -16,6 +16,14 @@ The fork server is started sealed (``atomictools._launch``): ``-P``, from ``/``,
 variables but the daemon's own code roots. Started with ``-m`` from the daemon's directory, every
 module there (``ssl.py``) would run in it and in every worker forked from it.
 
+A fork server that is alive but does not answer (a tool sent its parent SIGSTOP; a debugger holds
+it) would hold every later spawn, and with them reloads and attaches. So it has a health check: its
+state is read (Linux: ``/proc``) every second, every quarter second while a spawn waits, and it is
+pinged when it has been quiet for a while; one that is stopped, or has left a spawn or a ping
+unanswered for ``answer_timeout`` seconds, is killed and replaced, as if it had died (its waiting
+spawns are tried once more on the new one). ``info()`` says what the last check found and what the
+last replacement was for.
+
 A ``SpawnError`` is never the module's doing: the caller fails what needed the worker, not the module.
 """
 
@@ -29,6 +37,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from typing import Any
 
 import msgspec
@@ -86,20 +95,38 @@ class _ForkServer:
         self.requests: dict[int, asyncio.Future[int]] = {}
         self.workers: set[int] = set()  # forked and not reported ended
         self.gone = False
+        self.heard = time.monotonic()  # when it last sent anything
+        self.waiting_since: float | None = None  # since when an answer (to a spawn or a ping) is due
+        self.health: asyncio.TimerHandle | None = None
+        self.check_due = 0.0  # when the health check was meant to run
+        self.stopped_checks = 0  # health checks in a row that found it stopped
+        self.pings = itertools.count(1)
+
+    def expect_answer(self) -> None:
+        if self.waiting_since is None:
+            self.waiting_since = time.monotonic()
 
 
 class Spawner:
     """Starts workers through a fork server (started on first use, restarted if it dies)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, start_timeout: float = 30.0) -> None:
+    CHECK_EVERY = 1.0  # seconds between two health checks (a quarter of it while a spawn waits)
+    PING_AFTER = 5.0  # seconds of silence after which it is pinged
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop | None = None, start_timeout: float = 30.0, answer_timeout: float = 5.0
+    ) -> None:
         self._loop = loop
         self._start_timeout = start_timeout
+        self._answer_timeout = answer_timeout
         self._server: _ForkServer | None = None
         self._starting: asyncio.Lock | None = None
         self._exits: dict[int, asyncio.Future[int]] = {}
         self._ids = itertools.count(1)
         self._reaping: asyncio.Future[None] | None = None
         self.lost = 0  # fork servers that died on their own
+        self.replaced = 0  # fork servers stopped or not answering, killed and replaced
+        self.last_problem: str | None = None  # why the last one was replaced
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -127,6 +154,8 @@ class Spawner:
             except (TimeoutError, SpawnError) as exc:
                 self._lost(server)
                 raise SpawnError(f"the fork server did not start: {str(exc) or 'timed out'}") from None
+            server.heard = time.monotonic()
+            self._schedule_check(server, self.CHECK_EVERY)
             return server
 
     def _start(self) -> _ForkServer:
@@ -185,6 +214,7 @@ class Spawner:
             if not data:
                 self._lost(server, unexpected=True)
                 return
+            server.heard = time.monotonic()
             try:
                 message = _decode(data)
                 op = message[0]
@@ -210,12 +240,68 @@ class Spawner:
                     future.set_result(message[2])
             elif op == "ready" and not server.ready.done():
                 server.ready.set_result(None)
+            # It answers in turn: whatever it sent, an answer to what it still owes is due from now.
+            server.waiting_since = server.heard if server.requests else None
 
-    def _lost(self, server: _ForkServer, unexpected: bool = False) -> None:
+    # -- health ---------------------------------------------------------------------------------
+
+    def _check_health(self, server: _ForkServer) -> None:
+        server.health = None
+        if server.gone:
+            return
+        now = time.monotonic()
+        if now - server.check_due > self.CHECK_EVERY and server.waiting_since is not None:
+            # The daemon itself was held up (stopped, starved): what the fork server owes us may be
+            # waiting unread. Its time to answer starts again now.
+            server.waiting_since = now
+        problem = None
+        # Twice in a row: a tracer such as strace stops it for an instant at every system call.
+        server.stopped_checks = server.stopped_checks + 1 if _process_state(server.proc.pid) in _STOPPED else 0
+        if server.stopped_checks >= 2:
+            problem = "was stopped (SIGSTOP, or a debugger)"
+        elif server.waiting_since is not None and now - server.waiting_since > self._answer_timeout:
+            problem = f"did not answer for {self._answer_timeout:g} s"
+        if problem is not None:
+            self._replace(server, problem)
+            return
+        if server.waiting_since is None and now - server.heard >= self.PING_AFTER:
+            try:
+                server.control.send(_encode(["ping", next(server.pings)]))
+                server.expect_answer()
+            except BlockingIOError:
+                pass  # its queue is full: requests wait in it, and they are timed already
+            except OSError:
+                self._lost(server, unexpected=True)
+                return
+        self._schedule_check(server, self.CHECK_EVERY / 4 if server.requests else self.CHECK_EVERY)
+
+    def _schedule_check(self, server: _ForkServer, delay: float) -> None:
+        server.check_due = time.monotonic() + delay
+        server.health = self.loop.call_later(delay, self._check_health, server)
+
+    def _replace(self, server: _ForkServer, problem: str) -> None:
+        """Kill a fork server that cannot serve, so that the next spawn starts a new one."""
+        pid = server.proc.pid
+        self.replaced += 1
+        self.last_problem = f"the fork server (pid {pid}) {problem}; it was replaced"
+        log.warning(
+            "the fork server (pid %d) %s; replacing it (%d worker(s) end with it)", pid, problem, len(server.workers),
+            extra={"event": "forkserver.replace", "data": {"pid": pid, "problem": problem, "workers": sorted(server.workers)}},
+        )
+        try:
+            os.kill(pid, signal.SIGKILL)  # SIGKILL reaches a stopped process too
+        except ProcessLookupError:
+            pass
+        self._lost(server, unexpected=True, why=problem)
+
+    def _lost(self, server: _ForkServer, unexpected: bool = False, why: str = "exited") -> None:
         """The fork server is gone (or being stopped): fail its waiting requests, end its workers."""
         if server.gone:
             return
         server.gone = True
+        if server.health is not None:
+            server.health.cancel()
+            server.health = None
         if self._server is server:
             self._server = None
         for fd in (server.control.fileno(), server.alive_fd):
@@ -229,7 +315,7 @@ class Spawner:
             pass
         server.control.close()
         os.close(server.alive_fd)
-        error = _ForkServerGone("the fork server exited")
+        error = _ForkServerGone(f"the fork server {why}")
         if not server.ready.done():
             server.ready.set_exception(error)
             server.ready.exception()  # retrieved: the starter reports it
@@ -243,8 +329,8 @@ class Spawner:
             # workers): do it here. Their pids still hold those ids while anything is left in them.
             kill_worker_processes(server.workers)
             log.warning(
-                "the fork server (pid %d) exited; %d worker(s) died with it; the next worker starts a new one",
-                server.proc.pid, len(server.workers),
+                "the fork server (pid %d) %s; %d worker(s) died with it; the next worker starts a new one",
+                server.proc.pid, why, len(server.workers),
                 extra={"event": "forkserver.exit", "data": {"pid": server.proc.pid, "workers": sorted(server.workers)}},
             )
         for pid in server.workers:
@@ -292,6 +378,7 @@ class Spawner:
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
         server.requests[request_id] = future
+        server.expect_answer()
         message = _encode(["spawn", request_id, msgspec.json.encode(spec)])
         try:
             while True:
@@ -308,6 +395,8 @@ class Spawner:
             raise _ForkServerGone(f"cannot reach the fork server ({exc})") from exc
         except BaseException:
             server.requests.pop(request_id, None)
+            if not server.requests:
+                server.waiting_since = None  # it was never asked: no answer is due
             ours.close()
             raise
         finally:
@@ -342,7 +431,41 @@ class Spawner:
             await self._reaping
 
     def info(self) -> dict[str, Any]:
-        return {"pid": self.pid, "workers": sum(1 for f in self._exits.values() if not f.done()), "lost": self.lost}
+        """For status: the fork server's pid and state, and what became of the ones before it.
+
+        ``state`` is ``"running"``, ``"stopped"``, ``"not answering"`` (a spawn or a ping is late;
+        the health check replaces it once ``answer_timeout`` has passed) or None (none runs: the
+        next spawn starts one). ``problem`` says what is wrong now, else why the last one was replaced.
+        """
+        state = None
+        problem = self.last_problem
+        server = self._server
+        pid = self.pid
+        if server is not None and pid is not None:
+            state = "running"
+            waited = time.monotonic() - server.waiting_since if server.waiting_since is not None else 0.0
+            if _process_state(pid) in _STOPPED:
+                state = "stopped"
+                problem = f"the fork server (pid {pid}) is stopped (SIGSTOP, or a debugger); it is being replaced"
+            elif waited > 1.0:
+                state = "not answering"
+                problem = f"the fork server (pid {pid}) has not answered for {waited:.1f} s"
+        return {
+            "pid": pid, "state": state, "workers": sum(1 for f in self._exits.values() if not f.done()),
+            "lost": self.lost, "replaced": self.replaced, "problem": problem,
+        }
+
+
+_STOPPED = ("T", "t")  # stopped by a signal; stopped by a tracer
+
+
+def _process_state(pid: int) -> str | None:
+    """The one-letter state Linux gives a process (``R``, ``S``, ``T``, ...); None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def _fd_cause(exc: OSError) -> str:

@@ -4,12 +4,23 @@ A ``Worker`` is an ``asyncio.Protocol`` over the daemon's end of the worker's ch
 and cancellations, routes results, progress and logs back to each ``Call``, writes what the worker
 printed to the event log (``tool.output``), and when the channel closes it fails the calls still in
 flight with a result that names how the process ended.
+
+A worker runs a tool's code, which can write anything on the channel, so nothing it sends is passed
+on as it came. Every frame is bounded (``max_message_bytes``, judged from its header) and decoded as
+one of the messages a worker may send, with their types; a result, a log message or a progress
+message reaches only the call it names, and only re-encoded by the daemon, so no bytes of a tool's
+reach a client but as the well-formed answer or notification of its own call. A message too large
+for a client, or not the JSON it should hold, fails its call with ``isError``. A frame that cannot
+be read (too large, not a worker message, out of turn) means the channel can no longer be trusted:
+the worker is killed, its calls answer with the reason, and the next call starts a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import select
 import signal
 import time
 from typing import TYPE_CHECKING, Any, Protocol
@@ -17,7 +28,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from atomictoolsd.eventlog import events
-from atomictoolsd.workers.channel import FrameReader, encode_frame, error_result
+from atomictoolsd.workers.channel import (
+    FRAME_OVERHEAD,
+    Failed,
+    FrameError,
+    FrameReader,
+    FrameTooLarge,
+    Loaded,
+    Log,
+    Output,
+    Progress,
+    Result,
+    WorkerMessage,
+    encode_frame,
+    error_result,
+)
 from atomictoolsd.workers.output import CHUNK_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, SpawnError, describe_status
 
@@ -25,6 +50,26 @@ if TYPE_CHECKING:
     from atomictoolsd.workers.pool import ModuleRunner
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "Worker", "error_result"]
+
+log = logging.getLogger("atomictoolsd.workers")
+
+
+class _CallToolResult(msgspec.Struct, omit_defaults=True):
+    """The shape of a result the daemon relays; what a worker sent is decoded into it and re-encoded."""
+
+    content: list[dict[str, Any]]
+    structuredContent: Any = msgspec.UNSET  # noqa: N815 - MCP's name
+    meta: dict[str, Any] | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="_meta")
+    isError: bool = False  # noqa: N815 - last, as in error_result(): the pool reads an error from the end
+
+
+_decode_result = msgspec.json.Decoder(_CallToolResult).decode
+_decode_json = msgspec.json.Decoder().decode
+_encode_json = msgspec.json.Encoder().encode
+
+
+def _too_large(what: str, size: int, limit: int) -> str:
+    return f"{what} of {size:,} bytes, more than the {limit:,} bytes a message may carry (max_message_bytes)"
 
 
 class CallOwner(Protocol):
@@ -118,13 +163,18 @@ class Call:
         if self.done:
             return
         self.done = True
+        self.runner.record_cancelled(self)
         self.runner.stop_call(self)
 
     def expire(self) -> None:
         """The timeout fired: answer with an error, then stop the work."""
+        self.fail(f"Tool {self.tool!r} timed out after {self.timeout:g} s")
+
+    def fail(self, text: str) -> None:
+        """Answer with an error saying ``text``, then stop the work (the worker lives on)."""
         if self.done:
             return
-        self.finish(error_result(f"Tool {self.tool!r} timed out after {self.timeout:g} s"))
+        self.finish(error_result(text))
         self.runner.stop_call(self)
 
 
@@ -147,7 +197,10 @@ class Worker(asyncio.Protocol):
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
         self.source: list[int] | None = None  # [size, crc32] of the module file's bytes it loaded
         self.helpers: list[list[Any]] = []  # [path, size, crc32] of the bytes it loaded from each helper
-        self._reader = FrameReader()
+        self.max_message = runner.pool.settings.max_result_bytes
+        self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
+        self._trusted = True  # until it sends what no worker runtime sends
+        self.strays = 0  # results it sent for calls it is not running (dropped)
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
         exit_status.add_done_callback(self._on_exit_status)
@@ -158,35 +211,62 @@ class Worker(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if not self._trusted:
+            return
         try:
             messages = self._reader.feed(data)
-        except (ValueError, msgspec.DecodeError) as exc:
-            self.cause = f"sent a corrupt message ({exc})"
-            self.kill()
+        except FrameError as exc:
+            self._handle(exc.messages)  # what came whole before it is as good as ever
+            what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
+            self._distrust(f"sent {what}")
             return
+        self._handle(messages)
+
+    def _handle(self, messages: list[Any]) -> None:
         for message in messages:
-            op = message[0]
-            if op == "result":
-                self._on_result(message[1], message[2])
-            elif op == "progress":
-                call = self.pending.get(message[1])
-                if call is not None and not call.done and call.progress_token is not None:
-                    call.owner.call_progress(call, message[2], message[3], message[4])
-            elif op == "log":
-                call = self.pending.get(message[1])
-                if call is not None and not call.done:
-                    call.owner.call_log(call, message[2], message[3])
-            elif op == "output":
-                self._on_output(message[1], message[2], message[3])
-            elif op == "loaded" and not self.loaded.done():
+            if not self._trusted:
+                return
+            kind = type(message)
+            if kind is Result:
+                self._on_result(message.call_id, message.result)
+            elif kind is Progress:
+                self._on_progress(message)
+            elif kind is Log:
+                self._on_log(message)
+            elif kind is Output:
+                self._on_output(message.fd, message.data, message.dropped)
+            elif self.loaded.done():  # a load report, and the worker has made its one already
+                self._distrust(f"sent a second load report ({message.__struct_config__.tag!r})")
+            elif kind is Loaded:
                 self.state = "ready"
-                self.problems = message[3] if len(message) > 3 else []
-                self.deps = message[4] if len(message) > 4 else []
-                self.source = message[5] if len(message) > 5 else None
-                self.helpers = message[6] if len(message) > 6 else []
-                self.loaded.set_result((message[1], message[2]))
-            elif op == "failed" and not self.loaded.done():
-                self.loaded.set_exception(LoadFailed(message[1]))
+                self.problems = message.problems
+                self.deps = [list(dep) for dep in message.deps]
+                self.source = message.source
+                self.helpers = [list(helper) for helper in message.helpers]
+                self.loaded.set_result((message.definitions, message.load_ms))
+            elif kind is Failed:
+                self.loaded.set_exception(LoadFailed(message.info))
+
+    def _distrust(self, cause: str) -> None:
+        """The worker sent what its runtime never sends: read nothing more from it, and kill it."""
+        if not self._trusted:
+            return
+        self._trusted = False
+        self.cause = cause
+        self.kill()
+
+    def unread(self) -> bool:
+        """Whether bytes from the worker wait to be read (part of a frame, or on the channel)."""
+        if self._reader.partial:
+            return True
+        sock = self._transport.get_extra_info("socket") if self._transport is not None else None
+        if sock is None:
+            return False
+        try:
+            readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return bool(readable)
 
     def _on_exit_status(self, status: asyncio.Future[int]) -> None:
         # Died with the fork server: the daemon learns it from the fork server's pipe, possibly
@@ -256,12 +336,58 @@ class Worker(asyncio.Protocol):
         call = self.pending.pop(call_id, None)
         self.abandoned.discard(call_id)
         self.last_used = time.monotonic()
-        if call is not None:
-            call.finish(result if result is not None else error_result(f"Tool {call.tool!r} was cancelled"))
+        if call is None:
+            # The runtime answers each call it was given once: this one it was never given, or has
+            # answered. A tool wrote it; it reaches no one (and the log hears of it once a worker).
+            self.strays += 1
+            if self.strays == 1:
+                log.warning(
+                    "worker %d of %s sent a result for call %d, which it is not running; dropped",
+                    self.pid, self.runner.spec.path, call_id,
+                    extra={"event": "worker.stray_result", "data": {"pid": self.pid, "module": self.runner.spec.path, "call": call_id}},
+                )
+        elif result is None:
+            call.finish(error_result(f"Tool {call.tool!r} was cancelled"))
+        elif not call.done:
+            call.finish(self._checked_result(call, result))
         if self.runner.backoff.crashes:
             self.runner.served()
         if self.state == "retiring" and self.live_calls() == 0:
             self.close()
+
+    def _checked_result(self, call: Call, result: bytes) -> bytes:
+        """The result re-encoded by the daemon, or an error saying why it cannot be relayed."""
+        if len(result) > self.max_message:
+            return error_result(f"Tool {call.tool!r} sent {_too_large('a result', len(result), self.max_message)}")
+        try:
+            return _encode_json(_decode_result(result))
+        except msgspec.DecodeError as exc:
+            return error_result(f"Tool {call.tool!r} sent a malformed result ({exc}); it was not relayed")
+
+    def _on_progress(self, message: Progress) -> None:
+        call = self.pending.get(message.call_id)
+        if call is None or call.done or call.progress_token is None:
+            return  # answered already (MCP: nothing after the response), or not asked for
+        if message.message is not None and len(message.message) > self.max_message // 4:
+            size = len(message.message.encode("utf-8", "surrogatepass"))
+            if size > self.max_message:
+                call.fail(f"Tool {call.tool!r} sent {_too_large('a progress message', size, self.max_message)}")
+                return
+        call.owner.call_progress(call, message.progress, message.total, message.message)
+
+    def _on_log(self, message: Log) -> None:
+        call = self.pending.get(message.call_id)
+        if call is None or call.done:
+            return
+        if len(message.data) > self.max_message:
+            call.fail(f"Tool {call.tool!r} sent {_too_large('a log message', len(message.data), self.max_message)}")
+            return
+        try:
+            data = _encode_json(_decode_json(message.data))
+        except msgspec.DecodeError as exc:
+            call.fail(f"Tool {call.tool!r} sent a malformed log message ({exc}); it was not relayed")
+            return
+        call.owner.call_log(call, message.level, data)
 
     def live_calls(self) -> int:
         """Calls whose caller still waits for this worker's answer."""

@@ -1,0 +1,373 @@
+"""Tools that attack the daemon from inside their worker: they find their channel and write forged,
+oversized and malformed frames on it, stop the fork server with SIGSTOP, or flood ``ctx.log``. And
+the daemon frozen while a call finishes.
+
+What holds: a client sees only well-formed answers of its own calls (isError naming what went wrong,
+or the tool's own result), never bytes a tool wrote; the daemon's memory does not follow what a tool
+announces or sends; a stopped fork server is replaced, and spawns, attaches and reloads answer while
+status names what happened; a result that was waiting when a frozen daemon woke beats its timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import Daemon, Env, RawConnection, wait_for
+
+LIMIT = 1 << 20  # max_message_bytes for the frame matrix: the attacks go far past it
+
+# The attacker: finds the worker runtime (it holds the channel socket and the lock every sender
+# takes, so that a forged frame is whole and on its own) and writes what it is told to.
+HOSTILE = '''
+    import gc, os, struct, time
+    import msgspec
+    from atomictools import Context, tool
+
+    _last = []
+
+    def _runtime():
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "Runtime" and hasattr(obj, "sock"):
+                return obj
+        raise RuntimeError("no runtime found")
+
+    def _write(rt, data):
+        with rt._send_lock:
+            rt.sock.sendall(data)
+
+    def _frame(message):
+        body = msgspec.msgpack.encode(message)
+        return struct.pack(">I", len(body)) + body
+
+    SPLICE = b'{"content":[]},"id":"ghost"'
+    NEWLINE = b'{"content":[]}}\\n{"jsonrpc":"2.0","id":"ghost","result":{"content":[]}}'
+
+    @tool
+    def remember() -> str:
+        _last.append(max(_runtime().calls))
+        return "noted"
+
+    @tool
+    def attack(kind: str, ctx: Context) -> str:
+        rt = _runtime()
+        me = max(rt.calls)  # the only call in flight is this one
+        frames = {
+            "splice result": ["result", me, SPLICE],
+            "newline result": ["result", me, NEWLINE],
+            "result not an object": ["result", me, b'[1,2]'],
+            "content not a list": ["result", me, b'{"content":"ghost"}'],
+            "result for an unknown call": ["result", 10**9, NEWLINE],
+            "result for an answered call": ["result", _last[-1] if _last else 1, NEWLINE],
+            "call id a string": ["result", str(me), SPLICE],
+            "call id a bool": ["result", True, SPLICE],
+            "call id a float": ["result", float(me), SPLICE],
+            "result not bytes": ["result", me, {"content": [], "id": "ghost"}],
+            "extra field": ["result", me, b'{"content":[]}', "ghost"],
+            "missing field": ["result", me],
+            "log spliced": ["log", me, "info", b'1},"id":"ghost"'],
+            "log level unknown": ["log", me, "shout", b'"x"'],
+            "log data not bytes": ["log", me, "info", {"id": "ghost"}],
+            "progress not a number": ["progress", me, "ghost", None, None],
+            "output fd unknown": ["output", 7, b"x", 0],
+            "unknown kind": ["ghost", me, b"{}"],
+            "not an array": {"id": "ghost"},
+            "a bare number": 42,
+            "second load report": ["loaded", [{"name": "ghost", "description": "", "inputSchema": {}}], 1.0],
+            "load failure after load": ["failed", {"message": "ghost"}],
+            "log over the limit": ["log", me, "info", msgspec.json.encode("x" * (LIMIT + 4096))],
+            "progress over the limit": ["progress", me, 1.0, None, "x" * (LIMIT + 4096)],
+            "result over the limit": ["result", me, b'{"content":[{"type":"text","text":"' + b"x" * (LIMIT + 4096) + b'"}]}'],
+            "frame over the limit": ["output", 2, b"x" * (LIMIT + 200_000), 0],
+        }
+        if kind in frames:
+            _write(rt, _frame(frames[kind]))
+        elif kind == "not msgpack":
+            _write(rt, struct.pack(">I", 4) + b"\\xc1\\xc1\\xc1\\xc1")
+        elif kind == "empty frame":
+            _write(rt, struct.pack(">I", 0))
+        elif kind == "announces 700 MB":
+            chunk = b"x" * (1 << 20)
+            with rt._send_lock:
+                rt.sock.sendall(struct.pack(">I", 700 << 20))
+                for _ in range(64):  # what a daemon that believes the header would hold
+                    rt.sock.sendall(chunk)
+        elif kind == "ctx.log 48 MB":
+            ctx.log("info", "x" * (48 << 20))
+        elif kind == "ctx.progress 48 MB":
+            ctx.progress(1, 2, "x" * (48 << 20))
+        else:
+            raise ValueError(kind)
+        time.sleep(0.3)  # a worker the daemon kills for its frame dies here, before it answers
+        return "survived"
+
+    @tool
+    def echo(text: str) -> str:
+        return text
+'''.replace("LIMIT", str(LIMIT))
+
+OTHER = '''
+    def other() -> str:
+        return "unaffected"
+'''
+
+# What the client must see for each attack: the tool's own answer, or an error of its own call
+# that says what the worker did.
+MALFORMED = "failed: its worker process sent a malformed message"
+TOO_LARGE = f"more than the {LIMIT:,} bytes a message may carry (max_message_bytes)"
+EXPECTED = {
+    "splice result": "sent a malformed result",
+    "newline result": "sent a malformed result",
+    "result not an object": "sent a malformed result",
+    "content not a list": "sent a malformed result",
+    "result for an unknown call": "survived",
+    "result for an answered call": "survived",
+    "call id a string": MALFORMED,
+    "call id a bool": MALFORMED,
+    "call id a float": MALFORMED,
+    "result not bytes": MALFORMED,
+    "extra field": MALFORMED,
+    "missing field": MALFORMED,
+    "log spliced": "sent a malformed log message",
+    "log level unknown": MALFORMED,
+    "log data not bytes": MALFORMED,
+    "progress not a number": MALFORMED,
+    "output fd unknown": MALFORMED,
+    "unknown kind": MALFORMED,
+    "not an array": MALFORMED,
+    "a bare number": MALFORMED,
+    "not msgpack": MALFORMED,
+    "empty frame": MALFORMED,
+    "second load report": "failed: its worker process sent a second load report",
+    "load failure after load": "failed: its worker process sent a second load report",
+    "log over the limit": "sent a log message of 1,052,674 bytes, " + TOO_LARGE,
+    "progress over the limit": "sent a progress message of 1,052,672 bytes, " + TOO_LARGE,
+    "result over the limit": "sent a result of 1,052,711 bytes, " + TOO_LARGE,
+    "frame over the limit": f"failed: its worker process sent a message of 1,248,591 bytes, {TOO_LARGE}",
+    "announces 700 MB": f"failed: its worker process sent a message of 734,003,200 bytes, {TOO_LARGE}",
+    "ctx.log 48 MB": "sent a log message of 50,331,650 bytes, " + TOO_LARGE,
+    "ctx.progress 48 MB": "sent a progress message of 50,331,648 bytes, " + TOO_LARGE,
+}
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's resident high-water mark (what it held at its worst), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return psutil.Process(pid).memory_info().rss
+
+
+def _call(raw: RawConnection, request_id: str, name: str, arguments: dict, progress: bool = False) -> tuple[dict, list[dict]]:  # type: ignore[type-arg]
+    """Call a tool; return its response and the notifications that came before it. Every line the
+    daemon sends must be JSON, and every response must be this call's."""
+    params: dict = {"name": name, "arguments": arguments}  # type: ignore[type-arg]
+    if progress:
+        params["_meta"] = {"progressToken": request_id}
+    raw.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+    notes = []
+    while True:
+        line = raw.file.readline()
+        assert line, "the daemon closed the connection"
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        message = json.loads(line)  # raises on anything that is not one JSON value
+        assert message.get("jsonrpc") == "2.0", message
+        if "method" in message:
+            assert "id" not in message, f"a request from the daemon: {message}"
+            assert message["method"] in ("notifications/message", "notifications/progress", "notifications/tools/list_changed"), message
+            if message["method"] == "notifications/progress":
+                assert message["params"]["progressToken"] == request_id, message
+            notes.append(message)
+            continue
+        assert message.get("id") == request_id, f"an answer that is not this call's: {str(message)[:300]}"
+        assert set(message) == {"jsonrpc", "id", "result"}, str(message)[:300]
+        return message, notes
+
+
+def _text(response: dict) -> str:  # type: ignore[type-arg]
+    result = response["result"]
+    assert isinstance(result["content"], list)
+    return "".join(block.get("text", "") for block in result["content"])
+
+
+def test_forged_oversized_and_malformed_frames_reach_no_client(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "hostile.py", HOSTILE)
+    env.write_tool(env.global_tools, "other.py", OTHER)
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_MAX_MESSAGE_BYTES": str(LIMIT)})
+    outcomes: dict[str, str] = {}
+    with daemon.raw() as raw, daemon.raw() as bystander:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        raw.request("logging/setLevel", {"level": "debug"})
+        bystander.request("atomic/attach", {"directory": str(env.project)})
+        response, _ = _call(raw, "warm", "hostile_echo", {"text": "hi"})
+        assert _text(response) == "hi"
+        _call(bystander, "warm", "other", {})
+        baseline = _peak_rss(daemon.pid)
+        for n, kind in enumerate(EXPECTED):
+            _call(raw, f"r{n}", "hostile_remember", {})
+            response, notes = _call(raw, f"a{n}", "hostile_attack", {"kind": kind}, progress="progress" in kind)
+            text = _text(response)
+            outcomes[kind] = text
+            assert EXPECTED[kind] in text, f"{kind}: {text[:300]}"
+            assert response["result"].get("isError", False) == (EXPECTED[kind] != "survived"), (kind, text[:300])
+            assert not notes, f"{kind}: a tool's message reached the client: {str(notes)[:300]}"
+            # The connection, the module (a new worker where its channel was not to be trusted)
+            # and other modules serve on.
+            assert _text(_call(raw, f"e{n}", "hostile_echo", {"text": kind})[0]) == kind
+            assert _text(_call(bystander, f"b{n}", "other", {})[0]) == "unaffected"
+        grown = _peak_rss(daemon.pid) - baseline
+        # Nothing came to the bystander but its own answers (checked line by line in _call); and
+        # nothing else is waiting for it.
+        bystander.sock.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            bystander.file.readline()
+    assert grown < 48 << 20, f"the daemon's peak RSS grew by {grown / 2**20:.0f} MiB"
+    killed = sum(1 for text in outcomes.values() if "its worker process sent" in text)
+    record(
+        f"{len(EXPECTED)} hostile frames (forged, spliced, mistyped, out of turn, oversized, a 700 MB header, "
+        f"48 MB ctx.log/progress): each client saw only its own call's well-formed answer; {killed} workers "
+        f"replaced; daemon peak RSS +{grown / 2**20:.1f} MiB"
+    )
+
+
+STOPPER = '''
+    import os, signal
+
+    def stopper() -> str:
+        os.kill(os.getppid(), signal.SIGSTOP)
+        return str(os.getppid())
+'''
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_stopped_fork_server_is_replaced(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A tool stops its parent, the fork server: spawns, attaches and reloads still answer, and
+    status says what happened."""
+    env.write_tool(env.global_tools, "stopper.py", STOPPER)
+    make_daemon()
+    stopped: list[int] = []
+    try:
+        with RawConnection(env.socket, timeout=30) as raw:
+            raw.request("atomic/attach", {"directory": str(env.project)})
+            response, _ = _call(raw, "stop", "stopper", {})
+            fork_pid = int(_text(response))
+            stopped.append(fork_pid)
+            status = raw.request("atomic/status")["result"]["forkserver"]
+            assert "stopped" in (status.get("problem") or ""), status
+            assert str(fork_pid) in status["problem"], status
+
+            bound = 15.0  # seconds; the fork server is checked every second
+            started = time.monotonic()
+            env.write_tool(env.global_tools, "fresh.py", "def fresh() -> str:\n    return 'fresh'\n")
+            wait_for(lambda: any(t["name"] == "fresh" for t in raw.request("tools/list")["result"]["tools"]),
+                     timeout=bound, message="the new module to be listed")
+            assert _text(_call(raw, "fresh", "fresh", {})[0]) == "fresh"
+            fresh_s = time.monotonic() - started
+
+            project = env.root / "other-project"
+            env.write_tool(project / ".atomic" / "tools", "local.py", "def local() -> str:\n    return 'local'\n")
+            started = time.monotonic()
+            with RawConnection(env.socket, timeout=bound) as other:
+                attached = other.request("atomic/attach", {"directory": str(project)})
+                assert "result" in attached, attached
+                assert _text(_call(other, "local", "local", {})[0]) == "local"
+            attach_s = time.monotonic() - started
+
+            started = time.monotonic()
+            reloaded = raw.request("atomic/reload")
+            assert reloaded["result"]["success"] is True, reloaded
+            reload_s = time.monotonic() - started
+
+            status = raw.request("atomic/status")["result"]["forkserver"]
+            assert status["pid"] not in (None, fork_pid), status
+            assert status["state"] == "running" and status["replaced"] >= 1, status
+            assert status["problem"] == f"the fork server (pid {fork_pid}) was stopped (SIGSTOP, or a debugger); it was replaced"
+            assert not psutil.pid_exists(fork_pid) or psutil.Process(fork_pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        for pid in stopped:
+            if _stopped(pid):
+                os.kill(pid, signal.SIGCONT)  # the daemon's stop ends it
+    record(
+        f"fork server SIGSTOPped by a tool: replaced; a new module answered its first call in {fresh_s:.1f} s, "
+        f"a new project's attach and call in {attach_s:.1f} s, reload in {reload_s:.1f} s; status named the stop"
+    )
+
+
+NAP = '''
+    import time
+    from atomictools import tool
+
+    @tool(timeout=2)
+    def nap() -> str:
+        time.sleep(1)
+        return "finished in time"
+'''
+
+
+def test_a_result_waiting_when_the_daemon_wakes_beats_its_timeout(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "nap.py", NAP)
+    daemon: Daemon = make_daemon()
+    outcomes = []
+    for _ in range(2):
+        try:
+            with daemon.raw() as raw:
+                raw.request("atomic/attach", {"directory": str(env.project)})
+                raw.send({"jsonrpc": "2.0", "id": "nap", "method": "tools/call", "params": {"name": "nap", "arguments": {}}})
+                with daemon.raw() as watcher:
+                    wait_for(lambda: any(m["inflight"] for m in watcher.request("atomic/status")["result"]["modules"]),
+                             message="the call to start")
+                os.kill(daemon.pid, signal.SIGSTOP)
+                time.sleep(3)  # the call finishes after 1 s; its deadline passes at 2 s
+                os.kill(daemon.pid, signal.SIGCONT)
+                response = raw.recv()
+                assert response["id"] == "nap"
+                outcomes.append(_text(response))
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+    assert outcomes == ["finished in time"] * 2, outcomes
+    record("daemon SIGSTOPped past 2 calls' deadlines while they finished: after SIGCONT each answered with its result")
+
+
+SLOW_IMPORT = '''
+    import time
+    from pathlib import Path
+
+    Path({mark!r}).write_text("importing")
+    time.sleep(1)
+
+    def slow_import() -> str:
+        return "loaded in time"
+'''
+
+
+def test_a_load_report_waiting_when_the_daemon_wakes_beats_the_load_timeout(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    mark = env.root / "importing"
+    env.write_tool(env.global_tools, "slow_import.py", SLOW_IMPORT.format(mark=str(mark)))
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_LOAD_TIMEOUT": "2"})
+    try:
+        with RawConnection(env.socket, timeout=30) as raw:
+            raw.send({"jsonrpc": "2.0", "id": "list", "method": "tools/list"})  # starts the load if nothing has
+            wait_for(mark.exists, message="the module's import to start")
+            os.kill(daemon.pid, signal.SIGSTOP)
+            time.sleep(3)  # the import ends after 1 s; the load timeout passes at 2 s
+            os.kill(daemon.pid, signal.SIGCONT)
+            wait_for(lambda: any(t["name"] == "slow_import" for t in raw.request("tools/list")["result"]["tools"]),
+                     timeout=5, message="the module to be listed")
+            assert _text(_call(raw, "call", "slow_import", {})[0]) == "loaded in time"
+            module = next(m for m in raw.request("atomic/status")["result"]["modules"] if m["path"].endswith("slow_import.py"))
+            assert not module.get("error") and "longer" not in str(module.get("last_error")), module
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    record("daemon SIGSTOPped past a module's load timeout while it finished importing: after SIGCONT the module loaded")
