@@ -43,6 +43,7 @@ import msgspec
 from atomictoolsd import __version__
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config import Config
+from atomictoolsd.confinement import judge
 from atomictoolsd.defcache import DefinitionCache
 from atomictoolsd.eventlog import events
 from atomictoolsd.idle_projects import ProjectReaper
@@ -203,6 +204,7 @@ class Server:
             builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
             # self.config, not config: SIGHUP may replace it, trust_all included.
             trusted=lambda root: self.config.trust_all or self.trust.is_trusted(root),
+            judge=lambda tools_dir: judge(tools_dir, self.config, self.trust, paths.home),
             cache=DefinitionCache(paths.cache_dir / "definitions"),
             load_wait=config.load_wait,
         )
@@ -234,6 +236,7 @@ class Server:
         self.monitor = WorkerMonitor()
         self.components += [self.watcher, self.monitor, ProjectReaper()]
         self.status_sections["watcher"] = self.watcher.info
+        self.status_sections["sandbox"] = _sandbox_support
         self.status_sections["monitor"] = self.monitor.info
         if self.registry.cache is not None:
             self.status_sections["cache"] = self.registry.cache.info
@@ -567,6 +570,12 @@ class Server:
                     "written": events.written, "dropped": events.dropped},
             **{name: section() for name, section in self.status_sections.items()},
         }
+
+
+def _sandbox_support() -> dict[str, Any]:
+    from atomictoolsd.workers.sandbox import support  # ctypes: only when someone asks
+
+    return support()
 
 
 def _worker_cwd(home: Path) -> Path:

@@ -661,6 +661,7 @@ class Session(asyncio.Protocol):
             counts[source] = counts.get(source, 0) + 1
         result: dict[str, Any] = {
             "root": str(self.project.root) if self.project.root else None,
+            "trust": self.project.trust_level(),
             "tools": [t.listing() for t in tools],
             "counts": counts,
             "errors": view.errors,

@@ -70,3 +70,13 @@ def test_socket_path_lookup_is_standard_library_only() -> None:
 def test_the_registry_knows_nothing_of_sockets_or_sessions() -> None:
     loaded = modules_after("import atomictoolsd.registry")
     assert not loaded & {"atomictoolsd.session", "atomictoolsd.server"}
+
+
+def test_the_sandbox_needs_only_the_standard_library() -> None:
+    # It moves with the worker runtime and runs in a worker before the tool module: nothing of the
+    # daemon, and nothing outside the standard library.
+    loaded = modules_after("import atomictoolsd.workers.sandbox")
+    assert not {m for m in loaded if m.startswith("atomictoolsd.") and m not in {"atomictoolsd.workers", "atomictoolsd.workers.sandbox"}}
+    assert not loaded & {"msgspec", "uvloop", "watchfiles", "psutil", "platformdirs"}
+    # And workers that are not confined never import it.
+    assert "atomictoolsd.workers.sandbox" not in modules_after("import atomictoolsd.workers.runtime, atomictoolsd.workers.forkserver")

@@ -84,6 +84,11 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     truncate_bytes: int = 50 * 1024
     spill_dir: str = ""
     max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
+    # Set for a worker that must run confined (``sandbox.confine``): {"read": [...], "write":
+    # [...], "net": bool}. None: it runs with the user's full rights.
+    sandbox: dict[str, Any] | None = None
+    temp_dir: str = ""  # a confined worker's private TMPDIR, made and removed by the fork server
+    runtime_paths: list[str] = []  # what a confined worker reads of the Python runtime
 
 
 class LoadFailure(Exception):
@@ -124,6 +129,7 @@ def _load_python(path: str) -> list[ToolSpec]:
         sys.path.append(directory)
     install_source_only_finder(directory)
     name = _module_name(stem)
+    _declared.clear()
     spec = importlib.util.spec_from_file_location(name, path, loader=SourceOnlyLoader(name, path))
     if spec is None or spec.loader is None:
         raise LoadFailure(path, None, "not a loadable Python file")
@@ -136,10 +142,15 @@ def _load_python(path: str) -> list[ToolSpec]:
             f"SyntaxError: {exc.msg}" if isinstance(exc, SyntaxError) else f"{type(exc).__name__}: {exc}"
         )
         raise LoadFailure(path, _error_line(exc, path), message, traceback.format_exc()) from None
+    if hasattr(module, "__atomic_sandbox__"):
+        _declared["sandbox"] = module.__atomic_sandbox__
     try:
         return collect_tools(vars(module), name, stem)
     except SchemaError as exc:
         raise LoadFailure(path, None, str(exc)) from None
+
+
+_declared: dict[str, Any] = {}  # what the module just loaded declared of itself (__atomic_sandbox__)
 
 
 def _load_declarative(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
@@ -629,6 +640,17 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         with send_lock:
             sock.sendall(frame)
 
+    if spec.sandbox is not None:
+        from atomictoolsd.workers import sandbox  # imported by the fork server before it forks a confined worker
+
+        # Before the first thread (Landlock binds the calling thread and what it starts) and
+        # before the module's first line: nothing of it ever runs unconfined.
+        try:
+            sandbox.confine(spec.sandbox, spec.runtime_paths, spec.temp_dir, spec.spill_dir)
+        except sandbox.SandboxError as exc:
+            send(["failed", {"file": spec.path, "line": None, "traceback": "",
+                             "message": f"not loaded: its project is trusted with --sandbox, and {exc}"}])
+            _exit()
     capture_output(send)  # first: what the module prints while it loads is the author's clue
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
@@ -650,6 +672,14 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     except BaseException as exc:  # noqa: BLE001 - report anything, then go
         send(["failed", {"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}])
         _exit()
+    if spec.sandbox is not None and "sandbox" in _declared:
+        from atomictoolsd.workers import sandbox
+
+        try:
+            sandbox.narrow(_declared["sandbox"], spec.sandbox, spec.temp_dir, spec.spill_dir)
+        except sandbox.SandboxError as exc:
+            send(["failed", {"file": spec.path, "line": None, "traceback": "", "message": str(exc)}])
+            _exit()
     load_ms = (time.perf_counter() - started) * 1000
     runtime = Runtime(sock, tools, spec, send_lock)
     deps = imported_from(directory, spec.path)
@@ -666,7 +696,12 @@ def serve(fd: int, spec: WorkerSpec) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Cold start, without the fork server: ``python -m atomictoolsd.workers.runtime FD SPEC_JSON``."""
     args = sys.argv[1:] if argv is None else argv
-    serve(int(args[0]), msgspec.json.decode(args[1], type=WorkerSpec))
+    spec = msgspec.json.decode(args[1], type=WorkerSpec)
+    if spec.sandbox is not None and not spec.runtime_paths:
+        from atomictoolsd.workers import sandbox
+
+        spec.runtime_paths = sandbox.runtime_read_paths()
+    serve(int(args[0]), spec)
 
 
 if __name__ == "__main__":
