@@ -10,7 +10,11 @@ Measured here, with a one-line tool module (its import is a fraction of a millis
   request → pid (the fork), and request → the worker's ``loaded`` message (fork, runtime set-up, the
   module's import, its schemas), sequentially, each worker closed before the next;
 - **cold**: ``python -m atomictoolsd.workers.runtime.main`` started with ``subprocess`` (``sys.executable``,
-  never a pyenv shim), request → ``loaded``: what every spawn would cost without the fork server.
+  never a pyenv shim), request → ``loaded``: what every spawn would cost without the fork server;
+- **confined** (``trust --sandbox``, where the kernel has Landlock ABI 6+): the same fork-server
+  spawn of a worker that confines itself; and the sandbox set-up alone, ``sandbox.confine()`` timed
+  inside a child forked from a process prepared as the fork server prepares itself (Landlock
+  ruleset, its rules, ``restrict_self``, the seccomp filter).
 
 Daemon start: ``atomictoolsd serve --ready-fd`` spawned → it reports that its socket serves
 ("ready"), then → the first ``tools/call`` answered (the first call starts the fork server and a
@@ -34,10 +38,8 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from atomictoolsd.workers.protocol import (
-    FrameReader,  # noqa: E402
-    WorkerSpec,  # noqa: E402
-)
+from atomictoolsd.workers.protocol import FrameReader, WorkerSpec  # noqa: E402
+from atomictoolsd.workers.runtime.sandbox import support as sandbox_support  # noqa: E402
 from atomictoolsd.workers.spawner import Spawner  # noqa: E402
 from clients import measure_latency, socket_channel  # noqa: E402
 from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, quick_main, ratio  # noqa: E402
@@ -86,6 +88,32 @@ async def fork_server(spec: WorkerSpec, count: int) -> tuple[list[float], list[f
 def _blocking_loaded(sock: socket.socket) -> None:
     sock.setblocking(True)
     read_loaded(sock)
+
+
+def confine_after_fork(count: int, project: str) -> list[float]:
+    """``sandbox.confine()`` in a freshly forked child of a warm process, as a worker runs it."""
+    from atomictoolsd.workers.runtime import sandbox
+
+    runtime = sandbox.runtime_read_paths()
+    sandbox.warm_up()
+    sandbox.open_shared_rules(runtime)
+    samples = []
+    for _ in range(count):
+        temp_dir = tempfile.mkdtemp(prefix="atb-sandbox-")
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            started = time.perf_counter()
+            sandbox.confine({"read": [project], "write": [project], "net": False}, runtime, temp_dir, temp_dir)
+            os.write(write_fd, repr(time.perf_counter() - started).encode())
+            os._exit(0)
+        os.close(write_fd)
+        os.waitpid(pid, 0)
+        with os.fdopen(read_fd, "rb") as result:
+            samples.append(float(result.read()))
+        os.rmdir(temp_dir)
+    sandbox.drop_shared_rules()
+    return samples
 
 
 def cold(spec: WorkerSpec, count: int) -> list[float]:
@@ -151,6 +179,13 @@ def measure(quick: bool = False) -> Report:
             module.write_text(MODULE)
             spec = WorkerSpec(path=str(module), cwd=tmp, spill_dir=os.path.join(tmp, "spill"))
             to_pid, to_loaded, first = uvloop.run(fork_server(spec, forks))
+            confined_loaded: list[float] = []
+            confine_samples: list[float] = []
+            if sandbox_support()["available"]:
+                confined = WorkerSpec(path=str(module), cwd=tmp, spill_dir=os.path.join(tmp, "spill"),
+                                      sandbox={"read": [tmp], "write": [tmp], "net": False})
+                confined_loaded = uvloop.run(fork_server(confined, forks))[1]
+                confine_samples = confine_after_fork(forks, tmp)
             cold_samples = cold(spec, colds)
             starting = daemon_start(starts)
         rows = {
@@ -158,6 +193,9 @@ def measure(quick: bool = False) -> Report:
             "fork server: request → module loaded": Stats(to_loaded).ms(),
             "cold python: start → module loaded": Stats(cold_samples).ms(),
         }
+        if confine_samples:
+            rows["fork server, confined: request → module loaded"] = Stats(confined_loaded).ms()
+            rows["sandbox set-up after the fork (confine())"] = Stats(confine_samples).ms()
         cold_p50 = rows["cold python: start → module loaded"]["p50_ms"]
         for name, r in rows.items():
             worker_rows.append([name, mode, r["n"], r["p50_ms"], r["p99_ms"], r["min_ms"],

@@ -16,13 +16,13 @@ from atomictools._client import (
     ToolResult,
     _attach_params,
     _decode,
+    _default_socket_path,
     _encode,
     _result_or_raise,
     _start_daemon,
     convert_tools,
 )
 from atomictools._errors import ConnectError
-from atomictools._paths import socket_path as default_socket_path
 from atomictools._protocol import LATEST_PROTOCOL_VERSION
 
 __all__ = ["AsyncClient"]
@@ -42,7 +42,7 @@ class AsyncClient:
         timeout: float | None = None,
         agent: str = "python",
     ) -> None:
-        self.socket_path = socket_path or default_socket_path()
+        self.socket_path = socket_path or _default_socket_path()
         self.directory = os.path.abspath(directory or os.getcwd())
         self.autostart = autostart
         self.timeout = timeout

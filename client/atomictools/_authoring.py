@@ -66,7 +66,7 @@ def tool(
 
     Args:
         name: the tool's name; by default the file stem when the function is named like its file,
-            else ``<stem>_<function>``. Must match ``^[a-zA-Z0-9_-]{1,64}$``.
+            else ``<stem>_<function>``. Must match ``^[a-zA-Z_][a-zA-Z0-9_-]{0,63}$``.
         description: what the model reads; by default the function's docstring.
         title: a human-readable title for clients that show one.
         timeout: seconds a call may run before it is stopped (default: the daemon's, 60 s).

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import msgspec
 
 from atomictools._errors import ConnectError, RPCError
+from atomictools._paths import RuntimeDirError
 from atomictools._paths import socket_path as default_socket_path
 from atomictools._protocol import LATEST_PROTOCOL_VERSION
 
@@ -35,6 +36,14 @@ _LINE_LIMIT = 64 * 1024 * 1024  # a response larger than this is a bug, not a re
 # read, which cost ~35 µs a call here (bench/calls.py: tiny client 117 µs against 80 µs raw).
 _CHUNK = 64 * 1024
 _CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
+
+
+def _default_socket_path() -> str:
+    """The daemon's socket by the one rule of ``_paths``; a refused runtime dir is a ``ConnectError``."""
+    try:
+        return default_socket_path()
+    except RuntimeDirError as exc:
+        raise ConnectError(str(exc)) from None
 
 
 @dataclass
@@ -141,7 +150,7 @@ class Client:
         timeout: float | None = None,
         agent: str = "python",
     ) -> None:
-        self.socket_path = socket_path or default_socket_path()
+        self.socket_path = socket_path or _default_socket_path()
         self.directory = os.path.abspath(directory or os.getcwd())
         self.autostart = autostart
         self.timeout = timeout

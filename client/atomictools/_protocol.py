@@ -38,8 +38,9 @@ LATEST_PROTOCOL_VERSION = SUPPORTED_PROTOCOL_VERSIONS[-1]
 LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 
-# Stricter than MCP allows: Claude, Copilot and Codex reject dots and names over 64 characters.
-NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")  # whole name: use fullmatch ("$" lets "x\n" through)
+# Stricter than MCP allows: Claude, Copilot and Codex reject dots and names over 64 characters, and
+# the Gemini API wants a function name to start with a letter or "_".
+NAME_PATTERN = re.compile(r"[a-zA-Z_][a-zA-Z0-9_-]{0,63}")  # whole name: use fullmatch ("$" lets "x\n" through)
 
 
 def check_tool_name(name: str) -> str | None:
@@ -50,4 +51,6 @@ def check_tool_name(name: str) -> str | None:
         return "tool name is empty"
     if len(name) > 64:
         return f"tool name {name!r} is {len(name)} characters long; the limit is 64"
+    if not (name[0].isascii() and (name[0].isalpha() or name[0] == "_")):
+        return f"tool name {name!r} must start with a letter or '_' (the Gemini API refuses others)"
     return f"tool name {name!r} may contain only letters, digits, '_' and '-'"

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import msgspec
 
 from atomictools._authoring import Context, ToolOptions
+from atomictools._portable import schema_problems, type_enums
 from atomictools._protocol import check_tool_name
 
 __all__ = ["SchemaError", "ToolSpec", "build_tool", "collect_tools", "inline_refs", "tool_name"]
@@ -191,6 +192,8 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
             raise SchemaError(f"{fn.__name__}: *args and **kwargs cannot be described as tool inputs")
         if param.kind is param.POSITIONAL_ONLY:
             raise SchemaError(f"{fn.__name__}: positional-only parameter {param.name!r} is not supported")
+        if param.name not in hints:
+            raise SchemaError(_unannotated(fn.__name__, param))
         if param.name in param_docs and not _has_description(annotation):
             annotation = Annotated[annotation, msgspec.Meta(description=param_docs[param.name])]
         if param.default is param.empty:
@@ -203,10 +206,16 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         args_type = msgspec.defstruct(
             f"{name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
         )
-        input_schema = _object_root(_json_schema(args_type))
+        input_schema = _object_root(type_enums(_json_schema(args_type)))
         decoder = msgspec.json.Decoder(args_type, dec_hook=_dec_hook)
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"{fn.__name__}: a parameter type cannot be used as a tool input: {exc}") from exc
+    problems = schema_problems(input_schema)
+    if problems:
+        raise SchemaError(
+            f"{fn.__name__}: {'; '.join(problems)}: some agents (Gemini) refuse such a schema; "
+            f"give it a concrete type (str, int, a Struct, …) instead of Any"
+        )
 
     output_type = hints.get("return", inspect.Signature.empty)
     output_schema, wrap = _output_schema(output_type)
@@ -225,6 +234,18 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         title=options.title,
         timeout=options.timeout,
         annotations=dict(options.annotations) if options.annotations else None,
+    )
+
+
+def _unannotated(function: str, param: inspect.Parameter) -> str:
+    # Refused rather than guessed: a type read from the default would reject values the function
+    # takes today, and an untyped property makes Gemini skip the tool (atomictools._portable).
+    default = param.default
+    guess = type(default).__name__ if type(default) in (str, int, float, bool, list, dict) else "str"
+    example = f"{param.name}: {guess}" + ("" if default is param.empty else f" = {default!r}")
+    return (
+        f"{function}: parameter {param.name!r} has no type annotation, and agents such as Gemini "
+        f"refuse an untyped parameter; annotate it, e.g. `{example}`"
     )
 
 

@@ -56,7 +56,7 @@ def bridges_dir(env: Env) -> Path:
 def test_create_prints_the_agents_snippet_and_the_bridge_serves_through_the_official_client(
     tools_daemon: Daemon, env: Env
 ) -> None:
-    done = cli(env, "bridge", "create", "--agent", "claude", "--allow", "ec*")
+    done = cli(env, "bridge", "create", "--agent", "claude", "--allow", "ec*", "--no-dispatcher")
     snippet = json.loads(done.stdout)  # stdout is exactly the snippet; the rest went to stderr
     entry = snippet["mcpServers"]["atomic"]
     assert entry["type"] == "stdio" and entry["args"] == [] and entry["env"] == {}
@@ -77,7 +77,7 @@ def test_create_prints_the_agents_snippet_and_the_bridge_serves_through_the_offi
     run(scenario)
 
 
-@pytest.mark.parametrize("agent", ["opencode", "codex", "copilot", "cursor", "generic"])
+@pytest.mark.parametrize("agent", ["opencode", "codex", "copilot", "cursor", "gemini", "qwen", "vscode", "claude-desktop", "generic"])
 def test_each_agent_gets_its_own_config_shape(tools_daemon: Daemon, env: Env, agent: str) -> None:
     bridge = create(env, "--agent", agent)
     path = bridge["path"]
@@ -90,16 +90,19 @@ def test_each_agent_gets_its_own_config_shape(tools_daemon: Daemon, env: Env, ag
         }
     elif agent == "copilot":
         assert json.loads(snippet)["mcpServers"]["atomic"] == {"type": "local", "command": path, "args": [], "tools": ["*"]}
+    elif agent == "vscode":
+        assert json.loads(snippet)["servers"]["atomic"] == {"type": "stdio", "command": path, "args": []}
     else:
         assert json.loads(snippet)["mcpServers"]["atomic"] == {"command": path, "args": []}
 
 
 def test_list_and_remove(tools_daemon: Daemon, env: Env) -> None:
     first = create(env, "--agent", "cursor")
-    second = create(env, "--agent", "codex", "--dispatcher")
+    second = create(env, "--agent", "codex")  # Codex never re-lists: the dispatcher by default
     listed = json.loads(cli(env, "bridge", "list", "--json").stdout)["bridges"]
     assert {b["id"] for b in listed} == {first["id"], second["id"]}
     assert "--dispatcher" in Path(second["path"]).read_text()
+    assert "--dispatcher" not in Path(first["path"]).read_text()  # Cursor re-lists
     assert f"removed bridge {first['id']}" in cli(env, "bridge", "remove", first["id"]).stdout
     assert not Path(first["path"]).exists() and Path(second["path"]).exists()
     missing = cli(env, "bridge", "remove", "nope", check=False)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,13 @@ JSON_CASES = [
     ("copilot", "--user", "home:.copilot/mcp-config.json", "mcpServers", {}),
     ("cursor", "--project", "project:.cursor/mcp.json", "mcpServers", {}),
     ("cursor", "--user", "home:.cursor/mcp.json", "mcpServers", {}),
+    ("gemini", "--project", "project:.gemini/settings.json", "mcpServers", {"general": {"vimMode": True}}),
+    ("gemini", "--user", "home:.gemini/settings.json", "mcpServers", {"security": {"auth": {"selectedType": "x"}}}),
+    ("qwen", "--project", "project:.qwen/settings.json", "mcpServers", {}),
+    ("qwen", "--user", "home:.qwen/settings.json", "mcpServers", {"model": {"name": "q"}}),
+    ("vscode", "--project", "project:.vscode/mcp.json", "servers", {"inputs": []}),
+    ("vscode", "--user", "home:.config/Code/User/mcp.json", "servers", {}),
+    ("claude-desktop", "--user", "home:.config/Claude/claude_desktop_config.json", "mcpServers", {"globalShortcut": ""}),
 ]
 
 
@@ -49,7 +58,7 @@ def locate(env: Env, where: str) -> Path:
 def test_connect_merges_into_json_and_disconnect_restores_it(
     env: Env, agent: str, scope: str, where: str, key: str, extra: dict[str, Any]
 ) -> None:
-    if agent == "opencode" and scope == "--user":
+    if scope == "--user":
         env.vars["XDG_CONFIG_HOME"] = str(env.home / ".config")
     path = locate(env, where)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +72,11 @@ def test_connect_merges_into_json_and_disconnect_restores_it(
     assert {k: v for k, v in document.items() if k != key} == extra  # and every other setting
     entry = document[key]["atomic"]
     command = entry["command"] if agent != "opencode" else entry["command"][0]
-    assert Path(command).is_absolute() and Path(command).exists()
+    if scope == "--user":  # this machine's file: this installation's interpreter
+        assert Path(command).is_absolute() and Path(command).exists()
+    else:  # shared with the team: the console script on PATH, never this machine's paths
+        assert command == "atomictoolsd"
+        assert str(env.root) not in json.dumps(entry) and sys.prefix not in json.dumps(entry)
     assert "\n    " in path.read_text()  # the file's own indentation is kept
     [backup] = backups(env)
     assert json.loads(backup.read_text()) == original
@@ -104,14 +117,28 @@ def test_connect_writes_each_agents_shape(env: Env) -> None:
     for agent in ("claude", "opencode", "copilot", "cursor"):
         assert cli(env, "connect", agent).returncode == 0
     claude = json.loads((env.project / ".mcp.json").read_text())["mcpServers"]["atomic"]
-    assert claude["type"] == "stdio" and claude["args"][:7] == [*SEALED, "mcp", "--agent", "claude"] and claude["env"] == {}
+    assert claude["type"] == "stdio" and claude["command"] == "atomictoolsd"
+    assert claude["args"] == ["mcp", "--agent", "claude", "--dispatcher"]  # its re-listing is unreliable
+    assert claude["env"] == {}  # no path of this machine
     opencode = json.loads((env.project / "opencode.json").read_text())["mcp"]["atomic"]
     assert opencode["type"] == "local" and opencode["enabled"] is True and "args" not in opencode
-    assert opencode["command"][1:] == [*SEALED, "mcp", "--agent", "opencode"]
+    assert opencode["command"] == ["atomictoolsd", "mcp", "--agent", "opencode"]
     copilot = json.loads((env.home / ".copilot" / "mcp-config.json").read_text())["mcpServers"]["atomic"]
     assert copilot["tools"] == ["*"] and copilot["type"] == "local"
     cursor = json.loads((env.project / ".cursor" / "mcp.json").read_text())["mcpServers"]["atomic"]
     assert cursor["args"][-2:] == ["--directory", "${workspaceFolder}"]
+    for agent in ("gemini", "qwen", "vscode"):
+        assert cli(env, "connect", agent).returncode == 0
+    gemini = json.loads((env.project / ".gemini" / "settings.json").read_text())["mcpServers"]["atomic"]
+    assert gemini == {"command": "atomictoolsd", "args": ["mcp", "--agent", "gemini", "--dispatcher"]}
+    qwen = json.loads((env.project / ".qwen" / "settings.json").read_text())["mcpServers"]["atomic"]
+    assert qwen["args"] == ["mcp", "--agent", "qwen", "--dispatcher"]  # Qwen Code never re-lists
+    vscode = json.loads((env.project / ".vscode" / "mcp.json").read_text())["servers"]["atomic"]
+    assert vscode["type"] == "stdio" and vscode["args"] == ["mcp", "--agent", "vscode", "--directory", "${workspaceFolder}"]
+    env.vars["XDG_CONFIG_HOME"] = str(env.home / ".config")
+    assert cli(env, "connect", "claude-desktop").returncode == 0  # user scope: its only one
+    desktop = json.loads((env.home / ".config" / "Claude" / "claude_desktop_config.json").read_text())
+    assert desktop["mcpServers"]["atomic"]["args"] == [*SEALED, "mcp", "--agent", "claude-desktop", "--dispatcher"]
 
 
 CODEX_CONFIG = '''\
@@ -200,6 +227,7 @@ def test_the_connected_entry_launches_a_working_shim(env: Env, make_daemon) -> N
     daemon: Daemon = make_daemon()
     assert cli(env, "connect", "claude").returncode == 0
     entry = json.loads((env.project / ".mcp.json").read_text())["mcpServers"]["atomic"]
+    env.vars["PATH"] = f"{Path(SHIM).parent}{os.pathsep}{env.vars.get('PATH', '')}"  # installed, on PATH
 
     async def scenario() -> None:
         async with mcp_session(env, *entry["args"], command=entry["command"]) as (session, _):

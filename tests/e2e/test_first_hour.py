@@ -340,8 +340,8 @@ def test_suggested_commands_run_as_printed_when_atomictoolsd_is_not_on_path(env:
     env.write_tool(env.local_tools, "probe.py", "def probe() -> str:\n    return 'ran'\n")
     make_daemon()  # type: ignore[operator]
     listing = run(env, "list")
-    command = listing.stdout.split("to load them, run: ", 1)[1].splitlines()[0]
-    assert command.startswith(str(Path(sys.executable).parent / "atomictoolsd") + " trust "), command
+    command = listing.stdout.split("to load them confined (no network, nothing outside the project), run: ", 1)[1].splitlines()[0]
+    assert command.startswith(str(Path(sys.executable).parent / "atomictoolsd") + " trust --sandbox "), command
     trusted = subprocess.run(shlex.split(command), env=env.vars, capture_output=True, text=True, timeout=60)
     assert trusted.returncode == 0, trusted.stderr
     assert "probe" in run(env, "list").stdout

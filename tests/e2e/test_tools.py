@@ -87,8 +87,8 @@ def test_bad_arguments_never_reach_the_tool(math_daemon: Daemon) -> None:
         assert missing.is_error and "missing required field `numbers`" in missing.text
         typed = client.call("math_add", numbers=["x"])
         assert typed.is_error and "at `$.numbers[0]`" in typed.text
-        extra = client.call("div", a=1, b=1, c=2)
-        assert extra.is_error and "unknown field `c`" in extra.text
+        extra = client.call("div", a=1, bb=1)  # a near miss of a declared parameter (protocol.md)
+        assert extra.is_error and "unknown argument 'bb'; did you mean 'b'?" in extra.text
 
 
 def test_tool_errors_are_results_the_model_can_read(math_daemon: Daemon) -> None:

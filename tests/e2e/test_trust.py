@@ -56,26 +56,33 @@ def project_modules(daemon: Daemon, env: Env) -> dict[str, tuple[str, int | None
 def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env = untrusted
     root = env.project.resolve()
-    command = f"{command_name()} trust {shlex.quote(str(root))}"
+    command = f"{command_name()} trust --sandbox {shlex.quote(str(root))}"  # the confined trust is offered first
+    full = f"{command_name()} trust {shlex.quote(str(root))}"
     daemon = make_daemon()
     with daemon.client() as client:
         listing = client.request("atomic/list")
         assert [t["name"] for t in listing["tools"]] == ["everywhere"], "the global dir is always trusted"
         assert listing["blocked"] == [
-            {"file": str(env.local_tools / "decl.json"), "scope": "local", "root": str(root), "command": command},
-            {"file": str(env.local_tools / "probe.py"), "scope": "local", "root": str(root), "command": command},
+            {"file": str(env.local_tools / "decl.json"), "scope": "local", "root": str(root), "command": command,
+             "full_command": full},
+            {"file": str(env.local_tools / "probe.py"), "scope": "local", "root": str(root), "command": command,
+             "full_command": full},
         ]
         assert listing["errors"] == []
         with pytest.raises(RPCError) as info:
             client.call("probe")
         assert info.value.code == -32602
-        assert info.value.message == f"Unknown tool: 'probe'; this project's own tools are blocked until you trust it: {command}"
+        assert info.value.message == (
+            f"Unknown tool: 'probe'; this project's own tools are blocked until you trust it, confined: {command} "
+            f"(or with all your rights: {full})"
+        )
     assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
     assert not env.marker.exists(), "the module was never imported, not even to learn its tool names"  # type: ignore[attr-defined]
 
     shown = cli(env, "list").stdout
     assert f"blocked: 2 tool module(s) of {root}, not a trusted project" in shown
-    assert f"to load them, run: {command}" in shown
+    assert f"to load them confined (no network, nothing outside the project), run: {command}" in shown
+    assert f"or, to load them with all your rights: {full}" in shown
 
     with daemon.raw() as watcher:
         watcher.request("atomic/attach", {"directory": str(env.project)})
@@ -84,7 +91,7 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
         trusted = cli(env, "trust", cwd=env.project / "sub")  # from a subdirectory: the project is trusted
         assert trusted.returncode == 0, trusted.stderr
         assert trusted.stdout.splitlines() == [
-            f"trusted: {root} (2 tool module(s) in {root / '.atomic' / 'tools'} will load)",
+            f"trusted: {root} (2 tool module(s) in {root / '.atomic' / 'tools'} will load, with all your rights)",
             "the running daemon loaded the project's tools; attached agents were told",
         ]
         assert watcher.recv() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, "no restart needed"
@@ -116,7 +123,7 @@ def test_an_agent_is_told_how_to_trust_the_project(untrusted: Env, make_daemon) 
     with daemon.raw() as raw:  # what the shim does: attach, then relay the agent's initialize
         raw.request("atomic/attach", {"directory": str(untrusted.project)})
         init = raw.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}})
-    command = f"{command_name()} trust {shlex.quote(str(untrusted.project.resolve()))}"
+    command = f"{command_name()} trust --sandbox {shlex.quote(str(untrusted.project.resolve()))}"
     assert init["result"]["instructions"].endswith(f"if they want them, ask them to run: {command}")
 
 
@@ -194,4 +201,4 @@ def test_initialize_sent_with_the_attach_names_the_trust_command(untrusted: Env,
             + b"\n"
         )
         replies = {r["id"]: r for r in (raw.recv() for _ in range(2))}
-    assert f"{command_name()} trust {untrusted.project.resolve()}" in replies[2]["result"]["instructions"]
+    assert f"{command_name()} trust --sandbox {untrusted.project.resolve()}" in replies[2]["result"]["instructions"]

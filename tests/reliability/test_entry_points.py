@@ -171,7 +171,9 @@ def no_marker_but_from(hostile: Hostile, allowed: Callable[[Marker], bool] = lam
 @pytest.mark.usefixtures("detached")
 def test_the_command_connect_writes_imports_nothing_planted(hostile: Hostile, record) -> None:  # type: ignore[no-untyped-def]
     done = subprocess.run(
-        [SHIM, "connect", "claude", "--project", "--dry-run", "--no-dispatcher"],
+        # The user-wide entry: this machine's interpreter, sealed. A project entry runs the console script
+        # from PATH (portable to a teammate's machine), which the next test holds to its documented limit.
+        [SHIM, "connect", "claude", "--user", "--dry-run", "--no-dispatcher"],
         env=hostile.env.vars, cwd=hostile.cwd, capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr

@@ -86,6 +86,19 @@ def test_the_registry_knows_nothing_of_sockets_or_sessions() -> None:
     assert not ours(loaded, ("atomictoolsd.sessions", "atomictoolsd.server", "atomictoolsd.bridges"))
 
 
+def test_the_sandbox_needs_only_the_standard_library() -> None:
+    # It moves with the worker runtime and runs in a worker before the tool module: nothing of the
+    # daemon, and nothing outside the standard library.
+    loaded = modules_after("import atomictoolsd.workers.runtime.sandbox")
+    assert not ours(loaded, ("atomictoolsd",)) - {"atomictoolsd", "atomictoolsd.workers", "atomictoolsd.workers.runtime",
+                                                  "atomictoolsd.workers.runtime.sandbox"}
+    assert not loaded & {"msgspec", "uvloop", "watchfiles", "psutil", "platformdirs"}
+    # And workers that are not confined never import it.
+    assert "atomictoolsd.workers.runtime.sandbox" not in modules_after(
+        "import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver"
+    )
+
+
 # -- the import graph of atomictoolsd ------------------------------------------------------------
 #
 # Layers, top to bottom (docs/architecture.md). An import may point down, or sideways inside one

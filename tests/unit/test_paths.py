@@ -8,7 +8,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from atomictools._paths import runtime_dir, socket_path
+from atomictools._paths import RuntimeDirError, runtime_dir, socket_path
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 
 
@@ -22,16 +22,39 @@ def test_runtime_dir_agrees_with_platformdirs(tmp_path: Path, monkeypatch: pytes
     assert socket_path() == str(xdg / "atomictools" / "atomictoolsd.sock")
 
 
-def test_unusable_xdg_runtime_dir_defers_to_platformdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("problem", ["mode", "relative", "symlink", "file"])
+def test_an_unusable_xdg_runtime_dir_is_refused_never_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, problem: str
+) -> None:
     xdg = tmp_path / "run"
-    xdg.mkdir(mode=0o755)  # open to others: the XDG spec (and platformdirs) reject it
-    os.chmod(xdg, 0o755)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    if problem == "mode":
+        xdg.mkdir()
+        os.chmod(xdg, 0o755)  # open to others: docs/configuration.md promises a refusal
+        value, expected = str(xdg), f"has mode 0755.*chmod 700 {xdg}"
+    elif problem == "relative":
+        value, expected = "run", "is not an absolute path"
+    elif problem == "symlink":
+        (tmp_path / "real").mkdir(mode=0o700)
+        xdg.symlink_to(tmp_path / "real")
+        value, expected = str(xdg), "is a symlink"
+    else:
+        xdg.write_text("")
+        value, expected = str(xdg), "is not a directory"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", value)
     monkeypatch.delenv("ATOMICTOOLS_RUNTIME_DIR", raising=False)
-    with pytest.warns(platformdirs.RuntimeDirWarning):
-        ours = runtime_dir()
-    assert ours == platformdirs.user_runtime_dir("atomictools")
-    assert not ours.startswith(str(xdg))
+    monkeypatch.delenv("ATOMICTOOLS_SOCKET", raising=False)
+    with pytest.raises(RuntimeDirError, match=expected):
+        runtime_dir()
+    with pytest.raises(RuntimeDirError, match="ATOMICTOOLS_RUNTIME_DIR"):
+        socket_path()
+    monkeypatch.setenv("ATOMICTOOLS_RUNTIME_DIR", str(tmp_path / "mine"))  # the way out it names
+    assert runtime_dir() == str(tmp_path / "mine")
+
+
+def test_a_missing_xdg_runtime_dir_is_used_as_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "later"))  # the daemon creates it, 0700
+    monkeypatch.delenv("ATOMICTOOLS_RUNTIME_DIR", raising=False)
+    assert runtime_dir() == str(tmp_path / "later" / "atomictools")
 
 
 def test_environment_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,8 +59,8 @@ def test_input_schema_is_an_inlined_closed_object_with_required_and_defaults() -
     props = schema["properties"]
     assert props["path"] == {"description": "File to lint", "type": "string", "minLength": 1}
     assert props["count"] == {"type": "integer", "minimum": 0, "maximum": 10, "default": 3}
-    assert props["mode"] == {"enum": ["fast", "full"], "default": "fast"}
-    assert {"enum": ["blue", "red"], "title": "Color"} in props["color"]["anyOf"]
+    assert props["mode"] == {"type": "string", "enum": ["fast", "full"], "default": "fast"}
+    assert {"type": "string", "enum": ["blue", "red"], "title": "Color"} in props["color"]["anyOf"]
     point = props["points"]["items"]
     assert point["type"] == "object" and point["required"] == ["x"]
     assert point["properties"]["y"] == {"type": "number", "minimum": 0, "default": 0.0}

@@ -105,3 +105,23 @@ def test_a_replaced_directory_is_another_one(tmp_path: Path) -> None:
 def test_a_directory_is_needed_to_trust(tmp_path: Path) -> None:
     with pytest.raises(TrustError, match="not a directory"):
         TrustStore(tmp_path).trust(str(tmp_path / "nothing"))
+
+
+def test_levels_a_store_without_them_reads_as_full(tmp_path: Path) -> None:
+    store = TrustStore(tmp_path / "state")
+    old, new = project(tmp_path, "old"), project(tmp_path, "new")
+    store.path.parent.mkdir(mode=0o700)
+    store.path.write_text(json.dumps({"version": 1, "projects": {old: {"trusted_at": "2026-01-01T00:00:00+0000"}}}))
+    os.chmod(store.path, 0o600)
+    assert store.level(old) == "full" and store.level(new) is None
+    assert store.trust(new, "sandbox", {"net": True}) is True
+    assert store.level(new) == "sandbox" and store.entry(new)["allow"] == {"net": True}  # type: ignore[index]
+    assert store.trust(new, "sandbox", {"net": True}) is False
+    assert store.trust(new, "sandbox") is True, "a narrower allowance is a change"
+    assert "allow" not in store.entry(new)  # type: ignore[operator]
+    assert store.trust(old, "sandbox") is True and store.level(old) == "sandbox"
+    assert store.trust(old) is True and store.level(old) == "full"
+    assert store.untrust(new) is True and store.level(new) is None
+    with pytest.raises(TrustError, match="unknown trust level"):
+        store.trust(old, "partial")
+    assert trust_command("/p q", sandbox=True).endswith("trust --sandbox '/p q'")

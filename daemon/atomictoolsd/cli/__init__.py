@@ -75,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return shim_main(args[1:])
     parsed = build_parser().parse_args(args)
+    from atomictools._paths import RuntimeDirError
+
     try:
         return parsed.func(parsed)
+    except RuntimeDirError as exc:  # any command that looks for the daemon: one message
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `atomictoolsd logs | head`: the reader left; say nothing more

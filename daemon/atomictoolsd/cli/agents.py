@@ -13,15 +13,6 @@ from pathlib import Path
 
 __all__ = ["register"]
 
-_AGENT_NAMES = {
-    "claude": "Claude Code",
-    "opencode": "OpenCode",
-    "codex": "Codex",
-    "copilot": "Copilot CLI",
-    "cursor": "Cursor",
-}
-
-
 def cmd_mcp(args: argparse.Namespace) -> int:
     from atomictoolsd.shim.relay import main as shim_main  # lazy: only this command pays for it (start-up cost)
 
@@ -44,6 +35,14 @@ def _backup_dir() -> Path:
     return Paths.from_env().state_dir / "backups"
 
 
+def entry_environment(agent: str, scope: str) -> dict[str, str]:
+    """What the entry carries besides the command: a user entry's runtime pin (a project file holds
+    no path of this machine)."""
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+
+    return {} if scope == "project" else agents.runtime_pin()
+
+
 def cmd_connect(args: argparse.Namespace) -> int:
     """Write the agent's MCP config so that it launches the shim."""
     from atomictools._protocol import check_tool_name
@@ -58,40 +57,62 @@ def cmd_connect(args: argparse.Namespace) -> int:
     except agents.ConfigError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 2
-    command = agents.shim_command()
-    command += ["--agent", args.agent]
-    dispatcher = args.dispatcher if args.dispatcher is not None else args.agent in agents.DISPATCHER_BY_DEFAULT
-    if dispatcher:
-        command.append("--dispatcher")
-    if args.agent == "cursor":
-        # Cursor starts servers from wherever its agent's terminal happens to be; it expands this.
-        command += ["--directory", "${workspaceFolder}"]
-    for glob in args.allow:
-        command += ["--allow", glob]
-    for glob in args.deny:
-        command += ["--deny", glob]
-    entry = agents.server_entry(args.agent, command)
+    command = agents.entry_command(args.agent, target.scope, dispatcher=args.dispatcher, allow=args.allow,
+                                   deny=args.deny)
+    env = entry_environment(args.agent, target.scope)
+    entry = agents.server_entry(args.agent, command, env)
     if args.dry_run:
         print(f"# {target.path}", file=sys.stderr)
-        print(agents.snippet(args.agent, command, args.name))
+        print(agents.snippet(args.agent, command, args.name, env))
         return 0
     try:
         outcome = agents.add_server(target, entry, name=args.name, backup_dir=_backup_dir())
     except (agents.ConfigError, OSError) as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
-        print(f"the entry to add by hand:\n{agents.snippet(args.agent, command, args.name)}", file=sys.stderr)
+        print(f"the entry to add by hand:\n{agents.snippet(args.agent, command, args.name, env)}", file=sys.stderr)
         return 1
-    name = _AGENT_NAMES[args.agent]
+    info = agents.INFO[args.agent]
     if outcome.action == "unchanged":
-        print(f"{name} is already connected: server {args.name!r} in {outcome.path}")
-        return 0
-    print(f"{name}: {outcome.action} server {args.name!r} in {outcome.path}")
-    print(f"  {_serves(args, target)}")
-    print(f"  runs: {' '.join(command)}")
-    if outcome.backup is not None:
-        print(f"  previous file saved as {outcome.backup}")
-    print(f"Restart {name} (or reload its MCP servers) to use the tools.")
+        print(f"{info.title} is already connected: server {args.name!r} in {outcome.path}")
+    else:
+        print(f"{info.title}: {outcome.action} server {args.name!r} in {outcome.path}")
+        print(f"  {_serves(args, target)}")
+        print(f"  runs: {' '.join(command)}")
+        if outcome.backup is not None:
+            print(f"  previous file saved as {outcome.backup}")
+    for note in connect_notes(args.agent, target):
+        print(f"  note: {note}")
+    if outcome.action != "unchanged":
+        print(f"Restart {info.title} (or reload its MCP servers) to use the tools; "
+              f"`atomictoolsd doctor {args.agent}` checks the entry.")
     return 0
+
+
+def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-def]
+    """What the user still has to do for the entry to work (shared with ``doctor``'s advice)."""
+    import shutil
+
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+
+    notes = []
+    if target.scope == "project":
+        if shutil.which(agents.PROJECT_PROGRAM) is None:
+            notes.append(
+                f"{agents.PROJECT_PROGRAM!r} is not on your PATH, and this project entry runs it from there (so "
+                f"that it works on a teammate's machine too): install it with `pipx install atomictoolsd` or "
+                f"`uv tool install atomictoolsd`, or connect with --user"
+            )
+        if agent in ("gemini", "qwen"):
+            title = agents.INFO[agent].title
+            notes.append(
+                f"{title} reads a project's settings only in folders you trust: run `{agent}` in "
+                f"{target.path.parent.parent} and choose to trust the folder (or add it with /permissions)"
+            )
+        if agent == "codex":
+            notes.append("Codex reads .codex/config.toml only in projects you have marked as trusted")
+        if agent == "claude":
+            notes.append("Claude Code asks you to approve a project's .mcp.json servers on first use")
+    return notes
 
 
 def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
@@ -120,7 +141,7 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
     except (agents.ConfigError, OSError) as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
-    name = _AGENT_NAMES[args.agent]
+    name = agents.INFO[args.agent].title
     if outcome.action == "absent":
         print(f"{name} was not connected: no server {args.name!r} in {outcome.path}")
         return 0
@@ -130,15 +151,27 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check each connected agent's entry the way that agent starts it; exit 1 on any problem."""
+    from atomictoolsd.cli import doctor  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+
+    home = Path(os.environ.get("HOME") or Path.home())
+    directory = Path(args.directory or os.getcwd()).resolve()
+    reports = doctor.diagnose(args.agent, directory, home=home, root=project_root(directory, home))
+    print(doctor.render(reports, args.json))
+    return 0 if reports and all(r.ok for r in reports) else 1
+
+
 def _agent_options(parser: argparse.ArgumentParser) -> None:
     from atomictoolsd.bridges.agents import AGENTS  # lazy: only this command pays for it (start-up cost)
 
     parser.add_argument("agent", choices=AGENTS, help="the agent whose MCP config to change")
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("--project", dest="scope", action="store_const", const="project",
-                       help="the project's config file (default for claude, opencode, cursor)")
+                       help="the project's config file (the default where the agent has one)")
     scope.add_argument("--user", dest="scope", action="store_const", const="user",
-                       help="your user-wide config file (default for codex, copilot)")
+                       help="your user-wide config file (default for codex, copilot, claude-desktop)")
     parser.add_argument("--directory", "-C", help="a directory of the project (default: the current one)")
     parser.add_argument("--name", default="atomic", help="the server's name in the config (default: atomic)")
 
@@ -162,7 +195,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          help="never serve tools whose name matches GLOB (repeat it for more globs)")
     dispatcher = connect.add_mutually_exclusive_group()
     dispatcher.add_argument("--dispatcher", dest="dispatcher", action="store_true", default=None,
-                            help="add the meta-tools for agents that ignore list_changed (default for codex)")
+                            help="add the meta-tools for agents that do not surely re-list tools "
+                            "(default for claude, codex, gemini, qwen, claude-desktop)")
     dispatcher.add_argument("--no-dispatcher", dest="dispatcher", action="store_false",
                             help="no meta-tools, even for an agent that gets them by default")
     connect.add_argument("--dry-run", action="store_true", help="print the entry instead of writing it")
@@ -171,3 +205,17 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     disconnect = commands.add_parser("disconnect", help="remove atomictoolsd from an agent's MCP config")
     _agent_options(disconnect)
     disconnect.set_defaults(func=cmd_disconnect)
+
+    from atomictoolsd.bridges.agents import AGENTS  # lazy: only this command pays for it (start-up cost)
+
+    doctor = commands.add_parser(
+        "doctor", help="check agents' entries the way each agent starts the shim",
+        description="For each agent whose config holds an atomictoolsd entry (or AGENT): the entry is well "
+        "formed, its command exists, the shim starts with that agent's environment, answers initialize and "
+        "lists this directory's tools from your CLI's daemon; the folder is trusted where the agent asks; "
+        "the agent re-lists tools or has the dispatcher. Exit status 0 when all is fine, 1 otherwise.",
+    )
+    doctor.add_argument("agent", nargs="?", choices=AGENTS, help="only this agent")
+    doctor.add_argument("--directory", "-C", help="the project directory (default: the current one)")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(func=cmd_doctor)

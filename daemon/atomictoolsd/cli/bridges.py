@@ -25,6 +25,15 @@ _CONFIG_PLACES = {
 }
 
 
+def _dispatcher(args: argparse.Namespace) -> bool:
+    # As for `connect`: an agent that does not surely re-list tools gets the meta-tools by default.
+    from atomictoolsd.bridges.agents import INFO  # lazy: only this command pays for it (start-up cost)
+
+    if args.dispatcher is not None:
+        return bool(args.dispatcher)
+    return args.agent in INFO and INFO[args.agent].dispatcher
+
+
 def cmd_create(args: argparse.Namespace) -> int:
     """Ask the daemon for a bridge script; print the config snippet on stdout, the rest on stderr."""
     from atomictools._errors import ConnectError, RPCError
@@ -34,7 +43,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         "directory": os.path.abspath(args.directory or os.getcwd()),
         "allow": args.allow,
         "deny": args.deny,
-        "dispatcher": args.dispatcher,
+        "dispatcher": _dispatcher(args),
         "name": args.name,
     }
     if args.owner_pid is not None:
@@ -114,7 +123,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     create.add_argument("--directory", "-C", help="project directory (default: the current one)")
     create.add_argument("--allow", action="append", default=[], metavar="GLOB", help="serve only matching tools")
     create.add_argument("--deny", action="append", default=[], metavar="GLOB", help="never serve matching tools")
-    create.add_argument("--dispatcher", action="store_true", help="add the meta-tools for agents that ignore list_changed")
+    meta = create.add_mutually_exclusive_group()
+    meta.add_argument("--dispatcher", dest="dispatcher", action="store_true", default=None,
+                      help="add the meta-tools (default for agents that do not surely re-list tools)")
+    meta.add_argument("--no-dispatcher", dest="dispatcher", action="store_false", help="no meta-tools")
     create.add_argument("--owner-pid", type=int, metavar="PID", help="delete the bridge when this process exits")
     create.add_argument("--name", default="atomic", help="the server's name in the snippet (default: atomic)")
     create.add_argument("--json", action="store_true", help="print the bridge as JSON")

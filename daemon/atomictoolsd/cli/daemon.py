@@ -309,11 +309,12 @@ def print_status(status: dict[str, Any]) -> None:
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
     _print_reload(status)
+    _print_sandbox(status)
     projects = status.get("projects") or []
     if projects:
         print()
         table(["PROJECT", "TOOLS"], [[p["root"], p["tools"]] for p in projects])
-    modules = status["modules"]
+    modules = [{**m, "scope": f"{m['scope']} (confined)"} if m.get("confined") else m for m in status["modules"]]
     if modules:
         print()
         table(
@@ -331,6 +332,8 @@ def print_status(status: dict[str, Any]) -> None:
                 print(f"\n{where(m['error'])}: {m['error']['message']}")
             elif m.get("last_error"):
                 print(f"\n{m['path']}: last error: {_first_lines(m['last_error'])}")
+            if m.get("blocked_reason"):
+                print(f"\n{m['path']}: blocked: {m['blocked_reason']}")
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
@@ -356,8 +359,19 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload",
+    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload", "sandbox",
 })
+
+
+def _print_sandbox(status: dict[str, Any]) -> None:
+    """What this kernel lets ``trust --sandbox`` enforce, or why it cannot."""
+    sandbox = status.get("sandbox")
+    if not sandbox:
+        return
+    if sandbox["available"]:
+        print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
+    else:
+        print(f"sandbox   unavailable: {sandbox['reason']}")
 
 
 def _print_reload(status: dict[str, Any]) -> None:

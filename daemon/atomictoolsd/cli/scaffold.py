@@ -166,7 +166,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "is inside a git worktree), else into ~/.atomic/tools/. Never overwrites a file. A running "
         "daemon loads it at once.",
     )
-    new.add_argument("name", metavar="NAME", help="the tool's name (letters, digits, _ and -)")
+    new.add_argument("name", metavar="NAME", help="the tool's name (letters, digits, _ and -, starting with a letter or _)")
     new.add_argument("--json", action="store_true", help="a declarative JSON tool file instead of Python")
     new.add_argument("--global", dest="use_global", action="store_true", help="into ~/.atomic/tools/ even in a project")
     new.add_argument("--directory", "-C", help="a directory of the project (default: the current one)")

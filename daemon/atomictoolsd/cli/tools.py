@@ -25,6 +25,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         out = {
+            "root": listing.get("root"), "trust": listing.get("trust"),
             "tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"],
             "blocked": listing.get("blocked", []),
         }
@@ -50,13 +51,24 @@ def cmd_list(args: argparse.Namespace) -> int:
         for error in listing["errors"]:
             tool = f" tool {error['tool']!r}:" if error.get("tool") else ""
             print(f"  {where(error)}:{tool} {error['message']}")
+    if listing.get("trust") in ("full", "sandbox"):
+        how = "confined (trust --sandbox)" if listing["trust"] == "sandbox" else "with all your rights (trust)"
+        print(f"\nproject {listing['root']}: trusted, its own tools run {how}")
     blocked = listing.get("blocked", [])
     if blocked:
-        print(f"\nblocked: {len(blocked)} tool module(s) of {blocked[0]['root']}, not a trusted project:")
+        reason = blocked[0].get("reason")
+        if reason:
+            print(f"\nblocked: {len(blocked)} tool module(s) of {blocked[0]['root']}: {reason}")
+        else:
+            print(f"\nblocked: {len(blocked)} tool module(s) of {blocked[0]['root']}, not a trusted project:")
         for entry in blocked:
             print(f"  {entry['file']}")
-        print(f"to load them, run: {blocked[0]['command']}")
-        _why_untrusted(blocked[0]["root"])
+        if reason and blocked[0].get("command"):
+            print(f"to run them with all your rights instead, run: {blocked[0]['command']}")
+        elif not reason:
+            print(f"to load them confined (no network, nothing outside the project), run: {blocked[0]['command']}")
+            print(f"or, to load them with all your rights: {blocked[0]['full_command']}")
+            _why_untrusted(blocked[0]["root"])
     return 0
 
 
@@ -73,7 +85,8 @@ def _why_untrusted(root: str) -> None:
 
 
 def _source(tool: dict[str, Any]) -> str:
-    return f"{tool['source']} (json)" if tool.get("kind") == "declarative" else tool["source"]
+    marks = (["json"] if tool.get("kind") == "declarative" else []) + (["confined"] if tool.get("confined") else [])
+    return f"{tool['source']} ({', '.join(marks)})" if marks else tool["source"]
 
 
 def _first_line(text: str, width: int = 72) -> str:

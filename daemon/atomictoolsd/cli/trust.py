@@ -1,4 +1,4 @@
-"""Project trust commands: trust, untrust, trust --list.
+"""Project trust commands: trust [--sandbox [--allow-…]], untrust, trust --list.
 
 They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
 so the change takes effect at once; they never start a daemon.
@@ -72,13 +72,29 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
     if args.list:
         return _list(args)
+    widening = bool(args.allow_net or args.allow_read or args.allow_write)
+    if widening and not args.sandbox:
+        print("atomictoolsd: --allow-net, --allow-read and --allow-write widen a sandbox: add --sandbox", file=sys.stderr)
+        return 2
+    allow: dict[str, object] = {}
+    if args.allow_net:
+        allow["net"] = True
+    for key in ("read", "write"):
+        dirs = getattr(args, f"allow_{key}") or []
+        missing = [d for d in dirs if not os.path.isdir(d)]
+        if missing:
+            print(f"atomictoolsd: --allow-{key} {missing[0]}: not a directory", file=sys.stderr)
+            return 2
+        if dirs:
+            allow[key] = sorted({os.path.realpath(d) for d in dirs})
     if args.directory is None:
         args.directory = os.getcwd()
     store, root = _store_and_root(args)
     assert root is not None
+    level = "sandbox" if args.sandbox else "full"
     try:
         before = store.state(root)  # type: ignore[attr-defined]
-        added = store.trust(root)  # type: ignore[attr-defined]
+        added = store.trust(root, level, allow)  # type: ignore[attr-defined]
     except TrustError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
@@ -86,7 +102,15 @@ def cmd_trust(args: argparse.Namespace) -> int:
         print(f"note: {root} was trusted for a directory that has since been replaced; trusting the one there now")
     modules = list_module_files(local_tools_dir(root))
     what = f"{len(modules)} tool module(s) in {local_tools_dir(root)}" if modules else f"its tools in {local_tools_dir(root)}"
-    print(f"{'trusted' if added else 'already trusted'}: {root} ({what} will load)")
+    how = "confined" if args.sandbox else "with all your rights"
+    print(f"{'trusted' if added else 'already trusted'}: {root} ({what} will load, {how})")
+    if args.sandbox:
+        from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
+
+        offered = support()
+        if not offered["available"]:
+            print(f"note: this machine cannot confine it ({offered['reason']}): its tools stay blocked until it can, "
+                  f"or until you trust it fully: {command_name()} trust {root}")
     print(_tell_daemon(root, trusted=True))
     return 0
 
@@ -125,16 +149,16 @@ def _list(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print_json([{"root": root, "state": store.state(root), **info} for root, info in entries.items()])  # type: ignore[attr-defined]
+        print_json([{"root": root, "state": store.state(root), "level": "full", **info} for root, info in entries.items()])  # type: ignore[attr-defined]
         return 0
     if not entries:
-        print(f"no trusted projects (trust one with: {command_name()} trust [DIR])")
+        print(f"no trusted projects (trust one with: {command_name()} trust --sandbox [DIR])")
         return 0
     notes = {"trusted": "", "missing": "  (missing)", "replaced": "  (replaced: not trusted; trust it again)"}
     states = {root: store.state(root) for root in entries}  # type: ignore[attr-defined]
     table(
-        ["PROJECT", "TRUSTED SINCE"],
-        [[root + notes[states[root]], info.get("trusted_at", "")] for root, info in entries.items()],
+        ["PROJECT", "LEVEL", "TRUSTED SINCE"],
+        [[root + notes[states[root]], _level_text(info), info.get("trusted_at", "")] for root, info in entries.items()],
     )
     for root, state in states.items():
         if state == "replaced":
@@ -142,10 +166,24 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _level_text(info: dict[str, object]) -> str:
+    level = str(info.get("level", "full"))
+    allow = info.get("allow")
+    if level != "sandbox" or not isinstance(allow, dict):
+        return level
+    extra = (["net"] if allow.get("net") else []) + [f"{key} {d}" for key in ("read", "write") for d in allow.get(key, [])]
+    return f"sandbox (+{', '.join(extra)})" if extra else level
+
+
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     trust = commands.add_parser("trust", help="let a project's own tools (.atomic/tools/) load")
     trust.add_argument("directory", nargs="?", metavar="DIR", help="a directory of the project (default: the current one)")
-    trust.add_argument("--list", action="store_true", help="list the trusted projects")
+    trust.add_argument("--sandbox", action="store_true",
+                       help="load its tools confined: they read and write the project only, no network (Linux, Landlock)")
+    trust.add_argument("--allow-net", action="store_true", help="with --sandbox: let its tools use the network")
+    trust.add_argument("--allow-read", action="append", metavar="DIR", help="with --sandbox: let its tools read DIR too")
+    trust.add_argument("--allow-write", action="append", metavar="DIR", help="with --sandbox: let its tools write DIR too")
+    trust.add_argument("--list", action="store_true", help="list the trusted projects and the level of each")
     trust.add_argument("--json", action="store_true", help="with --list: print JSON")
     trust.set_defaults(func=cmd_trust)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
-from atomictools._paths import APP_NAME, runtime_dir, socket_path
+from atomictools._paths import APP_NAME, RuntimeDirError, runtime_dir, socket_path
 
 __all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path", "make_private", "make_private_dirs"]
 
@@ -65,7 +65,10 @@ class Paths:
     def from_env(cls) -> Paths:
         env = os.environ
         home = Path(env.get("HOME") or Path.home()).resolve()  # one spelling: a symlinked HOME is still home
-        rundir = Path(runtime_dir())
+        try:
+            rundir = Path(runtime_dir())
+        except RuntimeDirError as exc:
+            raise PathError(str(exc)) from None
         return cls(
             home=home,
             runtime_dir=rundir,

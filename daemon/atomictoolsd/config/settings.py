@@ -59,6 +59,14 @@ class Config:
     )
     builtins: bool = _setting(True, "Serve the built-in tools.")
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
+    sandbox_global: bool = _setting(
+        False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir)."
+    )
+    sandbox_allow_net: bool = _setting(
+        False, "Let every confined worker use the network (TCP, UDP; never a Unix socket)."
+    )
+    sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
+    sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
     max_connections: int = _setting(
         1000, "Most client connections at once (fewer when the open-file limit leaves less beside what workers need).", minimum=1

@@ -82,5 +82,9 @@ def unknown_tool(
     data["suggestions"] = suggestions
     message = f"Unknown tool: {name!r}{did_you_mean(suggestions)}"
     if blocked:
-        message += f"; this project's own tools are blocked until you trust it: {blocked[0]['command']}"
+        if blocked[0].get("reason"):
+            message += f"; this project's own tools are blocked: {blocked[0]['reason']}"
+        else:
+            message += (f"; this project's own tools are blocked until you trust it, confined: {blocked[0]['command']} "
+                        f"(or with all your rights: {blocked[0]['full_command']})")
     return message, data

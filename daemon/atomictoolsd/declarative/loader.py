@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from atomictools._authoring import ANNOTATION_KEYS, Context
+from atomictools._portable import schema_problems, type_enums
 from atomictools._protocol import check_tool_name
 from atomictools._schema import ToolSpec, inline_refs
 from atomictoolsd.declarative.file_read import FileReadHandler, default_schema
@@ -182,6 +183,10 @@ def build_tool(entry: Any) -> DeclarativeSpec:
         validate = compile_schema(schema)
     except SchemaProblem as exc:
         raise ToolProblem(str(exc)) from None
+    served = type_enums(inline_refs(copy.deepcopy(schema)))
+    problems = schema_problems(served)
+    if problems:
+        raise ToolProblem(f"inputSchema: {'; '.join(problems)}: some agents (Gemini) refuse such a schema")
 
     annotations = entry.get("annotations")
     if annotations is None:
@@ -201,7 +206,7 @@ def build_tool(entry: Any) -> DeclarativeSpec:
         param_names=("args",),
         context_param="ctx",
         decoder=msgspec.json.Decoder(),
-        input_schema=inline_refs(copy.deepcopy(schema)),
+        input_schema=served,
         description=description,
         title=title,
         timeout=timeout + TIMEOUT_MARGIN if timeout is not None else None,

@@ -164,6 +164,15 @@ class EventLog:
             self._urgent = True
             self._loop.call_soon(self.flush)
 
+    def arguments_dropped(
+        self, tool: str, module: str, call_id: int, session: str, agent: str, dropped: list[str]
+    ) -> None:
+        """``tool.arguments_dropped``: undeclared arguments a client sent that the call ran without."""
+        self.emit("info", "tool.arguments_dropped", {
+            "tool": tool, "module": module, "call": call_id,
+            "session": session or None, "agent": agent or None, "dropped": list(dropped),
+        })
+
     def _schedule(self) -> None:
         loop = self._loop
         if loop is None:

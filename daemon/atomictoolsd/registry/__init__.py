@@ -7,6 +7,7 @@
 - ``trust``: the trust store (``trust.json``).
 - ``watcher`` and ``doorbell``: reload a module when its file or a helper changes.
 - ``idle``: forget projects nobody has held for ``idle_timeout``.
+- ``confinement``: how each tools dir may run: full rights, confined (``trust --sandbox``), or not.
 
 Knows nothing of sockets or sessions: it tells its listeners, and the server passes the news on.
 """

@@ -20,11 +20,12 @@ from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
 from atomictoolsd.registry.trust import trust_command
 from atomictoolsd.workers.pool import ModuleRunner
 
-__all__ = ["Change", "DirListener", "LateLoad", "Listener", "Module", "Project", "Scope", "ToolDef", "ToolsDir", "View"]
+__all__ = ["Change", "DirListener", "Judgement", "LateLoad", "Listener", "Module", "Project", "Scope", "ToolDef", "ToolsDir", "View"]
 
 _json = msgspec.json.encode
 
 Scope = str  # "local" | "global" | "builtin"
+Judgement = tuple[bool, "dict[str, Any] | None", "str | None"]  # see Registry's ``judge``
 
 
 class LateLoad:
@@ -55,7 +56,10 @@ class ToolDef:
 
     def listing(self) -> dict[str, Any]:
         """The definition plus where it comes from, for ``atomictoolsd list --json``."""
-        return {**self.definition, "source": self.module.scope, "kind": self.module.kind, "path": self.module.path}
+        return {
+            **self.definition, "source": self.module.scope, "kind": self.module.kind, "path": self.module.path,
+            "confined": self.module.tools_dir.sandbox is not None,
+        }
 
 
 class Module:
@@ -126,6 +130,9 @@ class Module:
             "tools": sorted(self.tools),
             "load_ms": round(self.load_ms, 2) if self.load_ms is not None else None,
             "source": self.source,
+            # Whether its workers run confined (``trust --sandbox``), and why it is blocked if it is.
+            "confined": self.state != "blocked" and self.tools_dir.sandbox is not None,
+            **({"blocked_reason": self.tools_dir.blocked_reason} if self.state == "blocked" and self.tools_dir.blocked_reason else {}),
             "error": self.error_entry() if self.error else None,
             "problems": self.error_entries() if self.error is None else [],
             **self.runner.info(),
@@ -148,6 +155,10 @@ class ToolsDir:
         self.modules: dict[str, Module] = {}
         self.skipped: list[Skipped] = []  # entries that cannot be modules, or the dir itself: reported as errors
         self.trusted = True  # a project's own dir is set from the trust store when it is created
+        # How its workers are confined (``sandbox.confine``'s policy), None for full rights; and
+        # why its modules are blocked when they are for another reason than want of trust.
+        self.sandbox: dict[str, Any] | None = None
+        self.blocked_reason: str | None = None
         self.version = 0
         self.scanned: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
@@ -170,9 +181,15 @@ class ToolsDir:
         for path in sorted(self.modules):
             module = self.modules[path]
             if module.state == "blocked":
-                blocked.append(
-                    {"file": path, "scope": self.scope, "root": str(self.cwd), "command": trust_command(self.cwd)}
-                )
+                entry = {"file": path, "scope": self.scope, "root": str(self.cwd)}
+                if self.blocked_reason is None:
+                    # The confined trust first: the safer of the two an agent may relay.
+                    entry.update(command=trust_command(self.cwd, sandbox=True), full_command=trust_command(self.cwd))
+                elif self.scope == "local":
+                    entry.update(reason=self.blocked_reason, command=trust_command(self.cwd))
+                else:
+                    entry["reason"] = self.blocked_reason
+                blocked.append(entry)
             errors.extend(module.error_entries())
             for name, tool in module.tools.items():
                 holder = tools.get(name)
@@ -284,7 +301,17 @@ class Project:
         """
         for tools_dir in self.dirs:
             if tools_dir.scope == "local" and not tools_dir.trusted and list_module_files(tools_dir.path):
-                return trust_command(tools_dir.cwd)
+                return trust_command(tools_dir.cwd, sandbox=tools_dir.blocked_reason is None)
+        return None
+
+    def trust_level(self) -> str | None:
+        """How the project's own tools run: ``full``, ``sandbox``, ``untrusted``, ``blocked`` (trusted
+        with ``--sandbox`` where the sandbox is unavailable); None for no project (the home)."""
+        for tools_dir in self.dirs:
+            if tools_dir.scope == "local":
+                if tools_dir.trusted:
+                    return "sandbox" if tools_dir.sandbox is not None else "full"
+                return "blocked" if tools_dir.blocked_reason else "untrusted"
         return None
 
     def sees(self, tools_dir: ToolsDir) -> bool:

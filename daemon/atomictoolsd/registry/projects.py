@@ -63,6 +63,7 @@ from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
 from atomictoolsd.registry.model import (
     Change,
     DirListener,
+    Judgement,
     LateLoad,
     Listener,
     Module,
@@ -71,7 +72,7 @@ from atomictoolsd.registry.model import (
     ToolsDir,
 )
 from atomictoolsd.registry.trust import trust_command
-from atomictoolsd.workers.pool import LoadFailed, SpawnError, WorkerPool
+from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, SpawnError, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
 __all__ = ["Registry"]
@@ -175,6 +176,8 @@ class Registry:
 
     Args:
         trusted: whether a project root's own tools may load (default: every project's may).
+        judge: how a tools dir may run, when its trust has levels: ``(loads, sandbox policy or None,
+            why it is blocked or None)`` for a dir (``trusted`` is then not asked).
         cache: where module definitions are kept across restarts (None: nowhere).
         load_wait: seconds a scan waits for its loads before it commits those done (the others
             commit on their own when done).
@@ -187,6 +190,7 @@ class Registry:
         builtin_dirs: Iterable[ToolsDir] = (),
         trusted: Callable[[Path], bool] | None = None,
         cache: DefinitionCache | None = None,
+        judge: Callable[[ToolsDir], Judgement] | None = None,
         load_wait: float = 2.0,
     ) -> None:
         self.pool = pool
@@ -194,7 +198,9 @@ class Registry:
         self.home = home
         self.cache = cache
         self.trusted: Callable[[Path], bool] = trusted or (lambda root: True)
+        self.judge = judge
         self.global_dir = ToolsDir(global_tools_dir(home), "global", home)
+        self._judge(self.global_dir)
         self.builtin_dirs = list(builtin_dirs)
         self.dirs: dict[Path, ToolsDir] = {self.global_dir.path: self.global_dir}
         for tools_dir in self.builtin_dirs:
@@ -241,7 +247,7 @@ class Registry:
                 local = self.dirs.get(local_path)
                 if local is None:
                     local = self.dirs[local_path] = ToolsDir(local_path, "local", root)
-                    local.trusted = self.trusted(root)
+                    self._judge(local)
                 dirs.insert(0, local)
             project = self.projects[root] = Project(root, dirs)
         else:
@@ -405,8 +411,8 @@ class Registry:
                     del finished[path]
             if tools_dir.retired:
                 return Change(set(), [])
-            if tools_dir.scope == "local":  # asked on every scan: the directory may have been replaced since
-                tools_dir.trusted = self.trusted(tools_dir.cwd)
+            # Asked on every scan: the directory may have been replaced since, or its level changed.
+            self._judge(tools_dir)
             trusted = tools_dir.trusted
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
@@ -427,6 +433,7 @@ class Registry:
                     or tools_dir.modules[p].file.key != f.key
                     or (retry_failed and tools_dir.modules[p].state == "failed")
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
+                    or tools_dir.modules[p].runner.spec.sandbox != tools_dir.sandbox  # its confinement changed
                     or tools_dir.modules[p].transient
                 )
                 # A load of this very file is under way: it commits when done (unless the watcher
@@ -521,6 +528,7 @@ class Registry:
             if entry is not None:
                 return file, entry
         runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
+        runner.spec.sandbox = tools_dir.sandbox
         task = asyncio.ensure_future(_outcome(runner.load()))
         await asyncio.wait([task], timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
         return file, (task.result() if task.done() else _Late(task))
@@ -560,6 +568,7 @@ class Registry:
         for file, outcome in results:
             module = tools_dir.modules.get(file.path)
             runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
+            runner.spec.sandbox = tools_dir.sandbox  # a worker it starts later on a call is confined alike
             if module is None:
                 module = tools_dir.modules[file.path] = Module(tools_dir, file, runner)
                 runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
@@ -567,7 +576,7 @@ class Registry:
                 runner.on_health = lambda m=module: self._health_changed(m)
                 runner.verify = lambda worker, m=module: self._read_whole(m, worker)
                 if tools_dir.scope == "local":
-                    runner.admit = lambda d=tools_dir: self._admit(d)
+                    runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
                 if isinstance(outcome, _Late):
                     module.state = "loading"
             elif isinstance(outcome, SpawnError) and module.state != "loading":
@@ -715,8 +724,12 @@ class Registry:
         module.error = None
         module.transient = False
         module.problems = []
-        module.runner.retire("its project is not trusted")
-        log.info("not loading %s: %s is not a trusted project", module.path, module.tools_dir.cwd)
+        reason = module.tools_dir.blocked_reason
+        module.runner.retire(reason or "its project is not trusted")
+        if reason is None:
+            log.info("not loading %s: %s is not a trusted project", module.path, module.tools_dir.cwd)
+        else:
+            log.warning("not loading %s: %s", module.path, reason)
 
     def _fail(self, module: Module, info: dict[str, Any], transient: bool = False) -> None:
         module.transient = transient
@@ -787,12 +800,11 @@ class Registry:
         self._notify(Change({module.tools_dir}, [module] if backoff.failing else []))
 
     async def rescan(self, dirs: Iterable[ToolsDir]) -> None:
-        """Scan ``dirs`` again, one after another, asking again whether each project's own dir is
-        trusted and retrying the modules that failed: ``atomic/reload`` for a project's dirs, SIGHUP
-        for every dir. The one rescan there is."""
+        """Scan ``dirs`` again, one after another, asking again whether each may load and how
+        confined, and retrying the modules that failed: ``atomic/reload`` for a project's dirs,
+        SIGHUP for every dir. The one rescan there is."""
         for tools_dir in list(dirs):
-            if tools_dir.scope == "local":
-                tools_dir.trusted = self.trusted(tools_dir.cwd)
+            self._judge(tools_dir)
             self.ensure_scanned(tools_dir)
             await self.scan(tools_dir, retry_failed=True)
 
@@ -820,23 +832,37 @@ class Registry:
         task.add_done_callback(self._scan_done)
         return True
 
-    def _admit(self, tools_dir: ToolsDir) -> str | None:
+    def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
         """Asked before a worker of a project's own module starts (and imports the file there now)."""
         if self._trust_lost(tools_dir) or not tools_dir.trusted:
-            return f"its project is not trusted (now); trust it with: {trust_command(tools_dir.cwd)}"
+            return f"its project is not trusted (now); trust it with: {trust_command(tools_dir.cwd, sandbox=True)}"
+        if self._judge(tools_dir):
+            # Its level changed and no refresh told us (the CLI found no daemon to ask): the worker
+            # starts as the store says now, and a scan brings the listing in step.
+            task = asyncio.ensure_future(self.scan(tools_dir))
+            self._tasks.add(task)
+            task.add_done_callback(self._scan_done)
+            if not tools_dir.trusted:
+                return tools_dir.blocked_reason or "its project is not trusted (now)"
+        runner.spec.sandbox = tools_dir.sandbox
         return None
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed."""
-        changed = []
-        for tools_dir in list(self.dirs.values()):
-            if tools_dir.scope != "local":
-                continue
-            trusted = self.trusted(tools_dir.cwd)
-            if trusted != tools_dir.trusted:
-                tools_dir.trusted = trusted
-                changed.append(tools_dir)
+        changed = [tools_dir for tools_dir in list(self.dirs.values()) if self._judge(tools_dir)]
         await asyncio.gather(*(self.scan(d) for d in changed))
+        return changed
+
+    def _judge(self, tools_dir: ToolsDir) -> bool:
+        """Ask again whether ``tools_dir`` may load, and how confined; True when that changed."""
+        if self.judge is not None:
+            loads, policy, reason = self.judge(tools_dir)
+        elif tools_dir.scope == "local":
+            loads, policy, reason = self.trusted(tools_dir.cwd), None, None
+        else:
+            return False
+        changed = (loads, policy, reason) != (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason)
+        tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason = loads, policy, reason
         return changed
 
     def info(self) -> dict[str, Any]:

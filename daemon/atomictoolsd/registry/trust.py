@@ -12,6 +12,11 @@ change later, like the rest of its code that you run. It is by the directory its
 path: each root is stored with the directory's identity (device, inode, birth time), so a directory
 removed and made again, or another one renamed into its place, is not trusted until trusted again.
 
+Each trusted root has a level: ``full`` (its tools run with all the user's rights) or ``sandbox``
+(its workers are confined: see ``workers/runtime/sandbox.py``), with what the user allowed it beyond the
+sandbox's defaults (``allow``: ``net``, ``read``, ``write``). A store written before levels existed
+reads as ``full``.
+
 This module is light (standard library only): the registry, the CLI and the built-in tools' workers
 import it. It never knows the server or the sessions.
 """
@@ -32,6 +37,7 @@ from typing import Any, Literal
 from atomictoolsd.config.statefile import StateWriteError, explain_write_error, sweep, write_atomic
 
 __all__ = [
+    "LEVELS",
     "TRUST_FILE",
     "TrustError",
     "TrustState",
@@ -44,13 +50,14 @@ __all__ = [
 log = logging.getLogger("atomictoolsd.trust")
 
 TRUST_FILE = "trust.json"
+LEVELS = ("full", "sandbox")
 
 
-def trust_command(root: Path | str) -> str:
-    """The exact command that trusts ``root``, quoted for a POSIX shell."""
+def trust_command(root: Path | str, sandbox: bool = False) -> str:
+    """The exact command that trusts ``root`` (confined with ``sandbox``), quoted for a POSIX shell."""
     from atomictoolsd.config.command import command_name  # lazy: for a message only (start-up cost)
 
-    return f"{command_name()} trust {shlex.quote(str(root))}"
+    return f"{command_name()} trust {'--sandbox ' if sandbox else ''}{shlex.quote(str(root))}"
 
 
 class TrustError(Exception):
@@ -261,6 +268,17 @@ class TrustStore:
             self._warned.discard(str(root))
         return state == "trusted"
 
+    def level(self, root: Path | str) -> str | None:
+        """``full`` or ``sandbox`` for a trusted root (an entry without a level is ``full``), else None."""
+        entry = self.entry(root)
+        return None if entry is None else str(entry.get("level", "full"))
+
+    def entry(self, root: Path | str) -> dict[str, Any] | None:
+        """What was recorded about a trusted root (``trusted_at``, ``level``, ``allow``); None if untrusted."""
+        if not self.is_trusted(root):
+            return None
+        return dict(self._read().get(str(root), {}))
+
     def entries(self) -> dict[str, dict[str, Any]]:
         """Every trusted root with what was recorded about it (``trusted_at``, the identity)."""
         roots = self._read_upgraded()
@@ -268,22 +286,30 @@ class TrustStore:
             raise TrustError(self.problem)
         return {root: dict(entry) for root, entry in roots.items()}
 
-    def trust(self, root: Path | str) -> bool:
-        """Trust the directory now at ``root``; False when it already was. A root trusted for a
-        directory that has been replaced since is trusted again, for the one there now.
+    def trust(self, root: Path | str, level: str = "full", allow: dict[str, Any] | None = None) -> bool:
+        """Trust the directory now at ``root`` at ``level`` (``full`` or ``sandbox``, with ``allow``
+        widening the sandbox); False when it already was, at that level with that allowance. A root
+        trusted for a directory that has been replaced since is trusted again, for the one there now.
 
         Raises:
-            TrustError: no directory is at ``root``, or the store cannot be read or written.
+            TrustError: no directory is at ``root``, an unknown level, or the store cannot be read
+                or written.
         """
+        if level not in LEVELS:
+            raise TrustError(f"unknown trust level {level!r}; use one of {', '.join(LEVELS)}")
         identity = dir_identity(root)
         if identity is None:
             raise TrustError(f"{root} is not a directory; only an existing directory can be trusted")
+        wanted = {"level": level, **({"allow": allow} if level == "sandbox" and allow else {})}
 
         def add(roots: dict[str, dict[str, Any]]) -> bool:
             entry = roots.get(str(root))
-            if entry is not None and not entry.get("missing_when_upgraded") and _same_dir(entry, identity):
+            if (
+                entry is not None and not entry.get("missing_when_upgraded") and _same_dir(entry, identity)
+                and entry.get("level", "full") == level and entry.get("allow") == wanted.get("allow")
+            ):
                 return False
-            roots[str(root)] = {"trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **identity}
+            roots[str(root)] = {"trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **identity, **wanted}
             return True
 
         self._warned.discard(str(root))

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 from atomictoolsd.bridges.scripts import Bridges
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
 from atomictoolsd.registry.cache import DefinitionCache
+from atomictoolsd.registry.confinement import judge
 from atomictoolsd.registry.idle import ProjectReaper
 from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.registry.projects import Registry
@@ -56,6 +58,7 @@ def build_server(
         paths.home,
         builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
         trusted=trusted,
+        judge=lambda tools_dir: judge(tools_dir, server.config, trust, paths.home),
         cache=DefinitionCache(paths.cache_dir / "definitions"),
         load_wait=config.load_wait,
     )
@@ -72,10 +75,17 @@ def build_server(
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     server.status_sections["watcher"] = watcher.info
+    server.status_sections["sandbox"] = _sandbox_support
     server.status_sections["monitor"] = monitor.info
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
     return server
+
+
+def _sandbox_support() -> dict[str, Any]:
+    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only when status is asked
+
+    return support()
 
 
 def _worker_cwd(home: Path) -> Path:

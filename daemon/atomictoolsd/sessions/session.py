@@ -408,6 +408,11 @@ class Session(asyncio.Protocol):
 
     def toolset_changed(self) -> bool:
         """Whether the visible toolset differs from what this client last saw (and remember it)."""
+        if not self.project.is_ready():
+            # The first scan of a project (a daemon the shim just started) completes dir by dir; the
+            # client's first listing waits for all of them, so telling it of each would only make it
+            # list again, once per dir (issue: two or three list_changed right after initialize).
+            return False
         current = self.fingerprint()
         changed = self._seen is not None and current != self._seen
         self._seen = current
@@ -421,7 +426,7 @@ class Session(asyncio.Protocol):
     def handle_notification(self, method: str, raw: msgspec.Raw | UnsetType) -> None:
         if method == "notifications/initialized":
             self.initialized = True
-            if self._seen is None:
+            if self._seen is None and self.project.is_ready():  # else its first listing sets it
                 self._seen = self.fingerprint()
         elif method == "notifications/cancelled":
             try:
@@ -616,6 +621,7 @@ class Session(asyncio.Protocol):
             counts[source] = counts.get(source, 0) + 1
         result: dict[str, Any] = {
             "root": str(self.project.root) if self.project.root else None,
+            "trust": self.project.trust_level(),
             "tools": [t.listing() for t in tools],
             "counts": counts,
             "errors": view.errors,

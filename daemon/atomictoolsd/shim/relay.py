@@ -172,9 +172,12 @@ def _resolve_directory(requested: str | None) -> str:
 
 
 def _socket_path() -> str:
-    from atomictools._paths import socket_path  # stdlib only: os and stat
+    from atomictools._paths import RuntimeDirError, socket_path  # stdlib only: os, stat and sys
 
-    return socket_path()
+    try:
+        return socket_path()
+    except RuntimeDirError as exc:  # refused, never replaced by a directory the user's CLI does not use
+        raise ConnectionError(str(exc)) from None
 
 
 def _try_connect(path: str) -> _socket.socket:

@@ -24,9 +24,9 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "FRAME_OVERHEAD", "MAX_FRAME", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Failed", "FrameError",
-    "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result", "WorkerMessage",
-    "WorkerSpec", "encode_frame", "error_result",
+    "FRAME_OVERHEAD", "MAX_FRAME", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "Failed",
+    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
+    "WorkerMessage", "WorkerSpec", "encode_frame", "error_result",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -49,6 +49,11 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     truncate_bytes: int = 50 * 1024
     spill_dir: str = ""
     max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
+    # Set for a worker that must run confined (``runtime/sandbox.confine``): {"read": [...], "write":
+    # [...], "net": bool}. None: it runs with the user's full rights.
+    sandbox: dict[str, Any] | None = None
+    temp_dir: str = ""  # a confined worker's private TMPDIR, made and removed by the fork server
+    runtime_paths: list[str] = []  # what a confined worker reads of the Python runtime
 
 
 class LoadFailure(Exception):
@@ -118,13 +123,21 @@ class Log(_Message, tag="log"):
     data: bytes
 
 
+class Dropped(_Message, tag="dropped"):
+    """The call's undeclared arguments the worker dropped (a client's own, e.g. Gemini's
+    ``wait_for_previous``), sent before its result so the daemon can log them."""
+
+    call_id: int
+    keys: list[str]
+
+
 class Output(_Message, tag="output"):
     fd: Literal[1, 2]
     data: bytes
     dropped: int
 
 
-WorkerMessage = Loaded | Failed | Result | Progress | Log | Output
+WorkerMessage = Loaded | Failed | Result | Progress | Log | Dropped | Output
 
 
 # What the daemon sends a worker. ``array_like``: on the wire each is the same msgpack array a list

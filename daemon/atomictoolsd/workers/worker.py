@@ -33,6 +33,7 @@ from atomictoolsd.workers.protocol import (
     CallContext,
     CallTool,
     Cancel,
+    Dropped,
     Failed,
     FrameError,
     FrameReader,
@@ -256,6 +257,13 @@ class Worker(asyncio.Protocol):
                 self._on_progress(message)
             elif kind is Log:
                 self._on_log(message)
+            elif kind is Dropped:
+                call = self.pending.get(message.call_id)
+                if call is not None:
+                    events.arguments_dropped(
+                        call.tool, self.runner.spec.path, call.id, call.context.session_id, call.context.agent,
+                        message.keys,
+                    )
             elif kind is Output:
                 self._on_output(message.fd, message.data, message.dropped)
             elif self.loaded.done():  # a load report, and the worker has made its one already

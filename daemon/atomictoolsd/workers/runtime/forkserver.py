@@ -34,9 +34,11 @@ from __future__ import annotations
 import functools
 import os
 import select
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from typing import Any, NoReturn
 
@@ -80,6 +82,7 @@ class _Server:
         self.control = control
         self.alive_fd = alive_fd
         self.children: set[int] = set()
+        self.temp_dirs: dict[int, str] = {}  # confined workers' private TMPDIRs, removed when they end
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.stopping = False
@@ -138,12 +141,17 @@ class _Server:
 
 
     def spawn(self, request_id: int, spec_json: bytes, channel_fd: int) -> None:
+        spec = None
         try:
             spec = msgspec.json.decode(spec_json, type=runtime.WorkerSpec)
             runtime.prepare(spec.kind)  # once per kind: its workers then fork with the loader imported
+            if spec.sandbox is not None:
+                _prepare_confined(spec)
             pid = os.fork()
         except Exception as exc:  # noqa: BLE001 - one worker that cannot start must cost no other
             os.close(channel_fd)
+            if spec is not None and spec.temp_dir:
+                shutil.rmtree(spec.temp_dir, ignore_errors=True)
             what = "cannot fork a worker process" if isinstance(exc, OSError) else "cannot start a worker"
             self.send(["failed", request_id, f"{what}: {exc}"])
             return
@@ -151,6 +159,8 @@ class _Server:
             self._become_worker(channel_fd, spec)
         os.close(channel_fd)
         self.children.add(pid)
+        if spec.temp_dir:
+            self.temp_dirs[pid] = spec.temp_dir
         self.send(["spawned", request_id, pid])
 
     def _become_worker(self, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
@@ -170,6 +180,10 @@ class _Server:
             os.dup2(devnull, 0)  # the daemon's liveness pipe is the fork server's business
             os.close(devnull)
             os.dup2(2, 1)  # a tool's print() goes to the daemon's log, never into a protocol
+            if spec.sandbox is None and _RUNTIME_PATHS:
+                from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
+
+                sandbox.drop_shared_rules()  # the confined workers' descriptors are none of its business
             runtime.serve(channel_fd, spec)
         finally:
             os._exit(70)
@@ -188,6 +202,9 @@ class _Server:
             kill_worker_processes((pid,))
             if status is None:
                 _, status = os.waitpid(pid, 0)
+            temp_dir = self.temp_dirs.pop(pid, None)
+            if temp_dir is not None:
+                shutil.rmtree(temp_dir, ignore_errors=True)
             if pid in self.children:
                 self.children.discard(pid)
                 self.send(["exited", pid, status])
@@ -216,6 +233,8 @@ class _Server:
             except ChildProcessError:
                 pass
         self.children.clear()
+        for temp_dir in self.temp_dirs.values():
+            shutil.rmtree(temp_dir, ignore_errors=True)
         # Each round kills what the last one orphaned (a killed process's children are adopted in
         # turn); bounded, so that a process that forks as fast as it is killed cannot keep us here.
         for _ in range(100):
@@ -228,6 +247,26 @@ class _Server:
                 pass
             time.sleep(0.01)
         os._exit(0)
+
+
+_RUNTIME_PATHS: list[str] = []
+
+
+def _prepare_confined(spec: runtime.WorkerSpec) -> None:
+    """Make what a confined worker needs before it is forked, so that the fork server knows it (and
+    removes the temporary directory with the worker) and the worker's own start stays short."""
+    from atomictoolsd.workers.runtime import sandbox  # once, with the first confined worker: then every fork has it
+
+    if not _RUNTIME_PATHS:
+        _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
+        sandbox.warm_up()
+        sandbox.open_shared_rules(_RUNTIME_PATHS)
+    spec.runtime_paths = _RUNTIME_PATHS
+    spec.temp_dir = tempfile.mkdtemp(prefix="atomictools-sandbox-")
+    if spec.spill_dir:
+        # Its own: a confined tool can write the spill files of its results, never read another's.
+        os.makedirs(spec.spill_dir, mode=0o700, exist_ok=True)
+        spec.spill_dir = tempfile.mkdtemp(prefix="sandbox-", dir=spec.spill_dir)
 
 
 def _next_exited() -> tuple[int, int | None]:

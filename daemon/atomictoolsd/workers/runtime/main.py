@@ -23,6 +23,8 @@ worker → daemon
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
+    ``["dropped", call_id, keys]``: the call's undeclared arguments that were dropped (see
+    ``arguments``), before its result.
     ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
     ``output``.
 
@@ -55,6 +57,7 @@ from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
 from atomictoolsd.workers.protocol import (
     CallTool,
     DaemonMessage,
+    Dropped,
     Failed,
     FrameReader,
     Loaded,
@@ -66,6 +69,7 @@ from atomictoolsd.workers.protocol import (
     encode_frame,
     error_result,
 )
+from atomictoolsd.workers.runtime.arguments import Undeclared, split_undeclared
 from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.runtime.output import capture as capture_output
 from atomictoolsd.workers.runtime.sourceload import (
@@ -112,6 +116,7 @@ def _load_python(path: str) -> list[ToolSpec]:
         sys.path.append(directory)
     install_source_only_finder(directory)
     name = _module_name(stem)
+    _declared.clear()
     spec = importlib.util.spec_from_file_location(name, path, loader=SourceOnlyLoader(name, path))
     if spec is None or spec.loader is None:
         raise LoadFailure(path, None, "not a loadable Python file")
@@ -124,10 +129,15 @@ def _load_python(path: str) -> list[ToolSpec]:
             f"SyntaxError: {exc.msg}" if isinstance(exc, SyntaxError) else f"{type(exc).__name__}: {exc}"
         )
         raise LoadFailure(path, _error_line(exc, path), message, traceback.format_exc()) from None
+    if hasattr(module, "__atomic_sandbox__"):
+        _declared["sandbox"] = module.__atomic_sandbox__
     try:
         return collect_tools(vars(module), name, stem)
     except SchemaError as exc:
         raise LoadFailure(path, None, str(exc)) from None
+
+
+_declared: dict[str, Any] = {}  # what the module just loaded declared of itself (__atomic_sandbox__)
 
 
 def _load_declarative(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
@@ -462,8 +472,9 @@ class Runtime:
         try:
             kwargs = spec.parse_arguments(call.arguments or b"{}")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            self.send(Result(call_id, error_result(f"Invalid arguments for tool {name!r}: {exc}")))
-            return None
+            kwargs = self._without_undeclared(call_id, spec, call.arguments, exc)
+            if kwargs is None:
+                return None
         ctx = None
         if spec.context_param is not None:
             context = call.context
@@ -487,6 +498,24 @@ class Runtime:
                 return None
             self._running += 1
         return job
+
+    def _without_undeclared(
+        self, call_id: int, spec: ToolSpec, arguments: bytes, error: Exception
+    ) -> dict[str, Any] | None:
+        """The call's arguments once the undeclared ones are dropped (``arguments``' rule, reported
+        to the daemon as ``dropped``); None when the call is answered with the error instead."""
+        declared = (spec.input_schema.get("properties") or {}).keys()
+        try:
+            split = split_undeclared(arguments or b"{}", declared)
+            if split is None:
+                raise error
+            kept, dropped = split
+            kwargs = spec.parse_arguments(kept)
+        except (msgspec.ValidationError, msgspec.DecodeError, Undeclared) as exc:
+            self.send(Result(call_id, error_result(f"Invalid arguments for tool {spec.name!r}: {exc}")))
+            return None
+        self.send(Dropped(call_id, dropped))
+        return kwargs
 
     def finish_call(self, call_id: int, result: bytes | None) -> None:
         self.calls.pop(call_id, None)
@@ -599,6 +628,18 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         with send_lock:
             sock.sendall(frame)
 
+    if spec.sandbox is not None:
+        # The fork server imported it before forking a confined worker.
+        from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
+
+        # Before the first thread (Landlock binds the calling thread and what it starts) and
+        # before the module's first line: nothing of it ever runs unconfined.
+        try:
+            sandbox.confine(spec.sandbox, spec.runtime_paths, spec.temp_dir, spec.spill_dir)
+        except sandbox.SandboxError as exc:
+            send(Failed({"file": spec.path, "line": None, "traceback": "",
+                         "message": f"not loaded: its project is trusted with --sandbox, and {exc}"}))
+            _exit()
     capture_output(send)  # first: what the module prints while it loads is the author's clue
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
@@ -620,6 +661,14 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     except BaseException as exc:  # noqa: BLE001 - report anything, then go
         send(Failed({"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}))
         _exit()
+    if spec.sandbox is not None and "sandbox" in _declared:
+        from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
+
+        try:
+            sandbox.narrow(_declared["sandbox"], spec.sandbox, spec.temp_dir, spec.spill_dir)
+        except sandbox.SandboxError as exc:
+            send(Failed({"file": spec.path, "line": None, "traceback": "", "message": str(exc)}))
+            _exit()
     load_ms = (time.perf_counter() - started) * 1000
     runtime = Runtime(sock, tools, spec, send_lock)
     deps = imported_from(directory, spec.path)
@@ -636,7 +685,12 @@ def serve(fd: int, spec: WorkerSpec) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Cold start, without the fork server: ``python -m atomictoolsd.workers.runtime.main FD SPEC_JSON``."""
     args = sys.argv[1:] if argv is None else argv
-    serve(int(args[0]), msgspec.json.decode(args[1], type=WorkerSpec))
+    spec = msgspec.json.decode(args[1], type=WorkerSpec)
+    if spec.sandbox is not None and not spec.runtime_paths:
+        from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
+
+        spec.runtime_paths = sandbox.runtime_read_paths()
+    serve(int(args[0]), spec)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def spill(data: bytes, spill_dir: str, label: str, suffix: str = ".txt") -> str:
 
 
 def remove_old_spills(spill_dir: str, max_age_seconds: float) -> int:
-    """Delete spill files older than ``max_age_seconds``; return how many were removed."""
+    """Delete spill files older than ``max_age_seconds``, also those in the directory of each
+    confined worker (``sandbox-*``, removed once empty and old); return how many were removed."""
     removed = 0
     cutoff = time.time() - max_age_seconds
     try:
@@ -80,6 +81,10 @@ def remove_old_spills(spill_dir: str, max_age_seconds: float) -> int:
             if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
                 os.unlink(entry.path)
                 removed += 1
-        except FileNotFoundError:
+            elif entry.name.startswith("sandbox-") and entry.is_dir(follow_symlinks=False):
+                removed += remove_old_spills(entry.path, max_age_seconds)
+                if entry.stat().st_mtime < cutoff:
+                    os.rmdir(entry.path)  # fails while it holds a file still young enough
+        except (FileNotFoundError, OSError):
             continue
     return removed

@@ -1,0 +1,97 @@
+"""The rule for arguments a tool does not declare: a near miss is an error, anything else is dropped.
+
+Clients add arguments of their own to every call: Gemini CLI injects ``wait_for_previous`` into each
+tool's schema and passes what the model sets through to the server. Refusing those fails calls at
+random; accepting every unknown key silently would hide a model's typo (``pth`` for ``path``) and
+run the tool without the value the model meant. So an unknown key that is within a small edit
+distance of a declared parameter is an error naming that parameter; any other unknown key is dropped
+and reported (the daemon writes it to the event log with the client's name).
+
+Runs inside the worker, and only after strict validation failed: a call with exactly the declared
+arguments never gets here. Standard library and msgspec only (the worker runtime stays light); it
+must never decide anything about declared parameters, whose validation stays the tool's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+__all__ = ["Undeclared", "misspelling_of", "split_undeclared"]
+
+
+class Undeclared(ValueError):
+    """An argument is not declared but is so close to a declared one that it is taken for a typo."""
+
+
+def _fold(name: str) -> str:
+    # `filePath`, `file-path` and `file_path` are one name to a model guessing a parameter.
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def _distance(a: str, b: str, limit: int) -> int:
+    """Damerau-Levenshtein distance (adjacent transpositions count 1), or ``limit + 1`` past limit."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cost = ca != cb
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        if min(current) > limit:
+            return limit + 1
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+def _limit(name: str) -> int:
+    # One slip in a short name, two in a longer one: `nme` → `name`, `recursve` → `recursive`;
+    # `wait_for_previous` is nowhere near `path` or `query`.
+    return 1 if len(name) <= 4 else 2
+
+
+def misspelling_of(key: str, declared: Iterable[str]) -> str | None:
+    """The declared parameter ``key`` is most likely a misspelling of, or None when it is none's."""
+    folded = _fold(key)
+    best: tuple[int, str] | None = None
+    for name in declared:
+        target = _fold(name)
+        limit = _limit(target)
+        distance = 0 if folded == target else _distance(folded, target, limit)
+        if distance <= limit and (best is None or distance < best[0]):
+            best = (distance, name)
+    return None if best is None else best[1]
+
+
+def split_undeclared(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[str]] | None:
+    """Drop the undeclared keys of ``raw`` (a JSON object) under the rule above.
+
+    Returns:
+        ``(arguments without them, the dropped keys)``, or None when ``raw`` has no undeclared key
+        (or is not an object): the strict validation's error stands as it was.
+
+    Raises:
+        Undeclared: a key is a near miss of a declared parameter; the message names both.
+    """
+    try:
+        arguments: Any = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(arguments, dict):
+        return None
+    known = set(declared)
+    unknown = [key for key in arguments if key not in known]
+    if not unknown:
+        return None
+    for key in unknown:
+        meant = misspelling_of(key, known)
+        if meant is not None:
+            raise Undeclared(f"unknown argument {key!r}; did you mean {meant!r}?")
+    kept = {key: value for key, value in arguments.items() if key in known}
+    return msgspec.json.encode(kept), unknown

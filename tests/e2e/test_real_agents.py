@@ -1,0 +1,101 @@
+"""The agents' own CLIs check the entry ``connect`` wrote: Claude Code, OpenCode, Gemini CLI and Qwen
+Code each list their MCP servers offline, without a login, starting our shim as they do.
+
+The CLIs come from npm into ``.ci/agents/node_modules`` (``.ci/run`` installs them; by hand:
+``npm install --prefix .ci/agents --no-audit --no-fund``). A test skips, saying so, when its CLI is
+not installed there or on PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import Env
+from shim_helpers import SHIM
+
+NODE_BIN = Path(__file__).resolve().parents[2] / ".ci" / "agents" / "node_modules" / ".bin"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def agent_cli(name: str) -> str:
+    local = NODE_BIN / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"the {name!r} CLI is not installed: run `npm install --prefix .ci/agents --no-audit "
+                    f"--no-fund` (.ci/run does)")
+    return found
+
+
+@pytest.fixture
+def agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def]
+    """A project with a tool, a running daemon, and ``atomictoolsd`` on PATH (project entries need it)."""
+    env.write_tool(env.local_tools, "hello.py", "def hello() -> str:\n    return 'hi'\n")
+    # A repository: the project root the agents look for (Claude Code reads .claude/ settings there).
+    subprocess.run(["git", "init", "-q", str(env.project)], check=True, timeout=30)
+    env.vars["PATH"] = os.pathsep.join([str(Path(SHIM).parent), env.vars.get("PATH", "")])
+    env.vars["XDG_CONFIG_HOME"] = str(env.home / ".config")
+    # No telemetry, update checks or prompts: the CLIs run offline, as in CI.
+    env.vars.update(DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1", CI="1", NO_COLOR="1",
+                    OPENCODE_DISABLE_AUTOUPDATE="1", GEMINI_CLI_NO_RELAUNCH="true")
+    make_daemon()
+    return env
+
+
+def run(env: Env, *command: str, timeout: float = 120) -> str:
+    done = subprocess.run(command, env=env.vars, cwd=env.project, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return ANSI.sub("", done.stdout + done.stderr)
+
+
+def connect(env: Env, agent: str, *flags: str) -> None:
+    done = subprocess.run([SHIM, "connect", agent, *flags], env=env.vars, cwd=env.project, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def connected_line(output: str, name: str = "atomic") -> str:
+    lines = [line for line in output.splitlines() if re.search(rf"\b{name}\b", line)]
+    assert lines, output
+    return " ".join(lines)
+
+
+def test_claude_code_connects_to_the_project_and_the_user_entry(agent_env: Env) -> None:
+    claude = agent_cli("claude")
+    env = agent_env
+    connect(env, "claude")  # .mcp.json: Claude asks to approve project servers; approve ours as a user would
+    (env.project / ".claude").mkdir()
+    (env.project / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["atomic"]}))
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list"))
+    connect(env, "claude", "--user", "--name", "atomic_user")
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list"), "atomic_user")
+
+
+def test_opencode_connects(agent_env: Env) -> None:
+    opencode = agent_cli("opencode")
+    connect(agent_env, "opencode")
+    line = connected_line(run(agent_env, opencode, "mcp", "list"))
+    assert "connected" in line and "failed" not in line, line
+
+
+@pytest.mark.parametrize("agent", ["gemini", "qwen"])
+def test_gemini_and_qwen_connect_once_the_folder_is_trusted(agent_env: Env, agent: str) -> None:
+    program = agent_cli(agent)
+    env = agent_env
+    connect(env, agent)
+    before = connected_line(run(env, program, "mcp", "list"))
+    if agent == "gemini":  # Gemini CLI ignores a project's settings until the folder is trusted
+        assert "Connected" not in before, before
+    (env.home / f".{agent}").mkdir(exist_ok=True)
+    (env.home / f".{agent}" / "trustedFolders.json").write_text(json.dumps({str(env.project): "TRUST_FOLDER"}))
+    assert "Connected" in connected_line(run(env, program, "mcp", "list"))
+    connect(env, agent, "--user", "--name", "atomic_user")
+    assert "Connected" in connected_line(run(env, program, "mcp", "list"), "atomic_user")

@@ -1,0 +1,496 @@
+"""The sandbox: a project trusted with ``--sandbox`` runs its tools confined (docs/sandbox.md).
+
+Real daemon, real fork server, real workers, the real CLI. The escape matrix tries each way out from
+a confined tool and again from a program that tool starts; each must be refused, while the same
+tool in a fully trusted project gets through (so a refusal is the sandbox's doing, not the test's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from atomictools import Client, RPCError
+from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from helpers import Daemon, Env, wait_for
+
+pytestmark = pytest.mark.skipif(
+    kernel_abi() < REQUIRED_ABI,
+    reason=f"this machine's kernel offers Landlock ABI {kernel_abi()}; confining workers needs ABI {REQUIRED_ABI}",
+)
+
+# A helper (stdlib only) that tries one way out; run inside the worker, or as a program it starts.
+ESCAPES = r'''
+import ctypes, json, os, signal, socket, sys
+
+def attempt(what, arg):
+    try:
+        return "done: " + str(_attempt(what, json.loads(arg) if arg else None))
+    except OSError as exc:
+        return f"refused: {type(exc).__name__} errno {exc.errno}"
+
+def _attempt(what, arg):
+    if what == "read":
+        with open(arg) as f:
+            return f.read()
+    if what == "write":
+        with open(arg, "a") as f:
+            f.write("escaped\n")
+        return "written"
+    if what == "hardlink":
+        os.link(arg[0], arg[1])
+        with open(arg[1]) as f:
+            return f.read()
+    if what == "tcp":
+        with socket.create_connection(("127.0.0.1", arg), timeout=5) as s:
+            s.sendall(b"escaped")
+        return "connected"
+    if what == "udp":
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"escaped", ("127.0.0.1", arg))
+        return "sent"
+    if what == "bind":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            return s.getsockname()[1]
+    if what == "stop":
+        os.kill(arg, signal.SIGSTOP)
+        return "stopped"
+    if what == "ptrace":
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.ptrace(16, arg, 0, 0) != 0:  # PTRACE_ATTACH
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+        libc.ptrace(17, arg, 0, 0)  # PTRACE_DETACH
+        return "attached"
+    if what == "rpc":
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(10)
+        s.connect(arg["socket"])
+        answers = []
+        for request in arg["requests"]:
+            s.sendall(json.dumps(request).encode() + b"\n")
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                line += chunk
+            answers.append(json.loads(line) if line else None)
+        return json.dumps(answers)
+    if what == "keyring":
+        libc = ctypes.CDLL(None, use_errno=True)
+        number = {"x86_64": 250, "aarch64": 219}[os.uname().machine]  # keyctl
+        key = libc.syscall(number, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of the user keyring
+        if key < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+        return "the user keyring"
+    if what == "env":
+        return os.environ.get("TMPDIR", "")
+    raise ValueError(what)
+
+if __name__ == "__main__":
+    print(attempt(sys.argv[1], sys.argv[2]))
+'''
+
+TOOL = r'''
+import os, subprocess, sys
+
+from _escapes import attempt
+
+
+def escape(what: str, arg: str = "", child: bool = False) -> str:
+    """Try one way out, here or from a program this tool starts."""
+    if not child:
+        return attempt(what, arg)
+    helper = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_escapes.py")
+    done = subprocess.run([sys.executable, helper, what, arg], capture_output=True, text=True, timeout=60)
+    return (done.stdout.strip() or done.stderr.strip()[-400:])
+'''
+
+SIBLING = '''
+import os
+
+
+def sibling() -> int:
+    return os.getpid()
+'''
+
+
+def cli(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "atomictoolsd", *args], env=env.vars, cwd=env.project,
+                          capture_output=True, text=True, timeout=60)
+
+
+class Listener:
+    """A TCP listener and a UDP socket on one 127.0.0.1 port; records what reaches them."""
+
+    def __init__(self) -> None:
+        self.tcp = socket.create_server(("127.0.0.1", 0))
+        self.port = self.tcp.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", self.port))
+        self.udp.settimeout(0.2)
+        self.tcp.settimeout(0.2)
+        self.received: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.tcp.accept()
+                with conn:
+                    conn.settimeout(2)
+                    self.received.append(b"tcp:" + conn.recv(100))
+            except (TimeoutError, OSError):
+                pass
+            try:
+                self.received.append(b"udp:" + self.udp.recv(100))
+            except (TimeoutError, OSError):
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.tcp.close()
+        self.udp.close()
+
+
+@pytest.fixture
+def world(env: Env) -> Iterator[dict[str, Any]]:
+    """An untrusted-by-default env with the escape tool in the project, a secret in the home, and a
+    listener: the places a confined tool must not reach."""
+    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.write_tool(env.local_tools, "_escapes.py", ESCAPES)
+    env.write_tool(env.local_tools, "escape.py", TOOL)
+    env.write_tool(env.local_tools, "sibling.py", SIBLING)
+    secret = env.home / ".ssh" / "id_secret"
+    secret.parent.mkdir()
+    secret.write_text("the user's secret\n")
+    outside = env.home / "outside.txt"
+    outside.write_text("")
+    (env.project / "link-read").symlink_to(secret)
+    (env.project / "link-write").symlink_to(outside)
+    listener = Listener()
+    try:
+        yield {"secret": secret, "outside": outside, "listener": listener}
+    finally:
+        listener.close()
+
+
+def call(client: Client, what: str, arg: Any = None, child: bool = False) -> str:
+    result = client.call("escape", what=what, arg=json.dumps(arg) if arg is not None else "", child=child)
+    assert not result.is_error, result.text
+    return result.text.rstrip("\n")  # a program's output comes back stripped: compare alike
+
+
+def forkserver_pid(daemon: Daemon) -> int:
+    for process in daemon.descendants():
+        if process.ppid() == daemon.pid and "forkserver" in " ".join(process.cmdline()):
+            return process.pid
+    raise AssertionError("no fork server")
+
+
+def matrix(daemon: Daemon, env: Env, world: dict[str, Any]) -> dict[str, Any]:
+    """Each way out: the tool's name for it and its argument."""
+    other = env.root / "other"
+    (other / ".atomic" / "tools").mkdir(parents=True)
+    hard_target = env.project / "hardlink"
+    return {
+        "read a file in the home": ("read", str(world["secret"])),
+        "write outside the project": ("write", str(world["outside"])),
+        "read through a symlink out": ("read", str(env.project / "link-read")),
+        "write through a symlink out": ("write", str(env.project / "link-write")),
+        "hard-link a file in": ("hardlink", [str(world["secret"]), str(hard_target)]),
+        "read through /proc/self/root": ("read", "/proc/self/root" + str(world["secret"])),
+        "read the daemon's environment": ("read", f"/proc/{daemon.pid}/environ"),
+        "read the daemon's command line": ("read", f"/proc/{daemon.pid}/cmdline"),
+        "connect over TCP": ("tcp", world["listener"].port),
+        "send a UDP datagram": ("udp", world["listener"].port),
+        "bind a port": ("bind", None),
+        "SIGSTOP the fork server": ("stop", forkserver_pid(daemon)),
+        "SIGSTOP the daemon": ("stop", daemon.pid),
+        "act through the daemon's socket": ("rpc", {"socket": str(env.socket), "requests": [
+            {"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(other)}},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "other_tool", "arguments": {}}},
+            {"jsonrpc": "2.0", "id": 3, "method": "atomic/bridges/create", "params": {"agent": "generic"}},
+        ]}),
+        "write the trust store": ("write", str(env.state_dir / "trust.json")),
+        "use the user's keyring": ("keyring", None),
+    }
+
+
+def reset(env: Env, world: dict[str, Any]) -> None:
+    world["outside"].write_text("")
+    (env.project / "hardlink").unlink(missing_ok=True)
+    world["listener"].received.clear()
+
+
+def resume(daemon: Daemon) -> None:
+    """Undo a SIGSTOP that got through (so the test fails on its assertion, not on a hang)."""
+    for process in [psutil.Process(daemon.pid), *daemon.descendants()]:
+        try:
+            process.send_signal(signal.SIGCONT)
+        except psutil.Error:
+            pass
+
+
+def test_a_confined_tool_and_what_it_starts_cannot_get_out(env: Env, world: dict[str, Any], make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    trust_store_before = None
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    trust_store_before = (env.state_dir / "trust.json").read_text()
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        ways = matrix(daemon, env, world)
+        sibling_pid = json.loads(client.call("sibling").text)["result"]
+        ways["ptrace a sibling worker"] = ("ptrace", sibling_pid)
+        outcomes: dict[str, str] = {}
+        try:
+            for child in (False, True):
+                for name, (what, arg) in ways.items():
+                    reset(env, world)
+                    outcome = call(client, what, arg, child=child)
+                    where = "from a program it starts" if child else "from the tool"
+                    outcomes[f"{name} ({where})"] = outcome
+                    assert world["listener"].received == [], (name, where, world["listener"].received)
+                    assert world["outside"].read_text() == "", (name, where)
+        finally:
+            resume(daemon)
+    escaped = {name: outcome for name, outcome in outcomes.items() if not outcome.startswith("refused")}
+    assert not escaped, escaped
+    assert (env.state_dir / "trust.json").read_text() == trust_store_before
+    assert not (env.project / "hardlink").exists()
+    assert psutil.Process(daemon.pid).status() != psutil.STATUS_STOPPED
+    record(f"{len(outcomes)} escapes tried ({len(ways)} ways, from the tool and from a child): all refused")
+
+
+def test_the_same_tool_fully_trusted_gets_through(env: Env, world: dict[str, Any], make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    # The control: each refusal above is the sandbox's, not a broken probe. (Signals and the
+    # daemon's socket are left out: getting through them would stop or change the daemon.)
+    assert cli(env, "trust").returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        ways = matrix(daemon, env, world)
+        tried = 0
+        for name in ("read a file in the home", "write outside the project", "read through a symlink out",
+                     "read through /proc/self/root", "read the daemon's environment", "use the user's keyring",
+                     "connect over TCP", "send a UDP datagram", "bind a port"):
+            what, arg = ways[name]
+            for child in (False, True):
+                reset(env, world)
+                outcome = call(client, what, arg, child=child)
+                assert outcome.startswith("done"), (name, child, outcome)
+                if what in ("tcp", "udp"):
+                    wait_for(lambda: world["listener"].received, message=f"the listener to hear {name}")
+                tried += 1
+    record(f"{tried} of the same attempts succeed with full trust")
+
+
+def test_inside_the_project_a_confined_tool_reads_and_writes(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "later.py", '''
+        import asyncio, subprocess
+
+        async def later() -> str:
+            await asyncio.sleep(0)  # the worker's event loop (a socket pair) works confined
+            return subprocess.run(["sh", "-c", "echo from a shell"], capture_output=True, text=True).stdout
+    ''')
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon()
+    inside = env.project / "notes" / "a.txt"
+    inside.parent.mkdir()
+    with daemon.client() as client:
+        for child in (False, True):
+            inside.write_text("")
+            assert call(client, "write", str(inside), child=child) == "done: written"
+            assert call(client, "read", str(inside), child=child).rstrip() == "done: escaped"
+        assert client.call("later").text == "from a shell\n"
+        tmpdir = call(client, "env").removeprefix("done: ")
+        assert tmpdir and not tmpdir.startswith(str(env.project))
+        assert call(client, "write", os.path.join(tmpdir, "scratch")) == "done: written"
+        status = client.status()
+    confined = {Path(m["path"]).name: m["confined"] for m in status["modules"] if m["scope"] == "local"}
+    assert confined == {"escape.py": True, "sibling.py": True, "later.py": True}
+    assert status["sandbox"]["available"] and status["sandbox"]["abi"] >= REQUIRED_ABI
+    escape_pid = next(m["worker"] for m in status["modules"] if m["path"].endswith("escape.py"))
+    daemon.stop()
+    wait_for(lambda: not psutil.pid_exists(escape_pid), message="the worker to end")
+    assert not os.path.exists(tmpdir), "the worker's private TMPDIR outlived it"
+
+
+@pytest.mark.parametrize("abi", ["0", str(REQUIRED_ABI - 1)])
+def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[str, Any], make_daemon, abi: str) -> None:  # type: ignore[no-untyped-def]
+    marker = env.root / "imported"
+    env.write_tool(env.local_tools, "probe.py", f"open({str(marker)!r}, 'w').close()\n\ndef probe() -> str:\n    return 'ran'\n")
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": abi})
+    with daemon.client() as client:
+        listing = client.request("atomic/list", {})
+        with pytest.raises(RPCError) as refused:
+            client.call("probe")
+        status = client.status()
+    assert listing["trust"] == "blocked"
+    assert not [t for t in listing["tools"] if t["source"] == "local"]
+    reasons = {entry["reason"] for entry in listing["blocked"]}
+    assert len(reasons) == 1 and len(listing["blocked"]) == 3, listing["blocked"]
+    reason = reasons.pop()
+    assert "--sandbox" in reason and "do not run unconfined" in reason
+    assert ("no Landlock" in reason) if abi == "0" else (f"Landlock ABI {abi}" in reason)
+    assert "do not run unconfined" in str(refused.value)
+    assert not status["sandbox"]["available"] and status["sandbox"]["reason"]
+    assert not marker.exists(), "a module of a project that cannot be confined was imported"
+    shown = cli(env, "list")
+    assert "do not run unconfined" in shown.stdout, shown.stdout
+
+
+def test_trust_levels_switch_while_the_daemon_runs(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon: Daemon = make_daemon()
+    secret = str(world["secret"])
+    root = str(env.project.resolve())
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == "sandbox"
+        assert call(client, "read", secret).startswith("refused")
+    listed = cli(env, "trust", "--list")
+    assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [[root, "sandbox"]], listed.stdout
+    shown = cli(env, "list").stdout
+    assert "local (confined)" in shown and "its own tools run confined" in shown, shown
+    status = cli(env, "status").stdout
+    assert "(confined)" in status and "sandbox   Landlock ABI" in status, status
+
+    assert cli(env, "trust").returncode == 0  # full trust: the modules load again, unconfined
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == "full"
+        assert call(client, "read", secret) == "done: the user's secret"
+    assert cli(env, "trust", "--list").stdout.splitlines()[1].split()[:2] == [root, "full"]
+
+    assert cli(env, "trust", "--sandbox").returncode == 0  # and back
+    with daemon.client() as client:
+        assert call(client, "read", secret).startswith("refused")
+    untrusted = cli(env, "untrust")
+    assert untrusted.returncode == 0 and untrusted.stdout.startswith("untrusted:"), untrusted.stdout
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == "untrusted"
+        with pytest.raises(RPCError):
+            call(client, "read", secret)
+
+
+def test_the_user_widens_a_sandbox_and_a_module_narrows_it(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    shared = env.home / "shared"
+    shared.mkdir()
+    (shared / "data.txt").write_text("shared data\n")
+    out = env.home / "out"
+    out.mkdir()
+    port = world["listener"].port
+    assert cli(env, "trust", "--allow-net").returncode == 2, "widening without --sandbox is refused"
+    done = cli(env, "trust", "--sandbox", "--allow-net", "--allow-read", str(shared), "--allow-write", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "sandbox (+net" in cli(env, "trust", "--list").stdout
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        for child in (False, True):
+            assert call(client, "read", str(shared / "data.txt"), child=child) == "done: shared data"
+            assert call(client, "write", str(out / "result.txt"), child=child) == "done: written"
+            assert call(client, "write", str(shared / "data.txt"), child=child).startswith("refused"), "read only"
+            assert call(client, "tcp", port, child=child) == "done: connected"
+            assert call(client, "read", str(world["secret"]), child=child).startswith("refused"), "only what was allowed"
+            # Even with the network, never a Unix socket: the daemon stays out of reach.
+            rpc = call(client, "rpc", {"socket": str(env.socket), "requests": [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]},
+                       child=child)
+            assert rpc.startswith("refused"), rpc
+        # A module may declare that it needs less, never more.
+        env.write_tool(env.local_tools, "narrow.py", f'''
+            import socket
+            __atomic_sandbox__ = {{"write": False, "net": False}}
+
+            def narrow(what: str) -> str:
+                try:
+                    if what == "write":
+                        open({str(env.project / "narrow.txt")!r}, "w").close()
+                    elif what == "read":
+                        return open({str(shared / "data.txt")!r}).read()
+                    else:
+                        socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+                    return "done"
+                except OSError as exc:
+                    return f"refused: errno {{exc.errno}}"
+        ''')
+        wait_for(lambda: "narrow" in [t["name"] for t in client.list_tools()], message="narrow.py to load")
+        assert client.call("narrow", what="read").text == "shared data\n"
+        assert client.call("narrow", what="write").text.startswith("refused")
+        assert client.call("narrow", what="tcp").text.startswith("refused")
+        assert not (env.project / "narrow.txt").exists()
+
+
+def test_a_module_cannot_declare_more(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "greedy.py", '''
+        __atomic_sandbox__ = {"net": True, "read": ["/"]}
+
+        def greedy() -> str:
+            return "ran"
+    ''')
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        errors = client.request("atomic/list", {})["errors"]
+    assert any(e["file"].endswith("greedy.py") and "unknown keys ['read']" in e["message"] for e in errors), errors
+
+
+def test_confined_global_tools_and_spilled_output(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "peek.py", f'''
+        def peek(what: str) -> str:
+            if what == "big":
+                return "line\\n" * 5000
+            try:
+                return open({str(world["secret"])!r}).read()
+            except OSError as exc:
+                return f"refused: errno {{exc.errno}}"
+    ''')
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1"})
+    with daemon.client() as client:
+        assert client.call("peek", what="secret").text.startswith("refused")
+        big = client.call("peek", what="big")
+        status = client.status()
+    assert [m["confined"] for m in status["modules"] if m["path"].endswith("peek.py")] == [True]
+    spilled = big.meta["atomic/fullOutput"]  # written from inside the sandbox, readable by the user
+    assert Path(spilled).read_text() == "line\n" * 5000
+
+    blocked = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1", "ATOMICTOOLS_SANDBOX_ABI": "0"}, start=False)
+    daemon.stop()
+    blocked.start()
+    with blocked.client() as client:
+        listing = client.request("atomic/list", {})
+    assert "peek" not in [t["name"] for t in listing["tools"]]
+    assert any("sandbox_global" in entry.get("reason", "") for entry in listing["blocked"]), listing["blocked"]
+
+
+def test_a_level_changed_behind_the_daemons_back_applies_to_the_next_worker(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # The CLI tells a running daemon; when it could not (or the store was edited), the next worker
+    # that starts is confined as the store says then, never as it said before.
+    from atomictoolsd.registry.trust import TrustStore
+
+    assert cli(env, "trust").returncode == 0
+    daemon: Daemon = make_daemon()
+    secret = str(world["secret"])
+    with daemon.client() as client:
+        assert call(client, "read", secret) == "done: the user's secret"
+        TrustStore(env.state_dir).trust(env.project.resolve(), "sandbox")  # no refresh sent
+        worker = next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py"))
+        os.kill(worker, signal.SIGKILL)
+        wait_for(lambda: next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py")) != worker,
+                 message="the dead worker to be noticed")
+        assert call(client, "read", secret).startswith("refused")
