@@ -47,18 +47,22 @@ def build_server(
     ``NOTIFY_SOCKET`` (when set)."""
     pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)))
     trust = TrustStore(paths.state_dir)
-    server: Server
+    server: Server | None = None
+
+    def current_config() -> Config:
+        # SIGHUP replaces server.config (trust_all and the sandbox settings included); the registry
+        # asks before the server exists too.
+        return config if server is None else server.config
 
     def trusted(root: Path) -> bool:
-        # server.config, not config: SIGHUP may replace it, trust_all included.
-        return server.config.trust_all or trust.is_trusted(root)
+        return current_config().trust_all or trust.is_trusted(root)
 
     registry = Registry(
         pool,
         paths.home,
         builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
         trusted=trusted,
-        judge=lambda tools_dir: judge(tools_dir, server.config, trust, paths.home),
+        judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
         cache=DefinitionCache(paths.cache_dir / "definitions"),
         load_wait=config.load_wait,
     )
