@@ -293,8 +293,10 @@ def test_new_writes_a_tool_that_loads_and_runs_as_its_printed_commands_say(env: 
 def test_new_outside_a_project_writes_a_global_tool_and_names_an_untrusted_project(env: Env) -> None:
     env.vars.pop("ATOMICTOOLS_TRUST_ALL")
     made = run(env, "new", "greet")
-    assert "not trusted yet, so its tools do not load; to load them, run: " in made.stdout
-    trust = _printed(made.stdout.split("to load them, run: ", 1)[1], "")
+    assert "not trusted yet, so its tools do not load; to load them confined to the project, run: " in made.stdout
+    offered = made.stdout.split("confined to the project, run: ", 1)[1].split("  (or, with your full rights: ")[0]
+    trust = shlex.split(offered)
+    assert trust[1:3] == ["trust", "--sandbox"], trust
     assert subprocess.run(trust, env=env.vars, capture_output=True, text=True, timeout=60).returncode == 0
     home_made = run(env, "new", "mine", cwd=env.home)
     assert (env.global_tools / "mine.py").exists() and "your global tools" in home_made.stdout
