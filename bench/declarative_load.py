@@ -45,7 +45,7 @@ def c() -> str:
 
 def import_ms(module: str, runs: int = 5) -> float:
     code = (
-        "import time, importlib, atomictoolsd.workers.runtime\n"
+        "import time, importlib, atomictoolsd.workers.runtime.main\n"
         f"t = time.perf_counter(); importlib.import_module({module!r}); print((time.perf_counter() - t) * 1000)"
     )
     samples = []

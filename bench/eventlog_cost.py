@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -42,12 +41,9 @@ TOOL = ECHO_TOOL.format(name="echo")
 def in_process(calls: int) -> dict[str, float]:
     import uvloop
 
-    from atomictoolsd.eventlog import EventLog
+    from atomictoolsd.eventlog.writer import EventLog
 
-    call = SimpleNamespace(
-        tool="echo", id=1, runner=SimpleNamespace(spec=SimpleNamespace(path="/t/echo.py")),
-        context=["s1", "", "agent", "/p", "/p", ""],
-    )
+    call = ("echo", "/t/echo.py", 1, "s1", "agent")  # tool, module, call id, session, agent
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, open_it in (("closed log (check only)", False), ("open log, info", True)):
@@ -65,9 +61,9 @@ def in_process(calls: int) -> dict[str, float]:
                     started = clock()
                     for _ in range(2000):
                         if log.calls_on:
-                            log.tool_started(call)
+                            log.tool_started(*call)
                         if log.calls_on:
-                            log.tool_finished(call, 0.0001, None)
+                            log.tool_finished(*call, 0.0001, None)
                     recorded += clock() - started
                     started = clock()
                     log.flush()

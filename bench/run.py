@@ -7,7 +7,7 @@
 
 Runs ``calls``, ``shim``, ``reload``, ``spawn`` and ``scale`` (each also runnable alone as
 ``python bench/<name>.py``), creates the peers' virtual environments under ``bench/.venvs`` on
-first use, prints every table, checks the figures against the targets of DESIGN §4, and saves one
+first use, prints every table, checks the figures against the project's targets (``targets()``), and saves one
 JSON file under ``bench/results/`` (``run-*.json``; a full run of every benchmark is also copied to
 ``bench/results/latest.json``, which ``bench/render.py`` renders into docs/performance.md). The load
 average is recorded before and after each benchmark: figures taken on a busy machine say so.
@@ -34,7 +34,7 @@ FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
 
 
 def targets(data: dict[str, dict[str, Any]]) -> Table:
-    """The figures DESIGN §4 sets targets for, next to what this run measured."""
+    """The figures the project sets targets for, next to what this run measured."""
     rows: list[list[Any]] = []
 
     def row(what: str, target: str, measured: str, met: bool | None) -> None:
@@ -100,7 +100,7 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
                 f"1,000 tools in one session: p50 {wide['p50_ms']:g} ms",
                 lists["p99_ms"] <= 5 and wide["p50_ms"] <= 5 and again["after_attach"]["workers"] == 0)
     return Table(
-        "targets", "DESIGN §4 targets, measured in this run", ["figure", "target", "measured", "verdict"], rows,
+        "targets", "Targets, measured in this run", ["figure", "target", "measured", "verdict"], rows,
         ["The latency target is stated pinned (one core); unpinned figures are shown without a verdict."],
     )
 

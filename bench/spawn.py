@@ -9,7 +9,7 @@ Measured here, with a one-line tool module (its import is a fraction of a millis
 - **fork server**: the daemon's ``Spawner`` asks the warm fork server for a worker; the times are
   request → pid (the fork), and request → the worker's ``loaded`` message (fork, runtime set-up, the
   module's import, its schemas), sequentially, each worker closed before the next;
-- **cold**: ``python -m atomictoolsd.workers.runtime`` started with ``subprocess`` (``sys.executable``,
+- **cold**: ``python -m atomictoolsd.workers.runtime.main`` started with ``subprocess`` (``sys.executable``,
   never a pyenv shim), request → ``loaded``: what every spawn would cost without the fork server;
 - **confined** (``trust --sandbox``, where the kernel has Landlock ABI 6+): the same fork-server
   spawn of a worker that confines itself; and the sandbox set-up alone, ``sandbox.confine()`` timed
@@ -38,9 +38,8 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from atomictoolsd.workers.channel import FrameReader  # noqa: E402
-from atomictoolsd.workers.runtime import WorkerSpec  # noqa: E402
-from atomictoolsd.workers.sandbox import support as sandbox_support  # noqa: E402
+from atomictoolsd.workers.protocol import FrameReader, WorkerSpec  # noqa: E402
+from atomictoolsd.workers.runtime.sandbox import support as sandbox_support  # noqa: E402
 from atomictoolsd.workers.spawner import Spawner  # noqa: E402
 from clients import measure_latency, socket_channel  # noqa: E402
 from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, quick_main, ratio  # noqa: E402
@@ -93,7 +92,7 @@ def _blocking_loaded(sock: socket.socket) -> None:
 
 def confine_after_fork(count: int, project: str) -> list[float]:
     """``sandbox.confine()`` in a freshly forked child of a warm process, as a worker runs it."""
-    from atomictoolsd.workers import sandbox
+    from atomictoolsd.workers.runtime import sandbox
 
     runtime = sandbox.runtime_read_paths()
     sandbox.warm_up()
@@ -124,7 +123,7 @@ def cold(spec: WorkerSpec, count: int) -> list[float]:
         ours, theirs = socket.socketpair()
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "atomictoolsd.workers.runtime", str(theirs.fileno()), spec_json],
+            [sys.executable, "-m", "atomictoolsd.workers.runtime.main", str(theirs.fileno()), spec_json],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
         )
         theirs.close()

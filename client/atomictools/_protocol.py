@@ -34,7 +34,7 @@ SUPPORTED_PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-06-18", "2025-11-25")
 LATEST_PROTOCOL_VERSION = SUPPORTED_PROTOCOL_VERSIONS[-1]
 
 # MCP's logging levels (logging/setLevel, notifications/message, ctx.log): the syslog severities,
-# least severe first. The daemon's own log uses Python logging's (atomictoolsd.loglevels).
+# least severe first. The daemon's own log uses Python logging's (atomictoolsd.config.levels).
 LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 LOG_LEVELS: tuple[LogLevel, ...] = get_args(LogLevel)
 

@@ -182,7 +182,7 @@ def test_bad_create_parameters_are_refused(tools_daemon: Daemon, env: Env) -> No
 
 def test_an_interpreter_path_no_shebang_can_hold_still_works(tools_daemon: Daemon, env: Env) -> None:
     """Spaces (or a path too long for the kernel) in the interpreter's path: the bridge starts as sh."""
-    from atomictoolsd.bridges import Bridge, bridge_script
+    from atomictoolsd.bridges.scripts import Bridge, bridge_script
 
     spaced = env.root / "my python" / "bin"
     spaced.mkdir(parents=True)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from atomictools import RPCError
-from atomictoolsd.eventlog import read_events
+from atomictoolsd.eventlog.reader import read_events
 from helpers import Daemon, Env, wait_for
 
 

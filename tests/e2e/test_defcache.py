@@ -133,8 +133,8 @@ def test_an_unreadable_cache_is_ignored_and_rewritten(env: Env, make_daemon) -> 
 
 
 def test_the_cache_is_per_runtime_version(env: Env, tmp_path: Path) -> None:
-    from atomictoolsd.defcache import CacheEntry, DefinitionCache
-    from atomictoolsd.discovery import list_module_files
+    from atomictoolsd.config.discovery import list_module_files
+    from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
 
     tools = env.write_tool(env.local_tools, "one.py", "def one() -> str:\n    return '1'\n").parent
     (file,) = list_module_files(tools)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from atomictoolsd.registry import Registry
+from atomictoolsd.registry.projects import Registry
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.paths import Paths
+from atomictoolsd.config.paths import Paths
 from atomictoolsd.service.install import install, plan
 from atomictoolsd.service.searchpath import service_path
 from helpers import Env

@@ -426,7 +426,7 @@ def test_the_shim_path_loads_only_the_standard_library(kit_daemon: Daemon, env: 
     assert json.loads(done.stdout.splitlines()[0])["id"] == 1
     loaded = set(json.loads(dump.read_text()))
     ours = {m for m in loaded if m.split(".")[0] in ("atomictoolsd", "atomictools")}
-    assert ours == {"atomictoolsd", "atomictoolsd.cli", "atomictoolsd.shim", "atomictools", "atomictools._paths"}
+    assert ours == {"atomictoolsd", "atomictoolsd.cli", "atomictoolsd.shim", "atomictoolsd.shim.relay", "atomictools", "atomictools._paths"}
     heavy = {"argparse", "json", "typing", "socket", "subprocess", "threading", "enum", "asyncio", "msgspec", "re"}
     # The interpreter's site machinery may import some of these on its own: only the shim's are checked.
     baseline = set(json.loads(subprocess.run(

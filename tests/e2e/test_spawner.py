@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from atomictoolsd.workers.runtime import WorkerSpec
+from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.spawner import Spawner
 
 MODULE = "def tiny() -> str:\n    return 'tiny'\n"

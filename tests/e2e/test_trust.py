@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from atomictools import RPCError
-from atomictoolsd.command import command_name
+from atomictoolsd.config.command import command_name
 from helpers import Daemon, Env, wait_for
 
 PROBE = '''

@@ -20,10 +20,9 @@ from typing import Any
 
 import psutil
 
-from atomictoolsd.eventlog import read_events
-from atomictoolsd.workers.channel import FrameReader
-from atomictoolsd.workers.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
-from atomictoolsd.workers.runtime import WorkerSpec
+from atomictoolsd.eventlog.reader import read_events
+from atomictoolsd.workers.protocol import FrameReader, WorkerSpec
+from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from atomictoolsd.workers.spawner import Spawner
 from helpers import Daemon, Env, wait_for
 

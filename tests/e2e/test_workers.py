@@ -369,7 +369,7 @@ def test_workers_are_forked_by_the_fork_server_running_the_daemons_interpreter(e
     forkserver = worker.parent()
     assert forkserver is not None and forkserver.ppid() == daemon.pid
     command = forkserver.cmdline()
-    assert command[1:4] == ["-P", "-m", "atomictoolsd.workers.forkserver"]  # sealed: see docs/trust.md
+    assert command[1:4] == ["-P", "-m", "atomictoolsd.workers.runtime.forkserver"]  # sealed: see docs/trust.md
     assert command[0] == psutil.Process(daemon.pid).cmdline()[0], "sys.executable, never a pyenv/asdf shim"
 
 

@@ -37,7 +37,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from atomictools import Client
 from atomictools._launch import HARMLESS
-from atomictoolsd.paths import Paths
+from atomictoolsd.config.paths import Paths
 from atomictoolsd.service import units
 from helpers import Daemon, Env
 from shim_helpers import SHIM

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from atomictools import Client, RPCError
-from atomictoolsd.workers.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -481,7 +481,7 @@ def test_confined_global_tools_and_spilled_output(env: Env, world: dict[str, Any
 def test_a_level_changed_behind_the_daemons_back_applies_to_the_next_worker(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
     # The CLI tells a running daemon; when it could not (or the store was edited), the next worker
     # that starts is confined as the store says then, never as it said before.
-    from atomictoolsd.trust import TrustStore
+    from atomictoolsd.registry.trust import TrustStore
 
     assert cli(env, "trust").returncode == 0
     daemon: Daemon = make_daemon()

@@ -1,14 +1,18 @@
-"""The public surface of atomictools, and the imports that must never happen (DESIGN §3)."""
+"""The public surface of atomictools, the layers of atomictoolsd, and the imports that must never
+happen (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import atomictools
+import atomictoolsd
 
 
 def test_public_names_are_exactly_the_intended_ones() -> None:
@@ -38,26 +42,34 @@ def test_tool_authoring_never_imports_the_daemon() -> None:
     assert not loaded & {"uvloop", "watchfiles", "psutil", "platformdirs"}
 
 
+DAEMON_SIDE = ("atomictoolsd.server", "atomictoolsd.sessions", "atomictoolsd.registry", "atomictoolsd.workers.pool",
+               "atomictoolsd.eventlog", "atomictoolsd.config")
+
+
+def ours(loaded: set[str], prefixes: tuple[str, ...]) -> set[str]:
+    return {m for m in loaded if any(m == p or m.startswith(p + ".") for p in prefixes)}
+
+
 def test_the_worker_runtime_stays_light() -> None:
-    loaded = modules_after("import atomictoolsd.workers.runtime, atomictoolsd.workers.forkserver")
+    loaded = modules_after("import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver")
     assert not loaded & {"uvloop", "watchfiles", "psutil", "platformdirs"}
-    daemon_side = {"atomictoolsd.server", "atomictoolsd.session", "atomictoolsd.registry", "atomictoolsd.workers.pool"}
-    assert not loaded & daemon_side
+    assert not ours(loaded, DAEMON_SIDE)
 
 
 def test_python_workers_never_pay_for_declarative_tools() -> None:
     # The fork server imports these only before forking the first worker of a JSON file.
-    loaded = modules_after("import atomictoolsd.workers.runtime, atomictoolsd.workers.forkserver")
+    loaded = modules_after("import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver")
     assert "fastjsonschema" not in loaded
-    assert not {m for m in loaded if m.startswith("atomictoolsd.declarative")}
+    assert not ours(loaded, ("atomictoolsd.declarative",))
 
 
 def test_declarative_handlers_and_builtins_stay_in_workers() -> None:
     loaded = modules_after(
-        "import atomictoolsd.declarative, atomictoolsd.builtins._common, atomictoolsd.trust, atomictoolsd.discovery"
+        "import atomictoolsd.declarative, atomictoolsd.builtins._common, atomictoolsd.registry.trust,"
+        " atomictoolsd.config.discovery"
     )
-    daemon_side = {"atomictoolsd.server", "atomictoolsd.session", "atomictoolsd.registry", "atomictoolsd.workers.pool"}
-    assert not loaded & daemon_side
+    assert not ours(loaded, ("atomictoolsd.server", "atomictoolsd.sessions", "atomictoolsd.registry.projects",
+                             "atomictoolsd.workers.pool"))
     assert not loaded & {"uvloop", "watchfiles", "psutil"}
 
 
@@ -68,15 +80,201 @@ def test_socket_path_lookup_is_standard_library_only() -> None:
 
 
 def test_the_registry_knows_nothing_of_sockets_or_sessions() -> None:
-    loaded = modules_after("import atomictoolsd.registry")
-    assert not loaded & {"atomictoolsd.session", "atomictoolsd.server"}
+    loaded = modules_after(
+        "import atomictoolsd.registry.projects, atomictoolsd.registry.watcher, atomictoolsd.registry.idle"
+    )
+    assert not ours(loaded, ("atomictoolsd.sessions", "atomictoolsd.server", "atomictoolsd.bridges"))
 
 
 def test_the_sandbox_needs_only_the_standard_library() -> None:
     # It moves with the worker runtime and runs in a worker before the tool module: nothing of the
     # daemon, and nothing outside the standard library.
-    loaded = modules_after("import atomictoolsd.workers.sandbox")
-    assert not {m for m in loaded if m.startswith("atomictoolsd.") and m not in {"atomictoolsd.workers", "atomictoolsd.workers.sandbox"}}
+    loaded = modules_after("import atomictoolsd.workers.runtime.sandbox")
+    assert not ours(loaded, ("atomictoolsd",)) - {"atomictoolsd", "atomictoolsd.workers", "atomictoolsd.workers.runtime",
+                                                  "atomictoolsd.workers.runtime.sandbox"}
     assert not loaded & {"msgspec", "uvloop", "watchfiles", "psutil", "platformdirs"}
     # And workers that are not confined never import it.
-    assert "atomictoolsd.workers.sandbox" not in modules_after("import atomictoolsd.workers.runtime, atomictoolsd.workers.forkserver")
+    assert "atomictoolsd.workers.runtime.sandbox" not in modules_after(
+        "import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver"
+    )
+
+
+# -- the import graph of atomictoolsd ------------------------------------------------------------
+#
+# Layers, top to bottom (docs/architecture.md). An import may point down, or sideways inside one
+# layer; never up, and never in a circle. The worker side (runtime, tool kinds, protocol) is beside
+# the daemon side's bottom, not on it: it may not import config or the event log.
+
+LAYERS: list[tuple[str, ...]] = [
+    ("atomictoolsd.__main__", "atomictoolsd.cli", "atomictoolsd.shim"),  # entry points
+    ("atomictoolsd.server",),  # the daemon process: lifecycle, socket, signals, wiring
+    ("atomictoolsd.sessions", "atomictoolsd.bridges", "atomictoolsd.service", "atomictoolsd.builtins"),
+    ("atomictoolsd.registry",),
+    ("atomictoolsd.workers",),  # daemon side: pool, worker, spawner, monitor
+    ("atomictoolsd.workers.runtime", "atomictoolsd.declarative"),  # inside a worker
+    ("atomictoolsd.workers.protocol",),  # both sides
+    ("atomictoolsd.eventlog",),
+    ("atomictoolsd.config",),
+    ("atomictoolsd",),  # the package itself: __version__
+]
+WORKER_SIDE = ("atomictoolsd.workers.runtime", "atomictoolsd.declarative", "atomictoolsd.workers.protocol")
+DAEMON_BOTTOM = ("atomictoolsd.config", "atomictoolsd.eventlog")
+PACKAGE_DIR = Path(atomictoolsd.__file__).resolve().parent
+
+
+class Import:
+    def __init__(self, source: str, target: str, path: Path, line: int, lazy: bool, commented: bool) -> None:
+        self.source, self.target, self.path, self.line, self.lazy, self.commented = source, target, path, line, lazy, commented
+
+    def __repr__(self) -> str:
+        return f"{self.source} -> {self.target} ({self.path}:{self.line})"
+
+
+def module_files(root: Path = PACKAGE_DIR) -> dict[str, Path]:
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(modules: dict[str, Path]) -> list[Import]:
+    """Every import of an atomictoolsd module, at any depth: top level, inside functions (lazy) and
+    under ``if TYPE_CHECKING`` alike: a type-only import is an arrow too."""
+    found: list[Import] = []
+    for name, path in modules.items():
+        source = path.read_text()
+        lines = source.splitlines()
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+        def visit(node: ast.AST, in_function: bool, name: str = name, package: str = package, path: Path = path,
+                  lines: list[str] = lines) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.Import):
+                    targets = [alias.name for alias in child.names]
+                elif isinstance(child, ast.ImportFrom):
+                    base = child.module or ""
+                    if child.level:
+                        parts = package.split(".")
+                        base = ".".join(parts[: len(parts) - child.level + 1] + ([child.module] if child.module else []))
+                    # ``from package import module`` imports the module; ``from module import name`` the module.
+                    targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in child.names]
+                else:
+                    visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                    continue
+                text = lines[child.lineno - 1] + lines[child.end_lineno - 1] if child.end_lineno else ""
+                for target in targets:
+                    if target.split(".")[0] == "atomictoolsd" and target != name:
+                        found.append(Import(name, target, path, child.lineno, in_function, "#" in text))
+
+        visit(ast.parse(source), False)
+    return found
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the most specific prefix naming ``module``'s layer."""
+    best, best_len = -1, -1
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    assert best >= 0, f"{module} is in no layer: add it to LAYERS and docs/architecture.md"
+    return best
+
+
+def in_any(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+GRAPH = imports_of(module_files())
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in module_files():
+        layer_of(module)
+
+
+def test_no_import_points_up() -> None:
+    upward = [i for i in GRAPH if layer_of(i.target) < layer_of(i.source)]
+    assert not upward, "imports from a lower layer to a higher one (pass a protocol down instead):\n" + "\n".join(
+        map(repr, upward)
+    )
+
+
+def test_the_worker_side_needs_nothing_of_the_daemon_side() -> None:
+    # The runtime, the tool kinds and the protocol run in workers: not config, not the event log.
+    wrong = [i for i in GRAPH if in_any(i.source, WORKER_SIDE) and in_any(i.target, DAEMON_BOTTOM)]
+    assert not wrong, wrong
+
+
+def test_the_shim_imports_only_the_standard_library() -> None:
+    shim = [(name, path) for name, path in module_files().items() if in_any(name, ("atomictoolsd.shim",))]
+    assert shim
+    for name, path in shim:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                roots = [(node.module or "").split(".")[0]]
+            else:
+                continue
+            for root in roots:
+                # atomictools._paths is standard library only (test_socket_path_lookup_is_standard_library_only)
+                own = root == "atomictoolsd" or (root == "atomictools" and node.module in ("atomictools._paths",
+                      "atomictools._autostart", "atomictools._errors"))
+                assert own or root in sys.stdlib_module_names or root == "__future__", f"{name}:{node.lineno} imports {root}"
+
+
+def test_there_are_no_import_cycles() -> None:
+    edges: dict[str, set[str]] = {}
+    for i in GRAPH:
+        edges.setdefault(i.source, set()).add(i.target)
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_every_lazy_import_says_why() -> None:
+    # A function-level import hides an arrow and costs at call time: only for start-up cost, said on its line.
+    silent = [i for i in GRAPH if i.lazy and not i.commented]
+    assert not silent, "lazy imports without a comment saying why:\n" + "\n".join(map(repr, silent))
+
+
+def test_the_graph_test_sees_what_it_must(tmp_path: Path) -> None:
+    # The checks above would pass on an empty graph: make sure each kind of import is found, and that
+    # an upward arrow and a cycle are caught, on a package made for it.
+    root = tmp_path / "atomictoolsd"
+    (root / "registry").mkdir(parents=True)
+    (root / "server").mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "registry" / "__init__.py").write_text("")
+    (root / "server" / "__init__.py").write_text("")
+    (root / "registry" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from atomictoolsd.server.b import B\n"
+    )
+    (root / "server" / "b.py").write_text("def f():\n    from atomictoolsd.registry import a\n")
+    found = imports_of(module_files(root))
+    assert {(i.source, i.target, i.lazy) for i in found} == {
+        ("atomictoolsd.registry.a", "atomictoolsd.server.b", False),
+        ("atomictoolsd.server.b", "atomictoolsd.registry.a", True),
+    }
+    assert [i for i in found if layer_of(i.target) < layer_of(i.source)][0].source == "atomictoolsd.registry.a"
+    assert not any(i.commented for i in found)

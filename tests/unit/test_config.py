@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.config import Config, ConfigError, load_config
+from atomictoolsd.config.settings import Config, ConfigError, load_config
 
 
 def test_defaults_without_file_or_environment(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from atomictoolsd.declarative.http_request import HttpHandler
 from atomictoolsd.declarative.loader import load_file
 from atomictoolsd.declarative.shell import ShellHandler
 from atomictoolsd.declarative.templates import TemplateError, ValueRejected, value_text
-from atomictoolsd.workers.runtime import LoadFailure
+from atomictoolsd.workers.protocol import LoadFailure
 
 
 def write(tmp_path: Path, data: Any, name: str = "t.json") -> str:

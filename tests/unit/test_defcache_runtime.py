@@ -19,7 +19,7 @@ DAEMON_SRC = Path(atomictoolsd.__file__).parent
 def runtime_version(*path: Path) -> str:
     """``runtime_version()`` in a fresh interpreter whose imports come first from ``path``."""
     out = subprocess.run(
-        [sys.executable, "-c", "from atomictoolsd.defcache import runtime_version; print(runtime_version())"],
+        [sys.executable, "-c", "from atomictoolsd.registry.cache import runtime_version; print(runtime_version())"],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in path)},
         capture_output=True, text=True, check=True, timeout=60,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.discovery import (
+from atomictoolsd.config.discovery import (
     escape_path,
     escape_strings,
     git_worktree_root,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from atomictoolsd.config import Config
+from atomictoolsd.config.settings import Config
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -8,29 +8,23 @@ import logging
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from atomictoolsd.eventlog import (
+from atomictoolsd.eventlog.reader import format_event, log_files, read_events
+from atomictoolsd.eventlog.writer import (
     FLUSH_INTERVAL,
     LOG_NAME,
     EventLog,
     EventLogHandler,
     JournalFormatter,
-    format_event,
-    log_files,
-    read_events,
     stderr_is_journal,
 )
 
 
-def fake_call(tool: str = "greet", call_id: int = 1) -> SimpleNamespace:
-    """The attributes of a ``Call`` the log reads (a real Call needs a running worker)."""
-    return SimpleNamespace(
-        tool=tool, id=call_id, runner=SimpleNamespace(spec=SimpleNamespace(path="/t/greet.py")),
-        context=["s1", "", "agent", "/p", "/p", ""],
-    )
+def fake_call(tool: str = "greet", call_id: int = 1) -> tuple[str, str, int, str, str]:
+    """What the pool tells the log of a call: tool, module, call id, session, agent (a real call needs a worker)."""
+    return (tool, "/t/greet.py", call_id, "s1", "agent")
 
 
 def lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
@@ -45,8 +39,8 @@ def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> No
     async def calls() -> tuple[int, int]:
         for i in range(1000):
             call = fake_call(call_id=i)
-            log.tool_started(call)
-            log.tool_finished(call, 0.000123, None)
+            log.tool_started(*call)
+            log.tool_finished(*call, 0.000123, None)
         size_right_after = path.stat().st_size
         await asyncio.sleep(FLUSH_INTERVAL * 4)
         return size_right_after, path.stat().st_size
@@ -71,9 +65,9 @@ def test_a_call_still_running_at_a_flush_gets_its_start_line(tmp_path: Path) -> 
 
     async def slow_call() -> None:
         call = fake_call(call_id=7)
-        log.tool_started(call)
+        log.tool_started(*call)
         await asyncio.sleep(FLUSH_INTERVAL * 3)  # a flush happens while it runs
-        log.tool_finished(call, FLUSH_INTERVAL * 3, None)
+        log.tool_finished(*call, FLUSH_INTERVAL * 3, None)
         await asyncio.sleep(FLUSH_INTERVAL * 3)
 
     asyncio.run(slow_call())
@@ -86,7 +80,7 @@ def test_failures_carry_the_error_text_and_levels_filter(tmp_path: Path) -> None
     log.open(tmp_path / LOG_NAME, level="warning")
     assert not log.calls_on and log.failures_on
     result = b'{"content":[{"type":"text","text":"Tool \'greet\' raised ValueError: no"}],"isError":true}'
-    log.tool_finished(fake_call(), 0.5, result)
+    log.tool_finished(*fake_call(), 0.5, result)
     log.emit("info", "module.load", {"path": "x"})  # below the level: dropped
     log.emit("error", "config.error", {"error": "bad"})
     log.close()

@@ -9,7 +9,7 @@ import platformdirs
 import pytest
 
 from atomictools._paths import RuntimeDirError, runtime_dir, socket_path
-from atomictoolsd.paths import PathError, Paths, check_private_dir, check_socket_path
+from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 
 
 def test_runtime_dir_agrees_with_platformdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,3 +90,24 @@ def test_socket_paths_longer_than_sun_path_are_refused(tmp_path: Path) -> None:
     check_socket_path(Path("/tmp/short.sock"))
     with pytest.raises(PathError, match="ATOMICTOOLS_SOCKET"):
         check_socket_path(Path("/tmp/" + "x" * 120 + ".sock"))
+
+
+def test_every_private_dir_the_daemon_makes_is_0700_with_its_parents(tmp_path: Path) -> None:
+    # Under a umask of 000, mkdir(parents=True, mode=0o700) leaves the parents it makes 0777: another
+    # user could swap them. The trust store and the event log each make theirs (make_private_dirs).
+    import os
+    import stat
+
+    from atomictoolsd.eventlog.writer import EventLog
+    from atomictoolsd.registry.trust import TrustStore
+
+    old = os.umask(0)
+    try:
+        TrustStore(tmp_path / "state" / "deep").trust(tmp_path)
+        log = EventLog()
+        log.open(tmp_path / "logs" / "deep" / "atomictoolsd.log")
+        log.close()
+    finally:
+        os.umask(old)
+    for made in ("state", "state/deep", "logs", "logs/deep"):
+        assert stat.S_IMODE(os.stat(tmp_path / made).st_mode) == 0o700, made

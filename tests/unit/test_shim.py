@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import atomictools
 import atomictoolsd
-from atomictoolsd.shim import ATTACH_ID, UsageError, attach_line, parse_args
+from atomictoolsd.shim.relay import ATTACH_ID, UsageError, attach_line, parse_args
 
 
 def test_arguments_in_both_spellings_and_repeated() -> None:
@@ -54,7 +54,7 @@ def test_the_bridge_path_imports_only_a_few_standard_modules() -> None:
     paths = [str(Path(p.__file__).resolve().parent.parent) for p in (atomictoolsd, atomictools)]
     code = (
         f"import sys; sys.path += {paths!r}; before = set(sys.modules)\n"
-        "import atomictoolsd.shim; atomictoolsd.shim._socket_path()\n"
+        "import atomictoolsd.shim.relay; atomictoolsd.shim.relay._socket_path()\n"
         "print(' '.join(sorted(set(sys.modules) - before)))\n"
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "ATOMICTOOLS_"))}
@@ -62,7 +62,7 @@ def test_the_bridge_path_imports_only_a_few_standard_modules() -> None:
     loaded = set(subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, env=environ,
                                 check=True).stdout.split())
     ours = {m for m in loaded if m.split(".")[0] in ("atomictoolsd", "atomictools")}
-    assert ours == {"atomictoolsd", "atomictoolsd.shim", "atomictools", "atomictools._paths"}
+    assert ours == {"atomictoolsd", "atomictoolsd.shim", "atomictoolsd.shim.relay", "atomictools", "atomictools._paths"}
     others = {m.split(".")[0] for m in loaded - ours}
     assert others <= set(sys.stdlib_module_names), others - set(sys.stdlib_module_names)
     assert not others & {"argparse", "json", "re", "typing", "socket", "subprocess", "threading", "enum"}

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from atomictoolsd.workers.truncate import remove_old_spills, truncate
+from atomictoolsd.workers.runtime.truncate import remove_old_spills, truncate
 
 
 def test_output_within_limits_is_untouched(tmp_path: Path) -> None:

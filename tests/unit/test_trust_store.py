@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.trust import TrustError, TrustStore, trust_command
+from atomictoolsd.registry.trust import TrustError, TrustStore, trust_command
 
 
 def project(tmp_path: Path, name: str) -> str:
@@ -74,7 +74,7 @@ def test_a_suspect_store_trusts_nothing_and_is_not_overwritten(tmp_path: Path, c
 
 
 def test_the_trust_command_is_quoted_for_a_shell() -> None:
-    from atomictoolsd.command import command_name
+    from atomictoolsd.config.command import command_name
 
     # The command itself is spelled as it runs here (the full path when PATH does not find it).
     assert trust_command("/home/me/my project") == f"{command_name()} trust '/home/me/my project'"

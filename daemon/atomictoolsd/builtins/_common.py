@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from atomictools import Context, ToolError
-from atomictoolsd.discovery import git_worktree_root, project_root
+from atomictoolsd.config.discovery import git_worktree_root, project_root
 
 __all__ = [
     "GIT_TIMEOUT",

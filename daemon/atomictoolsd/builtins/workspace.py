@@ -11,7 +11,7 @@ import msgspec
 from atomictools import Context, tool
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.builtins._common import GitCall, NotARepository, git_call, home, project_of
-from atomictoolsd.discovery import escape_path, global_tools_dir, local_tools_dir
+from atomictoolsd.config.discovery import escape_path, global_tools_dir, local_tools_dir
 
 __all__ = ["ToolsDirInfo", "WorkspaceInfo", "workspace_info"]
 
@@ -90,9 +90,9 @@ async def _remote_url(call: GitCall) -> str | None:
 
 def _trusted(root: os.PathLike[str]) -> bool:
     """Whether the daemon loads this project's own tools (same rule as the daemon: config, then store)."""
-    from atomictoolsd.config import ConfigError, load_config
-    from atomictoolsd.paths import Paths
-    from atomictoolsd.trust import TrustStore
+    from atomictoolsd.config.paths import Paths  # lazy: the worker's start-up cost
+    from atomictoolsd.config.settings import ConfigError, load_config  # lazy: the worker's start-up cost
+    from atomictoolsd.registry.trust import TrustStore  # lazy: the worker's start-up cost
 
     paths = Paths.from_env()
     try:

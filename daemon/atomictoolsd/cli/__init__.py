@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     import argparse
     import importlib
 
-    from atomictoolsd.cli._common import EXIT_CODES
+    from atomictoolsd.cli._common import EXIT_CODES  # lazy: only when the parser is built
 
     class Formatter(argparse.HelpFormatter):
         """Descriptions wrapped to the terminal; the exit-code table kept as written."""
@@ -71,7 +71,7 @@ def _complete_help(commands: argparse._SubParsersAction, formatter: type, epilog
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["mcp"]:
-        from atomictoolsd.shim import main as shim_main
+        from atomictoolsd.shim.relay import main as shim_main  # lazy: before argparse; the shim's start-up budget
 
         return shim_main(args[1:])
     parsed = build_parser().parse_args(args)

@@ -65,11 +65,10 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[1][:1] != b"Z"
-    except (OSError, IndexError):  # no /proc (macOS): the signal said it exists
-        return True
+    from atomictoolsd.workers.runtime.procstat import STATE, proc_stat  # lazy: only this command pays for it
+
+    fields = proc_stat(pid, 1)
+    return fields is None or fields[STATE] != b"Z"  # None: no /proc (macOS), and the signal said it exists
 
 
 def not_running() -> int:

@@ -14,14 +14,14 @@ from pathlib import Path
 __all__ = ["register"]
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from atomictoolsd.shim import main as shim_main
+    from atomictoolsd.shim.relay import main as shim_main  # lazy: only this command pays for it (start-up cost)
 
     return shim_main(args.shim_args)
 
 
 def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from atomictoolsd import agents
-    from atomictoolsd.discovery import project_root
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
 
     home = Path(os.environ.get("HOME") or Path.home())
     directory = Path(args.directory or os.getcwd()).resolve()
@@ -30,7 +30,7 @@ def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _backup_dir() -> Path:
-    from atomictoolsd.paths import Paths
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
 
     return Paths.from_env().state_dir / "backups"
 
@@ -38,7 +38,7 @@ def _backup_dir() -> Path:
 def entry_environment(agent: str, scope: str) -> dict[str, str]:
     """What the entry carries besides the command: a user entry's runtime pin (a project file holds
     no path of this machine)."""
-    from atomictoolsd import agents
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
 
     return {} if scope == "project" else agents.runtime_pin()
 
@@ -46,7 +46,7 @@ def entry_environment(agent: str, scope: str) -> dict[str, str]:
 def cmd_connect(args: argparse.Namespace) -> int:
     """Write the agent's MCP config so that it launches the shim."""
     from atomictools._protocol import check_tool_name
-    from atomictoolsd import agents
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
 
     problem = check_tool_name(args.name)
     if problem:
@@ -92,7 +92,7 @@ def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-d
     """What the user still has to do for the entry to work (shared with ``doctor``'s advice)."""
     import shutil
 
-    from atomictoolsd import agents
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
 
     notes = []
     if target.scope == "project":
@@ -118,7 +118,10 @@ def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-d
 def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
     """Which project the entry is for, said outright: run from the wrong directory, a project entry
     lands in some other repository (this checkout, say), and only the path would hint at it."""
-    from atomictoolsd.discovery import local_tools_dir, project_root
+    from atomictoolsd.config.discovery import (  # lazy: only this command pays for it (start-up cost)
+        local_tools_dir,
+        project_root,
+    )
 
     home = Path(os.environ.get("HOME") or Path.home())
     if target.scope != "project":
@@ -130,7 +133,7 @@ def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped
 
 def cmd_disconnect(args: argparse.Namespace) -> int:
     """Remove exactly the entry ``connect`` wrote."""
-    from atomictoolsd import agents
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
 
     try:
         target = _target(args)
@@ -150,8 +153,8 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check each connected agent's entry the way that agent starts it; exit 1 on any problem."""
-    from atomictoolsd import doctor
-    from atomictoolsd.discovery import project_root
+    from atomictoolsd.cli import doctor  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
 
     home = Path(os.environ.get("HOME") or Path.home())
     directory = Path(args.directory or os.getcwd()).resolve()
@@ -161,7 +164,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _agent_options(parser: argparse.ArgumentParser) -> None:
-    from atomictoolsd.agents import AGENTS
+    from atomictoolsd.bridges.agents import AGENTS  # lazy: only this command pays for it (start-up cost)
 
     parser.add_argument("agent", choices=AGENTS, help="the agent whose MCP config to change")
     scope = parser.add_mutually_exclusive_group()
@@ -203,7 +206,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     _agent_options(disconnect)
     disconnect.set_defaults(func=cmd_disconnect)
 
-    from atomictoolsd.agents import AGENTS
+    from atomictoolsd.bridges.agents import AGENTS  # lazy: only this command pays for it (start-up cost)
 
     doctor = commands.add_parser(
         "doctor", help="check agents' entries the way each agent starts the shim",

@@ -1,6 +1,6 @@
 """Bridge commands: ``bridge create``, ``bridge list``, ``bridge remove``.
 
-The daemon writes and tracks the bridge scripts (``atomictoolsd.bridges``); these commands ask it
+The daemon writes and tracks the bridge scripts (``atomictoolsd.bridges.scripts``); these commands ask it
 over the socket and print what an agent's config needs.
 """
 
@@ -27,7 +27,7 @@ _CONFIG_PLACES = {
 
 def _dispatcher(args: argparse.Namespace) -> bool:
     # As for `connect`: an agent that does not surely re-list tools gets the meta-tools by default.
-    from atomictoolsd.agents import INFO
+    from atomictoolsd.bridges.agents import INFO  # lazy: only this command pays for it (start-up cost)
 
     if args.dispatcher is not None:
         return bool(args.dispatcher)
@@ -113,7 +113,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from atomictoolsd.agents import BRIDGE_AGENTS
+    from atomictoolsd.bridges.agents import BRIDGE_AGENTS  # lazy: only this command pays for it (start-up cost)
 
     bridge = commands.add_parser("bridge", help="generated launcher scripts for agents (deleted when the daemon stops)")
     actions = bridge.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, where
-from atomictoolsd.command import add_own_bin_to_path, command_name
+from atomictoolsd.config.command import add_own_bin_to_path, command_name
 
 __all__ = ["register"]
 
@@ -44,7 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
         os.chdir("/")  # and keeps no directory of the starter's busy (an unmount, a removed worktree)
 
-    from atomictoolsd.service.manager import capture
+    from atomictoolsd.service.manager import capture  # lazy: only this command pays for it (start-up cost)
 
     # First of all: these variables are for this process only, never for the fork server or workers.
     service = capture()
@@ -55,13 +55,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvloop
 
-    from atomictoolsd.bridges import Bridges
-    from atomictoolsd.config import ConfigError, load_config
-    from atomictoolsd.eventlog import LOG_NAME, events
-    from atomictoolsd.paths import PathError, Paths
-    from atomictoolsd.server import AlreadyRunning, Server
-    from atomictoolsd.service.activation import ActivationError, inherited_listener
-    from atomictoolsd.service.notify import Notifier, ServiceNotify
+    from atomictoolsd.config.paths import PathError, Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
+        ConfigError,
+        load_config,
+    )
+    from atomictoolsd.eventlog.writer import LOG_NAME, events  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.server.socketfile import AlreadyRunning  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.server.wiring import build_server  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.service.activation import (  # lazy: only this command pays for it (start-up cost)
+        ActivationError,
+        inherited_listener,
+    )
+    from atomictoolsd.service.notify import Notifier  # lazy: only this command pays for it (start-up cost)
 
     notifier = None
     if service.notify_socket:
@@ -92,12 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ActivationError as exc:
         return fail(str(exc), 1)
 
-    server = Server(paths, config)
-    server.service = service
-    server.listen_socket = listener
-    server.components.append(Bridges())
-    if notifier is not None:
-        server.components.append(ServiceNotify(notifier, service.watchdog_usec))
+    server = build_server(paths, config, service=service, listen_socket=listener, notifier=notifier)
 
     async def run() -> None:
         events.bind_loop(asyncio.get_running_loop())
@@ -121,7 +122,11 @@ def _setup_logging(level: str) -> None:
     """stderr (the journal's own format under systemd), and the event log."""
     import logging
 
-    from atomictoolsd.eventlog import EventLogHandler, JournalFormatter, stderr_is_journal
+    from atomictoolsd.eventlog.writer import (  # lazy: only this command pays for it (start-up cost)
+        EventLogHandler,
+        JournalFormatter,
+        stderr_is_journal,
+    )
 
     stderr = logging.StreamHandler(sys.stderr)
     if stderr_is_journal():
@@ -139,8 +144,11 @@ def cmd_start(args: argparse.Namespace) -> int:
     from atomictools._autostart import start_daemon
     from atomictools._errors import ConnectError
     from atomictools._paths import socket_path
-    from atomictoolsd.config import ConfigError, load_config
-    from atomictoolsd.paths import Paths
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
+        ConfigError,
+        load_config,
+    )
 
     try:  # the same check the daemon makes, said here rather than from a log's tail
         load_config(Paths.from_env().config_file)
@@ -171,7 +179,7 @@ def _running_pid(args: argparse.Namespace) -> int | None:
 
 def lock_holder() -> int | None:
     """The pid of the daemon holding the instance lock, or None when no process holds it."""
-    from atomictoolsd.paths import Paths
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
 
     try:
         fd = os.open(Paths.from_env().lock, os.O_RDONLY | os.O_CLOEXEC)

@@ -15,16 +15,22 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from atomictoolsd.cli._common import print_json, table
-from atomictoolsd.loglevels import DAEMON_LOG_LEVELS
+from atomictoolsd.config.levels import DAEMON_LOG_LEVELS
 
 __all__ = ["register"]
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """Print the event log (``-f``: and follow it), filtered by tool and least severe level."""
-    from atomictoolsd.eventlog import CAUGHT_UP, follow_events, format_event, log_files, read_events
-    from atomictoolsd.loglevels import LEVEL_RANK
-    from atomictoolsd.paths import Paths
+    from atomictoolsd.config.levels import LEVEL_RANK  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.eventlog.reader import (  # lazy: only this command pays for it (start-up cost)
+        CAUGHT_UP,
+        follow_events,
+        format_event,
+        log_files,
+        read_events,
+    )
 
     log_dir = Paths.from_env().log_dir
     minimum = LEVEL_RANK[args.level]
@@ -83,8 +89,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """Print every setting's effective value and where it came from; exit 2 on a bad configuration."""
-    from atomictoolsd.config import ConfigError, load_config
-    from atomictoolsd.paths import Paths
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
+        ConfigError,
+        load_config,
+    )
 
     config_file = Paths.from_env().config_file
     try:

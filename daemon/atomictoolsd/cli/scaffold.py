@@ -79,7 +79,12 @@ def json_template(name: str) -> str:
 
 def target_dir(directory: Path, home: Path, use_global: bool) -> tuple[Path, Path | None]:
     """The tools dir to write into, and the project root (None for the global dir)."""
-    from atomictoolsd.discovery import git_worktree_root, global_tools_dir, local_tools_dir, project_root
+    from atomictoolsd.config.discovery import (  # lazy: only this command pays for it (start-up cost)
+        git_worktree_root,
+        global_tools_dir,
+        local_tools_dir,
+        project_root,
+    )
 
     if not use_global:
         root = project_root(directory, home)
@@ -92,9 +97,9 @@ def target_dir(directory: Path, home: Path, use_global: bool) -> tuple[Path, Pat
 def cmd_new(args: argparse.Namespace) -> int:
     """Write the tool file; print where, and how to list and call its tool."""
     from atomictools._protocol import check_tool_name
-    from atomictoolsd.command import command_name
-    from atomictoolsd.paths import Paths
-    from atomictoolsd.trust import trust_command
+    from atomictoolsd.config.command import command_name  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import trust_command  # lazy: only this command pays for it (start-up cost)
 
     problem = check_tool_name(args.name)
     if problem is None and not args.json and not args.name.replace("-", "_").isidentifier():
@@ -131,9 +136,15 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def _trusted(root: Path) -> bool:
-    from atomictoolsd.config import ConfigError, load_config
-    from atomictoolsd.paths import Paths
-    from atomictoolsd.trust import TrustError, TrustStore
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
+        ConfigError,
+        load_config,
+    )
+    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+        TrustError,
+        TrustStore,
+    )
 
     paths = Paths.from_env()
     try:

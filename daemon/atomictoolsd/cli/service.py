@@ -13,8 +13,11 @@ __all__ = ["register"]
 
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from atomictoolsd.paths import Paths
-    from atomictoolsd.service.install import default_manager, plan
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.service.install import (  # lazy: only this command pays for it (start-up cost)
+        default_manager,
+        plan,
+    )
 
     paths = Paths.from_env()
     return plan(args.manager or default_manager(), paths, os.environ), paths
@@ -22,8 +25,13 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_install(args: argparse.Namespace) -> int:
     """Write the unit files (or plist) for this installation, then enable and start them."""
-    from atomictoolsd.config import Config, ConfigError, env_name, load_config
-    from atomictoolsd.service.install import install
+    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
+        Config,
+        ConfigError,
+        env_name,
+        load_config,
+    )
+    from atomictoolsd.service.install import install  # lazy: only this command pays for it (start-up cost)
 
     the_plan, paths = _plan(args)
     try:  # a service that cannot start is worse than no service: say it now
@@ -57,7 +65,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     """Stop and disable the service, and remove exactly the files install wrote."""
-    from atomictoolsd.service.install import uninstall
+    from atomictoolsd.service.install import uninstall  # lazy: only this command pays for it (start-up cost)
 
     the_plan, paths = _plan(args)
     return uninstall(the_plan, paths, sys.stdout, dry_run=args.dry_run, force=args.force)
@@ -65,7 +73,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 def cmd_service_status(args: argparse.Namespace) -> int:
     """Which files are installed, and what the service manager says about them."""
-    from atomictoolsd.service.install import status
+    from atomictoolsd.service.install import status  # lazy: only this command pays for it (start-up cost)
 
     the_plan, paths = _plan(args)
     code = status(the_plan, paths, sys.stdout)

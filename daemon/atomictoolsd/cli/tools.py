@@ -74,8 +74,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _why_untrusted(root: str) -> None:
     """Say so when the project was trusted, but for a directory that has been replaced since."""
-    from atomictoolsd.paths import Paths
-    from atomictoolsd.trust import TrustStore, replaced_message
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+        TrustStore,
+        replaced_message,
+    )
 
     if TrustStore(Paths.from_env().state_dir).state(root) == "replaced":
         print(f"({replaced_message(root)})")

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from atomictoolsd.command import command_name
+from atomictoolsd.config.command import command_name
 
 __all__ = ["register"]
 
@@ -22,9 +22,9 @@ def _store_and_root(args: argparse.Namespace, gone_ok: bool = False) -> tuple[ob
     With ``gone_ok`` (untrust), a path where no directory is any more is taken as the root itself:
     a trusted project whose directory was deleted must still be untrusted by its path.
     """
-    from atomictoolsd.discovery import project_root
-    from atomictoolsd.paths import Paths
-    from atomictoolsd.trust import TrustStore
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import TrustStore  # lazy: only this command pays for it (start-up cost)
 
     paths = Paths.from_env()
     store = TrustStore(paths.state_dir)
@@ -46,7 +46,7 @@ def _tell_daemon(root: Path, trusted: bool) -> str:
     A bare request, without attaching: attaching from here would open the project itself, and the
     answer could no longer tell whether the daemon had it open before.
     """
-    from atomictoolsd.cli._common import raw_request
+    from atomictoolsd.cli._common import raw_request  # lazy: only this command pays for it (start-up cost)
 
     reply = raw_request("atomic/trust/refresh")
     if not isinstance(reply, dict):
@@ -64,8 +64,11 @@ def _tell_daemon(root: Path, trusted: bool) -> str:
 
 def cmd_trust(args: argparse.Namespace) -> int:
     """Trust a project (default: the one of the current directory) so its own tools load."""
-    from atomictoolsd.discovery import list_module_files, local_tools_dir
-    from atomictoolsd.trust import TrustError
+    from atomictoolsd.config.discovery import (  # lazy: only this command pays for it (start-up cost)
+        list_module_files,
+        local_tools_dir,
+    )
+    from atomictoolsd.registry.trust import TrustError  # lazy: only this command pays for it (start-up cost)
 
     if args.list:
         return _list(args)
@@ -102,7 +105,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
     how = "confined" if args.sandbox else "with all your rights"
     print(f"{'trusted' if added else 'already trusted'}: {root} ({what} will load, {how})")
     if args.sandbox:
-        from atomictoolsd.workers.sandbox import support
+        from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
 
         offered = support()
         if not offered["available"]:
@@ -114,7 +117,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
 def cmd_untrust(args: argparse.Namespace) -> int:
     """Stop trusting a project: its own tools stop loading (running calls finish)."""
-    from atomictoolsd.trust import TrustError
+    from atomictoolsd.registry.trust import TrustError  # lazy: only this command pays for it (start-up cost)
 
     if args.directory is None:
         args.directory = os.getcwd()
@@ -133,8 +136,11 @@ def cmd_untrust(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from atomictoolsd.cli._common import print_json, table
-    from atomictoolsd.trust import TrustError, replaced_message
+    from atomictoolsd.cli._common import print_json, table  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+        TrustError,
+        replaced_message,
+    )
 
     store, _root = _store_and_root(argparse.Namespace())
     try:

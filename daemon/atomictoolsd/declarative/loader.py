@@ -33,8 +33,8 @@ from atomictoolsd.declarative.http_request import HttpHandler
 from atomictoolsd.declarative.shell import ShellHandler
 from atomictoolsd.declarative.templates import TemplateError
 from atomictoolsd.declarative.validation import SchemaProblem, compile_schema
-from atomictoolsd.workers.runtime import LoadFailure
-from atomictoolsd.workers.sourceload import check_writers, note_read
+from atomictoolsd.workers.protocol import LoadFailure
+from atomictoolsd.workers.runtime.sourceload import check_writers, note_read
 
 __all__ = ["DeclarativeSpec", "HANDLERS", "MAX_FILE_BYTES", "load_file"]
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from atomictoolsd import __version__
-from atomictoolsd.command import command_name
-from atomictoolsd.paths import Paths
+from atomictoolsd.config.command import command_name
+from atomictoolsd.config.paths import Paths, make_private_dirs
+from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.service.manager import LAUNCHD_LABEL
 from atomictoolsd.service.units import (
     SERVICE_NAME,
@@ -35,7 +36,6 @@ from atomictoolsd.service.units import (
     launchd_files,
     systemd_files,
 )
-from atomictoolsd.statefile import write_atomic
 
 __all__ = ["MANIFEST_NAME", "Plan", "default_manager", "install", "plan", "status", "uninstall"]
 
@@ -161,7 +161,7 @@ def install(
     created: list[str] = list(manifest.get("dirs", []))
     files: dict[str, str] = dict(manifest.get("files", {})) if manifest.get("manager") == the_plan.manager else {}
     for directory in [*(u.path.parent for u in the_plan.files), *the_plan.make_dirs, paths.state_dir]:
-        created += [str(d) for d in _make_dirs(directory)]
+        created += [str(d) for d in make_private_dirs(directory)]
     for unit in the_plan.files:
         _write(unit.path, unit.text)
         files[str(unit.path)] = _digest(unit.text)
@@ -214,18 +214,6 @@ def _manager_failed(the_plan: Plan, command: list[str], said: str, out: TextIO) 
             print(f"  {_command_line(step)}", file=out)
     print(f"or `{command_name()} service uninstall` to remove them.", file=out)
     return 1
-
-
-def _make_dirs(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing parents (0700); return the ones created, outermost first."""
-    missing = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for path in reversed(missing):
-        path.mkdir(mode=0o700)
-    return list(reversed(missing))
 
 
 def _write(path: Path, text: str) -> None:

@@ -20,14 +20,15 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING
-
-from atomictoolsd.registry import Change
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from atomictoolsd.server import Server
+    from atomictoolsd.registry.model import Change
+    from atomictoolsd.registry.projects import Registry
+    from atomictoolsd.workers.pool import WorkerPool
 
-__all__ = ["Notifier", "ServiceNotify", "status_line"]
+__all__ = ["Notifier", "NotifyHost", "ServiceNotify", "status_line"]
 
 log = logging.getLogger("atomictoolsd.service")
 
@@ -66,7 +67,16 @@ class Notifier:
         self.sock.close()
 
 
-def status_line(server: Server) -> str:
+class NotifyHost(Protocol):
+    """What ``ServiceNotify`` is started with (the server meets it; see ``server/wiring.py``)."""
+
+    registry: Registry
+    pool: WorkerPool
+    sessions: Collection[object]
+    lifecycle_hooks: list[Callable[[str, str], None]]
+
+
+def status_line(server: NotifyHost) -> str:
     """One line for ``systemctl status``: what the daemon serves right now."""
     modules = [m for d in server.registry.dirs.values() for m in d.modules.values()]
     tools = sum(len(m.tools) for m in modules)
@@ -87,13 +97,13 @@ class ServiceNotify:
     def __init__(self, notifier: Notifier, watchdog_usec: int | None = None) -> None:
         self.notifier = notifier
         self.watchdog_interval = watchdog_usec / 2e6 if watchdog_usec else None
-        self.server: Server | None = None
+        self.server: NotifyHost | None = None
         self._last_status = ""
         self._changed = asyncio.Event()  # the tools changed: a new status line is due soon
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
 
-    async def start(self, server: Server) -> None:
+    async def start(self, server: NotifyHost) -> None:
         self.server = server
         server.lifecycle_hooks.append(self.on_lifecycle)
         server.registry.add_listener(self._on_change)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from atomictoolsd.paths import Paths
+from atomictoolsd.config.paths import Paths
 from atomictoolsd.service.manager import LAUNCHD_LABEL
 from atomictoolsd.service.searchpath import service_path
 

@@ -1,6 +1,10 @@
 """Tool workers: one subprocess per tool module.
 
-``runtime`` is the code inside a worker (standard library + msgspec + atomictools only);
-``forkserver`` starts workers by forking a process that has the runtime pre-imported; ``pool``
-is the daemon's side: spawning, calling, timing out, cancelling and retiring workers.
+Daemon side: ``pool`` (one runner per module: spawning, calling, timing out, cancelling and retiring
+workers), ``worker`` (one worker's channel and its calls in flight), ``spawner`` (asks the fork server
+for workers), ``monitor`` (memory and idle limits) and ``backoff`` (crash streaks).
+
+``protocol`` is what both sides speak: the framing, ``WorkerSpec`` and ``LoadFailure``.
+``runtime`` is the code inside a worker and the fork server (standard library + msgspec +
+atomictools only): it never imports the daemon side.
 """

@@ -23,20 +23,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from atomictoolsd.workers.limits import describe_limit
+from atomictoolsd.workers.runtime.limits import describe_limit
 
 if TYPE_CHECKING:
-    from atomictoolsd.server import Server
+    from atomictoolsd.config.settings import Config
     from atomictoolsd.workers.pool import WorkerPool
     from atomictoolsd.workers.worker import Worker
 
-__all__ = ["WorkerMonitor"]
+__all__ = ["MonitorHost", "WorkerMonitor"]
 
 log = logging.getLogger("atomictoolsd.monitor")
 
 _MIB = 1024 * 1024
+
+
+class MonitorHost(Protocol):
+    """What the monitor is started with (the server meets it; see ``server/wiring.py``)."""
+
+    pool: WorkerPool
+    config: Config
 
 
 class WorkerMonitor:
@@ -59,7 +66,7 @@ class WorkerMonitor:
         self.reaped = 0
         self.capped = 0
 
-    async def start(self, server: Server) -> None:
+    async def start(self, server: MonitorHost) -> None:
         self.pool = server.pool
         self._fixed_interval = self.interval is not None
         self.reconfigure(server.config)

@@ -20,13 +20,16 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from atomictoolsd.eventlog import CANCELLED, error_text, events
+from atomictoolsd.eventlog.writer import CANCELLED, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
-from atomictoolsd.workers.runtime import WorkerSpec
+from atomictoolsd.workers.protocol import CallContext, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
+
+if TYPE_CHECKING:
+    from atomictoolsd.config.settings import Config
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
 
@@ -57,23 +60,41 @@ class PoolSettings:
         self.cancel_grace = cancel_grace
         self.load_timeout = load_timeout
 
+    @classmethod
+    def from_config(cls, config: Config, spill_dir: str) -> PoolSettings:
+        """The limits ``config`` sets (at start, and on SIGHUP)."""
+        return cls(
+            threads=config.worker_threads,
+            memory_limit=config.memory_limit_mb * 1024 * 1024,
+            truncate_lines=config.truncate_lines,
+            truncate_bytes=config.truncate_bytes,
+            spill_dir=spill_dir,
+            cancel_grace=config.cancel_grace,
+            load_timeout=config.load_timeout,
+            max_result_bytes=config.max_message_bytes,
+        )
+
+    def worker_spec(self, path: str, kind: str, cwd: str) -> WorkerSpec:
+        """What a new worker of the module at ``path`` is told."""
+        return WorkerSpec(
+            path=path,
+            kind=kind,
+            cwd=cwd,
+            threads=self.threads,
+            memory_limit=self.memory_limit,
+            truncate_lines=self.truncate_lines,
+            truncate_bytes=self.truncate_bytes,
+            spill_dir=self.spill_dir,
+            max_result_bytes=self.max_result_bytes,
+        )
+
 
 class ModuleRunner:
     """Runs one tool module: its current worker, the ones retiring, and its call statistics."""
 
     def __init__(self, pool: WorkerPool, path: str, kind: str, cwd: str) -> None:
         self.pool = pool
-        self.spec = WorkerSpec(
-            path=path,
-            kind=kind,
-            cwd=cwd,
-            threads=pool.settings.threads,
-            memory_limit=pool.settings.memory_limit,
-            truncate_lines=pool.settings.truncate_lines,
-            truncate_bytes=pool.settings.truncate_bytes,
-            spill_dir=pool.settings.spill_dir,
-            max_result_bytes=pool.settings.max_result_bytes,
-        )
+        self.spec = pool.settings.worker_spec(path, kind, cwd)
         self.current: Worker | None = None
         self.retiring: set[Worker] = set()
         self.loading = 0  # generations being started (spawned, not yet loaded)
@@ -252,7 +273,7 @@ class ModuleRunner:
         call_id: int,
         tool: str,
         arguments: bytes,
-        context: list[str],
+        context: CallContext,
         timeout: float,
         owner: CallOwner,
         request_id: Any = None,
@@ -261,12 +282,12 @@ class ModuleRunner:
         """Start a call; ``owner.call_result`` gets its answer. Starts a worker first if none runs.
 
         Args:
-            context: ``[session_id, message_id, agent, directory, worktree, tool_use_id]``.
+            context: who asked (``CallContext``): what the tool's ``ctx`` says.
             progress_token: the caller's ``_meta.progressToken``; progress is forwarded only with one.
         """
         call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
         if events.calls_on:
-            events.tool_started(call)
+            events.tool_started(call.tool, self.spec.path, call_id, context.session_id, context.agent)
         self.pool.deadlines.add(call)
         worker = self.current
         if worker is not None and worker.state == "ready":
@@ -377,14 +398,17 @@ class ModuleRunner:
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"
             if events.failures_on:
-                events.tool_finished(call, duration, result)
+                events.tool_finished(call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent, duration, result)
         elif events.calls_on:
-            events.tool_finished(call, duration, None)
+            events.tool_finished(call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent, duration, None)
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1
         if events.calls_on:
-            events.tool_finished(call, time.perf_counter() - call.started, CANCELLED)
+            events.tool_finished(
+                call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent,
+                time.perf_counter() - call.started, CANCELLED,
+            )
 
     # -- status and shutdown --------------------------------------------------------------------
 
@@ -496,6 +520,16 @@ class WorkerPool:
 
     def next_call_id(self) -> int:
         return next(self._ids)
+
+    def reconfigure(self, settings: PoolSettings) -> None:
+        """Apply new limits. When what workers are told changed, every module's worker retires: calls
+        in flight finish, and the next call starts a worker with the new limits."""
+        self.settings = settings
+        for runner in self.runners.values():
+            spec = settings.worker_spec(runner.spec.path, runner.spec.kind, runner.spec.cwd)
+            if spec != runner.spec:
+                runner.spec = spec
+                runner.retire()
 
     def discard(self, path: str) -> None:
         """Forget the module at ``path`` (it was deleted); its workers retire in the background."""

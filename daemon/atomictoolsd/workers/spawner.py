@@ -43,8 +43,9 @@ from typing import Any
 import msgspec
 
 from atomictools._launch import SEALED_CWD, python_command, sealed_environ
-from atomictoolsd.workers.runtime import WorkerSpec
-from atomictoolsd.workers.sessions import kill_worker_processes
+from atomictoolsd.workers.protocol import WorkerSpec
+from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
+from atomictoolsd.workers.runtime.procstat import STATE, proc_stat
 
 __all__ = ["FORKSERVER_GONE", "SpawnError", "Spawner", "describe_status"]
 
@@ -171,7 +172,7 @@ class Spawner:
             raise SpawnError(f"cannot start the fork server: {_fd_cause(exc)}") from exc
         try:
             proc = subprocess.Popen(
-                python_command("atomictoolsd.workers.forkserver", str(theirs.fileno()), str(os.getpid()), str(alive_w)),
+                python_command("atomictoolsd.workers.runtime.forkserver", str(theirs.fileno()), str(os.getpid()), str(alive_w)),
                 cwd=SEALED_CWD,
                 env=sealed_environ(),
                 pass_fds=(theirs.fileno(), alive_w),
@@ -461,11 +462,8 @@ _STOPPED = ("T", "t")  # stopped by a signal; stopped by a tracer
 
 def _process_state(pid: int) -> str | None:
     """The one-letter state Linux gives a process (``R``, ``S``, ``T``, ...); None where unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
+    fields = proc_stat(pid, 1)
+    return fields[STATE].decode() if fields else None
 
 
 def _fd_cause(exc: OSError) -> str:

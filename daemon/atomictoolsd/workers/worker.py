@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from atomictoolsd.eventlog import events
-from atomictoolsd.workers.channel import (
+from atomictoolsd.eventlog.writer import events
+from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
+    CallContext,
+    CallTool,
+    Cancel,
     Dropped,
     Failed,
     FrameError,
@@ -44,11 +47,12 @@ from atomictoolsd.workers.channel import (
     encode_frame,
     error_result,
 )
-from atomictoolsd.workers.output import CHUNK_BYTES
+from atomictoolsd.workers.runtime.output import CHUNK_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, SpawnError, describe_status
 
 if TYPE_CHECKING:
-    from atomictoolsd.workers.pool import ModuleRunner
+    from atomictoolsd.workers.backoff import CrashBackoff
+    from atomictoolsd.workers.protocol import WorkerSpec
 
 __all__ = ["Call", "CallOwner", "LoadFailed", "Worker", "error_result"]
 
@@ -71,6 +75,25 @@ _encode_json = msgspec.json.Encoder().encode
 
 def _too_large(what: str, size: int, limit: int) -> str:
     return f"{what} of {size:,} bytes, more than the {limit:,} bytes a message may carry (max_message_bytes)"
+
+
+class ModuleRunner(Protocol):
+    """What a worker and its calls use of the runner of their module (``pool.ModuleRunner``): a
+    protocol, because the pool imports this module."""
+
+    spec: WorkerSpec
+    backoff: CrashBackoff
+    pool: Any  # pool.WorkerPool: its settings (max_result_bytes) and its spawner
+
+    def record(self, call: Call, result: bytes) -> None: ...
+
+    def record_cancelled(self, call: Call) -> None: ...
+
+    def stop_call(self, call: Call) -> None: ...
+
+    def worker_ended(self, worker: Worker, was: str) -> None: ...
+
+    def served(self) -> None: ...
 
 
 class CallOwner(Protocol):
@@ -131,7 +154,7 @@ class Call:
         call_id: int,
         tool: str,
         arguments: bytes,
-        context: list[str],
+        context: CallContext,
         timeout: float,
         owner: CallOwner,
         request_id: Any = None,
@@ -237,7 +260,10 @@ class Worker(asyncio.Protocol):
             elif kind is Dropped:
                 call = self.pending.get(message.call_id)
                 if call is not None:
-                    events.arguments_dropped(call, message.keys)
+                    events.arguments_dropped(
+                        call.tool, self.runner.spec.path, call.id, call.context.session_id, call.context.agent,
+                        message.keys,
+                    )
             elif kind is Output:
                 self._on_output(message.fd, message.data, message.dropped)
             elif self.loaded.done():  # a load report, and the worker has made its one already
@@ -330,12 +356,12 @@ class Worker(asyncio.Protocol):
         call.worker = self
         self.pending[call.id] = call
         self.last_used = time.monotonic()
-        self._write(["call", call.id, call.tool, call.arguments, call.context, call.progress_token is not None])
+        self._write(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None))
 
     def send_cancel(self, call: Call) -> None:
         if call.id in self.pending:
             self.abandoned.add(call.id)
-            self._write(["cancel", call.id])
+            self._write(Cancel(call.id))
 
     def _on_result(self, call_id: int, result: bytes | None) -> None:
         call = self.pending.pop(call_id, None)
@@ -398,7 +424,7 @@ class Worker(asyncio.Protocol):
         """Calls whose caller still waits for this worker's answer."""
         return len(self.pending) - len(self.abandoned)
 
-    def _write(self, message: list[Any]) -> None:
+    def _write(self, message: CallTool | Cancel) -> None:
         if self._transport is not None:
             self._transport.write(encode_frame(message))
 

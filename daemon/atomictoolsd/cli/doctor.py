@@ -1,0 +1,323 @@
+"""``atomictoolsd doctor``: check an agent's entry the way that agent uses it.
+
+For each agent whose config holds our entry (or the one named): the entry is there and well formed,
+its command exists, the shim it runs starts with that agent's environment (Codex and Claude Desktop
+scrub it), answers ``initialize`` and lists this directory's tools from the daemon the user's CLI
+talks to; the project folder is trusted where the agent asks for it; the agent re-lists tools or
+has the dispatcher. Every problem comes with the command that fixes it.
+
+Reads config files and starts shims (with ``--no-autostart``: a doctor never starts a second
+daemon); must never change a config file, trust a folder or stop anything it did not start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomictoolsd.bridges import agents
+
+__all__ = ["Check", "Report", "diagnose", "minimal_environment", "render"]
+
+# What an agent that scrubs its servers' environment keeps: the MCP SDKs' default set (Codex keeps
+# a few more, none of them ours).
+MINIMAL_KEYS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+SHIM_TIMEOUT = 20.0
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+
+@dataclass
+class Report:
+    agent: str
+    title: str
+    file: str
+    scope: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def add(self, name: str, ok: bool, detail: str, fix: str | None = None) -> bool:
+        self.checks.append(Check(name, ok, detail, None if ok else fix))
+        return ok
+
+
+def minimal_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: environ[k] for k in MINIMAL_KEYS if k in environ}
+
+
+def diagnose(agent: str | None, directory: Path, *, home: Path, root: Path,
+             environ: Mapping[str, str] | None = None) -> list[Report]:
+    """A report per agent whose config holds our entry (all of ``agent``'s files when it is named)."""
+    env = os.environ if environ is None else environ
+    reports = []
+    for name in [agent] if agent else list(agents.AGENTS):
+        info = agents.INFO[name]
+        found = False
+        for scope in info.scopes:
+            target = agents.config_file(name, scope, home=home, root=root, environ=env)
+            try:
+                entry = agents.read_server(target)
+            except agents.ConfigError as exc:
+                report = Report(name, info.title, str(target.path), scope)
+                report.add("entry", False, str(exc), f"fix the file by hand, or move it aside and run: "
+                                                      f"atomictoolsd connect {name} --{scope}")
+                reports.append(report)
+                found = True
+                continue
+            if entry is None:
+                continue
+            found = True
+            reports.append(_check_entry(name, target, entry, directory, root, home, env))
+        if agent and not found:
+            report = Report(name, info.title, str(agents.config_file(
+                name, info.scopes[0], home=home, root=root, environ=env).path), info.scopes[0])
+            report.add("entry", False, f"no {agents.SERVER_NAME!r} server in {info.title}'s config files",
+                       f"atomictoolsd connect {name}")
+            reports.append(report)
+    return reports
+
+
+def _command_of(agent: str, entry: dict[str, Any]) -> tuple[list[str], dict[str, str]] | str:
+    """The entry's command and env, or why it is malformed."""
+    if agent == "opencode":
+        command, env = entry.get("command"), entry.get("environment") or {}
+        if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+            return '"command" must be a non-empty array of strings'
+    else:
+        program, args, env = entry.get("command"), entry.get("args", []), entry.get("env") or {}
+        if not isinstance(program, str) or not program:
+            return '"command" must be a non-empty string'
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            return '"args" must be an array of strings'
+        command = [program, *args]
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        return "its environment must map names to strings"
+    if agent == "copilot" and not entry.get("tools"):
+        return 'Copilot CLI needs "tools" (["*"]) to offer any tool'
+    if agent == "vscode" and entry.get("type") not in (None, "stdio"):
+        return f'"type" is {entry.get("type")!r}, not "stdio"'
+    return command, dict(env)
+
+
+def _check_entry(agent: str, target: agents.ConfigFile, entry: dict[str, Any], directory: Path, root: Path,
+                 home: Path, environ: Mapping[str, str]) -> Report:
+    info = agents.INFO[agent]
+    report = Report(agent, info.title, str(target.path), target.scope)
+    reconnect = f"atomictoolsd connect {agent} --{target.scope}"
+    parsed = _command_of(agent, entry)
+    if isinstance(parsed, str):
+        report.add("entry", False, f"server {agents.SERVER_NAME!r} is malformed: {parsed}", reconnect)
+        return report
+    command, entry_env = parsed
+    if "mcp" not in command[1:] and not Path(command[0]).name.startswith(tuple(agents.BRIDGE_AGENTS)):
+        report.add("entry", False, f"server {agents.SERVER_NAME!r} does not run `atomictoolsd mcp`: "
+                                   f"{' '.join(command)}", reconnect)
+        return report
+    report.add("entry", True, f"server {agents.SERVER_NAME!r}: {' '.join(command)}")
+
+    # The environment the agent gives the server: its own (full) or a scrubbed one, plus the entry's.
+    base = dict(environ) if info.environment == "full" else minimal_environment(environ)
+    run_env = {**base, **entry_env}
+    program = command[0]
+    found = program if os.path.isabs(program) else shutil.which(program, path=run_env.get("PATH"))
+    if not found or not os.access(found, os.X_OK):
+        fix = ("pipx install atomictoolsd  (or: uv tool install atomictoolsd), or connect with --user"
+               if not os.path.isabs(program) else reconnect)
+        report.add("command", False, f"{program!r} is not found (PATH of {info.title}'s servers)", fix)
+        return report
+    report.add("command", True, f"found: {found}")
+
+    args = [a.replace("${workspaceFolder}", str(directory)) for a in command[1:]]
+    _check_shim(report, [found, *args, "--no-autostart"], run_env, directory, agent, info, reconnect)
+    _check_trust(report, agent, target, root, home)
+    dispatcher = "--dispatcher" in command
+    if info.refreshes == "yes":
+        report.add("refresh", True, f"{info.title} re-lists tools when they change")
+    else:
+        report.add("refresh", dispatcher,
+                   f"{info.title} {info.refresh_note}; " + ("the dispatcher meta-tools see every change" if dispatcher
+                                                              else "without the dispatcher, new tools stay unseen"),
+                   f"atomictoolsd connect {agent} --{target.scope} --dispatcher")
+    return report
+
+
+def _check_shim(report: Report, argv: list[str], run_env: dict[str, str], directory: Path, agent: str,
+                info: agents.AgentInfo, reconnect: str) -> None:
+    """Start the shim as the agent would; initialize, list, and find its session in the CLI's daemon."""
+    from atomictools import Client
+    from atomictools._errors import AtomicToolsError
+
+    try:
+        cli_client = Client(directory=str(directory), agent="doctor", autostart=False).connect()
+    except AtomicToolsError as exc:
+        report.add("shim", False, f"your CLI reaches no daemon: {exc}", "atomictoolsd start")
+        return
+    with cli_client:
+        filtered = "--allow" in argv or "--deny" in argv  # the entry narrows them on purpose
+        expected = set() if filtered else {t["name"] for t in cli_client.list_tools()}
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=directory, env=run_env, start_new_session=True)
+        try:
+            answers = _exchange(proc)
+            session_agents = {s.get("pid"): s for s in cli_client.status().get("sessions", [])}
+            same = proc.pid in session_agents
+        finally:
+            _close(proc)
+        stderr = (proc.stderr.read().decode(errors="replace").strip() if proc.stderr else "")[-600:]
+    if answers is None:
+        hint = stderr or "no answer"
+        fix = reconnect if "runtime" in stderr or "no daemon" in stderr or "XDG_RUNTIME_DIR" in stderr else (
+            f"{' '.join(argv[:-1])}   (run it by hand to see why)")
+        report.add("shim", False, f"the shim started as {info.title} starts it did not answer: {hint}", fix)
+        return
+    init, listed = answers
+    if "result" not in init or "result" not in listed:
+        report.add("shim", False, f"the shim answered with an error: {init.get('error') or listed.get('error')}",
+                   reconnect)
+        return
+    names = {t["name"] for t in listed["result"].get("tools", [])}
+    if not same:
+        report.add("shim", False, "the shim reached another daemon than the one your CLI talks to",
+                   f"atomictoolsd connect {agent} --user   (it pins your runtime dir)")
+        return
+    missing = sorted(expected - names)
+    if missing:
+        report.add("shim", False, f"the shim does not list {', '.join(missing[:5])}, which your CLI sees here",
+                   f"atomictoolsd connect {agent}   (the entry may attach another directory)")
+        return
+    report.add("shim", True, f"started as {info.title} starts it: initialize answered, {len(names)} tools "
+                             f"listed for {directory}, from your CLI's daemon")
+
+
+def _exchange(proc: subprocess.Popen[bytes]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """initialize, initialized, tools/list; the two answers, or None when the shim gave none."""
+    assert proc.stdin is not None and proc.stdout is not None
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "doctor", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    try:
+        proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
+        proc.stdin.flush()
+    except BrokenPipeError:
+        return None
+    answers: dict[int, dict[str, Any]] = {}
+    buffer = b""
+    deadline = time.monotonic() + SHIM_TIMEOUT
+    fd = proc.stdout.fileno()
+    while len(answers) < 2 and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and message.get("id") in (1, 2):
+                answers[message["id"]] = message
+    return (answers[1], answers[2]) if len(answers) == 2 else None
+
+
+def _close(proc: subprocess.Popen[bytes]) -> None:
+    if proc.stdin is not None:
+        try:
+            proc.stdin.close()  # how MCP clients stop a server
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _check_trust(report: Report, agent: str, target: agents.ConfigFile, root: Path, home: Path) -> None:
+    if target.scope != "project":
+        return
+    if agent in ("gemini", "qwen"):
+        store = home / f".{agent}" / "trustedFolders.json"
+        trusted = _folder_trusted(store, root)
+        report.add("trust", trusted, f"{root} is trusted by {report.title}" if trusted
+                   else f"{report.title} ignores {target.path.name} in {root}: the folder is not in {store}",
+                   f"cd {root} && {agent}   (and choose to trust the folder)")
+    elif agent == "codex":
+        trusted = _codex_trusts(home, root)
+        report.add("trust", trusted, f"Codex trusts {root}" if trusted
+                   else f"Codex reads .codex/config.toml only in projects it trusts, and {root} is not one",
+                   f"cd {root} && codex   (and trust the project), or: atomictoolsd connect codex --user")
+
+
+def _folder_trusted(store: Path, folder: Path) -> bool:
+    """Gemini CLI's (and Qwen Code's) rule: a TRUST_FOLDER entry covers it and what is below it,
+    TRUST_PARENT the entry's parent; the longest matching entry decides."""
+    try:
+        rules = json.loads(store.read_text())
+    except (OSError, ValueError):
+        return False
+    best: tuple[int, bool] | None = None
+    for path, level in rules.items() if isinstance(rules, dict) else ():
+        base = Path(path).parent if level == "TRUST_PARENT" else Path(path)
+        if folder == base or base in folder.parents:
+            depth = len(base.parts)
+            if best is None or depth > best[0]:
+                best = (depth, level in ("TRUST_FOLDER", "TRUST_PARENT"))
+    return bool(best and best[1])
+
+
+def _codex_trusts(home: Path, root: Path) -> bool:
+    import tomllib
+
+    codex_home = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    try:
+        config = tomllib.loads((codex_home / "config.toml").read_text())
+    except (OSError, ValueError):
+        return False
+    projects = config.get("projects") or {}
+    return any(
+        isinstance(v, dict) and v.get("trust_level") == "trusted" and (root == Path(k) or Path(k) in root.parents)
+        for k, v in projects.items()
+    )
+
+
+def render(reports: list[Report], as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"ok": bool(reports) and all(r.ok for r in reports),
+                           "agents": [{**asdict(r), "ok": r.ok} for r in reports]}, indent=2)
+    if not reports:
+        return ("No agent's config here has an atomictoolsd entry.\n"
+                "  fix: atomictoolsd connect AGENT   (claude, codex, gemini, … : atomictoolsd connect --help)")
+    out = []
+    for report in reports:
+        out.append(f"{report.title} ({report.scope}: {report.file})")
+        for check in report.checks:
+            out.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+            if check.fix:
+                out.append(f"        fix: {check.fix}")
+    bad = sum(not r.ok for r in reports)
+    out.append("Everything is fine." if not bad else f"{bad} of {len(reports)} entries have problems.")
+    return "\n".join(out)

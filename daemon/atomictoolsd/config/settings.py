@@ -1,0 +1,172 @@
+"""The daemon's settings: defaults, then ``config.toml``, then ``ATOMICTOOLS_*`` variables.
+
+Every setting is a field of ``Config`` with its default and a one-line description; the file key is
+the field name and the variable is ``ATOMICTOOLS_`` + the name in upper case. ``Config.sources``
+says where each value came from. A bad value is a ``ConfigError`` naming the key and its source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from atomictoolsd.config.levels import DAEMON_LOG_LEVELS
+
+__all__ = ["Config", "ConfigError", "load_config"]
+
+
+class ConfigError(Exception):
+    """A configuration value is unusable; the message names the key and where it was set."""
+
+
+def _setting(default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = ()) -> Any:
+    return field(default=default, metadata={"doc": doc, "minimum": minimum, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Config:
+    call_timeout: float = _setting(60.0, "Seconds a tool call may run when the tool sets no timeout.", minimum=0.001)
+    max_call_timeout: float = _setting(600.0, "The longest timeout a caller may ask for one call.", minimum=0.001)
+    cancel_grace: float = _setting(
+        2.0, "Seconds a cancelled or timed-out call has to stop before its worker is killed.", minimum=0
+    )
+    load_timeout: float = _setting(30.0, "Seconds a tool module may take to import.", minimum=0.1)
+    load_wait: float = _setting(
+        2.0, "Seconds a listing waits for tool modules still importing; they are listed once loaded (list_changed).",
+        minimum=0,
+    )
+    max_message_bytes: int = _setting(16 * 1024 * 1024, "Largest JSON-RPC message accepted on the socket, and largest tool result, log or progress message sent back.", minimum=1024)
+    truncate_lines: int = _setting(2000, "Tool output longer than this many lines is truncated.", minimum=1)
+    truncate_bytes: int = _setting(50 * 1024, "Tool output larger than this many bytes is truncated.", minimum=256)
+    spill_max_age: float = _setting(86400.0, "Seconds the full output of a truncated result is kept.", minimum=0)
+    worker_threads: int = _setting(16, "Threads per worker for sync tools (concurrent calls to one module).", minimum=1)
+    memory_limit_mb: int = _setting(2048, "Memory limit per worker in MiB (0: no limit).", minimum=0)
+    idle_timeout: float = _setting(600.0, "Seconds an idle worker lives, and a project no session uses is kept (0: forever).", minimum=0)
+    max_idle_workers: int = _setting(
+        32, "Most idle workers kept at once; past it the least recently used stop (0: no limit).", minimum=0
+    )
+    watch_debounce_ms: int = _setting(
+        50, "Longest time the file watcher groups a burst of changes, in milliseconds.", minimum=1
+    )
+    watch_step_ms: int = _setting(
+        5, "Quiet time after which the file watcher reports changes, in milliseconds.", minimum=1
+    )
+    builtins: bool = _setting(True, "Serve the built-in tools.")
+    trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
+    sandbox_global: bool = _setting(
+        False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir)."
+    )
+    sandbox_allow_net: bool = _setting(
+        False, "Let every confined worker use the network (TCP, UDP; never a Unix socket)."
+    )
+    sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
+    sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
+    page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
+    max_connections: int = _setting(
+        1000, "Most client connections at once (fewer when the open-file limit leaves less beside what workers need).", minimum=1
+    )
+    shutdown_grace: float = _setting(10.0, "Seconds calls in flight may finish when the daemon stops.", minimum=0)
+    log_level: str = _setting("info", "Least severe level written to the log.", choices=DAEMON_LOG_LEVELS)
+    log_max_bytes: int = _setting(10 * 1024 * 1024, "Size at which the log file is rotated.", minimum=4096)
+    log_backups: int = _setting(3, "Rotated log files kept.", minimum=0)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def settings(cls) -> list[dataclasses.Field[Any]]:
+        return [f for f in dataclasses.fields(cls) if f.name != "sources"]
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each setting with its value, where the value came from, and what it means."""
+        return [
+            {
+                "key": f.name,
+                "value": getattr(self, f.name),
+                "source": self.sources.get(f.name, "default"),
+                "env": env_name(f.name),
+                "doc": f.metadata["doc"],
+            }
+            for f in self.settings()
+        ]
+
+
+def env_name(key: str) -> str:
+    return f"ATOMICTOOLS_{key.upper()}"
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _convert(f: dataclasses.Field[Any], raw: Any, source: str) -> Any:
+    kind = type(f.default)
+    where = f"{f.name} (from {source})"
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise ConfigError(f"{where}: expected true or false, got {raw!r}")
+    if kind in (int, float):
+        if isinstance(raw, bool):
+            raise ConfigError(f"{where}: expected a number, got {raw!r}")
+        try:
+            value = kind(raw.strip()) if isinstance(raw, str) else kind(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+        if kind is int and isinstance(raw, float) and raw != int(raw):
+            raise ConfigError(f"{where}: expected an integer, got {raw!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: must be a finite number, got {raw!r}")
+        minimum = f.metadata["minimum"]
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{where}: must be at least {minimum:g}, got {raw!r}")
+        return value
+    value = str(raw).strip()
+    choices = f.metadata["choices"]
+    if choices and value not in choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(choices)}; got {raw!r}")
+    return value
+
+
+def _setting_hint(key: str, known: Mapping[str, Any]) -> str:
+    from atomictoolsd.config.suggest import did_you_mean, near_names  # only on this error path
+
+    near = near_names(key, known)
+    return did_you_mean(near) if near else f"; known settings: {', '.join(known)}"
+
+
+def load_config(config_file: Path, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the configuration: defaults, overridden by ``config_file``, overridden by the environment.
+
+    Raises:
+        ConfigError: the file is not valid TOML, names an unknown key, or a value is unusable.
+    """
+    environ = os.environ if environ is None else environ
+    fields = {f.name: f for f in Config.settings()}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    try:
+        with open(config_file, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        data = {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{config_file} is not valid TOML: {exc}") from None
+    for key, raw in data.items():
+        f = fields.get(key)
+        if f is None:
+            raise ConfigError(f"{config_file}: unknown setting {key!r}{_setting_hint(key, fields)}")
+        values[key] = _convert(f, raw, str(config_file))
+        sources[key] = str(config_file)
+    for key, f in fields.items():
+        var = env_name(key)
+        if var in environ:
+            values[key] = _convert(f, environ[var], var)
+            sources[key] = var
+    return Config(**values, sources=sources)

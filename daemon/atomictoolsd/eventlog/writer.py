@@ -1,0 +1,370 @@
+"""The daemon's event log: JSON lines in the log dir, rotated by size, cheap on the call path.
+
+One process-wide ``events`` object. The daemon opens it at start; from then on every tool call adds
+``tool.start`` and ``tool.complete`` / ``tool.failed`` / ``tool.cancelled`` (with its duration), and Python logging records
+arrive through ``EventLogHandler`` (module loads and reloads, worker spawns and deaths, reloads of the
+configuration: those carry ``extra={"event": name, "data": {...}}``, so they become structured
+events; other records become ``log`` events).
+
+The call path costs one list append: events are kept as tuples of plain values (strings and
+numbers only, so the garbage collector leaves them alone and no call outlives its answer) and are
+turned into JSON lines (msgspec, in one batch) by a flush that runs at most every
+``FLUSH_INTERVAL`` seconds, or at once when ``FLUSH_AT`` events are waiting. So a busy daemon makes
+one ``write`` per batch, never one per call. The price: events of the last interval are lost if the
+daemon is killed with SIGKILL (a normal stop flushes).
+
+The file is ``atomictoolsd.log``; when a write would take it past ``log_max_bytes`` it becomes
+``atomictoolsd.log.1`` (and ``.1`` becomes ``.2`` …, keeping ``log_backups`` of them).
+
+This module also formats stderr for the systemd journal; ``reader`` reads the log back. It must never
+import server, session or worker code: the pool imports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from atomictoolsd.config.discovery import escape_strings
+from atomictoolsd.config.levels import LEVEL_RANK
+from atomictoolsd.config.paths import make_private_dirs
+
+__all__ = [
+    "EventLog",
+    "EventLogHandler",
+    "error_text",
+    "JournalFormatter",
+    "LOG_NAME",
+    "events",
+    "stderr_is_journal",
+]
+
+LOG_NAME = "atomictoolsd.log"
+FLUSH_INTERVAL = 0.25  # seconds an event may wait in memory
+FLUSH_AT = 4096  # events waiting that trigger a flush right away
+
+
+# Kinds of buffered entries; tool events keep the call object and are formatted at flush time.
+_GENERIC, _TOOL_START, _TOOL_END = 0, 1, 2
+CANCELLED = b""  # the "failure" of a call nobody is left to answer: tool.cancelled
+
+_encode_lines = msgspec.json.Encoder().encode_lines
+_decode_json = msgspec.json.decode
+
+
+class EventLog:
+    """A buffered, size-rotated JSON lines file. Closed (and free) until ``open()``."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.max_bytes = 10 * 1024 * 1024
+        self.backups = 3
+        self.rank = LEVEL_RANK["info"]
+        # Read on the call path: plain attributes, so a disabled log costs one attribute load.
+        self.calls_on = False  # tool.start / tool.complete (info)
+        self.failures_on = False  # tool.failed (warning)
+        self.written = 0  # events written since open (for status and tests)
+        self.dropped = 0  # events lost to write errors
+        self._fd = -1
+        self._size = 0
+        self._pending: list[tuple[Any, ...]] = []
+        self._scheduled = False
+        self._urgent = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()  # appends from other threads, and the swap in flush
+        self._write_lock = threading.Lock()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self, path: Path, *, level: str = "info", max_bytes: int = 10 * 1024 * 1024, backups: int = 3) -> None:
+        """Start writing to ``path`` (its directory is created 0700; the file is 0600)."""
+        make_private_dirs(path.parent)
+        self.close()
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._size = os.fstat(self._fd).st_size
+        self.configure(level=level, max_bytes=max_bytes, backups=backups)
+
+    def configure(self, *, level: str, max_bytes: int, backups: int) -> None:
+        """Apply new settings (on open, and when the configuration is reloaded)."""
+        self.rank = LEVEL_RANK[level]
+        self.max_bytes = max_bytes
+        self.backups = backups
+        is_open = self._fd >= 0
+        self.calls_on = is_open and self.rank <= LEVEL_RANK["info"]
+        self.failures_on = is_open and self.rank <= LEVEL_RANK["warning"]
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop that runs flushes (events from other threads are handed to it)."""
+        self._loop = loop
+
+    def close(self) -> None:
+        """Flush and close; later events are dropped until the next ``open()``."""
+        if self._fd < 0:
+            return
+        self.flush()
+        self.calls_on = self.failures_on = False
+        os.close(self._fd)
+        self._fd = -1
+        self._loop = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd >= 0
+
+    # -- adding events --------------------------------------------------------------------------
+
+    def emit(self, level: str, event: str, fields: dict[str, Any] | None = None, ts: float | None = None) -> None:
+        """Add one event (not for the call path: it checks the level and may take a lock)."""
+        if self._fd < 0 or LEVEL_RANK.get(level, 20) < self.rank:
+            return
+        entry = (_GENERIC, time.time() if ts is None else ts, level, event, fields)
+        if self._loop is not None and _on_thread_of(self._loop):
+            self._pending.append(entry)
+            if not self._scheduled:
+                self._schedule()
+            return
+        with self._lock:
+            self._pending.append(entry)
+        if self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(self._schedule_from_loop)
+            except RuntimeError:  # the loop closed meanwhile
+                self.flush()
+        else:
+            self.flush()
+
+    def tool_started(self, tool: str, module: str, call_id: int, session: str, agent: str) -> None:
+        """``tool.start`` of call ``call_id`` of ``tool`` in ``module``, asked by the agent's ``session``
+        (event loop thread only; callers check ``calls_on``)."""
+        self._pending.append((_TOOL_START, time.time(), tool, module, call_id, session, agent))
+        if not self._scheduled:
+            self._schedule()
+
+    def tool_finished(
+        self, tool: str, module: str, call_id: int, session: str, agent: str, duration: float, failure: bytes | None
+    ) -> None:
+        """``tool.complete``, ``tool.failed`` when ``failure`` (the result) is given, or
+        ``tool.cancelled`` when it is ``CANCELLED`` (its caller went away or cancelled it)."""
+        pending = self._pending
+        pending.append((_TOOL_END, time.time(), tool, module, call_id, session, agent, duration, failure))
+        if not self._scheduled:
+            self._schedule()
+        elif len(pending) >= FLUSH_AT and not self._urgent and self._loop is not None:
+            self._urgent = True
+            self._loop.call_soon(self.flush)
+
+    def arguments_dropped(
+        self, tool: str, module: str, call_id: int, session: str, agent: str, dropped: list[str]
+    ) -> None:
+        """``tool.arguments_dropped``: undeclared arguments a client sent that the call ran without."""
+        self.emit("info", "tool.arguments_dropped", {
+            "tool": tool, "module": module, "call": call_id,
+            "session": session or None, "agent": agent or None, "dropped": list(dropped),
+        })
+
+    def _schedule(self) -> None:
+        loop = self._loop
+        if loop is None:
+            try:
+                loop = self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
+        self._scheduled = True
+        self._timer = loop.call_later(FLUSH_INTERVAL, self.flush)
+
+    def _schedule_from_loop(self) -> None:
+        if not self._scheduled:
+            self._schedule()
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write every waiting event (one ``write``), rotating the file first if it would be too big."""
+        self._scheduled = self._urgent = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending or self._fd < 0:
+            return
+        # A call that started and ended within this batch is one line: its tool.complete (or
+        # tool.failed) says when it ended and how long it ran. tool.start is written for calls still
+        # running at the flush, so a call that hangs is in the log at once. Formatting is most of the
+        # log's cost per call, and most calls are quick.
+        ended = {entry[4] for entry in pending if entry[0] == _TOOL_END}
+        records = [_as_record(entry) for entry in pending if not (entry[0] == _TOOL_START and entry[4] in ended)]
+        try:
+            data = _encode_lines(records)
+        except UnicodeEncodeError:  # a file name that is not UTF-8 in one event: escape it, lose nothing
+            data = _encode_lines([escape_strings(r) if isinstance(r, dict) else r for r in records])
+        with self._write_lock:
+            try:
+                if self._size and self._size + len(data) > self.max_bytes:
+                    self._rotate()
+                os.write(self._fd, data)
+                self._size += len(data)
+                self.written += len(records)
+            except OSError as exc:
+                self.dropped += len(records)
+                # Not through logging: its handler would feed this log again.
+                print(f"atomictoolsd: cannot write the event log {self.path}: {exc}", file=sys.stderr)
+
+    def _rotate(self) -> None:
+        """Start a new file. The current one stays open until the new one is: a rotation that
+        fails (the backup's name taken, the disk full) keeps writing where it was, and tries again
+        after another ``max_bytes``."""
+        assert self.path is not None
+        path = str(self.path)
+        try:
+            if self.backups > 0:
+                for index in range(self.backups - 1, 0, -1):
+                    try:
+                        os.replace(f"{path}.{index}", f"{path}.{index + 1}")
+                    except FileNotFoundError:
+                        pass
+                os.replace(path, f"{path}.1")
+            else:
+                os.unlink(path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            print(f"atomictoolsd: cannot rotate the event log {path}: {exc}", file=sys.stderr)
+        else:
+            os.close(self._fd)
+            self._fd = fd
+        self._size = 0
+
+
+def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+# ISO timestamps: the seconds are formatted once per second, the milliseconds come from a table.
+_second_cache: list[Any] = [-1, ""]
+_MILLIS = [f".{i:03d}Z" for i in range(1000)]
+
+
+def _iso(ts: float) -> str:
+    second = int(ts)
+    if _second_cache[0] != second:
+        _second_cache[0] = second
+        _second_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return _second_cache[1] + _MILLIS[int((ts - second) * 1000)]
+
+
+class _ToolEvent(msgspec.Struct, omit_defaults=True):
+    """A tool event as written (a Struct: cheaper to build and to encode than a dict)."""
+
+    ts: str
+    level: str
+    event: str
+    tool: str
+    module: str
+    call: int
+    session: str | None = None
+    agent: str | None = None
+    ms: float | None = None
+    error: str | None = None
+
+
+def _as_record(entry: tuple[Any, ...]) -> Any:
+    kind = entry[0]
+    if kind == _GENERIC:
+        _, ts, level, event, fields = entry
+        out = {"ts": _iso(ts), "level": level, "event": event}
+        if fields:
+            out.update(fields)
+        return out
+    _, ts, tool, module, call_id, session, agent, *end = entry
+    if kind == _TOOL_START:
+        return _ToolEvent(_iso(ts), "info", "tool.start", tool, module, call_id, session or None, agent or None)
+    duration, failure = end
+    ms = round(duration * 1000, 3)
+    if failure is CANCELLED:
+        return _ToolEvent(_iso(ts), "info", "tool.cancelled", tool, module, call_id, session or None, agent or None, ms)
+    return _ToolEvent(
+        _iso(ts), "info" if failure is None else "warning", "tool.complete" if failure is None else "tool.failed",
+        tool, module, call_id, session or None, agent or None, ms, None if failure is None else error_text(failure),
+    )
+
+
+def error_text(result: bytes) -> str:
+    """The text of an ``isError`` tool result, cut to a log-sized length."""
+    try:
+        content = _decode_json(result).get("content") or []
+        text = " ".join(block.get("text", "") for block in content if isinstance(block, dict))
+    except (msgspec.DecodeError, AttributeError):
+        text = result.decode(errors="replace")
+    return text if len(text) <= 1000 else text[:1000] + "…"
+
+
+events = EventLog()
+
+
+class EventLogHandler(logging.Handler):
+    """Python logging → the event log. ``extra={"event": ..., "data": {...}}`` gives structure."""
+
+    def __init__(self, log: EventLog = events) -> None:
+        super().__init__()
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = record.levelname.lower()
+            fields: dict[str, Any] = {"logger": record.name, "message": record.getMessage()}
+            data = getattr(record, "data", None)
+            if isinstance(data, dict):
+                fields.update(data)
+            if record.exc_info and record.exc_info[0] is not None:
+                fields["traceback"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+            self.log.emit(level, getattr(record, "event", "log"), fields, ts=record.created)
+        except Exception:
+            self.handleError(record)
+
+
+# -- stderr under systemd -------------------------------------------------------------------------
+
+_SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+
+
+def stderr_is_journal(environ: dict[str, str] | None = None) -> bool:
+    """Whether stderr is connected to the systemd journal (``JOURNAL_STREAM`` names its device:inode)."""
+    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, _, inode = value.partition(":")
+    if not device.isdigit() or not inode.isdigit():
+        return False
+    try:
+        info = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (info.st_dev, info.st_ino) == (int(device), int(inode))
+
+
+class JournalFormatter(logging.Formatter):
+    """``<priority>logger: message``: the journal reads the level from the prefix and adds the time."""
+
+    def __init__(self) -> None:
+        super().__init__("%(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        priority = _SYSLOG_PRIORITY.get(record.levelno, 6)
+        # Continuation lines (tracebacks) keep the level, or the journal files them as info.
+        return "\n".join(f"<{priority}>{line}" for line in super().format(record).splitlines())
+
+
+# -- reading --------------------------------------------------------------------------------------

@@ -1,0 +1,13 @@
+"""Which tools exist: projects, tools dirs, precedence, generations, and the trust store.
+
+- ``model``: the types: ``ToolDef``, ``Module``, ``ToolsDir``, ``Project``, ``View``, ``Change``.
+- ``projects``: ``Registry``: scans tools dirs, loads their modules through the pool, commits them,
+  keeps the projects, and tells listeners what changed.
+- ``cache``: definitions of unchanged modules, kept across restarts.
+- ``trust``: the trust store (``trust.json``).
+- ``watcher`` and ``doorbell``: reload a module when its file or a helper changes.
+- ``idle``: forget projects nobody has held for ``idle_timeout``.
+- ``confinement``: how each tools dir may run: full rights, confined (``trust --sandbox``), or not.
+
+Knows nothing of sockets or sessions: it tells its listeners, and the server passes the news on.
+"""

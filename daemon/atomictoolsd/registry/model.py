@@ -1,0 +1,332 @@
+"""What the registry is made of: a tool (``ToolDef``), a tool module (``Module``), a tools directory
+(``ToolsDir``), a project and the dirs it sees (``Project``), a project's merged ``View``, and the
+``Change`` its listeners are told.
+
+Plain state and the rules that read it (precedence, what a session may see); scanning, loading and
+committing are ``projects.Registry``'s. Knows nothing of sockets or sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
+from atomictoolsd.registry.trust import trust_command
+from atomictoolsd.workers.pool import ModuleRunner
+
+__all__ = ["Change", "DirListener", "Judgement", "LateLoad", "Listener", "Module", "Project", "Scope", "ToolDef", "ToolsDir", "View"]
+
+_json = msgspec.json.encode
+
+Scope = str  # "local" | "global" | "builtin"
+Judgement = tuple[bool, "dict[str, Any] | None", "str | None"]  # see Registry's ``judge``
+
+
+class LateLoad:
+    """A load of ``file`` committed on its own once done; ``done`` resolves when the module's load
+    has been committed (or given up: the file went, the dir was forgotten)."""
+
+    __slots__ = ("done", "file", "task")
+
+    def __init__(self, file: ModuleFile, task: asyncio.Future[Any], done: asyncio.Future[None]) -> None:
+        self.file = file
+        self.task = task
+        self.done = done
+
+
+class ToolDef:
+    """One tool as the daemon serves it: its MCP definition (pre-encoded) and the module behind it."""
+
+    __slots__ = ("definition", "encoded", "module", "name", "timeout")
+
+    def __init__(self, module: Module, definition: dict[str, Any]) -> None:
+        definition = dict(definition)
+        timeout = definition.pop("timeout", None)
+        self.name: str = definition["name"]
+        self.module = module
+        self.definition = definition
+        self.timeout: float | None = timeout
+        self.encoded = _json(definition)
+
+    def listing(self) -> dict[str, Any]:
+        """The definition plus where it comes from, for ``atomictoolsd list --json``."""
+        return {
+            **self.definition, "source": self.module.scope, "kind": self.module.kind, "path": self.module.path,
+            "confined": self.module.tools_dir.sandbox is not None,
+        }
+
+
+class Module:
+    """One tool module file and its current state: ``pending``, ``loading`` (seen for the first time,
+    its first load outlived a scan's ``load_wait``), ``ready``, ``failed``, ``blocked`` or ``failing``
+    (it loaded, but its workers keep crashing).
+
+    ``error`` says why a failed module failed (or what a failing one keeps dying of); ``problems``
+    lists the tools a ready module skipped (``{tool, line, message}``), so its other tools serve.
+    """
+
+    def __init__(self, tools_dir: ToolsDir, file: ModuleFile, runner: ModuleRunner) -> None:
+        self.tools_dir = tools_dir
+        self.path = file.path
+        self.kind = file.kind
+        self.file = file
+        self.runner = runner
+        self.state = "pending"
+        self.file_seen = time.time()  # when this daemon first saw the file (for a module still loading)
+        self.tools: dict[str, ToolDef] = {}
+        self.error: dict[str, Any] | None = None
+        self.problems: list[dict[str, Any]] = []
+        self.load_ms: float | None = None
+        self.loaded_at: float | None = None
+        self.definitions: list[dict[str, Any]] = []  # as the worker reported them (for the cache)
+        self.worker_problems: list[dict[str, Any]] = []  # the tools the worker reported skipping
+        self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers it imported
+        self.source = ""  # where its definitions came from: "worker" or "cache"
+        # It failed for a reason outside the module (no worker could start, its worker died while
+        # loading): never cached, and the next scan tries again.
+        self.transient = False
+
+    def depends_on(self, path: str) -> bool:
+        return any(dep[0] == path for dep in self.deps)
+
+    @property
+    def scope(self) -> Scope:
+        return self.tools_dir.scope
+
+    def loading_entry(self) -> dict[str, Any]:
+        """What ``list`` reports for a module whose first load is still under way."""
+        return {"file": self.path, "scope": self.scope, "since": self.file_seen}
+
+    def error_entry(self) -> dict[str, Any]:
+        assert self.error is not None
+        return {
+            "file": self.path,
+            "line": self.error.get("line"),
+            "message": self.error.get("message", ""),
+            "scope": self.scope,
+        }
+
+    def error_entries(self) -> list[dict[str, Any]]:
+        """What ``list`` and ``reload`` report for this module: its failure, or each skipped tool."""
+        if self.error is not None:
+            return [self.error_entry()]
+        return [
+            {"file": self.path, "line": p.get("line"), "message": p.get("message", ""), "scope": self.scope,
+             "tool": p.get("tool")}
+            for p in self.problems
+        ]
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "scope": self.scope,
+            "state": self.state,
+            "tools": sorted(self.tools),
+            "load_ms": round(self.load_ms, 2) if self.load_ms is not None else None,
+            "source": self.source,
+            # Whether its workers run confined (``trust --sandbox``), and why it is blocked if it is.
+            "confined": self.state != "blocked" and self.tools_dir.sandbox is not None,
+            **({"blocked_reason": self.tools_dir.blocked_reason} if self.state == "blocked" and self.tools_dir.blocked_reason else {}),
+            "error": self.error_entry() if self.error else None,
+            "problems": self.error_entries() if self.error is None else [],
+            **self.runner.info(),
+        }
+
+
+class ToolsDir:
+    """The modules of one tools directory.
+
+    Args:
+        path: the directory (it may not exist yet).
+        scope: ``local``, ``global`` or ``builtin``.
+        cwd: the working directory of this dir's workers (the project root, or the home directory).
+    """
+
+    def __init__(self, path: Path, scope: Scope, cwd: Path) -> None:
+        self.path = path
+        self.scope = scope
+        self.cwd = cwd
+        self.modules: dict[str, Module] = {}
+        self.skipped: list[Skipped] = []  # entries that cannot be modules, or the dir itself: reported as errors
+        self.trusted = True  # a project's own dir is set from the trust store when it is created
+        # How its workers are confined (``sandbox.confine``'s policy), None for full rights; and
+        # why its modules are blocked when they are for another reason than want of trust.
+        self.sandbox: dict[str, Any] | None = None
+        self.blocked_reason: str | None = None
+        self.version = 0
+        self.scanned: asyncio.Future[None] | None = None
+        self.lock = asyncio.Lock()
+        self.retired = False  # forgotten with its project: scans no longer touch it
+        self.loading: dict[str, LateLoad] = {}  # loads that outlived their scan's load_wait, by path
+        self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]] | None = None
+
+    def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]]:
+        """This dir's tools by name, its errors (load errors, skipped tools and name clashes between
+        modules), and its blocked modules.
+
+        Two modules of one dir that define the same name: the file that sorts first keeps it.
+        """
+        if self._catalog is not None and self._catalog[0] == self.version:
+            return self._catalog[1], self._catalog[2], self._catalog[3]
+        tools: dict[str, ToolDef] = {}
+        errors: list[dict[str, Any]] = []
+        blocked: list[dict[str, Any]] = []
+        errors.extend(s.entry(self.scope) for s in self.skipped)
+        for path in sorted(self.modules):
+            module = self.modules[path]
+            if module.state == "blocked":
+                entry = {"file": path, "scope": self.scope, "root": str(self.cwd)}
+                if self.blocked_reason is None:
+                    # The confined trust first: the safer of the two an agent may relay.
+                    entry.update(command=trust_command(self.cwd, sandbox=True), full_command=trust_command(self.cwd))
+                elif self.scope == "local":
+                    entry.update(reason=self.blocked_reason, command=trust_command(self.cwd))
+                else:
+                    entry["reason"] = self.blocked_reason
+                blocked.append(entry)
+            errors.extend(module.error_entries())
+            for name, tool in module.tools.items():
+                holder = tools.get(name)
+                if holder is not None:
+                    errors.append(
+                        {"file": path, "line": None, "scope": self.scope,
+                         "message": f"tool {name!r} is already defined by {holder.module.path}; this one is ignored"}
+                    )
+                    continue
+                tools[name] = tool
+        self._catalog = (self.version, tools, errors, blocked)
+        return tools, errors, blocked
+
+    def info(self) -> dict[str, Any]:
+        return {"path": str(self.path), "scope": self.scope, "modules": len(self.modules)}
+
+
+class View:
+    """What a project sees: visible tools by name (sorted), shadowed ones, errors, blocked modules,
+    and the modules whose first load is still under way (their tools come with a later view)."""
+
+    __slots__ = ("blocked", "errors", "key", "loading", "shadowed", "tools")
+
+    def __init__(
+        self,
+        key: tuple[int, ...],
+        tools: dict[str, ToolDef],
+        shadowed: list[tuple[ToolDef, ToolDef]],
+        errors: list[dict[str, Any]],
+        blocked: list[dict[str, Any]] | None = None,
+        loading: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.key = key
+        self.tools = tools
+        self.shadowed = shadowed
+        self.errors = errors
+        self.blocked = blocked or []
+        self.loading = loading or []
+
+
+class Project:
+    """A project root and the tools dirs it sees, highest precedence first."""
+
+    def __init__(self, root: Path | None, dirs: list[ToolsDir]) -> None:
+        self.root = root
+        self.dirs = dirs
+        self.holders = 0  # acquire() minus release()
+        self.idle_since: float | None = time.monotonic()  # when holders last dropped to 0 (monotonic)
+        self._view: View | None = None
+        self._ready = False
+
+    def is_ready(self) -> bool:
+        """Whether every dir has been scanned once (cheap: it is asked on every call)."""
+        if not self._ready:
+            self._ready = all(d.scanned is not None and d.scanned.done() for d in self.dirs)
+        return self._ready
+
+    def view(self) -> View:
+        view = self._view
+        if view is not None:
+            return view  # the registry drops it whenever one of our dirs changes
+        key = tuple(d.version for d in self.dirs)
+        tools: dict[str, ToolDef] = {}
+        shadowed: list[tuple[ToolDef, ToolDef]] = []
+        errors: list[dict[str, Any]] = []
+        blocked: list[dict[str, Any]] = []
+        loading: list[dict[str, Any]] = []
+        for tools_dir in self.dirs:
+            dir_tools, dir_errors, dir_blocked = tools_dir.catalog()
+            errors.extend(dir_errors)
+            blocked.extend(dir_blocked)
+            loading.extend(m.loading_entry() for m in tools_dir.modules.values() if m.state == "loading")
+            for name, tool in dir_tools.items():
+                winner = tools.get(name)
+                if winner is None:
+                    tools[name] = tool
+                else:
+                    shadowed.append((tool, winner))
+        self._view = View(key, dict(sorted(tools.items())), shadowed, errors, blocked, loading)
+        return self._view
+
+    def loads_under_way(self) -> list[asyncio.Future[None]]:
+        """When each load that outlived its scan's ``load_wait`` in this project's dirs is done.
+
+        Any of them may define a tool not listed yet (a module names its tools freely with
+        ``@tool(name=…)``), so a call to an unknown tool waits for them all.
+        """
+        return [late.done for d in self.dirs for late in d.loading.values() if not late.done.done()]
+
+    async def loaded(self) -> None:
+        """Wait until the loads under way in this project's dirs (and those they lead to) are done."""
+        while pending := self.loads_under_way():
+            await asyncio.wait(pending)
+
+    def invalidate(self) -> None:
+        self._view = None
+
+    async def ready(self) -> None:
+        """Wait until every dir of this project has been scanned once."""
+        for tools_dir in self.dirs:
+            if tools_dir.scanned is not None:
+                await asyncio.shield(tools_dir.scanned)
+
+    def trust_command(self) -> str | None:
+        """The command that trusts this project, when its own tools are blocked for want of trust.
+
+        Known without waiting for a scan: trust is decided when the project is created, and the
+        dir listing is one ``scandir``.
+        """
+        for tools_dir in self.dirs:
+            if tools_dir.scope == "local" and not tools_dir.trusted and list_module_files(tools_dir.path):
+                return trust_command(tools_dir.cwd, sandbox=tools_dir.blocked_reason is None)
+        return None
+
+    def trust_level(self) -> str | None:
+        """How the project's own tools run: ``full``, ``sandbox``, ``untrusted``, ``blocked`` (trusted
+        with ``--sandbox`` where the sandbox is unavailable); None for no project (the home)."""
+        for tools_dir in self.dirs:
+            if tools_dir.scope == "local":
+                if tools_dir.trusted:
+                    return "sandbox" if tools_dir.sandbox is not None else "full"
+                return "blocked" if tools_dir.blocked_reason else "untrusted"
+        return None
+
+    def sees(self, tools_dir: ToolsDir) -> bool:
+        return any(d is tools_dir for d in self.dirs)
+
+
+class Change:
+    """What a commit changed: the dirs, and the modules that failed to load in it."""
+
+    __slots__ = ("dirs", "failures")
+
+    def __init__(self, dirs: set[ToolsDir], failures: list[Module]) -> None:
+        self.dirs = dirs
+        self.failures = failures
+
+
+Listener = Callable[[Change], None]
+DirListener = Callable[[ToolsDir, bool], None]  # (tools_dir, in use): True when it comes into use

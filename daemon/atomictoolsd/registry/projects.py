@@ -1,0 +1,876 @@
+"""Which tools exist for whom: scanning tools directories, loading and committing their modules,
+and the projects that see them (the types are ``model``'s).
+
+A ``ToolsDir`` holds the modules of one directory (a project's ``.atomic/tools``, the global
+``~/.atomic/tools``, or the built-ins). A ``Project`` sees several dirs in precedence order —
+project-local, then global, then built-in — and its ``View`` is the merge, with every shadowed tool
+and every load error kept for listing. A scan loads changed modules in parallel, then commits them
+in one synchronous step (tools swapped and new worker generations installed together), so a call
+never sees a half-updated directory.
+
+A project's own dir loads only when the ``trusted`` predicate says so. Until then its modules are
+``blocked``: listed by file, never loaded — no worker starts and none of their code runs, not even
+to learn their tool names.
+
+Module definitions come from a worker that loaded the module or, when it is fresh, from the
+definition cache (``cache``): after a restart, listing starts no worker, and a module's worker
+starts on its first call. A worker that starts later and reports other definitions updates them.
+
+No scan waits on one slow module for longer than ``load_wait``: it commits what has loaded by then,
+and a module still importing is committed on its own when it is done (a new module is listed as
+``loading`` meanwhile; one that served keeps serving its previous generation). A module whose import
+outlived ``load_timeout`` failed by its own doing: that is cached like any load error, so a restart
+does not wait for it again.
+
+A load is committed only when what its worker read is what is on disk: the module file and every
+helper it imported from its tools dir, byte for byte, once those helpers have been left alone for a
+moment (``HELPER_SETTLE``). A load that read a file half-written is loaded again; the module keeps
+serving its previous generation meanwhile.
+
+Projects are held, not owned: whoever serves a project ``acquire``s it and ``release``s it when
+done (the server does so for each session's attachment), and ``forget_idle`` drops the projects
+nobody has held for a while, with their own tools dir and its workers. A project asked for again
+is rebuilt, its listing from the definition cache.
+
+The registry knows nothing of sockets or sessions: it tells its listeners which dirs changed, and
+its dir listeners which tools dirs came into use or went out of it (the file watcher watches those).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import zlib
+from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from atomictools._protocol import check_tool_name
+from atomictoolsd.config.discovery import (
+    ModuleFile,
+    Skipped,
+    global_tools_dir,
+    list_module_files,
+    local_tools_dir,
+    project_root,
+    scan_tools_dir,
+)
+from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
+from atomictoolsd.registry.model import (
+    Change,
+    DirListener,
+    Judgement,
+    LateLoad,
+    Listener,
+    Module,
+    Project,
+    ToolDef,
+    ToolsDir,
+)
+from atomictoolsd.registry.trust import trust_command
+from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, SpawnError, WorkerPool
+from atomictoolsd.workers.worker import Worker
+
+__all__ = ["Registry"]
+
+log = logging.getLogger("atomictoolsd.registry")
+_json = msgspec.json.encode
+
+_BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
+CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is tried again
+# Seconds a helper a load read must have been left alone before the load is judged whole: a writer
+# that truncates and then writes in several steps shows the same half-written bytes to the worker
+# and to a check made at once.
+HELPER_SETTLE = 0.2
+
+
+class _Late:
+    """The outcome of a load still running when its scan's ``load_wait`` ran out."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: asyncio.Future[Any]) -> None:
+        self.task = task
+
+
+def _reads(outcome: Any) -> tuple[list[int] | None, list[list[Any]]]:
+    """What a load's worker read: ``[size, crc32]`` of the module file, ``[path, size, crc32]`` of each helper."""
+    if isinstance(outcome, tuple):
+        return outcome[0].source, outcome[0].helpers
+    if isinstance(outcome, LoadFailed):
+        return outcome.info.get("source"), outcome.info.get("helpers") or []
+    return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
+
+
+def _same_bytes(path: str, read: list[int]) -> bool:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return read == [len(data), zlib.crc32(data)]
+
+
+def read_whole(path: str, source: list[int] | None, helpers: list[list[Any]]) -> bool:
+    """Whether the bytes a worker loaded from module ``path`` (``source``: None if it read none, when
+    the file did not matter) and from its ``helpers`` are the bytes on disk now."""
+    if source is not None and not _same_bytes(path, source):
+        return False
+    return all(_same_bytes(helper, [size, crc]) for helper, size, crc in helpers)
+
+
+def _torn(file: ModuleFile, outcome: Any, current: dict[str, ModuleFile]) -> bool:
+    """Whether a worker's load of ``file`` may not be of the files as they are now on disk."""
+    if not isinstance(outcome, (tuple, LoadFailed)):
+        return False  # nothing was read by a worker
+    now = current.get(file.path)
+    if now is None or now.key != file.key:
+        return True
+    return not read_whole(file.path, *_reads(outcome))
+
+
+async def _outcome(load: Any) -> Any:
+    """A load's outcome: the new generation, or the failure (``LoadFailed``, ``SpawnError``) as a value."""
+    try:
+        return await load
+    except (LoadFailed, SpawnError) as failure:
+        return failure
+
+
+def _discard(outcome: Any) -> None:
+    """Stop the worker generation of a load that will not be committed."""
+    if isinstance(outcome, tuple):
+        outcome[0].runner.drop(outcome[0])
+
+
+def _loading(tools_dir: ToolsDir, file: ModuleFile) -> bool:
+    late = tools_dir.loading.get(file.path)
+    return late is not None and late.file.key == file.key
+
+
+def _settle(late: LateLoad) -> None:
+    if not late.done.done():
+        late.done.set_result(None)
+
+
+async def settle_helpers(helpers: Iterable[str]) -> None:
+    """Wait until none of ``helpers`` was written in the last ``HELPER_SETTLE`` seconds (at most that
+    long: a file still being written then differs from what was read, and the load is torn)."""
+    youngest = 0.0
+    for path in helpers:
+        try:
+            youngest = max(youngest, os.stat(path).st_mtime)
+        except OSError:
+            continue
+    wait = youngest + HELPER_SETTLE - time.time()
+    if wait > 0:
+        await asyncio.sleep(min(wait, HELPER_SETTLE))
+
+
+class Registry:
+    """All projects in use, the global dir and the built-ins, kept in step with the files.
+
+    Args:
+        trusted: whether a project root's own tools may load (default: every project's may).
+        judge: how a tools dir may run, when its trust has levels: ``(loads, sandbox policy or None,
+            why it is blocked or None)`` for a dir (``trusted`` is then not asked).
+        cache: where module definitions are kept across restarts (None: nowhere).
+        load_wait: seconds a scan waits for its loads before it commits those done (the others
+            commit on their own when done).
+    """
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        home: Path,
+        builtin_dirs: Iterable[ToolsDir] = (),
+        trusted: Callable[[Path], bool] | None = None,
+        cache: DefinitionCache | None = None,
+        judge: Callable[[ToolsDir], Judgement] | None = None,
+        load_wait: float = 2.0,
+    ) -> None:
+        self.pool = pool
+        self.load_wait = load_wait
+        self.home = home
+        self.cache = cache
+        self.trusted: Callable[[Path], bool] = trusted or (lambda root: True)
+        self.judge = judge
+        self.global_dir = ToolsDir(global_tools_dir(home), "global", home)
+        self._judge(self.global_dir)
+        self.builtin_dirs = list(builtin_dirs)
+        self.dirs: dict[Path, ToolsDir] = {self.global_dir.path: self.global_dir}
+        for tools_dir in self.builtin_dirs:
+            self.dirs[tools_dir.path] = tools_dir
+        self.projects: dict[Path, Project] = {}
+        self.base = Project(None, [self.global_dir, *self.builtin_dirs])
+        self._listeners: list[Listener] = []
+        self._dir_listeners: list[DirListener] = []
+        self._tasks: set[asyncio.Future[Any]] = set()  # scans under way: kept until done
+
+    # -- listeners ------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    def add_dir_listener(self, listener: DirListener) -> None:
+        """Call ``listener(tools_dir, True)`` when a tools dir comes into use, before its first scan,
+        and ``listener(tools_dir, False)`` once it is forgotten with its project."""
+        self._dir_listeners.append(listener)
+
+    def remove_dir_listener(self, listener: DirListener) -> None:
+        self._dir_listeners.remove(listener)
+
+    def _notify(self, change: Change) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:  # a listener's bug must not stop a reload
+                log.exception("registry listener failed")
+
+    # -- projects -------------------------------------------------------------------------------
+
+    def project(self, directory: Path) -> Project:
+        """The project of ``directory``, created (and its first scan started) on first use."""
+        root = project_root(directory, self.home)
+        project = self.projects.get(root)
+        if project is None:
+            local_path = local_tools_dir(root)
+            dirs = [self.global_dir, *self.builtin_dirs]
+            if local_path != self.global_dir.path:
+                local = self.dirs.get(local_path)
+                if local is None:
+                    local = self.dirs[local_path] = ToolsDir(local_path, "local", root)
+                    self._judge(local)
+                dirs.insert(0, local)
+            project = self.projects[root] = Project(root, dirs)
+        else:
+            self._trust_lost(project.dirs[0])
+        for tools_dir in project.dirs:
+            self.ensure_scanned(tools_dir)
+        return project
+
+    def ensure_scanned(self, tools_dir: ToolsDir) -> None:
+        """Start the first scan of ``tools_dir`` unless one has started; ``tools_dir.scanned`` tells
+        when it is done."""
+        if tools_dir.scanned is not None:
+            return
+        scanned = tools_dir.scanned = asyncio.get_running_loop().create_future()
+        self._tell_dir_listeners(tools_dir, True)
+
+        async def first_scan() -> None:
+            try:
+                await self.scan(tools_dir)
+            except Exception as exc:
+                log.exception("scanning %s failed", tools_dir.path)
+                if not scanned.done():
+                    scanned.set_exception(exc)
+
+        scanned.add_done_callback(lambda f: f.cancelled() or f.exception())  # never "never retrieved"
+        task = asyncio.ensure_future(first_scan())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _tell_dir_listeners(self, tools_dir: ToolsDir, in_use: bool) -> None:
+        for listener in list(self._dir_listeners):
+            try:
+                listener(tools_dir, in_use)
+            except Exception:  # a listener's bug must not keep a project from loading or going
+                log.exception("registry dir listener failed")
+
+    def acquire(self, directory: Path) -> Project:
+        """The project of ``directory`` (see ``project``), held until ``release``: a held project
+        is never forgotten."""
+        project = self.project(directory)
+        project.holders += 1
+        project.idle_since = None
+        return project
+
+    def release(self, project: Project) -> None:
+        """Let go of a project from ``acquire`` (the base project, never acquired, is ignored)."""
+        if project.holders > 0:
+            project.holders -= 1
+            if project.holders == 0:
+                project.idle_since = time.monotonic()
+
+    async def forget_idle(self, idle_for: float) -> list[Project]:
+        """Forget every project nobody has held for ``idle_for`` seconds; return them."""
+        now = time.monotonic()
+        idle = [
+            p for p in self.projects.values()
+            if p.holders == 0 and p.idle_since is not None and now - p.idle_since >= idle_for
+        ]
+        forgotten = []
+        for project in idle:
+            if await self.forget(project):
+                forgotten.append(project)
+        return forgotten
+
+    async def forget(self, project: Project) -> bool:
+        """Drop an unheld project: its entry, and its own tools dir with that dir's modules, cached
+        definitions in memory and workers (they finish the calls they are running, then exit).
+        The global and built-in dirs stay. Returns False when it is held (again) or already gone."""
+        root = project.root
+        if root is None:  # the base project: always in use
+            return False
+        own = [
+            d for d in project.dirs
+            if d.scope == "local" and not any(p is not project and p.sees(d) for p in self.projects.values())
+        ]
+        for tools_dir in own:
+            await tools_dir.lock.acquire()  # no scan of it is half done when it goes
+        try:
+            if project.holders or self.projects.get(root) is not project:
+                return False
+            del self.projects[root]
+            for tools_dir in own:
+                tools_dir.retired = True
+                if self.dirs.get(tools_dir.path) is tools_dir:
+                    del self.dirs[tools_dir.path]
+                for path in list(tools_dir.modules):
+                    self.pool.discard(path)
+                tools_dir.modules.clear()
+                for late in tools_dir.loading.values():
+                    _settle(late)  # its finisher sees the dir retired and stops what it loaded
+                tools_dir.loading.clear()
+                if self.cache is not None:
+                    self.cache.forget(tools_dir.path)
+                self._tell_dir_listeners(tools_dir, False)
+        finally:
+            for tools_dir in own:
+                tools_dir.lock.release()
+        log.info(
+            "forgot the project %s: no session has used it for a while", root,
+            extra={"event": "project.forget", "data": {"root": str(root)}},
+        )
+        return True
+
+    # -- scanning and loading ---------------------------------------------------------------------
+
+    async def scan(
+        self,
+        tools_dir: ToolsDir,
+        only: set[str] | None = None,
+        force: bool = False,
+        skip: Collection[str] | Callable[[], Collection[str]] = (),
+        retry_failed: bool = False,
+        finished: dict[str, tuple[LateLoad, Any]] | None = None,
+    ) -> Change:
+        """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
+
+        Args:
+            only: restrict the scan to these paths (what a file watcher reports); None scans all.
+            force: reload every module in ``only`` even if its size and mtime look unchanged (the
+                watcher saw it written: two saves within one mtime tick can keep both).
+            skip: leave these modules as they are (files the watcher sees half-saved); a callable
+                is asked right after the directory is listed, under the scan's lock, so that a file
+                that changes while the scan waits for the lock is judged as the scan sees it.
+            retry_failed: load again the modules that failed, changed or not (an explicit reload:
+                what made them fail may lie outside the file, such as a package or a permission).
+            finished: loads that outlived an earlier scan's ``load_wait`` and are now done, with
+                their outcomes: committed as if this scan had loaded them (when their file is
+                still what they loaded, and nothing newer took their place).
+
+        Loads still running after ``load_wait`` are committed by a scan of their own once done;
+        meanwhile a module seen for the first time is ``loading``, and one that served keeps its
+        tools and its worker.
+
+        A scan, once begun, runs to its commit even when whoever asked for it goes away (a client
+        that disconnects during ``atomic/reload``, a watcher task cancelled): stopped between
+        loading and committing, it would leave the workers it started serving nobody.
+        """
+        task = asyncio.ensure_future(self._scan(tools_dir, only, force, skip, retry_failed, finished or {}))
+        self._tasks.add(task)
+        task.add_done_callback(self._scan_done)
+        return await asyncio.shield(task)
+
+    def _scan_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retrieved: its asker may be gone
+            log.warning("a scan failed: %r", task.exception())
+
+    async def _scan(
+        self,
+        tools_dir: ToolsDir,
+        only: set[str] | None,
+        force: bool,
+        skip: Collection[str] | Callable[[], Collection[str]],
+        retry_failed: bool,
+        finished: dict[str, tuple[LateLoad, Any]],
+    ) -> Change:
+        async with tools_dir.lock:
+            for path, (late, outcome) in list(finished.items()):
+                if tools_dir.retired or tools_dir.loading.get(path) is not late:
+                    _discard(outcome)  # something newer took its place while it waited for the lock
+                    del finished[path]
+            if tools_dir.retired:
+                return Change(set(), [])
+            # Asked on every scan: the directory may have been replaced since, or its level changed.
+            self._judge(tools_dir)
+            trusted = tools_dir.trusted
+            files, skipped = scan_tools_dir(tools_dir.path)
+            on_disk = {f.path: f for f in files}
+            if skipped != tools_dir.skipped:
+                self._skipped_changed(tools_dir, skipped)
+            if callable(skip):
+                skip = skip()
+            removed = [
+                p for p in tools_dir.modules if p not in on_disk and (only is None or p in only) and p not in skip
+            ]
+            changed = [
+                f for p, f in on_disk.items()
+                if (only is None or p in only)
+                and p not in skip
+                and (
+                    force
+                    or p not in tools_dir.modules
+                    or tools_dir.modules[p].file.key != f.key
+                    or (retry_failed and tools_dir.modules[p].state == "failed")
+                    or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
+                    or tools_dir.modules[p].runner.spec.sandbox != tools_dir.sandbox  # its confinement changed
+                    or tools_dir.modules[p].transient
+                )
+                # A load of this very file is under way: it commits when done (unless the watcher
+                # saw the file written again, which its key may not show).
+                and (force or p in finished or not _loading(tools_dir, f) or not trusted)
+            ]
+            used: set[str] = set()
+            if trusted:
+                deadline = asyncio.get_running_loop().time() + self.load_wait
+
+                async def load(file: ModuleFile) -> tuple[ModuleFile, Any]:
+                    late = finished.get(file.path)
+                    if late is not None and late[0].file.key == file.key:
+                        used.add(file.path)
+                        return file, late[1]
+                    return await self._load(tools_dir, file, deadline)
+
+                results = await asyncio.gather(*(load(f) for f in changed))
+                results = await self._reload_torn(tools_dir, results, deadline)
+                results = await self._confirm_failures(tools_dir, results, deadline)
+            else:
+                results = [(f, _BLOCKED) for f in changed]
+            for path, (_late, outcome) in finished.items():
+                if path not in used:
+                    _discard(outcome)  # its file changed or went: this scan judged what is there now
+            return self._commit(tools_dir, results, removed)
+
+    async def _reload_torn(
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]], deadline: float
+    ) -> list[tuple[ModuleFile, Any]]:
+        """Load again the modules whose file changed while their worker read it: it may have read
+        it half-written (an editor truncates, then writes), and committing that would withdraw the
+        tools of a module that is fine a moment later.
+
+        A load is torn when the file's size or mtime moved, or when the bytes the worker loaded from
+        it or from a helper it imported are not the bytes on disk now (a rewrite within one mtime
+        tick keeps both), judged once the helpers have settled (``settle_helpers``). A module still torn
+        after three tries, or whose file is gone, is left as it was: the writes that tore it, or the
+        removal, reach the watcher, which scans it again once they settle.
+        """
+        for attempt in range(4):
+            await settle_helpers(helper[0] for _file, outcome in results for helper in _reads(outcome)[1])
+            current = {f.path: f for f in list_module_files(tools_dir.path)}
+            torn = [i for i, (file, outcome) in enumerate(results) if _torn(file, outcome, current)]
+            if not torn:
+                return results
+            for i in torn:
+                _discard(results[i][1])  # it loaded what is no longer on disk
+            if attempt == 3:
+                kept = [r for i, r in enumerate(results) if i not in set(torn)]
+                log.info("left %d module(s) of %s as they were: their files keep changing", len(torn), tools_dir.path)
+                return kept
+            retry = [i for i in torn if results[i][0].path in current]
+            again = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path], deadline) for i in retry))
+            for i, result in zip(retry, again, strict=True):
+                results[i] = result
+            gone = set(torn) - set(retry)
+            results = [r for i, r in enumerate(results) if i not in gone]
+        return results
+
+    async def _confirm_failures(
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]], deadline: float
+    ) -> list[tuple[ModuleFile, Any]]:
+        """Load once more, after a short settle, the modules that served tools and now fail.
+
+        A reload can read a file that is being written (truncated, the writer not yet scheduled
+        again) even after ``_reload_torn``'s checks when the machine is busy; committing that would
+        withdraw tools that are fine a moment later. So a module that was ready keeps serving its
+        old generation until the failure is seen twice. A real breaking edit shows CONFIRM_SETTLE
+        later; a torn read never withdraws tools.
+        """
+        failing = [
+            i for i, (file, outcome) in enumerate(results)
+            if isinstance(outcome, LoadFailed)
+            and getattr(tools_dir.modules.get(file.path), "state", None) == "ready"
+        ]
+        if not failing:
+            return results
+        await asyncio.sleep(CONFIRM_SETTLE)
+        current = {f.path: f for f in list_module_files(tools_dir.path)}
+        again = [i for i in failing if results[i][0].path in current]
+        retried = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path], deadline) for i in again))
+        for i, result in zip(again, retried, strict=True):
+            results[i] = result
+        return await self._reload_torn(tools_dir, results, deadline)
+
+    async def _load(self, tools_dir: ToolsDir, file: ModuleFile, deadline: float) -> tuple[ModuleFile, Any]:
+        """Load ``file``: its cached definitions, or a new worker generation, or a failure; ``_Late``
+        when the worker is still importing it at ``deadline`` (loop time)."""
+        if self.cache is not None and file.path not in tools_dir.modules:
+            entry = self.cache.lookup(tools_dir.path, file)  # first sight of it in this daemon's life
+            if entry is not None:
+                return file, entry
+        runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
+        runner.spec.sandbox = tools_dir.sandbox
+        task = asyncio.ensure_future(_outcome(runner.load()))
+        await asyncio.wait([task], timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
+        return file, (task.result() if task.done() else _Late(task))
+
+    def _load_later(self, tools_dir: ToolsDir, file: ModuleFile, task: asyncio.Future[Any]) -> None:
+        """Commit the load ``task`` of ``file`` once it is done, in a scan of its own."""
+        old = tools_dir.loading.get(file.path)
+        done = old.done if old is not None else asyncio.get_running_loop().create_future()
+        late = tools_dir.loading[file.path] = LateLoad(file, task, done)  # a load it replaces is stale
+        log.info("%s is still loading after %.3g s; listing without it until it is done", file.path, self.load_wait)
+
+        async def finish() -> None:
+            outcome = await task
+            if tools_dir.loading.get(file.path) is not late or tools_dir.retired:
+                _discard(outcome)
+                return
+            try:
+                await self.scan(tools_dir, only={file.path}, force=True, finished={file.path: (late, outcome)})
+            finally:
+                if tools_dir.loading.get(file.path) is late:  # not committed (a failed scan): give up on it
+                    _settle(tools_dir.loading.pop(file.path))
+
+        finisher = asyncio.ensure_future(finish())
+        self._tasks.add(finisher)
+        finisher.add_done_callback(self._scan_done)
+
+    def _commit(
+        self,
+        tools_dir: ToolsDir,
+        results: list[tuple[ModuleFile, Any]],
+        removed: list[str],
+    ) -> Change:
+        """Apply loaded modules and removals in one step, then tell listeners."""
+        settled: list[LateLoad] = []
+        failures: list[Module] = []
+        loaded = bool(removed)
+        for file, outcome in results:
+            module = tools_dir.modules.get(file.path)
+            runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
+            runner.spec.sandbox = tools_dir.sandbox  # a worker it starts later on a call is confined alike
+            if module is None:
+                module = tools_dir.modules[file.path] = Module(tools_dir, file, runner)
+                runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
+                runner.on_loaded = lambda worker, definitions, m=module: self._lazy_loaded(m, worker, definitions)
+                runner.on_health = lambda m=module: self._health_changed(m)
+                runner.verify = lambda worker, m=module: self._read_whole(m, worker)
+                if tools_dir.scope == "local":
+                    runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
+                if isinstance(outcome, _Late):
+                    module.state = "loading"
+            elif isinstance(outcome, SpawnError) and module.state != "loading":
+                # Not the module's doing: it keeps what it served, and its old file key has the next
+                # scan try again.
+                log.warning("cannot load %s now: no worker could be started (%s)", module.path, outcome)
+                continue
+            if isinstance(outcome, _Late):
+                # It keeps what it served (and its old file key) until the load is done.
+                self._load_later(tools_dir, file, outcome.task)
+                continue
+            late = tools_dir.loading.pop(file.path, None)
+            if late is not None:
+                settled.append(late)  # this outcome takes the place of a load under way
+            module.file = file
+            if outcome is _BLOCKED:
+                self._block(module)
+                continue
+            if isinstance(outcome, CacheEntry):
+                if outcome.error is not None:
+                    self._fail(module, {**outcome.error, "deps": outcome.deps})
+                else:
+                    self._install(module, None, outcome.definitions, outcome.load_ms or 0.0, outcome.deps, outcome.problems)
+                module.source = "cache"
+                if module.error is not None or module.problems:
+                    failures.append(module)
+                continue
+            loaded = True
+            module.source = "worker"
+            if isinstance(outcome, SpawnError):  # a module seen for the first time
+                self._fail(module, {"file": module.path, "line": None, "traceback": "",
+                                    "message": f"no worker could be started to load it ({outcome})"}, transient=True)
+                failures.append(module)
+                continue
+            if isinstance(outcome, LoadFailed):
+                self._fail(module, outcome.info, transient=not outcome.by_module)
+                failures.append(module)
+                continue
+            worker, definitions, load_ms = outcome
+            self._install(module, worker, definitions, load_ms, worker.deps, worker.problems)
+            if module.error is not None or module.problems:
+                failures.append(module)
+        for path in removed:
+            tools_dir.modules.pop(path)
+            late = tools_dir.loading.pop(path, None)
+            if late is not None:
+                settled.append(late)
+            self.pool.discard(path)
+            log.info("removed %s", path, extra={"event": "module.removed", "data": {"path": path, "scope": tools_dir.scope}})
+        if tools_dir.scanned is None:
+            tools_dir.scanned = asyncio.get_running_loop().create_future()
+        if not tools_dir.scanned.done():
+            tools_dir.scanned.set_result(None)
+        change = Change({tools_dir}, failures)
+        if loaded:
+            self._save_cache(tools_dir)
+        if results or removed:
+            self._changed(tools_dir)
+            self._notify(change)
+        for late in settled:
+            _settle(late)  # after the listeners: a call waiting on it finds the new tools
+        return change
+
+    def _save_cache(self, tools_dir: ToolsDir) -> None:
+        if self.cache is None:
+            return
+        entries: dict[str, CacheEntry] = {}
+        for path, module in tools_dir.modules.items():
+            file = module.file
+            if module.state == "failed" and module.error is not None:
+                if module.transient:
+                    continue  # not the module's doing: the next daemon loads it afresh
+                entries[path] = self.cache.failure_entry(tools_dir.path, file, {**module.error, "deps": module.deps})
+            elif module.state in ("ready", "failing"):
+                entries[path] = CacheEntry(
+                    file.size, file.mtime_ns, deps=[tuple(d) for d in module.deps],  # type: ignore[misc]
+                    definitions=module.definitions, problems=module.worker_problems, load_ms=module.load_ms,
+                )
+        self.cache.store(tools_dir.path, entries)
+
+    def _skipped_changed(self, tools_dir: ToolsDir, skipped: list[Skipped]) -> None:
+        """Entries that cannot be modules came or went: report them (they never reach a worker)."""
+        for entry in set(skipped) - set(tools_dir.skipped):
+            log.warning("skipping %s: %s", entry.path, entry.message,
+                        extra={"event": "module.skipped", "data": {"path": entry.path, "scope": tools_dir.scope}})
+        tools_dir.skipped = skipped
+        self._changed(tools_dir)
+        self._notify(Change({tools_dir}, []))
+
+    def _changed(self, tools_dir: ToolsDir) -> None:
+        """Record that ``tools_dir``'s tools changed: new version, stale views dropped."""
+        tools_dir.version += 1
+        for project in (self.base, *self.projects.values()):
+            if project.sees(tools_dir):
+                project.invalidate()
+
+    def _install(
+        self,
+        module: Module,
+        worker: Worker | None,
+        definitions: list[dict[str, Any]],
+        load_ms: float,
+        deps: list[Any],
+        problems: list[dict[str, Any]],
+    ) -> None:
+        """Serve ``definitions`` for ``module``: from ``worker`` (a new generation), or from the cache
+        when ``worker`` is None (the runner then starts a worker on the first call)."""
+        self._set_tools(module, definitions, problems)
+        event = "module.reload" if module.loaded_at is not None else "module.load"
+        module.deps = [list(d) for d in deps]
+        module.load_ms = load_ms
+        module.loaded_at = time.time()
+        if worker is None:
+            return
+        module.runner.install(worker)
+        log.info(
+            "%s %s (%d tools) in %.1f ms", "reloaded" if event == "module.reload" else "loaded",
+            module.path, len(module.tools), load_ms,
+            extra={"event": event, "data": {
+                "path": module.path, "scope": module.scope, "tools": sorted(module.tools), "ms": round(load_ms, 3),
+            }},
+        )
+
+    def _set_tools(self, module: Module, definitions: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> None:
+        tools: dict[str, ToolDef] = {}
+        module.worker_problems = list(skipped)  # what the module itself skipped, kept for the cache
+        problems = list(skipped)
+        for definition in definitions:
+            name = str(definition.get("name", ""))
+            problem = check_tool_name(name)
+            if problem:
+                problems.append({"tool": name, "line": None, "message": problem})
+                continue
+            tools[definition["name"]] = ToolDef(module, definition)
+        module.tools = tools
+        module.definitions = definitions
+        module.state = "ready"
+        module.error = None
+        module.problems = problems
+        module.transient = False
+
+    def _block(self, module: Module) -> None:
+        module.tools = {}
+        module.state = "blocked"
+        module.error = None
+        module.transient = False
+        module.problems = []
+        reason = module.tools_dir.blocked_reason
+        module.runner.retire(reason or "its project is not trusted")
+        if reason is None:
+            log.info("not loading %s: %s is not a trusted project", module.path, module.tools_dir.cwd)
+        else:
+            log.warning("not loading %s: %s", module.path, reason)
+
+    def _fail(self, module: Module, info: dict[str, Any], transient: bool = False) -> None:
+        module.transient = transient
+        module.tools = {}
+        module.definitions = []
+        module.worker_problems = []
+        module.deps = [list(d) for d in info.get("deps", [])]
+        module.state = "failed"
+        module.error = {k: v for k, v in info.items() if k not in ("deps", "helpers")}
+        module.problems = []
+        module.runner.retire(f"its module failed to load: {info.get('message')}")
+        where = f"{module.path}:{info.get('line')}" if info.get("line") else module.path
+        log.warning(
+            "cannot load %s: %s", where, info.get("message"),
+            extra={"event": "module.failed", "data": {
+                "path": module.path, "scope": module.scope, "line": info.get("line"), "error": info.get("message"),
+            }},
+        )
+
+    async def _read_whole(self, module: Module, worker: Worker) -> bool:
+        """Whether a worker started for a call read the module and its helpers whole (see ``_reload_torn``)."""
+        await settle_helpers(helper[0] for helper in worker.helpers)
+        return read_whole(module.path, worker.source, worker.helpers)
+
+    def _lazy_load_failed(self, module: Module, failure: LoadFailed) -> None:
+        """A worker started for a call could not load a module that had loaded before."""
+        if module.tools_dir.modules.get(module.path) is not module:
+            return
+        self._fail(module, failure.info, transient=not failure.by_module)
+        module.source = "worker"
+        self._save_cache(module.tools_dir)
+        self._changed(module.tools_dir)
+        self._notify(Change({module.tools_dir}, [module]))
+
+    def _lazy_loaded(self, module: Module, worker: Worker, definitions: list[dict[str, Any]]) -> None:
+        """A worker started for a call loaded the module: if it reports other definitions than the
+        listed ones (a stale cache entry, a module that depends on more than its files), serve its."""
+        if module.tools_dir.modules.get(module.path) is not module:
+            return
+        deps = [list(d) for d in worker.deps]
+        if definitions == module.definitions and worker.problems == module.worker_problems and deps == module.deps:
+            return
+        log.info("%s now defines other tools than listed: updating", module.path)
+        self._set_tools(module, definitions, worker.problems)
+        module.deps = deps
+        module.source = "worker"
+        self._save_cache(module.tools_dir)
+        self._changed(module.tools_dir)
+        self._notify(Change({module.tools_dir}, [module] if module.problems else []))
+
+    def _health_changed(self, module: Module) -> None:
+        """The module's workers started crashing in a loop (or kept on), or it recovered."""
+        if module.tools_dir.modules.get(module.path) is not module or module.state not in ("ready", "failing"):
+            return
+        backoff = module.runner.backoff
+        if backoff.failing:
+            module.state = "failing"
+            module.error = {
+                "line": None, "traceback": "",
+                "message": f"{backoff.describe()}; calls fail at once until it recovers",
+            }
+            log.warning("%s keeps crashing (%d times in a row)", module.path, backoff.crashes)
+        else:
+            module.state = "ready"
+            module.error = None
+            log.info("%s recovered", module.path)
+        self._changed(module.tools_dir)
+        self._notify(Change({module.tools_dir}, [module] if backoff.failing else []))
+
+    async def rescan(self, dirs: Iterable[ToolsDir]) -> None:
+        """Scan ``dirs`` again, one after another, asking again whether each may load and how
+        confined, and retrying the modules that failed: ``atomic/reload`` for a project's dirs,
+        SIGHUP for every dir. The one rescan there is."""
+        for tools_dir in list(dirs):
+            self._judge(tools_dir)
+            self.ensure_scanned(tools_dir)
+            await self.scan(tools_dir, retry_failed=True)
+
+    async def reload(self, project: Project) -> dict[str, Any]:
+        """Rescan every dir of a project (asking again whether it is trusted):
+        ``{success, toolCount, errors}``, and ``blocked`` when the project's own tools are."""
+        await self.rescan(project.dirs)
+        await project.loaded()  # an explicit reload answers with every module's outcome
+        view = project.view()
+        result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
+        if view.blocked:
+            result["blocked"] = view.blocked
+        return result
+
+    def _trust_lost(self, tools_dir: ToolsDir) -> bool:
+        """Block a trusted project's own dir at once when it is trusted no more (its directory was
+        replaced: a rename keeps the file watcher on the old one, so no scan would come), and
+        rescan it to list the files there now."""
+        if tools_dir.scope != "local" or not tools_dir.trusted or self.trusted(tools_dir.cwd):
+            return False
+        tools_dir.trusted = False
+        self._commit(tools_dir, [(m.file, _BLOCKED) for m in list(tools_dir.modules.values())], [])
+        task = asyncio.ensure_future(self.scan(tools_dir))
+        self._tasks.add(task)
+        task.add_done_callback(self._scan_done)
+        return True
+
+    def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
+        """Asked before a worker of a project's own module starts (and imports the file there now)."""
+        if self._trust_lost(tools_dir) or not tools_dir.trusted:
+            return f"its project is not trusted (now); trust it with: {trust_command(tools_dir.cwd, sandbox=True)}"
+        if self._judge(tools_dir):
+            # Its level changed and no refresh told us (the CLI found no daemon to ask): the worker
+            # starts as the store says now, and a scan brings the listing in step.
+            task = asyncio.ensure_future(self.scan(tools_dir))
+            self._tasks.add(task)
+            task.add_done_callback(self._scan_done)
+            if not tools_dir.trusted:
+                return tools_dir.blocked_reason or "its project is not trusted (now)"
+        runner.spec.sandbox = tools_dir.sandbox
+        return None
+
+    async def refresh_trust(self) -> list[ToolsDir]:
+        """Ask again whether each project's own dir is trusted; load or block the ones that changed."""
+        changed = [tools_dir for tools_dir in list(self.dirs.values()) if self._judge(tools_dir)]
+        await asyncio.gather(*(self.scan(d) for d in changed))
+        return changed
+
+    def _judge(self, tools_dir: ToolsDir) -> bool:
+        """Ask again whether ``tools_dir`` may load, and how confined; True when that changed."""
+        if self.judge is not None:
+            loads, policy, reason = self.judge(tools_dir)
+        elif tools_dir.scope == "local":
+            loads, policy, reason = self.trusted(tools_dir.cwd), None, None
+        else:
+            return False
+        changed = (loads, policy, reason) != (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason)
+        tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason = loads, policy, reason
+        return changed
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "projects": [
+                {"root": str(root), "tools": len(p.view().tools), "dirs": [str(d.path) for d in p.dirs]}
+                for root, p in self.projects.items()
+            ],
+            "modules": [m.info() for d in self.dirs.values() for m in d.modules.values()],
+            "skipped": [s.entry(d.scope) for d in self.dirs.values() for s in d.skipped],
+        }

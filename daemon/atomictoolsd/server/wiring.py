@@ -1,0 +1,102 @@
+"""The one place the daemon is assembled: every component built, and wired to the others, here.
+
+``build_server`` makes the worker pool, the trust store and the registry, the ``Server`` that serves
+them, and the components that live beside it (file watcher, worker monitor, project reaper,
+bridges, the service manager's notifications), registers the ``atomic/*`` methods components
+answer and the sections they add to ``atomic/status``. Components never import the server: each
+gets what it needs from here (a narrow protocol its own module defines, which ``Server`` meets).
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from atomictoolsd.bridges.scripts import Bridges
+from atomictoolsd.builtins import BUILTIN_DIR
+from atomictoolsd.config.paths import Paths
+from atomictoolsd.config.settings import Config
+from atomictoolsd.registry.cache import DefinitionCache
+from atomictoolsd.registry.confinement import judge
+from atomictoolsd.registry.idle import ProjectReaper
+from atomictoolsd.registry.model import ToolsDir
+from atomictoolsd.registry.projects import Registry
+from atomictoolsd.registry.trust import TrustStore
+from atomictoolsd.registry.watcher import FileWatcher
+from atomictoolsd.server.lifecycle import Server
+from atomictoolsd.service.manager import ServiceContext
+from atomictoolsd.service.notify import Notifier, ServiceNotify
+from atomictoolsd.sessions.trust_refresh import trust_refresh_method
+from atomictoolsd.workers.monitor import WorkerMonitor
+from atomictoolsd.workers.pool import PoolSettings, WorkerPool
+
+__all__ = ["build_server"]
+
+
+def build_server(
+    paths: Paths,
+    config: Config,
+    *,
+    service: ServiceContext | None = None,
+    listen_socket: socket.socket | None = None,
+    notifier: Notifier | None = None,
+) -> Server:
+    """The daemon, ready to ``serve()``: ``service`` is what the service manager told this process,
+    ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
+    ``NOTIFY_SOCKET`` (when set)."""
+    pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)))
+    trust = TrustStore(paths.state_dir)
+    server: Server | None = None
+
+    def current_config() -> Config:
+        # SIGHUP replaces server.config (trust_all and the sandbox settings included); the registry
+        # asks before the server exists too.
+        return config if server is None else server.config
+
+    def trusted(root: Path) -> bool:
+        return current_config().trust_all or trust.is_trusted(root)
+
+    registry = Registry(
+        pool,
+        paths.home,
+        builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
+        trusted=trusted,
+        judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
+        cache=DefinitionCache(paths.cache_dir / "definitions"),
+        load_wait=config.load_wait,
+    )
+    server = Server(paths, config, pool, registry)
+    if service is not None:
+        server.service = service
+    server.listen_socket = listen_socket
+    server.methods["atomic/trust/refresh"] = trust_refresh_method(registry.refresh_trust)
+
+    watcher = FileWatcher()
+    monitor = WorkerMonitor()
+    # Started in this order once the socket serves, stopped in reverse order.
+    server.components += [watcher, monitor, ProjectReaper(), Bridges()]
+    if notifier is not None:
+        server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
+    server.status_sections["watcher"] = watcher.info
+    server.status_sections["sandbox"] = _sandbox_support
+    server.status_sections["monitor"] = monitor.info
+    if registry.cache is not None:
+        server.status_sections["cache"] = registry.cache.info
+    return server
+
+
+def _sandbox_support() -> dict[str, Any]:
+    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only when status is asked
+
+    return support()
+
+
+def _worker_cwd(home: Path) -> Path:
+    """Where the built-ins' workers run: the home directory, unless its path is not UTF-8 and so could
+    not reach the fork server (the built-ins work on the directory each call names, never on their cwd)."""
+    try:
+        str(home).encode()
+    except UnicodeEncodeError:
+        return Path("/")
+    return home

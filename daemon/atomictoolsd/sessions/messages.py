@@ -1,0 +1,95 @@
+"""The JSON-RPC messages a session reads: the envelope and each method's params, as msgspec structs
+decoded once, and the one way to decode params (a mismatch is ``ParamsError``, answered -32602).
+
+No state, no I/O: ``session`` reads lines and answers; this module says what a line may hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from atomictools._protocol import LATEST_PROTOCOL_VERSION
+
+__all__ = [
+    "TOO_DEEP", "AtomicListParams", "AttachParams", "CallParams", "CancelledParams", "InitializeParams", "ListParams",
+    "Message", "ParamsError", "SetLevelParams", "decode_message", "decode_params",
+]
+
+
+class Message(msgspec.Struct):
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | None | UnsetType = UNSET
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw | UnsetType = UNSET
+    result: msgspec.Raw | UnsetType = UNSET
+    error: msgspec.Raw | UnsetType = UNSET
+
+
+class CallParams(msgspec.Struct):
+    name: str
+    arguments: msgspec.Raw | UnsetType = UNSET  # Raw cannot share a union with None; null is Raw too
+    meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+class InitializeParams(msgspec.Struct):
+    protocolVersion: str = LATEST_PROTOCOL_VERSION  # noqa: N815 - the wire name
+    capabilities: dict[str, Any] = {}
+    clientInfo: dict[str, Any] = {}  # noqa: N815
+
+
+class ListParams(msgspec.Struct):
+    cursor: str | None = None
+
+
+class AttachParams(msgspec.Struct):
+    lock: bool = False  # the shim locks its agent's session to this attach: see session.LOCKED_OUT
+    directory: str | None = None
+    agent: str = ""
+    sessionId: str = ""  # noqa: N815
+    allow: list[str] = []
+    deny: list[str] = []
+    dispatcher: bool = False
+
+
+class AtomicListParams(msgspec.Struct):
+    all: bool = False
+
+
+class SetLevelParams(msgspec.Struct):
+    level: str
+
+
+class CancelledParams(msgspec.Struct):
+    requestId: int | str  # noqa: N815
+    reason: str | None = None
+
+
+class ParamsError(Exception):
+    """Request parameters that do not fit the method (answered with -32602)."""
+
+
+
+decode_message = msgspec.json.Decoder(Message).decode
+_param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+
+def decode_params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
+    """Decode request params into ``kind``; raise ``ParamsError`` (answered -32602) when they do not fit."""
+    decoder = _param_decoders.get(kind)
+    if decoder is None:
+        decoder = _param_decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        return decoder.decode(raw if raw is not UNSET else b"{}")
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ParamsError(f"Invalid params: {exc}") from None
+    except RecursionError:
+        raise ParamsError(f"Invalid params: {TOO_DEEP}") from None
+
+
+# The JSON decoder refuses nesting deeper than the interpreter's recursion limit allows (about 1,000
+# levels, fewer the deeper the stack it is called from). Such a message is answered, never fatal.
+TOO_DEEP = "nested too deeply to decode (keep JSON under a few hundred levels of arrays and objects)"

@@ -1,0 +1,253 @@
+"""What the daemon and a worker say to each other: ``WorkerSpec`` (what a new worker is told),
+``LoadFailure`` (a module that cannot load), the messages, and the framing: a 4-byte big-endian
+length, then one msgpack value.
+
+Both sides import this, so it stays at the standard library, msgspec and the protocol's types.
+Every message is a tagged, array-like struct: on the wire a msgpack array whose first element names
+it; ``runtime/main.py`` says what a worker sends and accepts. A result travels as the JSON of an MCP ``CallToolResult``; ``error_result`` makes the
+error one that either side may have to answer with (a worker for a tool that raised, the daemon for a
+worker that died).
+
+A worker runs a tool's code, and a tool can write anything to its channel. So the daemon reads it
+with a limit (``FrameReader(limit=...)``: a frame is judged by its header, never buffered past the
+limit) and decodes each frame as one of the ``WorkerMessage`` types, whose shape and field types
+msgspec checks; anything else is a ``FrameError`` and the channel is not read further.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Literal
+
+import msgspec
+
+from atomictools._protocol import LogLevel
+
+__all__ = [
+    "FRAME_OVERHEAD", "MAX_FRAME", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "Failed",
+    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
+    "WorkerMessage", "WorkerSpec", "encode_frame", "error_result",
+]
+
+_HEADER = struct.Struct(">I")
+MAX_FRAME = 1 << 30  # a larger frame means the stream is corrupt, not that a result is big
+# What a frame may carry beyond the largest message the daemon relays (the array around a result,
+# its call id): a reader given a limit of ``max_message_bytes + FRAME_OVERHEAD`` refuses nothing
+# the runtime sends.
+FRAME_OVERHEAD = 64 * 1024
+
+
+class WorkerSpec(msgspec.Struct, kw_only=True):
+    """What the daemon tells a new worker: which module, and the limits to apply."""
+
+    path: str
+    kind: str = "python"
+    cwd: str = "/"
+    threads: int = 16
+    memory_limit: int = 0  # bytes; 0 means no limit
+    truncate_lines: int = 2000
+    truncate_bytes: int = 50 * 1024
+    spill_dir: str = ""
+    max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
+    # Set for a worker that must run confined (``runtime/sandbox.confine``): {"read": [...], "write":
+    # [...], "net": bool}. None: it runs with the user's full rights.
+    sandbox: dict[str, Any] | None = None
+    temp_dir: str = ""  # a confined worker's private TMPDIR, made and removed by the fork server
+    runtime_paths: list[str] = []  # what a confined worker reads of the Python runtime
+
+
+class LoadFailure(Exception):
+    """A module could not be loaded; carries where and why, for the daemon's listings."""
+
+    def __init__(self, file: str, line: int | None, message: str, trace: str = "") -> None:
+        super().__init__(message)
+        self.info = {"file": file, "line": line, "message": message, "traceback": trace}
+
+
+
+class FrameError(ValueError):
+    """The stream cannot be read on: a frame is too large, or is not a valid message.
+
+    ``messages`` are the whole messages that came before it in the same feed, still to be handled.
+    """
+
+    def __init__(self, reason: str, messages: list[Any] | None = None) -> None:
+        super().__init__(reason)
+        self.messages = messages or []
+
+
+class FrameTooLarge(FrameError):
+    """A frame announced more bytes than the reader's limit; refused from its header, unread."""
+
+    def __init__(self, length: int, limit: int, messages: list[Any] | None = None) -> None:
+        super().__init__(f"a message of {length:,} bytes, more than the {limit:,}-byte limit", messages)
+        self.length = length
+        self.limit = limit
+
+
+# What a worker sends (see ``runtime/main.py``), as the daemon accepts it: exactly these arrays, these types.
+
+
+class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, frozen=True, tag_field="op"):
+    pass
+
+
+class Loaded(_Message, tag="loaded"):
+    definitions: list[dict[str, Any]]
+    load_ms: float
+    problems: list[dict[str, Any]] = []
+    deps: list[list[Any]] = []
+    source: list[Any] | None = None
+    helpers: list[list[Any]] = []
+
+
+class Failed(_Message, tag="failed"):
+    info: dict[str, Any]
+
+
+class Result(_Message, tag="result"):
+    call_id: int
+    result: bytes | None
+
+
+class Progress(_Message, tag="progress"):
+    call_id: int
+    progress: float
+    total: float | None
+    message: str | None
+
+
+class Log(_Message, tag="log"):
+    call_id: int
+    level: LogLevel
+    data: bytes
+
+
+class Dropped(_Message, tag="dropped"):
+    """The call's undeclared arguments the worker dropped (a client's own, e.g. Gemini's
+    ``wait_for_previous``), sent before its result so the daemon can log them."""
+
+    call_id: int
+    keys: list[str]
+
+
+class Output(_Message, tag="output"):
+    fd: Literal[1, 2]
+    data: bytes
+    dropped: int
+
+
+WorkerMessage = Loaded | Failed | Result | Progress | Log | Dropped | Output
+
+
+# What the daemon sends a worker. ``array_like``: on the wire each is the same msgpack array a list
+# would be (``["call", call_id, tool, arguments, context, progress]``), so naming the fields costs
+# no byte.
+
+
+class CallContext(msgspec.Struct, array_like=True, frozen=True):
+    """Who asked for a call: what its tool's ``ctx`` says. The same for every call of a session but
+    ``message_id`` and ``tool_use_id``, which a call's ``_meta`` may set."""
+
+    session_id: str = ""
+    message_id: str = ""
+    agent: str = ""
+    directory: str = ""
+    worktree: str = ""
+    tool_use_id: str = ""
+
+
+class CallTool(_Message, tag="call"):
+    call_id: int
+    tool: str
+    arguments: bytes  # the JSON object of the arguments, as the client sent it
+    context: CallContext
+    progress: bool  # the caller asked for progress notifications
+
+
+class Cancel(_Message, tag="cancel"):
+    call_id: int  # an async call is cancelled; a sync one sees ctx.cancel_event set
+
+
+DaemonMessage = CallTool | Cancel
+
+_encoder = msgspec.msgpack.Encoder()
+_json = msgspec.json.encode
+
+
+def encode_frame(message: Any) -> bytes:
+    """One message, framed."""
+    body = _encoder.encode(message)
+    return _HEADER.pack(len(body)) + body
+
+
+def error_result(text: str) -> bytes:
+    """An MCP ``CallToolResult`` with ``isError: true`` and one text block, as JSON."""
+    return b'{"content":[{"type":"text","text":' + _json(text) + b'}],"isError":true}'
+
+
+class FrameReader:
+    """Reassembles frames from a byte stream fed in arbitrary chunks."""
+
+    __slots__ = ("_buffer", "_decode", "limit")
+
+    def __init__(self, limit: int = MAX_FRAME, type: Any = Any) -> None:  # noqa: A002 - msgspec's own name
+        self._buffer = bytearray()
+        self._decode = msgspec.msgpack.Decoder(type).decode
+        self.limit = limit
+
+    @property
+    def partial(self) -> bool:
+        """Bytes of a frame not yet complete are held."""
+        return bool(self._buffer)
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Add bytes; return every message now complete, in order.
+
+        A frame's size is judged from its header, before its body is held: a sender cannot make
+        the reader buffer more than ``limit`` bytes, whatever it announces.
+
+        Raises:
+            FrameError: a frame announces a size above ``limit`` (``FrameTooLarge``), or its body is
+                not a message of the reader's type; nothing after it can be read.
+        """
+        buffer = self._buffer
+        limit = self.limit
+        decode = self._decode
+        if not buffer and len(data) > 4:
+            (length,) = _HEADER.unpack_from(data)
+            if length + 4 == len(data) and length <= limit:  # the common case: exactly one whole frame
+                try:
+                    return [decode(memoryview(data)[4:])]
+                except msgspec.DecodeError as exc:
+                    raise FrameError(f"a malformed message ({exc})") from None
+        if len(buffer) < 4 and len(buffer) + len(data) >= 4:
+            # Judge the first header before taking the bytes behind it.
+            (length,) = _HEADER.unpack_from(bytes(buffer[:4]) + bytes(data[: 4 - len(buffer)]))
+            if length > limit:
+                buffer.clear()
+                raise FrameTooLarge(length, limit)
+        buffer += data
+        messages: list[Any] = []
+        offset = 0
+        size = len(buffer)
+        try:
+            with memoryview(buffer) as view:  # released before the buffer is resized below
+                while size - offset >= 4:
+                    (length,) = _HEADER.unpack_from(buffer, offset)
+                    if length > limit:
+                        raise FrameTooLarge(length, limit, messages)
+                    end = offset + 4 + length
+                    if end > size:
+                        break
+                    try:
+                        messages.append(decode(view[offset + 4 : end]))
+                    except msgspec.DecodeError as exc:
+                        raise FrameError(f"a malformed message ({exc})", messages) from None
+                    offset = end
+        except FrameError:
+            buffer.clear()  # nothing after a bad frame can be trusted
+            raise
+        if offset:
+            del buffer[:offset]
+        return messages

@@ -1,0 +1,317 @@
+"""The fork server: a small process with the worker runtime already imported, forking workers.
+
+A cold ``python -c "import msgspec"`` costs ~26 ms; forking this process costs well under 1 ms. The
+daemon starts one fork server (``python -P -m atomictoolsd.workers.runtime.forkserver FD DAEMON_PID ALIVE_FD``,
+sealed: see ``spawner``) and talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
+
+daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
+The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer
+goes, so end-of-file on stdin is how the fork server learns that the daemon closed it or died.
+daemon → fork server: ``["ping", n]``, answered by ``["pong", n]``: the daemon's health check.
+fork server → daemon: ``["ready"]`` once; ``["spawned", request_id, pid]``, or ``["failed", request_id,
+message]`` when it could not fork (the process limit, memory: that request fails, nothing else);
+``["exited", pid, status]`` (``status`` as ``os.waitpid`` gives it) for every worker that ends, since
+only a parent can reap. ``ALIVE_FD`` is the write end of a pipe it keeps open and never writes to
+(its workers close it): the daemon learns of its death from the end-of-file.
+
+No orphans: each worker leads its own session and process group and gets SIGKILL when the fork
+server dies (``PR_SET_PDEATHSIG``); the fork server gets SIGTERM when the daemon dies, and then kills
+every worker with what it started. Where there is no ``PR_SET_PDEATHSIG`` (macOS), the closing
+channels do the same job: a worker exits when its channel to the daemon closes.
+
+What a tool starts dies with its worker, however it was started. Before a worker is reaped, its
+process group and (on Linux) every process of its session are killed (``procgroups``): that reaches a
+process in a group of its own, as the declarative ``shell`` handler makes. A process that left the
+session too (``start_new_session=True``, ``setsid``, a daemonizing double fork) is reached on Linux
+because the fork server and every worker are child subreapers (``PR_SET_CHILD_SUBREAPER``): once its
+parent is gone it is adopted by its worker, and when that worker ends, by the fork server, which
+kills whatever it adopted, each time a worker or an adopted process ends, and at shutdown until
+nothing is left.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from typing import Any, NoReturn
+
+import msgspec
+
+from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
+from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
+from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
+
+__all__ = ["main", "set_child_subreaper", "set_parent_death_signal"]
+
+_encode = msgspec.msgpack.encode
+_decode = msgspec.msgpack.decode
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies. False where unsupported."""
+    return _prctl(1, sig)  # 1 = PR_SET_PDEATHSIG
+
+
+def set_child_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants, as init would (Linux). False where unsupported."""
+    return _prctl(36, 1)  # 36 = PR_SET_CHILD_SUBREAPER
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes  # loaded once in the fork server (its main() calls _prctl): every fork inherits it
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    return _libc().prctl(option, value, 0, 0, 0) == 0
+
+
+class _Server:
+    def __init__(self, control: socket.socket, alive_fd: int = -1) -> None:
+        self.control = control
+        self.alive_fd = alive_fd
+        self.children: set[int] = set()
+        self.temp_dirs: dict[int, str] = {}  # confined workers' private TMPDIRs, removed when they end
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.stopping = False
+
+    def send(self, message: list[Any]) -> None:
+        try:
+            self.control.send(_encode(message))
+        except OSError:
+            self.stopping = True  # the daemon is gone
+
+    def run(self) -> NoReturn:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the wakeup fd
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops us
+        self.send(["ready"])
+        while not self.stopping:
+            try:
+                readable, _, _ = select.select([self.control, self.wake_r, 0], [], [])
+            except InterruptedError:
+                continue
+            if 0 in readable and not os.read(0, 4096):
+                self.stopping = True  # EOF on stdin: the daemon is gone
+            if self.wake_r in readable:
+                os.read(self.wake_r, 4096)
+                self.reap()
+            if self.control in readable:
+                self.handle_request()
+        self.shutdown()
+
+    def _on_term(self, *_: Any) -> None:
+        self.stopping = True
+
+    def handle_request(self) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(self.control, 1 << 16, 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            return
+        try:
+            message = _decode(data)
+        except msgspec.DecodeError:
+            message = None
+        if isinstance(message, list) and len(message) == 3 and message[0] == "spawn" and fds:
+            self.spawn(message[1], message[2], fds[0])
+        elif isinstance(message, list) and len(message) == 2 and message[0] == "ping":
+            self.send(["pong", message[1]])
+            for fd in fds:
+                os.close(fd)
+        else:
+            for fd in fds:
+                os.close(fd)
+
+
+    def spawn(self, request_id: int, spec_json: bytes, channel_fd: int) -> None:
+        spec = None
+        try:
+            spec = msgspec.json.decode(spec_json, type=runtime.WorkerSpec)
+            runtime.prepare(spec.kind)  # once per kind: its workers then fork with the loader imported
+            if spec.sandbox is not None:
+                _prepare_confined(spec)
+            pid = os.fork()
+        except Exception as exc:  # noqa: BLE001 - one worker that cannot start must cost no other
+            os.close(channel_fd)
+            if spec is not None and spec.temp_dir:
+                shutil.rmtree(spec.temp_dir, ignore_errors=True)
+            what = "cannot fork a worker process" if isinstance(exc, OSError) else "cannot start a worker"
+            self.send(["failed", request_id, f"{what}: {exc}"])
+            return
+        if pid == 0:
+            self._become_worker(channel_fd, spec)
+        os.close(channel_fd)
+        self.children.add(pid)
+        if spec.temp_dir:
+            self.temp_dirs[pid] = spec.temp_dir
+        self.send(["spawned", request_id, pid])
+
+    def _become_worker(self, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
+        try:
+            os.setsid()
+            set_parent_death_signal(signal.SIGKILL)
+            set_child_subreaper()  # what its tools start and abandon stays its own, to die with it
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            self.control.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            if self.alive_fd >= 0:
+                os.close(self.alive_fd)  # the daemon must see its end-of-file when we die, not the worker
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # the daemon's liveness pipe is the fork server's business
+            os.close(devnull)
+            os.dup2(2, 1)  # a tool's print() goes to the daemon's log, never into a protocol
+            if spec.sandbox is None and _RUNTIME_PATHS:
+                from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
+
+                sandbox.drop_shared_rules()  # the confined workers' descriptors are none of its business
+            runtime.serve(channel_fd, spec)
+        finally:
+            os._exit(70)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = _next_exited()
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            # What the worker's tools started lives on in its process group and session. An
+            # unreaped worker still holds its pid, so neither id can belong to anyone else yet: end
+            # them, then reap.
+            kill_worker_processes((pid,))
+            if status is None:
+                _, status = os.waitpid(pid, 0)
+            temp_dir = self.temp_dirs.pop(pid, None)
+            if temp_dir is not None:
+                shutil.rmtree(temp_dir, ignore_errors=True)
+            if pid in self.children:
+                self.children.discard(pid)
+                self.send(["exited", pid, status])
+            # The processes it started outside its group are ours now (we are their subreaper).
+            self.kill_adopted()
+
+    def kill_adopted(self) -> int:
+        """SIGKILL every child that is not a worker (and the group each one leads); return how many."""
+        adopted = _children() - self.children
+        own_group = os.getpgrp()
+        for pid in adopted:
+            try:
+                if os.getpgid(pid) == pid != own_group:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return len(adopted)
+
+    def shutdown(self) -> NoReturn:
+        kill_worker_processes(self.children)
+        for pid in list(self.children):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.children.clear()
+        for temp_dir in self.temp_dirs.values():
+            shutil.rmtree(temp_dir, ignore_errors=True)
+        # Each round kills what the last one orphaned (a killed process's children are adopted in
+        # turn); bounded, so that a process that forks as fast as it is killed cannot keep us here.
+        for _ in range(100):
+            if not self.kill_adopted():
+                break
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            except ChildProcessError:
+                pass
+            time.sleep(0.01)
+        os._exit(0)
+
+
+_RUNTIME_PATHS: list[str] = []
+
+
+def _prepare_confined(spec: runtime.WorkerSpec) -> None:
+    """Make what a confined worker needs before it is forked, so that the fork server knows it (and
+    removes the temporary directory with the worker) and the worker's own start stays short."""
+    from atomictoolsd.workers.runtime import sandbox  # once, with the first confined worker: then every fork has it
+
+    if not _RUNTIME_PATHS:
+        _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
+        sandbox.warm_up()
+        sandbox.open_shared_rules(_RUNTIME_PATHS)
+    spec.runtime_paths = _RUNTIME_PATHS
+    spec.temp_dir = tempfile.mkdtemp(prefix="atomictools-sandbox-")
+    if spec.spill_dir:
+        # Its own: a confined tool can write the spill files of its results, never read another's.
+        os.makedirs(spec.spill_dir, mode=0o700, exist_ok=True)
+        spec.spill_dir = tempfile.mkdtemp(prefix="sandbox-", dir=spec.spill_dir)
+
+
+def _next_exited() -> tuple[int, int | None]:
+    """A child that has exited: ``(pid, None)`` left unreaped where ``waitid`` can peek, else
+    ``(pid, status)`` already reaped; ``(0, None)`` when none has exited."""
+    if hasattr(os, "waitid"):
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return (info.si_pid, None) if info is not None else (0, None)
+    pid, status = os.waitpid(-1, os.WNOHANG)
+    return pid, (status if pid else None)
+
+
+def _children() -> set[int]:
+    """The pids of this process's children (Linux; empty elsewhere, where nothing is adopted)."""
+    if not sys.platform.startswith("linux"):
+        return set()
+    pids: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(pid) for pid in f.read().split())
+        return pids
+    except OSError:  # a kernel without CONFIG_PROC_CHILDREN: read every process's parent
+        pass
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = proc_stat(name, PPID + 1)
+        if fields is not None and len(fields) > PPID and int(fields[PPID]) == me:
+            pids.add(int(name))
+    return pids
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    args = sys.argv[1:] if argv is None else argv
+    control = socket.socket(fileno=int(args[0]))
+    daemon_pid = int(args[1])
+    set_parent_death_signal(signal.SIGTERM)
+    set_child_subreaper()
+    if os.getppid() != daemon_pid:
+        os._exit(0)  # the daemon died before the death signal was armed
+    runtime.warm_up()
+    _Server(control, int(args[2]) if len(args) > 2 else -1).run()
+
+
+if __name__ == "__main__":
+    main()

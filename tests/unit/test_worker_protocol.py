@@ -1,0 +1,86 @@
+"""The worker protocol: the framing as the daemon reads it (bounded by the header, typed, and what
+came before a bad frame kept), and the messages as tagged structs that cost no byte over lists."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from atomictoolsd.workers.protocol import (
+    CallContext,
+    CallTool,
+    Cancel,
+    DaemonMessage,
+    FrameError,
+    FrameReader,
+    FrameTooLarge,
+    Log,
+    Result,
+    WorkerMessage,
+    encode_frame,
+)
+
+
+def test_a_frame_is_judged_by_its_header_however_the_bytes_are_split() -> None:
+    header = struct.pack(">I", 700 << 20)
+    for cut in range(5):
+        reader = FrameReader(1024, WorkerMessage)
+        with pytest.raises(FrameTooLarge) as caught:
+            reader.feed(header[:cut])
+            reader.feed(header[cut:] + b"x" * 100)
+        assert caught.value.length == 700 << 20
+        assert not reader.partial, "nothing of the refused frame is held"
+
+
+def test_a_large_frame_behind_a_good_one_is_refused_and_the_good_one_kept() -> None:
+    reader = FrameReader(1024, WorkerMessage)
+    good = encode_frame(["result", 1, b'{"content":[]}'])
+    with pytest.raises(FrameTooLarge) as caught:
+        reader.feed(good + struct.pack(">I", 5000) + b"x" * 10)
+    assert caught.value.messages == [Result(1, b'{"content":[]}')]
+
+
+@pytest.mark.parametrize("message", [
+    ["result", "1", b"{}"], ["result", True, b"{}"], ["result", 1.0, b"{}"], ["result", 1, {}], ["result", 1],
+    ["result", 1, b"{}", "extra"], ["log", 1, "shout", b"1"], ["progress", 1, "x", None, None],
+    ["output", 3, b"", 0], ["ghost", 1], {"op": "result"}, 42,
+])
+def test_a_message_of_the_wrong_shape_is_refused(message: object) -> None:
+    reader = FrameReader(1024, WorkerMessage)
+    before = encode_frame(["log", 7, "info", b'"ok"'])
+    with pytest.raises(FrameError) as caught:
+        reader.feed(before + encode_frame(message))
+    assert caught.value.messages == [Log(7, "info", b'"ok"')]
+    assert not reader.partial
+
+
+def test_untyped_reading_is_unchanged() -> None:
+    reader = FrameReader()
+    frames = encode_frame(["call", 1, "t", b"{}", ["", "", "", "", "", ""], False]) + encode_frame(["cancel", 1])
+    assert reader.feed(frames[:3]) == []
+    assert reader.feed(frames[3:]) == [["call", 1, "t", b"{}", ["", "", "", "", "", ""], False], ["cancel", 1]]
+
+
+def test_the_daemons_messages_are_typed_and_as_small_as_lists() -> None:
+    context = CallContext("s1", "m1", "claude", "/p", "/p", "t1")
+    call = CallTool(7, "greet", b'{"name":"x"}', context, True)
+    as_list = ["call", 7, "greet", b'{"name":"x"}', ["s1", "m1", "claude", "/p", "/p", "t1"], True]
+    assert encode_frame(call) == encode_frame(as_list)
+    assert encode_frame(Cancel(7)) == encode_frame(["cancel", 7])
+    reader = FrameReader(type=DaemonMessage)
+    assert reader.feed(encode_frame(as_list) + encode_frame(["cancel", 7])) == [call, Cancel(7)]
+    assert reader.feed(encode_frame(call))[0].context.agent == "claude"
+
+
+def test_a_worker_refuses_a_daemon_message_of_the_wrong_shape() -> None:
+    reader = FrameReader(type=DaemonMessage)
+    with pytest.raises(FrameError):
+        reader.feed(encode_frame(["call", 7, "greet", "not bytes", ["", "", "", "", "", ""], False]))
+
+
+def test_what_a_worker_sends_is_what_the_daemon_reads() -> None:
+    sent = [Result(3, b'{"content":[]}'), Log(3, "info", b'"hi"')]
+    reader = FrameReader(1024, WorkerMessage)
+    assert reader.feed(b"".join(encode_frame(m) for m in sent)) == sent
+    assert encode_frame(Result(3, None)) == encode_frame(["result", 3, None])
