@@ -187,7 +187,10 @@ def first_calls(connections: list[Connection], projects: list[tuple[Path, list[s
 
 def run_mode(projects_n: int, modules_n: int, rounds: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    daemon = DaemonUnderTest(tools={})
+    # What is measured is each project's whole first scan, so an attach must answer only once every
+    # module has loaded: a load_wait longer than any scan here (by default an attach answers after
+    # 2 s with the modules still loading, and their tools follow with list_changed).
+    daemon = DaemonUnderTest(tools={}, extra_env={"ATOMICTOOLS_LOAD_WAIT": "300"})
     try:
         projects = layout(daemon.root, projects_n, modules_n)
         daemon.start()
