@@ -7,8 +7,6 @@ instance lock: the lock file is held for the daemon's whole life and holds its p
 from __future__ import annotations
 
 import argparse
-import errno
-import fcntl
 import json
 import os
 import signal
@@ -178,25 +176,12 @@ def _running_pid(args: argparse.Namespace) -> int | None:
 
 
 def lock_holder() -> int | None:
-    """The pid of the daemon holding the instance lock, or None when no process holds it."""
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    """The pid of the live daemon holding the instance lock, or None."""
+    from atomictoolsd.config.paths import Paths  # lazy: only these commands pay for it (start-up cost)
+    from atomictoolsd.server.socketfile import InstanceLock  # lazy: likewise (start-up cost)
 
-    try:
-        fd = os.open(Paths.from_env().lock, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return None
-        else:
-            return None  # we could lock it: nobody holds it (a killed daemon's file)
-        text = os.read(fd, 32).decode(errors="replace").strip()
-    finally:
-        os.close(fd)
-    return int(text) if text.isdigit() and pid_alive(int(text)) else None
+    pid = InstanceLock(Paths.from_env().lock).holder()
+    return pid if pid is not None and pid_alive(pid) else None
 
 
 def _wait_for_socket(timeout: float = 3.0) -> Any:

@@ -89,6 +89,27 @@ class InstanceLock:
             return None
         return int(text) if text.isdigit() else None
 
+    def holder(self) -> int | None:
+        """The pid written by the process that holds this lock now, or None when no process holds
+        it (no file, or a killed daemon's file that anyone could lock). For a process that does not
+        hold the lock: the CLI finds a daemon this way when its socket is gone."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    return None
+            else:
+                return None  # we could lock it: nobody holds it
+            text = os.read(fd, 32).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        return int(text) if text.isdigit() else None
+
     def held(self) -> bool:
         """Whether the file at the lock's path is still the one this daemon locked (not deleted)."""
         if self.fd is None:
