@@ -29,6 +29,8 @@ import msgspec
 
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.workers.protocol import (
+    Answer,
+    Ask,
     FRAME_OVERHEAD,
     CallContext,
     CallTool,
@@ -108,6 +110,9 @@ class CallOwner(Protocol):
     def call_log(self, call: Call, level: str, data: bytes) -> None:
         """A ``ctx.log`` message from the tool; ``data`` is JSON."""
 
+    # An owner that can ask its client (a session) also has ``call_ask(call, ask_id, method, params)``
+    # and answers with ``call.answer``; the worker answers for an owner that cannot.
+
 
 class LoadFailed(Exception):
     """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``.
@@ -181,6 +186,11 @@ class Call:
         self.done = True
         self.runner.record(self, result)
         self.owner.call_result(self, result)
+
+    def answer(self, ask_id: int, result: bytes | None, error: str | None = None) -> None:
+        """Give the tool the client's answer to what it asked (``ctx.elicit``, ``ctx.sample``)."""
+        if not self.done and self.worker is not None:
+            self.worker.send_answer(self, ask_id, result, error)
 
     def cancel(self) -> None:
         """The caller cancelled: stop the work and never answer."""
@@ -257,6 +267,8 @@ class Worker(asyncio.Protocol):
                 self._on_progress(message)
             elif kind is Log:
                 self._on_log(message)
+            elif kind is Ask:
+                self._on_ask(message)
             elif kind is Dropped:
                 call = self.pending.get(message.call_id)
                 if call is not None:
@@ -420,11 +432,25 @@ class Worker(asyncio.Protocol):
             return
         call.owner.call_log(call, message.level, data)
 
+    def _on_ask(self, message: Ask) -> None:
+        call = self.pending.get(message.call_id)
+        if call is None or call.done:
+            return  # the call has ended: the tool's wait ends with it
+        ask = getattr(call.owner, "call_ask", None)
+        if ask is None:
+            self._write(Answer(call.id, message.ask_id, None, "this caller cannot be asked anything"))
+            return
+        ask(call, message.ask_id, message.method, message.params)
+
+    def send_answer(self, call: Call, ask_id: int, result: bytes | None, error: str | None) -> None:
+        if call.id in self.pending:
+            self._write(Answer(call.id, ask_id, result, error))
+
     def live_calls(self) -> int:
         """Calls whose caller still waits for this worker's answer."""
         return len(self.pending) - len(self.abandoned)
 
-    def _write(self, message: CallTool | Cancel) -> None:
+    def _write(self, message: CallTool | Cancel | Answer) -> None:
         if self._transport is not None:
             self._transport.write(encode_frame(message))
 
