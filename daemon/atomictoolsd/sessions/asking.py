@@ -11,16 +11,16 @@ gets an ``AskError`` at once saying why, never a wait.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 if TYPE_CHECKING:
-    from atomictoolsd.sessions.session import Session
     from atomictoolsd.workers.worker import Call
 
-__all__ = ["CAPABILITY", "Asking"]
+__all__ = ["CAPABILITY", "Asking", "AskingHost"]
 
 _ids = itertools.count(1)
 _encode = msgspec.json.encode
@@ -36,12 +36,23 @@ class _Error(msgspec.Struct):
     message: str = ""
 
 
+class AskingHost(Protocol):
+    """What ``Asking`` uses of its session (``session.Session``)."""
+
+    agent: str
+    protocol_version: str | None
+    client_capabilities: dict[str, Any]
+    transport: asyncio.Transport | None
+
+    def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None: ...
+
+
 class Asking:
     """The requests one session's tools have sent its client, by the request's id as JSON."""
 
     __slots__ = ("session", "waiting")
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: AskingHost) -> None:
         self.session = session
         self.waiting: dict[bytes, tuple[Call, int, str]] = {}
 
