@@ -11,6 +11,8 @@ into which an accepted answer is converted.
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import Any, Literal
 
 import msgspec
@@ -97,6 +99,32 @@ def _primitive(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def _literal_values(hint: Any) -> tuple[Any, ...] | None:
+    """The values of a ``Literal`` (inside ``Annotated`` or ``X | None``), in the order written."""
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = rest[0] if len(rest) == 1 else None
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
+
+
+def _declared_order(node: dict[str, Any], hint: Any) -> None:
+    """msgspec sorts a ``Literal``'s values; a form shows them as the author wrote them."""
+    if hint is None:
+        return
+    values = _literal_values(hint)
+    if values is not None and "enum" in node:
+        node["enum"] = list(values)
+        return
+    items = node.get("items")
+    args = typing.get_args(hint)
+    if isinstance(items, dict) and "enum" in items and len(args) == 1:
+        values = _literal_values(args[0])
+        if values is not None:
+            items["enum"] = list(values)
+
+
 def requested_schema(schema: Any) -> dict[str, Any]:
     """The ``requestedSchema`` for ``schema``: None (a plain confirmation), a dict, or a type.
 
@@ -117,7 +145,17 @@ def requested_schema(schema: Any) -> dict[str, Any]:
         raise TypeError(f"cannot build an elicitation schema from {schema!r}: {exc}") from None
     if built.get("type") != "object":
         raise TypeError(f"an elicitation schema must describe an object (a Struct, dataclass or TypedDict), not {schema!r}")
-    properties = {name: _primitive(dict(node)) for name, node in built.get("properties", {}).items()}
+    try:
+        hints = typing.get_type_hints(schema)
+    except Exception:  # noqa: BLE001 - only for the order of choices; msgspec's sorted order stands
+        hints = {}
+    properties = {}
+    for name, node in built.get("properties", {}).items():
+        node = _primitive(dict(node))
+        if node.get("default", 0) is None:
+            del node["default"]  # "no value" is not a choice a form can preselect
+        _declared_order(node, hints.get(name))
+        properties[name] = node
     result: dict[str, Any] = {"type": "object", "properties": properties}
     if built.get("required"):
         result["required"] = built["required"]
