@@ -440,7 +440,16 @@ class Worker(asyncio.Protocol):
         if ask is None:
             self._write(Answer(call.id, message.ask_id, None, "this caller cannot be asked anything"))
             return
-        ask(call, message.ask_id, message.method, message.params)
+        # Re-encoded, as results are: the params go into a line to the client, and a tool can write
+        # anything to its channel.
+        try:
+            params = _decode_json(message.params)
+        except msgspec.DecodeError as exc:
+            params = exc
+        if not isinstance(params, dict):
+            call.fail(f"Tool {call.tool!r} sent a malformed {message.method} request; it was not relayed")
+            return
+        ask(call, message.ask_id, message.method, _encode_json(params))
 
     def send_answer(self, call: Call, ask_id: int, result: bytes | None, error: str | None) -> None:
         if call.id in self.pending:
