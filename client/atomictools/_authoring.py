@@ -148,7 +148,7 @@ def Field(  # noqa: N802 - reads like a type in annotations, as in pydantic and 
 Emit = Callable[[str, tuple[Any, ...]], None]
 # Sends a request to the client that made the call; the future holds the JSON of its result, or
 # fails with AskError. Set by the worker runtime.
-Ask = Callable[[str, dict[str, Any]], "Future[bytes]"]
+Ask = Callable[[str, dict[str, Any], "float | None"], "Future[bytes]"]
 
 
 class Context:
@@ -260,7 +260,8 @@ class Context:
             schema: what to ask for: None for a plain yes/no confirmation; a ``msgspec.Struct``,
                 dataclass or TypedDict type (its defaults and ``Literal`` choices go into the form,
                 and an accepted answer comes back as an instance); or a JSON Schema dict.
-            timeout: seconds to wait (default: as long as the call may run).
+            timeout: seconds to wait (default: the daemon's ``ask_timeout``, 10 minutes). The wait
+                does not count against the call's own timeout.
 
         Returns:
             An ``Elicitation``: ``.accepted``, ``.action`` (accept/decline/cancel), ``.content``.
@@ -270,12 +271,12 @@ class Context:
                 error, did not answer in time, or the call was cancelled.
         """
         params = elicitation_params(message, schema)
-        return self._read(read_elicitation, self._wait(self._send_ask("elicitation/create", params), timeout), schema)
+        return self._read(read_elicitation, self._wait(self._send_ask("elicitation/create", params, timeout), timeout), schema)
 
     async def aelicit(self, message: str, schema: Any = None, *, timeout: float | None = None) -> Elicitation:
         """``elicit`` for an ``async def`` tool: the same arguments, awaited."""
         params = elicitation_params(message, schema)
-        return self._read(read_elicitation, await self._await(self._send_ask("elicitation/create", params), timeout), schema)
+        return self._read(read_elicitation, await self._await(self._send_ask("elicitation/create", params, timeout), timeout), schema)
 
     def sample(
         self,
@@ -297,7 +298,8 @@ class Context:
             max_tokens: the most tokens the reply may take.
             system: a system prompt.
             temperature, stop, model_hints, include_context: as MCP's ``sampling/createMessage``.
-            timeout: seconds to wait (default: as long as the call may run).
+            timeout: seconds to wait (default: the daemon's ``ask_timeout``, 10 minutes). The wait
+                does not count against the call's own timeout.
 
         Returns:
             A ``Sample``: ``.text``, ``.content``, ``.model``, ``.stop_reason``.
@@ -309,7 +311,7 @@ class Context:
             messages, max_tokens=max_tokens, system=system, temperature=temperature, stop=stop,
             model_hints=model_hints, include_context=include_context,
         )
-        return self._read(read_sample, self._wait(self._send_ask("sampling/createMessage", params), timeout))
+        return self._read(read_sample, self._wait(self._send_ask("sampling/createMessage", params, timeout), timeout))
 
     async def asample(
         self,
@@ -328,14 +330,14 @@ class Context:
             messages, max_tokens=max_tokens, system=system, temperature=temperature, stop=stop,
             model_hints=model_hints, include_context=include_context,
         )
-        return self._read(read_sample, await self._await(self._send_ask("sampling/createMessage", params), timeout))
+        return self._read(read_sample, await self._await(self._send_ask("sampling/createMessage", params, timeout), timeout))
 
-    def _send_ask(self, method: str, params: dict[str, Any]) -> Future[bytes]:
+    def _send_ask(self, method: str, params: dict[str, Any], timeout: float | None) -> Future[bytes]:
         if self._ask is None:
             raise AskError(f"{method} is not available here: this call has no client to ask (only a tool the daemon runs can ask)")
         if self._cancelled:
             raise AskError("the call was cancelled; nothing was asked")
-        return self._ask(method, params)
+        return self._ask(method, params, timeout)
 
     @staticmethod
     def _wait(future: Future[bytes], timeout: float | None) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,12 @@ def hurried(ctx: Context) -> str:
         return ctx.elicit("Quick?", timeout=0.5).action
     except AskError as exc:
         return f"gave up: {exc}"
+
+
+@tool(timeout=1)
+def slow_user(ctx: Context) -> str:
+    """Ask, with a call timeout shorter than the user takes to answer."""
+    return ctx.elicit("Think it over").action
 
 
 @tool(timeout=30)
@@ -284,3 +291,25 @@ def test_the_tiny_clients_answer_through_callbacks_and_the_dispatcher_passes_que
         assert request["method"] == "elicitation/create" and request["params"]["message"] == "Proceed?"
         raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "accept", "content": {}}})
         assert raw.recv()["result"]["content"][0]["text"] == "yes"
+
+
+def test_waiting_for_the_user_does_not_count_against_the_call_timeout_but_is_bounded(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "ask.py", KIT)
+    for limit, answers in (("600", True), ("0.5", False)):
+        daemon = make_daemon({"ATOMICTOOLS_ASK_TIMEOUT": limit})
+        with daemon.raw() as raw:
+            raw.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "raw"}})
+            raw.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ask_slow_user", "arguments": {}}})
+            request = raw.recv()
+            assert request["method"] == "elicitation/create"
+            if answers:
+                time.sleep(2)  # twice the tool's 1 s timeout
+                raw.send({"jsonrpc": "2.0", "id": request["id"], "result": {"action": "decline"}})
+                reply = raw.recv()
+                assert reply["result"] == {"content": [{"type": "text", "text": "decline"}]}
+            else:
+                messages = [raw.recv(), raw.recv()]
+                reply = next(m for m in messages if m.get("id") == 1)
+                assert reply["result"]["isError"]
+                assert "timed out waiting for the client to answer its question (ask_timeout)" in reply["result"]["content"][0]["text"]
+        daemon.stop()

@@ -76,8 +76,11 @@ class Asking:
             )
         return None
 
-    def ask(self, call: Call, ask_id: int, method: str, params: bytes) -> None:
-        """Send ``method`` to the client for ``call``'s tool, or answer the tool at once why not."""
+    def ask(self, call: Call, ask_id: int, method: str, params: bytes, wait: float) -> None:
+        """Send ``method`` to the client for ``call``'s tool, or answer the tool at once why not.
+
+        The call's timeout stops while the client has the question, for at most ``wait`` seconds.
+        """
         why = self.refusal(method)
         transport = self.session.transport
         if why is None and transport is None:
@@ -88,6 +91,7 @@ class Asking:
         assert transport is not None
         id_json = _encode(f"atomic-{next(_ids)}")
         self.waiting[id_json] = (call, ask_id, method)
+        call.hold(wait)
         transport.write(
             b'{"jsonrpc":"2.0","id":' + id_json + b',"method":' + _encode(method) + b',"params":' + params + b"}\n"
         )
@@ -98,6 +102,7 @@ class Asking:
         if entry is None:
             return False
         call, ask_id, method = entry
+        call.release()
         if result is not msgspec.UNSET:
             call.answer(ask_id, bytes(result))
             return True

@@ -618,8 +618,9 @@ class Session(asyncio.Protocol):
     def call_log(self, call: Any, level: str, data: bytes) -> None:
         self.log_message(level, msgspec.Raw(data), logger=call.tool)
 
-    def call_ask(self, call: Any, ask_id: int, method: str, params: bytes) -> None:
-        self.asking.ask(call, ask_id, method, params)
+    def call_ask(self, call: Any, ask_id: int, method: str, params: bytes, wait: float | None) -> None:
+        limit = self.server.config.ask_timeout
+        self.asking.ask(call, ask_id, method, params, limit if wait is None else min(wait, limit))
 
     async def on_atomic_list(self, id_json: bytes, raw: Any) -> None:
         """Tools with their source and path, counts by source, errors; shadowed ones with ``all``."""

@@ -150,6 +150,7 @@ class Ask(_Message, tag="ask"):
     ask_id: int  # the worker's, unique while the call runs
     method: AskMethod
     params: bytes  # the JSON object of the request's params
+    wait: float | None = None  # seconds the tool waits for the answer (None: as long as the daemon lets it)
 
 
 WorkerMessage = Loaded | Failed | Result | Progress | Log | Dropped | Output | Ask

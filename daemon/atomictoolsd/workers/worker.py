@@ -139,10 +139,12 @@ class Call:
 
     __slots__ = (
         "arguments",
+        "asking",
         "context",
         "deadline",
         "done",
         "id",
+        "left",
         "owner",
         "progress_token",
         "request_id",
@@ -178,6 +180,8 @@ class Call:
         self.deadline = time.monotonic() + timeout  # the pool's Deadlines answers it then
         self.done = False
         self.worker: Worker | None = None
+        self.asking = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
+        self.left = 0.0  # of the timeout, while they wait
 
     def finish(self, result: bytes) -> None:
         """Answer the call (once; later answers are dropped)."""
@@ -186,6 +190,22 @@ class Call:
         self.done = True
         self.runner.record(self, result)
         self.owner.call_result(self, result)
+
+    def hold(self, wait: float) -> None:
+        """The tool waits for its client: the wait does not count against its timeout, and may last
+        ``wait`` seconds (``ask_timeout``)."""
+        now = time.monotonic()
+        if self.asking == 0:
+            self.left = self.deadline - now
+        self.asking += 1
+        self.deadline = max(self.deadline, now + wait)
+
+    def release(self) -> None:
+        """An answer came: the call's own time runs again from what was left of it."""
+        if self.asking > 0:
+            self.asking -= 1
+            if self.asking == 0:
+                self.deadline = time.monotonic() + max(self.left, 0.0)
 
     def answer(self, ask_id: int, result: bytes | None, error: str | None = None) -> None:
         """Give the tool the client's answer to what it asked (``ctx.elicit``, ``ctx.sample``)."""
@@ -202,7 +222,10 @@ class Call:
 
     def expire(self) -> None:
         """The timeout fired: answer with an error, then stop the work."""
-        self.fail(f"Tool {self.tool!r} timed out after {self.timeout:g} s")
+        if self.asking:
+            self.fail(f"Tool {self.tool!r} timed out waiting for the client to answer its question (ask_timeout)")
+        else:
+            self.fail(f"Tool {self.tool!r} timed out after {self.timeout:g} s")
 
     def fail(self, text: str) -> None:
         """Answer with an error saying ``text``, then stop the work (the worker lives on)."""
@@ -449,7 +472,7 @@ class Worker(asyncio.Protocol):
         if not isinstance(params, dict):
             call.fail(f"Tool {call.tool!r} sent a malformed {message.method} request; it was not relayed")
             return
-        ask(call, message.ask_id, message.method, _encode_json(params))
+        ask(call, message.ask_id, message.method, _encode_json(params), message.wait)
 
     def send_answer(self, call: Call, ask_id: int, result: bytes | None, error: str | None) -> None:
         if call.id in self.pending:

@@ -576,8 +576,8 @@ class Runtime:
 
     # asking the client (ctx.elicit, ctx.sample)
 
-    def _asker(self, call_id: int) -> Callable[[str, dict[str, Any]], Future[bytes]]:
-        def ask(method: str, params: dict[str, Any]) -> Future[bytes]:
+    def _asker(self, call_id: int) -> Callable[[str, dict[str, Any], float | None], Future[bytes]]:
+        def ask(method: str, params: dict[str, Any], wait: float | None) -> Future[bytes]:
             future: Future[bytes] = Future()
             if call_id not in self.calls:
                 future.set_exception(AskError("the call has ended; nothing was asked"))
@@ -585,7 +585,7 @@ class Runtime:
             ask_id = next(self._ask_ids)
             self._asks[ask_id] = (call_id, future)
             future.add_done_callback(lambda _: self._asks.pop(ask_id, None))  # answered, failed, or given up on
-            self.send(Ask(call_id, ask_id, method, _json_encode(params)))  # type: ignore[arg-type]
+            self.send(Ask(call_id, ask_id, method, _json_encode(params), None if wait is None else float(wait)))  # type: ignore[arg-type]
             return future
 
         return ask
