@@ -353,7 +353,7 @@ class Context:
 
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AskError(f"the client did not answer within {timeout:g} s") from None
 
     @staticmethod

@@ -27,8 +27,8 @@ import os
 from atomictools import Audio, Context, Image, Resource, ResourceLink, tool
 
 HERE = os.path.dirname(__file__)
-PNG = bytes.fromhex(%r)
-WAV = bytes.fromhex(%r)
+PNG = bytes.fromhex("PNG_HEX")
+WAV = bytes.fromhex("WAV_HEX")
 
 
 @tool(name="test_image_content")
@@ -75,7 +75,7 @@ def big(size: int) -> Image:
 def nameless() -> Image:
     """Bytes whose type cannot be told."""
     return Image(b"not an image")
-''' % (PNG.hex(), WAV.hex())
+'''.replace("PNG_HEX", PNG.hex()).replace("WAV_HEX", WAV.hex())
 
 
 @pytest.fixture

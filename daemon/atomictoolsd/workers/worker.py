@@ -29,9 +29,9 @@ import msgspec
 
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.workers.protocol import (
+    FRAME_OVERHEAD,
     Answer,
     Ask,
-    FRAME_OVERHEAD,
     CallContext,
     CallTool,
     Cancel,
