@@ -110,8 +110,8 @@ class CallOwner(Protocol):
     def call_log(self, call: Call, level: str, data: bytes) -> None:
         """A ``ctx.log`` message from the tool; ``data`` is JSON."""
 
-    # An owner that can ask its client (a session) also has ``call_ask(call, ask_id, method, params)``
-    # and answers with ``call.answer``; the worker answers for an owner that cannot.
+    # An owner that can ask its client (a session) also has ``call_ask(call, ask_id, method, params,
+    # wait)`` and answers with ``call.answer``; the worker answers for an owner that cannot.
 
 
 class LoadFailed(Exception):

@@ -11,6 +11,8 @@ daemon → worker
     ``CallContext`` (``[session_id, message_id, agent, directory, worktree, tool_use_id]``) and
     ``progress`` says whether the caller asked for progress notifications.
     ``Cancel``: ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
+    ``Answer``: ``["answer", call_id, ask_id, result_json, error]``: the client's answer to an ``ask``
+    (``result_json`` None and ``error`` why, when there is none).
 
 worker → daemon
     ``["loaded", definitions, load_ms, problems, deps, source, helpers]`` once, when the module loaded;
@@ -25,6 +27,8 @@ worker → daemon
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
     ``["dropped", call_id, keys]``: the call's undeclared arguments that were dropped (see
     ``arguments``), before its result.
+    ``["ask", call_id, ask_id, method, params_json, wait]``: ``ctx.elicit``/``ctx.sample`` asks the
+    client that made the call (``method`` is ``elicitation/create`` or ``sampling/createMessage``).
     ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
     ``output``.
 
