@@ -252,7 +252,7 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
     ):
         # The common case, well inside every limit: one text block, built directly.
         return b'{"content":[{"type":"text","text":' + _json_encode(value) + b"}]}"
-    if is_content(value):
+    if spec.output_schema is None and is_content(value):  # with a schema, the value must match it
         return _content_result(spec, value, worker)
     structured = None
     if spec.output_schema is not None:
