@@ -11,7 +11,6 @@ gets an ``AskError`` at once saying why, never a wait.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,7 +41,8 @@ class AskingHost(Protocol):
     agent: str
     protocol_version: str | None
     client_capabilities: dict[str, Any]
-    transport: asyncio.Transport | None
+
+    def send_request(self, id_json: bytes, method: str, params: bytes) -> bool: ...
 
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None: ...
 
@@ -82,19 +82,15 @@ class Asking:
         The call's timeout stops while the client has the question, for at most ``wait`` seconds.
         """
         why = self.refusal(method)
-        transport = self.session.transport
-        if why is None and transport is None:
-            why = "the client has gone away"
         if why is not None:
             call.answer(ask_id, None, why)
             return
-        assert transport is not None
         id_json = _encode(f"atomic-{next(_ids)}")
+        if not self.session.send_request(id_json, method, params):
+            call.answer(ask_id, None, "the client has gone away")
+            return
         self.waiting[id_json] = (call, ask_id, method)
         call.hold(wait)
-        transport.write(
-            b'{"jsonrpc":"2.0","id":' + id_json + b',"method":' + _encode(method) + b',"params":' + params + b"}\n"
-        )
 
     def response(self, id_json: bytes, result: Any, error: Any) -> bool:
         """Take the client's response to one of these requests; False when it answers none of them."""

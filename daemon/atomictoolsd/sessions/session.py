@@ -373,6 +373,13 @@ class Session(asyncio.Protocol):
         if self.transport is not None:
             self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode_report(error) + b"}\n")
 
+    def send_request(self, id_json: bytes, method: str, params: bytes) -> bool:
+        """Send the client a request of the daemon's own (a tool's question); False when it is gone."""
+        if self.transport is None:
+            return False
+        self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"method":' + _encode(method) + b',"params":' + params + b"}\n")
+        return True
+
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
         if self.transport is None:
             return
