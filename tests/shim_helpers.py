@@ -51,13 +51,17 @@ def shim_params(env: Env, *args: str, command: str | None = None, cwd: Path | No
 
 @asynccontextmanager
 async def mcp_session(
-    env: Env, *args: str, command: str | None = None, initialize: bool = True, cwd: Path | None = None
+    env: Env, *args: str, command: str | None = None, initialize: bool = True, cwd: Path | None = None,
+    **callbacks: Any,
 ) -> AsyncIterator[tuple[ClientSession, Seen]]:
-    """An official ``ClientSession`` over the shim's stdio; the shim's stderr goes to ``env.root``."""
+    """An official ``ClientSession`` over the shim's stdio; the shim's stderr goes to ``env.root``.
+
+    ``callbacks`` go to the ``ClientSession`` (``elicitation_callback``, ``sampling_callback``).
+    """
     seen = Seen()
     with open(env.root / "shim.stderr", "a") as errlog:
         async with stdio_client(shim_params(env, *args, command=command, cwd=cwd), errlog=errlog) as (read, write):
-            async with ClientSession(read, write, message_handler=seen.handle) as session:
+            async with ClientSession(read, write, message_handler=seen.handle, **callbacks) as session:
                 if initialize:
                     await session.initialize()
                 yield session, seen

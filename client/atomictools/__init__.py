@@ -1,6 +1,7 @@
 """atomictools: write tools for atomictoolsd, and call them from any Python process.
 
-Tool authors use ``tool``, ``Context``, ``Field`` and ``ToolError``; agent processes use ``Client``
+Tool authors use ``tool``, ``Context``, ``Field`` and ``ToolError``, and return ``Image``, ``Audio``,
+``Resource`` or ``ResourceLink`` for content that is not text; agent processes use ``Client``
 and ``AsyncClient``. The names load lazily (PEP 562) so that a process needing one part, such as
 the stdio shim that only needs the socket path, does not pay for importing the others. For the
 same reason this module imports nothing at run time (``typing`` alone costs the shim ~5 ms).
@@ -13,13 +14,20 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 __version__ = "0.1.0"
 
 __all__ = [
+    "AskError",
     "AsyncClient",
     "AtomicToolsError",
+    "Audio",
     "Client",
     "ConnectError",
     "Context",
+    "Elicitation",
     "Field",
+    "Image",
     "RPCError",
+    "Resource",
+    "ResourceLink",
+    "Sample",
     "ToolError",
     "ToolResult",
     "__version__",
@@ -33,6 +41,13 @@ _EXPORTS = {
     "Context": "atomictools._authoring",
     "Field": "atomictools._authoring",
     "tool": "atomictools._authoring",
+    "Audio": "atomictools._content",
+    "Image": "atomictools._content",
+    "Resource": "atomictools._content",
+    "ResourceLink": "atomictools._content",
+    "AskError": "atomictools._errors",
+    "Elicitation": "atomictools._asking",
+    "Sample": "atomictools._asking",
     "AtomicToolsError": "atomictools._errors",
     "ConnectError": "atomictools._errors",
     "RPCError": "atomictools._errors",
@@ -42,10 +57,12 @@ _EXPORTS = {
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from typing import Any
 
+    from atomictools._asking import Elicitation, Sample
     from atomictools._async_client import AsyncClient
     from atomictools._authoring import Context, Field, tool
     from atomictools._client import Client, ToolResult
-    from atomictools._errors import AtomicToolsError, ConnectError, RPCError, ToolError
+    from atomictools._content import Audio, Image, Resource, ResourceLink
+    from atomictools._errors import AskError, AtomicToolsError, ConnectError, RPCError, ToolError
 
 
 def __getattr__(name: str) -> Any:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import os
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from atomictools._answering import OnElicit, OnSample, answer, capabilities, response
 from atomictools._client import (
     _CONNECT_ERRORS,
     _LINE_LIMIT,
@@ -41,8 +43,12 @@ class AsyncClient:
         autostart: bool = True,
         timeout: float | None = None,
         agent: str = "python",
+        on_elicit: OnElicit | None = None,
+        on_sample: OnSample | None = None,
     ) -> None:
         self.socket_path = socket_path or _default_socket_path()
+        self.on_elicit = on_elicit
+        self.on_sample = on_sample
         self.directory = os.path.abspath(directory or os.getcwd())
         self.autostart = autostart
         self.timeout = timeout
@@ -55,6 +61,7 @@ class AsyncClient:
         self._notifications: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._reader_task: asyncio.Task[None] | None = None
         self._lost = False  # the daemon closed the connection and no request has been told yet
+        self._answering: set[asyncio.Task[None]] = set()
 
     async def connect(self) -> AsyncClient:
         if self._writer is not None:
@@ -82,6 +89,8 @@ class AsyncClient:
         self._notifications = asyncio.Queue()
         self._reader_task = asyncio.create_task(self._read_loop())
         await self.request("atomic/attach", _attach_params(self.directory, self.agent, self.session_id))
+        if self.on_elicit is not None or self.on_sample is not None:
+            await self.initialize()  # declares what the callbacks answer: tools may then ask
         return self
 
     async def _read_loop(self) -> None:
@@ -93,6 +102,11 @@ class AsyncClient:
                 if not line:
                     break
                 message = _decode(line)
+                if "method" in message and "id" in message:
+                    task = asyncio.create_task(self._answer(message))  # a tool asks; reading goes on
+                    self._answering.add(task)
+                    task.add_done_callback(self._answering.discard)
+                    continue
                 if "method" in message:
                     self._notifications.put_nowait(message)
                     continue
@@ -117,6 +131,18 @@ class AsyncClient:
                 self._notifications.put_nowait(_LOST)
                 self._writer.close()
                 self._writer = None
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        callback, args = answer(message, self.on_elicit, self.on_sample)
+        try:
+            value = callback(*args) if callback is not None else None
+            if inspect.isawaitable(value):
+                value = await value
+            reply = response(message, value) if callback is not None else response(message)
+        except Exception as exc:  # noqa: BLE001 - the tool gets the callback's failure as its AskError
+            reply = response(message, error=exc)
+        if self._writer is not None:
+            self._writer.write(_encode(reply) + b"\n")
 
     async def close(self) -> None:
         self._lost = False
@@ -175,7 +201,7 @@ class AsyncClient:
             "initialize",
             {
                 "protocolVersion": protocol_version,
-                "capabilities": {},
+                "capabilities": capabilities(self.on_elicit, self.on_sample),
                 "clientInfo": {"name": f"atomictools-{self.agent}", "version": "0"},
             },
         )

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import msgspec
 
+from atomictools._asking import (
+    Elicitation,
+    Sample,
+    elicitation_params,
+    read_elicitation,
+    read_sample,
+    sampling_params,
+)
+from atomictools._errors import AskError
 from atomictools._protocol import LOG_LEVELS, LogLevel
 
 __all__ = ["ANNOTATION_KEYS", "Context", "Field", "LogLevel", "ToolOptions", "tool"]
@@ -135,6 +146,9 @@ def Field(  # noqa: N802 - reads like a type in annotations, as in pydantic and 
 
 
 Emit = Callable[[str, tuple[Any, ...]], None]
+# Sends a request to the client that made the call; the future holds the JSON of its result, or
+# fails with AskError. Set by the worker runtime.
+Ask = Callable[[str, dict[str, Any], "float | None"], "Future[bytes]"]
 
 
 class Context:
@@ -150,9 +164,14 @@ class Context:
         directory: the directory the session works in.
         worktree: the project root of that directory (its git worktree root, when it has one).
         tool_use_id: the agent's id for this tool use when the client sent one, or ``""``.
+
+    Besides ``progress`` and ``log``, a tool can ask the client mid-call: ``elicit`` (a question to
+    the user) and ``sample`` (a completion from the client's model), with ``aelicit``/``asample``
+    for ``async def`` tools.
     """
 
     __slots__ = (
+        "_ask",
         "_cancelled",
         "_emit",
         "_event",
@@ -175,6 +194,7 @@ class Context:
         worktree: str = "",
         tool_use_id: str = "",
         emit: Emit | None = None,
+        ask: Ask | None = None,
     ) -> None:
         self.session_id = session_id
         self.message_id = message_id
@@ -183,6 +203,7 @@ class Context:
         self.worktree = worktree
         self.tool_use_id = tool_use_id
         self._emit = emit
+        self._ask = ask
         self._last_progress: float | None = None
         self._cancelled = False
         self._event: threading.Event | None = None  # made on first use: most tools never wait on it
@@ -228,6 +249,119 @@ class Context:
             raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}; got {level!r}")
         if self._emit is not None:
             self._emit("log", (level, data))
+
+    # -- asking the client -----------------------------------------------------------------------
+
+    def elicit(self, message: str, schema: Any = None, *, timeout: float | None = None) -> Elicitation:
+        """Ask the user a question through the client (MCP elicitation); wait for the answer.
+
+        Args:
+            message: what the user reads.
+            schema: what to ask for: None for a plain yes/no confirmation; a ``msgspec.Struct``,
+                dataclass or TypedDict type (its defaults and ``Literal`` choices go into the form,
+                and an accepted answer comes back as an instance); or a JSON Schema dict.
+            timeout: seconds to wait (default: the daemon's ``ask_timeout``, 10 minutes). The wait
+                does not count against the call's own timeout.
+
+        Returns:
+            An ``Elicitation``: ``.accepted``, ``.action`` (accept/decline/cancel), ``.content``.
+
+        Raises:
+            AskError: the client cannot be asked (it did not declare elicitation), answered with an
+                error, did not answer in time, or the call was cancelled.
+        """
+        params = elicitation_params(message, schema)
+        return self._read(read_elicitation, self._wait(self._send_ask("elicitation/create", params, timeout), timeout), schema)
+
+    async def aelicit(self, message: str, schema: Any = None, *, timeout: float | None = None) -> Elicitation:
+        """``elicit`` for an ``async def`` tool: the same arguments, awaited."""
+        params = elicitation_params(message, schema)
+        return self._read(read_elicitation, await self._await(self._send_ask("elicitation/create", params, timeout), timeout), schema)
+
+    def sample(
+        self,
+        messages: str | list[Any],
+        *,
+        max_tokens: int = 1000,
+        system: str | None = None,
+        temperature: float | None = None,
+        stop: list[str] | None = None,
+        model_hints: list[str] | None = None,
+        include_context: Literal["none", "thisServer", "allServers"] | None = None,
+        timeout: float | None = None,
+    ) -> Sample:
+        """Ask the client's model for a completion (MCP sampling); wait for it.
+
+        Args:
+            messages: a prompt, or a list of turns (strings are user turns; dicts are MCP
+                ``SamplingMessage``s such as ``{"role": "assistant", "content": {...}}``).
+            max_tokens: the most tokens the reply may take.
+            system: a system prompt.
+            temperature, stop, model_hints, include_context: as MCP's ``sampling/createMessage``.
+            timeout: seconds to wait (default: the daemon's ``ask_timeout``, 10 minutes). The wait
+                does not count against the call's own timeout.
+
+        Returns:
+            A ``Sample``: ``.text``, ``.content``, ``.model``, ``.stop_reason``.
+
+        Raises:
+            AskError: as for ``elicit`` (the capability is ``sampling``).
+        """
+        params = sampling_params(
+            messages, max_tokens=max_tokens, system=system, temperature=temperature, stop=stop,
+            model_hints=model_hints, include_context=include_context,
+        )
+        return self._read(read_sample, self._wait(self._send_ask("sampling/createMessage", params, timeout), timeout))
+
+    async def asample(
+        self,
+        messages: str | list[Any],
+        *,
+        max_tokens: int = 1000,
+        system: str | None = None,
+        temperature: float | None = None,
+        stop: list[str] | None = None,
+        model_hints: list[str] | None = None,
+        include_context: Literal["none", "thisServer", "allServers"] | None = None,
+        timeout: float | None = None,
+    ) -> Sample:
+        """``sample`` for an ``async def`` tool: the same arguments, awaited."""
+        params = sampling_params(
+            messages, max_tokens=max_tokens, system=system, temperature=temperature, stop=stop,
+            model_hints=model_hints, include_context=include_context,
+        )
+        return self._read(read_sample, await self._await(self._send_ask("sampling/createMessage", params, timeout), timeout))
+
+    def _send_ask(self, method: str, params: dict[str, Any], timeout: float | None) -> Future[bytes]:
+        if self._ask is None:
+            raise AskError(f"{method} is not available here: this call has no client to ask (only a tool the daemon runs can ask)")
+        if self._cancelled:
+            raise AskError("the call was cancelled; nothing was asked")
+        return self._ask(method, params, timeout)
+
+    @staticmethod
+    def _wait(future: Future[bytes], timeout: float | None) -> bytes:
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise AskError(f"the client did not answer within {timeout:g} s") from None
+
+    @staticmethod
+    async def _await(future: Future[bytes], timeout: float | None) -> bytes:
+        import asyncio  # lazy: most tools never ask, and sync ones never need it
+
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            raise AskError(f"the client did not answer within {timeout:g} s") from None
+
+    @staticmethod
+    def _read(reader: Callable[..., Any], result: bytes, *args: Any) -> Any:
+        try:
+            return reader(result, *args)
+        except (ValueError, msgspec.DecodeError) as exc:
+            raise AskError(str(exc)) from None
 
     def __repr__(self) -> str:
         return (

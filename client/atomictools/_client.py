@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from atomictools._answering import OnElicit, OnSample, answer, capabilities, response
 from atomictools._errors import ConnectError, RPCError
 from atomictools._paths import RuntimeDirError
 from atomictools._paths import socket_path as default_socket_path
@@ -51,7 +52,8 @@ class ToolResult:
     """The result of a tool call.
 
     Attributes:
-        content: the MCP content blocks (``[{"type": "text", "text": …}, …]``).
+        content: the MCP content blocks (``[{"type": "text", "text": …}, {"type": "image", …}, …]``);
+            ``blocks(kind)`` picks those of one type.
         structured: the ``structuredContent`` when the tool declares an output schema, else None.
         is_error: True when the tool failed (bad arguments, an exception, a timeout, a crash).
         meta: the result's ``_meta`` (e.g. ``atomic/fullOutput`` when the output was truncated).
@@ -66,6 +68,11 @@ class ToolResult:
     def text(self) -> str:
         """The text blocks joined with newlines."""
         return "\n".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
+    def blocks(self, kind: str) -> list[dict[str, Any]]:
+        """The content blocks of one type: ``"image"``, ``"audio"``, ``"resource"``, ``"resource_link"``
+        or ``"text"`` (an image's or audio's bytes are ``base64.b64decode(block["data"])``)."""
+        return [b for b in self.content if b.get("type") == kind]
 
     @classmethod
     def from_mcp(cls, result: dict[str, Any]) -> ToolResult:
@@ -135,6 +142,11 @@ class Client:
         autostart: start the daemon when none answers.
         timeout: seconds to wait for any one answer (None waits as long as the call runs).
         agent: the name this client reports to the daemon (shown in status and in ``ctx.agent``).
+        on_elicit: answers a tool's ``ctx.elicit``: called with the message and the requested
+            schema, it returns the answer's content (a dict) to accept, None to decline, or an
+            ``Elicitation``. With it the client declares the elicitation capability.
+        on_sample: answers a tool's ``ctx.sample``: called with the ``sampling/createMessage``
+            params, it returns the reply's text or a ``CreateMessageResult`` dict.
 
     Example:
         >>> with Client() as c:                                   # doctest: +SKIP
@@ -149,8 +161,12 @@ class Client:
         autostart: bool = True,
         timeout: float | None = None,
         agent: str = "python",
+        on_elicit: OnElicit | None = None,
+        on_sample: OnSample | None = None,
     ) -> None:
         self.socket_path = socket_path or _default_socket_path()
+        self.on_elicit = on_elicit
+        self.on_sample = on_sample
         self.directory = os.path.abspath(directory or os.getcwd())
         self.autostart = autostart
         self.timeout = timeout
@@ -174,6 +190,8 @@ class Client:
         self._sock = sock
         self._buffer.clear()
         self.request("atomic/attach", _attach_params(self.directory, self.agent, self.session_id))
+        if self.on_elicit is not None or self.on_sample is not None:
+            self.initialize()  # declares what the callbacks answer: tools may then ask
         return self
 
     def _open(self) -> socket.socket:
@@ -277,8 +295,18 @@ class Client:
                 raise TimeoutError(f"no answer to {method} within {self.timeout:g} s")
             if reply.get("id") == request_id and "method" not in reply:
                 return _result_or_raise(reply)
-            if "method" in reply:
+            if "method" in reply and "id" in reply:
+                self._answer(reply)  # a tool asks, while its call is in flight
+            elif "method" in reply:
                 self._notifications.append(reply)
+
+    def _answer(self, message: dict[str, Any]) -> None:
+        callback, args = answer(message, self.on_elicit, self.on_sample)
+        try:
+            reply = response(message, callback(*args)) if callback is not None else response(message)
+        except Exception as exc:  # noqa: BLE001 - the tool gets the callback's failure as its AskError
+            reply = response(message, error=exc)
+        self._send(reply)
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         """Send a JSON-RPC notification (no answer)."""
@@ -295,7 +323,7 @@ class Client:
             "initialize",
             {
                 "protocolVersion": protocol_version,
-                "capabilities": {},
+                "capabilities": capabilities(self.on_elicit, self.on_sample),
                 "clientInfo": {"name": f"atomictools-{self.agent}", "version": "0"},
             },
         )

@@ -1,14 +1,15 @@
 """The exceptions atomictools raises, in one place.
 
 ``ToolError`` is for tool authors: raise it inside a tool and the caller gets a result with
-``isError: true`` carrying your message, with no traceback. The others are raised by the client.
+``isError: true`` carrying your message, with no traceback. ``AskError`` is raised inside a tool by
+``ctx.elicit`` and ``ctx.sample``. The others are raised by the client.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AtomicToolsError", "ConnectError", "RPCError", "ToolError"]
+__all__ = ["AskError", "AtomicToolsError", "ConnectError", "RPCError", "ToolError"]
 
 
 class AtomicToolsError(Exception):
@@ -19,6 +20,15 @@ class ToolError(AtomicToolsError):
     """Raised by a tool to report a failure the model should read and act on.
 
     The message becomes the text of a tool result with ``isError: true``.
+    """
+
+
+class AskError(ToolError):
+    """``ctx.elicit`` or ``ctx.sample`` got no answer: the client did not declare the capability,
+    answered with an error, did not answer within the timeout, or the call was cancelled.
+
+    A ``ToolError``: uncaught, its message is what the model reads. Catch it to go on without the
+    answer (``except AskError: ...``).
     """
 
 

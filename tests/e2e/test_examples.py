@@ -38,9 +38,38 @@ def test_every_example_loads_with_the_documented_names(tools_daemon: Daemon) -> 
         listing = client.request("atomic/list")
     assert listing["errors"] == []
     assert [t["name"] for t in listing["tools"]] == [
-        "grep", "health", "lint", "loc", "notes", "notes_add", "notes_remove", "read-doc", "run_tests",
+        "grep", "health", "images", "images_delete", "lint", "loc", "notes", "notes_add", "notes_remove", "read-doc",
+        "run_tests",
     ]
-    assert listing["counts"] == {"local": 6, "declarative": 3}
+    assert listing["counts"] == {"local": 8, "declarative": 3}
+
+
+# -- images.py: an image result, and a confirmation asked with ctx.elicit ------------------------------
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8cfc0"
+    "000003010100c9fe92ef0000000049454e44ae426082"
+)
+
+
+def test_images_shows_an_image_and_deletes_only_what_the_user_confirms(env: Env, tools_daemon: Daemon) -> None:
+    shot = env.project / "shot.png"
+    shot.write_bytes(PNG)
+    with tools_daemon.client() as client:
+        [image] = client.call("images", path="shot.png").blocks("image")
+        assert image["mimeType"] == "image/png"
+        assert client.call("images", path="../x.png").is_error
+
+        refused = client.call("images_delete", path="shot.png")  # this client cannot ask its user
+        assert refused.is_error and "elicitation" in refused.text and shot.exists()
+
+    asked: list[str] = []
+    with tools_daemon.client(on_elicit=lambda message, schema: asked.append(message)) as client:  # None: declines
+        assert client.call("images_delete", path="shot.png").text == "kept shot.png: the user chose decline"
+        assert shot.exists() and asked == ["Delete shot.png (69 bytes)?"]
+    with tools_daemon.client(on_elicit=lambda message, schema: {}) as client:
+        assert client.call("images_delete", path="shot.png").text == "deleted shot.png"
+        assert not shot.exists()
 
 
 # -- lint.py: a linter wrapper ------------------------------------------------------------------------

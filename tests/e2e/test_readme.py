@@ -95,3 +95,21 @@ def test_the_json_tools_example_answers_no_todos_without_an_error(env: Env, make
         assert "b.py:1:# TODO: this" in client.call("todos", dir="src").text
         assert client.call("read-doc", path="guide.md").text.startswith("# Guide")
     assert json.loads(block("json-tools"))["tools"][1]["handler"]["okExitCodes"] == [0, 1]
+
+
+def test_the_media_example_shows_an_image_and_asks_before_deleting(env: Env, make_daemon: object) -> None:
+    env.write_tool(env.global_tools, "plot.py", block("media"))
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d763f8cfc0"
+        "000003010100c9fe92ef0000000049454e44ae426082"
+    )
+    (env.project / "plots").mkdir()
+    (env.project / "plots" / "loss.png").write_bytes(png)
+    daemon: Daemon = make_daemon()  # type: ignore[operator]
+    with daemon.client(on_elicit=lambda message, schema: None) as client:  # the user declines
+        kept = client.call("plot", name="loss")
+        assert [b["type"] for b in kept.content] == ["text", "image"] and kept.content[1]["mimeType"] == "image/png"
+        assert (env.project / "plots" / "loss.png").exists()
+    with daemon.client(on_elicit=lambda message, schema: {}) as client:  # the user accepts
+        assert client.call("plot", name="loss").text.endswith("(deleted)")
+        assert not (env.project / "plots" / "loss.png").exists()

@@ -76,6 +76,10 @@ HOSTILE = '''
             "log data not bytes": ["log", me, "info", {"id": "ghost"}],
             "progress not a number": ["progress", me, "ghost", None, None],
             "output fd unknown": ["output", 7, b"x", 0],
+            "ask spliced": ["ask", me, 1, "elicitation/create", SPLICE],
+            "ask not an object": ["ask", me, 1, "sampling/createMessage", b'[1]'],
+            "ask a method not relayed": ["ask", me, 1, "roots/list", b"{}"],
+            "ask for an unknown call": ["ask", 10**9, 1, "elicitation/create", b"{}"],
             "unknown kind": ["ghost", me, b"{}"],
             "not an array": {"id": "ghost"},
             "a bare number": 42,
@@ -139,6 +143,10 @@ EXPECTED = {
     "log data not bytes": MALFORMED,
     "progress not a number": MALFORMED,
     "output fd unknown": MALFORMED,
+    "ask spliced": "sent a malformed elicitation/create request",
+    "ask not an object": "sent a malformed sampling/createMessage request",
+    "ask a method not relayed": MALFORMED,
+    "ask for an unknown call": "survived",
     "unknown kind": MALFORMED,
     "not an array": MALFORMED,
     "a bare number": MALFORMED,
@@ -203,6 +211,9 @@ def test_forged_oversized_and_malformed_frames_reach_no_client(env: Env, make_da
     outcomes: dict[str, str] = {}
     with daemon.raw() as raw, daemon.raw() as bystander:
         raw.request("atomic/attach", {"directory": str(env.project)})
+        # A client that may be asked: a forged question must still never reach it.
+        raw.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}, "sampling": {}},
+                                   "clientInfo": {"name": "raw"}})
         raw.request("logging/setLevel", {"level": "debug"})
         bystander.request("atomic/attach", {"directory": str(env.project)})
         response, _ = _call(raw, "warm", "hostile_echo", {"text": "hi"})

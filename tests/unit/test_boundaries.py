@@ -18,8 +18,9 @@ import atomictoolsd
 def test_public_names_are_exactly_the_intended_ones() -> None:
     assert atomictools.__all__ == sorted(atomictools.__all__)
     assert set(atomictools.__all__) == {
-        "AsyncClient", "AtomicToolsError", "Client", "ConnectError", "Context", "Field",
-        "RPCError", "ToolError", "ToolResult", "__version__", "tool",
+        "AskError", "AsyncClient", "AtomicToolsError", "Audio", "Client", "ConnectError", "Context", "Elicitation",
+        "Field", "Image", "RPCError", "Resource", "ResourceLink", "Sample", "ToolError", "ToolResult", "__version__",
+        "tool",
     }
     for name in atomictools.__all__:
         assert getattr(atomictools, name) is not None

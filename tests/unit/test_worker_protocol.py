@@ -8,6 +8,8 @@ import struct
 import pytest
 
 from atomictoolsd.workers.protocol import (
+    Answer,
+    Ask,
     CallContext,
     CallTool,
     Cancel,
@@ -84,3 +86,12 @@ def test_what_a_worker_sends_is_what_the_daemon_reads() -> None:
     reader = FrameReader(1024, WorkerMessage)
     assert reader.feed(b"".join(encode_frame(m) for m in sent)) == sent
     assert encode_frame(Result(3, None)) == encode_frame(["result", 3, None])
+
+
+def test_a_tools_question_and_its_answer_are_typed_messages() -> None:
+    ask = Ask(3, 1, "elicitation/create", b'{"message":"ok?"}')
+    assert FrameReader(1024, WorkerMessage).feed(encode_frame(ask)) == [ask]
+    with pytest.raises(FrameError):  # a worker may ask only what the daemon relays to clients
+        FrameReader(1024, WorkerMessage).feed(encode_frame(["ask", 3, 1, "roots/list", b"{}"]))
+    answers = [Answer(3, 1, b'{"action":"accept"}'), Answer(3, 2, None, "the client cannot be asked")]
+    assert FrameReader(type=DaemonMessage).feed(b"".join(encode_frame(a) for a in answers)) == answers

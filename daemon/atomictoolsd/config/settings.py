@@ -33,6 +33,10 @@ def _setting(default: Any, doc: str, *, minimum: float | None = None, choices: t
 class Config:
     call_timeout: float = _setting(60.0, "Seconds a tool call may run when the tool sets no timeout.", minimum=0.001)
     max_call_timeout: float = _setting(600.0, "The longest timeout a caller may ask for one call.", minimum=0.001)
+    ask_timeout: float = _setting(
+        600.0, "Seconds a tool may wait for the client to answer ctx.elicit or ctx.sample; the wait does not count against the call's timeout.",
+        minimum=0.001,
+    )
     cancel_grace: float = _setting(
         2.0, "Seconds a cancelled or timed-out call has to stop before its worker is killed.", minimum=0
     )

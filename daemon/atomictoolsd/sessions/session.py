@@ -46,6 +46,8 @@ from atomictoolsd.config.discovery import escape_strings, git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
 from atomictoolsd.registry.model import Project, ToolDef
 from atomictoolsd.sessions import dispatcher
+from atomictoolsd.sessions.asking import Asking
+from atomictoolsd.sessions.content import shape_result
 from atomictoolsd.sessions.messages import (
     TOO_DEEP,
     AtomicListParams,
@@ -145,6 +147,8 @@ class Session(asyncio.Protocol):
         self.dispatcher = False  # also offer the meta-tools of atomictoolsd.sessions.dispatcher
         self.locked = False  # attached with lock: LOCKED_OUT methods are refused from now on
         self.protocol_version: str | None = None
+        self.client_capabilities: dict[str, Any] = {}  # what the client declared at initialize
+        self.asking = Asking(self)  # requests its tools sent this client (ctx.elicit, ctx.sample)
         self.initialized = False
         self.subscribed = False
         self.log_level = "info"
@@ -276,7 +280,9 @@ class Session(asyncio.Protocol):
         if method is UNSET:
             if message.result is UNSET and message.error is UNSET and message.id is not UNSET:
                 self.send_error(_encode(message.id), INVALID_REQUEST, 'Invalid request: no "method"')
-            return  # a response: the daemon sends no requests, so there is nothing to match
+            elif message.id is not UNSET:
+                self.asking.response(_encode(message.id), message.result, message.error)
+            return  # a response: to a tool's question (ctx.elicit, ctx.sample), or to nothing
         if message.id is UNSET:
             self.handle_notification(method, message.params)
             return
@@ -367,6 +373,13 @@ class Session(asyncio.Protocol):
         if self.transport is not None:
             self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode_report(error) + b"}\n")
 
+    def send_request(self, id_json: bytes, method: str, params: bytes) -> bool:
+        """Send the client a request of the daemon's own (a tool's question); False when it is gone."""
+        if self.transport is None:
+            return False
+        self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"method":' + _encode(method) + b',"params":' + params + b"}\n")
+        return True
+
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
         if self.transport is None:
             return
@@ -436,6 +449,7 @@ class Session(asyncio.Protocol):
             call = self.calls.pop(_encode(params.requestId), None)
             if call is not None:
                 call.cancel()
+                self.asking.call_ended(call)
                 self._close_if_done()
 
     # -- requests -------------------------------------------------------------------------------
@@ -444,6 +458,7 @@ class Session(asyncio.Protocol):
         params = decode_params(raw, InitializeParams)
         version = params.protocolVersion
         self.protocol_version = version if version in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
+        self.client_capabilities = params.capabilities
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
             self._context = msgspec.structs.replace(self._context, agent=self.agent)
@@ -595,7 +610,8 @@ class Session(asyncio.Protocol):
     def call_result(self, call: Any, result: bytes) -> None:
         if self.calls.get(call.request_id) is call:
             del self.calls[call.request_id]
-        self.send_result(call.request_id, result)
+        self.asking.call_ended(call)
+        self.send_result(call.request_id, shape_result(result, self.protocol_version))
         self._close_if_done()
 
     def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
@@ -608,6 +624,10 @@ class Session(asyncio.Protocol):
 
     def call_log(self, call: Any, level: str, data: bytes) -> None:
         self.log_message(level, msgspec.Raw(data), logger=call.tool)
+
+    def call_ask(self, call: Any, ask_id: int, method: str, params: bytes, wait: float | None) -> None:
+        limit = self.server.config.ask_timeout
+        self.asking.ask(call, ask_id, method, params, limit if wait is None else min(wait, limit))
 
     async def on_atomic_list(self, id_json: bytes, raw: Any) -> None:
         """Tools with their source and path, counts by source, errors; shadowed ones with ``all``."""

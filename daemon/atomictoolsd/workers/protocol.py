@@ -24,7 +24,8 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "FRAME_OVERHEAD", "MAX_FRAME", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "Failed",
+    "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
+    "DaemonMessage", "Dropped", "Failed",
     "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
     "WorkerMessage", "WorkerSpec", "encode_frame", "error_result",
 ]
@@ -137,7 +138,22 @@ class Output(_Message, tag="output"):
     dropped: int
 
 
-WorkerMessage = Loaded | Failed | Result | Progress | Log | Dropped | Output
+AskMethod = Literal["elicitation/create", "sampling/createMessage"]
+ASK_METHODS: tuple[str, ...] = ("elicitation/create", "sampling/createMessage")
+
+
+class Ask(_Message, tag="ask"):
+    """A tool asks the client that made its call (``ctx.elicit``, ``ctx.sample``): the daemon sends
+    ``method`` to that client as a request and returns its answer as an ``Answer``."""
+
+    call_id: int
+    ask_id: int  # the worker's, unique while the call runs
+    method: AskMethod
+    params: bytes  # the JSON object of the request's params
+    wait: float | None = None  # seconds the tool waits for the answer (None: as long as the daemon lets it)
+
+
+WorkerMessage = Loaded | Failed | Result | Progress | Log | Dropped | Output | Ask
 
 
 # What the daemon sends a worker. ``array_like``: on the wire each is the same msgpack array a list
@@ -169,7 +185,17 @@ class Cancel(_Message, tag="cancel"):
     call_id: int  # an async call is cancelled; a sync one sees ctx.cancel_event set
 
 
-DaemonMessage = CallTool | Cancel
+class Answer(_Message, tag="answer"):
+    """The client's answer to an ``Ask``: the JSON of its result, or why there is none (the client
+    cannot be asked, it answered with an error, it went away)."""
+
+    call_id: int
+    ask_id: int
+    result: bytes | None
+    error: str | None = None
+
+
+DaemonMessage = CallTool | Cancel | Answer
 
 _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.encode

@@ -30,6 +30,8 @@ import msgspec
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
+    Answer,
+    Ask,
     CallContext,
     CallTool,
     Cancel,
@@ -108,6 +110,9 @@ class CallOwner(Protocol):
     def call_log(self, call: Call, level: str, data: bytes) -> None:
         """A ``ctx.log`` message from the tool; ``data`` is JSON."""
 
+    # An owner that can ask its client (a session) also has ``call_ask(call, ask_id, method, params,
+    # wait)`` and answers with ``call.answer``; the worker answers for an owner that cannot.
+
 
 class LoadFailed(Exception):
     """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``.
@@ -134,10 +139,12 @@ class Call:
 
     __slots__ = (
         "arguments",
+        "asking",
         "context",
         "deadline",
         "done",
         "id",
+        "left",
         "owner",
         "progress_token",
         "request_id",
@@ -173,6 +180,8 @@ class Call:
         self.deadline = time.monotonic() + timeout  # the pool's Deadlines answers it then
         self.done = False
         self.worker: Worker | None = None
+        self.asking = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
+        self.left = 0.0  # of the timeout, while they wait
 
     def finish(self, result: bytes) -> None:
         """Answer the call (once; later answers are dropped)."""
@@ -181,6 +190,27 @@ class Call:
         self.done = True
         self.runner.record(self, result)
         self.owner.call_result(self, result)
+
+    def hold(self, wait: float) -> None:
+        """The tool waits for its client: the wait does not count against its timeout, and may last
+        ``wait`` seconds (``ask_timeout``)."""
+        now = time.monotonic()
+        if self.asking == 0:
+            self.left = self.deadline - now
+        self.asking += 1
+        self.deadline = max(self.deadline, now + wait)
+
+    def release(self) -> None:
+        """An answer came: the call's own time runs again from what was left of it."""
+        if self.asking > 0:
+            self.asking -= 1
+            if self.asking == 0:
+                self.deadline = time.monotonic() + max(self.left, 0.0)
+
+    def answer(self, ask_id: int, result: bytes | None, error: str | None = None) -> None:
+        """Give the tool the client's answer to what it asked (``ctx.elicit``, ``ctx.sample``)."""
+        if not self.done and self.worker is not None:
+            self.worker.send_answer(self, ask_id, result, error)
 
     def cancel(self) -> None:
         """The caller cancelled: stop the work and never answer."""
@@ -192,7 +222,10 @@ class Call:
 
     def expire(self) -> None:
         """The timeout fired: answer with an error, then stop the work."""
-        self.fail(f"Tool {self.tool!r} timed out after {self.timeout:g} s")
+        if self.asking:
+            self.fail(f"Tool {self.tool!r} timed out waiting for the client to answer its question (ask_timeout)")
+        else:
+            self.fail(f"Tool {self.tool!r} timed out after {self.timeout:g} s")
 
     def fail(self, text: str) -> None:
         """Answer with an error saying ``text``, then stop the work (the worker lives on)."""
@@ -257,6 +290,8 @@ class Worker(asyncio.Protocol):
                 self._on_progress(message)
             elif kind is Log:
                 self._on_log(message)
+            elif kind is Ask:
+                self._on_ask(message)
             elif kind is Dropped:
                 call = self.pending.get(message.call_id)
                 if call is not None:
@@ -420,11 +455,34 @@ class Worker(asyncio.Protocol):
             return
         call.owner.call_log(call, message.level, data)
 
+    def _on_ask(self, message: Ask) -> None:
+        call = self.pending.get(message.call_id)
+        if call is None or call.done:
+            return  # the call has ended: the tool's wait ends with it
+        ask = getattr(call.owner, "call_ask", None)
+        if ask is None:
+            self._write(Answer(call.id, message.ask_id, None, "this caller cannot be asked anything"))
+            return
+        # Re-encoded, as results are: the params go into a line to the client, and a tool can write
+        # anything to its channel.
+        try:
+            params = _decode_json(message.params)
+        except msgspec.DecodeError as exc:
+            params = exc
+        if not isinstance(params, dict):
+            call.fail(f"Tool {call.tool!r} sent a malformed {message.method} request; it was not relayed")
+            return
+        ask(call, message.ask_id, message.method, _encode_json(params), message.wait)
+
+    def send_answer(self, call: Call, ask_id: int, result: bytes | None, error: str | None) -> None:
+        if call.id in self.pending:
+            self._write(Answer(call.id, ask_id, result, error))
+
     def live_calls(self) -> int:
         """Calls whose caller still waits for this worker's answer."""
         return len(self.pending) - len(self.abandoned)
 
-    def _write(self, message: CallTool | Cancel) -> None:
+    def _write(self, message: CallTool | Cancel | Answer) -> None:
         if self._transport is not None:
             self._transport.write(encode_frame(message))
 

@@ -11,6 +11,8 @@ daemon → worker
     ``CallContext`` (``[session_id, message_id, agent, directory, worktree, tool_use_id]``) and
     ``progress`` says whether the caller asked for progress notifications.
     ``Cancel``: ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
+    ``Answer``: ``["answer", call_id, ask_id, result_json, error]``: the client's answer to an ``ask``
+    (``result_json`` None and ``error`` why, when there is none).
 
 worker → daemon
     ``["loaded", definitions, load_ms, problems, deps, source, helpers]`` once, when the module loaded;
@@ -25,6 +27,8 @@ worker → daemon
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
     ``["dropped", call_id, keys]``: the call's undeclared arguments that were dropped (see
     ``arguments``), before its result.
+    ``["ask", call_id, ask_id, method, params_json, wait]``: ``ctx.elicit``/``ctx.sample`` asks the
+    client that made the call (``method`` is ``elicitation/create`` or ``sampling/createMessage``).
     ``["output", fd, data, dropped]``: what the worker wrote to its stdout (1) or stderr (2); see
     ``output``.
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import importlib.util
+import itertools
 import os
 import queue
 import socket
@@ -47,14 +52,17 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import msgspec
 
 from atomictools._authoring import Context
-from atomictools._errors import ToolError
+from atomictools._errors import AskError, ToolError
 from atomictools._schema import SchemaError, ToolSpec, collect_tools, enc_hook
 from atomictoolsd.workers.protocol import (
+    Answer,
+    Ask,
     CallTool,
     DaemonMessage,
     Dropped,
@@ -70,6 +78,7 @@ from atomictoolsd.workers.protocol import (
     error_result,
 )
 from atomictoolsd.workers.runtime.arguments import Undeclared, split_undeclared
+from atomictoolsd.workers.runtime.blocks import content_blocks, is_content
 from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_limit, memory_error_text
 from atomictoolsd.workers.runtime.output import capture as capture_output
 from atomictoolsd.workers.runtime.sourceload import (
@@ -243,6 +252,8 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
     ):
         # The common case, well inside every limit: one text block, built directly.
         return b'{"content":[{"type":"text","text":' + _json_encode(value) + b"}]}"
+    if spec.output_schema is None and is_content(value):  # with a schema, the value must match it
+        return _content_result(spec, value, worker)
     structured = None
     if spec.output_schema is not None:
         try:
@@ -274,7 +285,24 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
         result["structuredContent"] = structured
     if meta is not None:
         result["_meta"] = meta
-    encoded = _json_encode(result)
+    return _checked_size(spec, _json_encode(result), worker)
+
+
+def _content_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
+    """An image, audio, a resource or a link, or a list mixing them with text: their blocks."""
+    try:
+        blocks, spilled = content_blocks(
+            value, spec.name, worker.truncate_lines, worker.truncate_bytes, worker.spill_dir, _json_encode
+        )
+    except (OSError, ValueError, TypeError) as exc:
+        return error_result(f"Tool {spec.name!r} returned content that cannot be sent: {exc}")
+    result: dict[str, Any] = {"content": blocks}
+    if spilled:
+        result["_meta"] = {"atomic/fullOutput": spilled[0], "atomic/spilled": spilled}
+    return _checked_size(spec, _json_encode(result), worker)
+
+
+def _checked_size(spec: ToolSpec, encoded: bytes, worker: WorkerSpec) -> bytes:
     if len(encoded) > worker.max_result_bytes:
         # Structured content is never cut (it would no longer match its schema), and a result this
         # large would cost the daemon several times its size in memory on its way to a client that
@@ -338,6 +366,8 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
         self._refused: dict[int, str] = {}  # calls that tried to send a message too large: why they fail
+        self._asks: dict[int, tuple[int, Future[bytes]]] = {}  # ctx.elicit/sample waiting: ask id → (call, answer)
+        self._ask_ids = itertools.count(1)
 
     def send(self, message: Any) -> None:
         frame = encode_frame(message)
@@ -364,6 +394,8 @@ class Runtime:
                     self._dispatch(job)  # more is waiting to be read: do not sit on it
                 else:
                     self._run_inline(job, generation)
+            elif type(message) is Answer:
+                self._answered(message)
             else:
                 self.cancel_call(message.call_id)
 
@@ -486,6 +518,7 @@ class Runtime:
                 worktree=context.worktree,
                 tool_use_id=context.tool_use_id,
                 emit=self._emitter(call_id, call.progress, name),
+                ask=self._asker(call_id),
             )
         self.calls[call_id] = ctx
         if spec.is_async:
@@ -519,6 +552,8 @@ class Runtime:
 
     def finish_call(self, call_id: int, result: bytes | None) -> None:
         self.calls.pop(call_id, None)
+        if self._asks:
+            self._drop_asks(call_id, "the call has ended")
         refused = self._refused.pop(call_id, None) if self._refused else None
         if refused is not None and result is not None:
             result = error_result(refused)
@@ -530,6 +565,8 @@ class Runtime:
         ctx = self.calls[call_id]
         if ctx is not None:
             ctx._cancel()
+        if self._asks:
+            self._drop_asks(call_id, "the call was cancelled (or timed out) while it waited for the client")
         with self._lock:
             for job in self._backlog:
                 if job[0] == call_id:
@@ -540,6 +577,39 @@ class Runtime:
             # Through the loop, behind the _start_task that start_call scheduled: looked up here,
             # the task of a call whose cancel came right behind it would not exist yet.
             self._loop.call_soon_threadsafe(self._cancel_task, call_id)
+
+    # asking the client (ctx.elicit, ctx.sample)
+
+    def _asker(self, call_id: int) -> Callable[[str, dict[str, Any], float | None], Future[bytes]]:
+        def ask(method: str, params: dict[str, Any], wait: float | None) -> Future[bytes]:
+            future: Future[bytes] = Future()
+            if call_id not in self.calls:
+                future.set_exception(AskError("the call has ended; nothing was asked"))
+                return future
+            ask_id = next(self._ask_ids)
+            self._asks[ask_id] = (call_id, future)
+            future.add_done_callback(lambda _: self._asks.pop(ask_id, None))  # answered, failed, or given up on
+            self.send(Ask(call_id, ask_id, method, _json_encode(params), None if wait is None else float(wait)))  # type: ignore[arg-type]
+            return future
+
+        return ask
+
+    def _answered(self, message: Answer) -> None:
+        entry = self._asks.pop(message.ask_id, None)
+        if entry is None or entry[0] != message.call_id or entry[1].done():
+            return  # the tool stopped waiting (its timeout), or the call ended
+        future = entry[1]
+        if message.result is not None:
+            future.set_result(message.result)
+        else:
+            future.set_exception(AskError(message.error or "the client gave no answer"))
+
+    def _drop_asks(self, call_id: int, why: str) -> None:
+        for ask_id, (owner, future) in list(self._asks.items()):
+            if owner == call_id:
+                self._asks.pop(ask_id, None)
+                if not future.done():
+                    future.set_exception(AskError(why))
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

@@ -1,0 +1,123 @@
+"""A tool asks the client that made its call: ``ctx.elicit`` (``elicitation/create``) and
+``ctx.sample`` (``sampling/createMessage``), as requests the daemon sends on that client's
+connection, whose answers go back to the waiting tool.
+
+One ``Asking`` per session. It owns the requests the daemon has sent the client and not yet seen
+answered, and nothing else: the session hands it the client's responses (``response``) and tells it
+when a call ends (``call_ended``: the client is told the request is cancelled). A client that did
+not declare the capability, or whose revision lacks the method, is never sent the request: the tool
+gets an ``AskError`` at once saying why, never a wait.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+if TYPE_CHECKING:
+    from atomictoolsd.workers.worker import Call
+
+__all__ = ["CAPABILITY", "Asking", "AskingHost"]
+
+_ids = itertools.count(1)
+_encode = msgspec.json.encode
+
+# The client capability each method needs, and the first revision that has it.
+CAPABILITY = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling"}
+_SINCE = {"elicitation/create": "2025-06-18", "sampling/createMessage": "2024-11-05"}
+_WHAT = {"elicitation/create": "ask the user (elicitation)", "sampling/createMessage": "ask its model for a completion (sampling)"}
+
+
+class _Error(msgspec.Struct):
+    code: int = 0
+    message: str = ""
+
+
+class AskingHost(Protocol):
+    """What ``Asking`` uses of its session (``session.Session``)."""
+
+    agent: str
+    protocol_version: str | None
+    client_capabilities: dict[str, Any]
+
+    def send_request(self, id_json: bytes, method: str, params: bytes) -> bool: ...
+
+    def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None: ...
+
+
+class Asking:
+    """The requests one session's tools have sent its client, by the request's id as JSON."""
+
+    __slots__ = ("session", "waiting")
+
+    def __init__(self, session: AskingHost) -> None:
+        self.session = session
+        self.waiting: dict[bytes, tuple[Call, int, str]] = {}
+
+    def refusal(self, method: str) -> str | None:
+        """Why this client cannot be sent ``method``, or None when it can."""
+        session = self.session
+        who = f"the client ({session.agent})" if session.agent else "the client"
+        capability = CAPABILITY[method]
+        version = session.protocol_version
+        if version is None:
+            return (
+                f"{who} cannot {_WHAT[method]}: it connected without MCP's initialize, so it declared "
+                f"no '{capability}' capability; go on without the answer"
+            )
+        if version < _SINCE[method]:
+            return f"{who} cannot {_WHAT[method]}: its MCP revision {version} has no {method}; go on without the answer"
+        if capability not in session.client_capabilities:
+            return (
+                f"{who} cannot {_WHAT[method]}: it did not declare the '{capability}' capability when it "
+                f"connected; go on without the answer"
+            )
+        return None
+
+    def ask(self, call: Call, ask_id: int, method: str, params: bytes, wait: float) -> None:
+        """Send ``method`` to the client for ``call``'s tool, or answer the tool at once why not.
+
+        The call's timeout stops while the client has the question, for at most ``wait`` seconds.
+        """
+        why = self.refusal(method)
+        if why is not None:
+            call.answer(ask_id, None, why)
+            return
+        id_json = _encode(f"atomic-{next(_ids)}")
+        if not self.session.send_request(id_json, method, params):
+            call.answer(ask_id, None, "the client has gone away")
+            return
+        self.waiting[id_json] = (call, ask_id, method)
+        call.hold(wait)
+
+    def response(self, id_json: bytes, result: Any, error: Any) -> bool:
+        """Take the client's response to one of these requests; False when it answers none of them."""
+        entry = self.waiting.pop(id_json, None)
+        if entry is None:
+            return False
+        call, ask_id, method = entry
+        call.release()
+        if result is not msgspec.UNSET:
+            call.answer(ask_id, bytes(result))
+            return True
+        try:
+            err = msgspec.json.decode(bytes(error), type=_Error)
+            text = f"{err.message} (code {err.code})"
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            text = bytes(error).decode("utf-8", "replace")[:200]
+        call.answer(ask_id, None, f"the client answered {method} with an error: {text}")
+        return True
+
+    def call_ended(self, call: Any) -> None:
+        """``call`` has answered or was cancelled: cancel what it still waits for at the client."""
+        if not self.waiting:
+            return
+        for id_json, entry in list(self.waiting.items()):
+            if entry[0] is call:
+                del self.waiting[id_json]
+                self.session.send_notification(
+                    "notifications/cancelled",
+                    {"requestId": msgspec.json.decode(id_json), "reason": "the tool call that asked has ended"},
+                )
