@@ -109,7 +109,7 @@ def test_the_sandbox_needs_only_the_standard_library() -> None:
 LAYERS: list[tuple[str, ...]] = [
     ("atomictoolsd.__main__", "atomictoolsd.cli", "atomictoolsd.shim"),  # entry points
     ("atomictoolsd.server",),  # the daemon process: lifecycle, socket, signals, wiring
-    ("atomictoolsd.sessions", "atomictoolsd.bridges", "atomictoolsd.service", "atomictoolsd.builtins"),
+    ("atomictoolsd.sessions", "atomictoolsd.transports", "atomictoolsd.bridges", "atomictoolsd.service", "atomictoolsd.builtins"),
     ("atomictoolsd.registry",),
     ("atomictoolsd.workers",),  # daemon side: pool, worker, spawner, monitor
     ("atomictoolsd.workers.runtime", "atomictoolsd.declarative"),  # inside a worker

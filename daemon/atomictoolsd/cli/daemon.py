@@ -84,6 +84,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     paths.create_private_dirs()
     try:
         config = load_config(paths.config_file)
+        if args.http is not None:
+            config = _with_http(config, args.http)
     except ConfigError as exc:
         return fail(f"bad configuration: {exc}", 2)
     _setup_logging(config.log_level)
@@ -137,6 +139,20 @@ def _setup_logging(level: str) -> None:
     root.addHandler(EventLogHandler())
 
 
+def _with_http(config: Any, address: str) -> Any:
+    """``config`` with ``http`` from the command line (``--http``), checked as the setting is."""
+    import dataclasses
+
+    from atomictoolsd.config.settings import ConfigError  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.transports.http import AddressError, parse_address  # lazy: likewise (start-up cost)
+
+    try:
+        parse_address(address)
+    except AddressError as exc:
+        raise ConfigError(f"--http: {exc}") from None
+    return dataclasses.replace(config, http=address, sources={**config.sources, "http": "--http"})
+
+
 def cmd_start(args: argparse.Namespace) -> int:
     """Start the daemon in the background; return once its socket serves."""
     from atomictools._autostart import start_daemon
@@ -149,16 +165,21 @@ def cmd_start(args: argparse.Namespace) -> int:
     )
 
     try:  # the same check the daemon makes, said here rather than from a log's tail
-        load_config(Paths.from_env().config_file)
+        config = load_config(Paths.from_env().config_file)
+        http = getattr(args, "http", None)  # restart has no --http: the setting's value holds
+        if http is not None:
+            config = _with_http(config, http)
     except ConfigError as exc:
         print(f"atomictoolsd: bad configuration: {exc}", file=sys.stderr)
         return 2
     running = _running_pid(args)  # a daemon may serve already (or a service manager's socket start it)
     if running is not None:
         print(f"atomictoolsd is already running (pid {running}) on {socket_path()}")
-        return 0
+        if http is not None:
+            print("(--http takes effect when it starts: `atomictoolsd stop` first)", file=sys.stderr)
+        return _print_http() if http is None else 1
     try:
-        state, pid = start_daemon()
+        state, pid = start_daemon(extra_args=("--http", http) if http is not None else ())
     except ConnectError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
@@ -166,6 +187,39 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"atomictoolsd is already running (pid {pid}) on {socket_path()}")
     else:
         print(f"atomictoolsd started (pid {pid}) on {socket_path()}")
+    return _print_http()
+
+
+def _print_http() -> int:
+    """Say where HTTP is served (or why it is not); 1 when it was asked for and is not served."""
+    http = (raw_request("atomic/status") or {}).get("http")
+    if not http:
+        return 0
+    if http.get("error"):
+        print(f"atomictoolsd: HTTP not served: {http['error']}", file=sys.stderr)
+        return 1
+    print(f"MCP over HTTP at {http['url']} (token in {http['token_file']})")
+    return 0
+
+
+def cmd_http_token(args: argparse.Namespace) -> int:
+    """Print where the HTTP token is (``--show``: the token; ``--rotate``: make a new one)."""
+    from pathlib import Path
+
+    from atomictools._paths import runtime_dir
+    from atomictoolsd.transports.http import TOKEN_NAME, new_token, read_token  # lazy: only this command pays for it
+
+    path = Path(runtime_dir()) / TOKEN_NAME
+    if args.rotate:
+        reply = raw_request("atomic/http/rotate")
+        if not (isinstance(reply, dict) and "token_file" in reply):
+            new_token(path)  # no daemon serving HTTP: the next one to start reads this one
+        print(f"a new token is in {path}; clients using the old one get 401 until they read it")
+    token = read_token(path)
+    if token is None:
+        print(f"no token yet at {path}: start the daemon with --http (or the http setting) to make one", file=sys.stderr)
+        return 1
+    print(token if args.show else str(path))
     return 0
 
 
@@ -284,6 +338,9 @@ def print_status(status: dict[str, Any]) -> None:
     fork = status["forkserver"]
     print(f"atomictoolsd {status['version']}  pid {status['pid']}  up {_duration(status['uptime'])}")
     print(f"socket    {status['socket']}")
+    http = status.get("http")
+    if http:
+        print(f"http      {http['url']}  (token in {http['token_file']})" if http.get("url") else f"http      not served: {http['error']}")
     print(f"service   {manager}")
     workers = fork["workers"]
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
@@ -344,7 +401,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload", "sandbox",
+    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload", "sandbox", "http",
 })
 
 
@@ -437,16 +494,32 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "configuration and rescans the tools dirs. Exits 2 on a bad configuration; 0 when another "
         "daemon already serves.",
     )
+    serve.add_argument("--http", metavar="[ADDRESS:]PORT", default=None,
+                       help="also serve MCP's Streamable HTTP there (the http setting; a bare port is loopback)")
     serve.add_argument("--detach", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
-    commands.add_parser(
+    start = commands.add_parser(
         "start", help="start the daemon in the background",
         description="Start the daemon in the background, detached from this terminal, and return once "
         "its socket serves. Does nothing when a daemon already runs. Exits 2 on a bad configuration, "
-        "1 when the daemon could not start (the cause is printed first).",
-    ).set_defaults(func=cmd_start)
+        "1 when the daemon could not start, or HTTP was asked for and is not served (the cause is printed first).",
+    )
+    start.add_argument("--http", metavar="[ADDRESS:]PORT", default=None,
+                       help="also serve MCP's Streamable HTTP there, e.g. 8765 (loopback) or 127.0.0.1:8765; see docs/http.md")
+    start.set_defaults(func=cmd_start)
+    http = commands.add_parser("http", help="the Streamable HTTP endpoint's token")
+    http_actions = http.add_subparsers(dest="action", metavar="ACTION", required=True)
+    token = http_actions.add_parser(
+        "token", help="print the token file's path (--show: the token; --rotate: a new token)",
+        description="Print where the bearer token HTTP clients send is kept (a 0600 file in the runtime dir). "
+        "--show prints the token itself; --rotate makes a new one at once (the running daemon takes it; "
+        "clients with the old one get 401).",
+    )
+    token.add_argument("--show", action="store_true", help="print the token, not its path")
+    token.add_argument("--rotate", action="store_true", help="make a new token now")
+    token.set_defaults(func=cmd_http_token)
     commands.add_parser(
         "stop", help="stop the daemon",
         description="Stop the daemon: calls in flight finish first (within shutdown_grace seconds), then "

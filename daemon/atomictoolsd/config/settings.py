@@ -71,6 +71,9 @@ class Config:
     )
     sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
     sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
+    http: str = _setting(
+        "", "Serve MCP's Streamable HTTP on [ADDRESS:]PORT (a bare port is loopback; 0: any free port; empty: off)."
+    )
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
     max_connections: int = _setting(
         1000, "Most client connections at once (fewer when the open-file limit leaves less beside what workers need).", minimum=1

@@ -335,7 +335,8 @@ class Server:
     def accept(self, session: Session, transport: asyncio.BaseTransport) -> bool:
         sock = transport.get_extra_info("socket")
         try:
-            pid, uid = peer_credentials(sock)
+            # None: a session another transport carries (HTTP), which checked its client itself.
+            pid, uid = peer_credentials(sock) if sock is not None else (None, None)
         except OSError:
             pid, uid = None, None
         if uid is not None and uid != os.geteuid():

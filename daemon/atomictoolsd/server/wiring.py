@@ -28,6 +28,7 @@ from atomictoolsd.server.lifecycle import Server
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
+from atomictoolsd.transports.http import HttpTransport
 from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 
@@ -78,6 +79,10 @@ def build_server(
     server.components += [watcher, monitor, ProjectReaper(), Bridges()]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
+    if config.http:
+        http = HttpTransport(config.http)
+        server.components.append(http)
+        server.status_sections["http"] = http.info
     server.status_sections["watcher"] = watcher.info
     server.status_sections["sandbox"] = _sandbox_support
     server.status_sections["monitor"] = monitor.info

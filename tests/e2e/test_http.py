@@ -1,0 +1,338 @@
+"""The Streamable HTTP endpoint: the official client over it, every security rule, the project in the URL.
+
+A real daemon serves HTTP on a free loopback port (``ATOMICTOOLS_HTTP=127.0.0.1:0``); its URL and
+token come from ``atomic/status`` and the token file, as a user's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import pytest
+
+from helpers import Env
+
+pytestmark = pytest.mark.slow
+
+WRITER = '''
+from pathlib import Path
+
+def touch(name: str) -> str:
+    """Write a marker file in the project, so a test can tell whether this ran."""
+    Path(__file__).resolve().parents[2].joinpath(name).write_text("ran")
+    return "touched " + name
+'''
+
+SLOW = '''
+import asyncio
+from pathlib import Path
+
+from atomictools import Context
+
+async def slow(seconds: float, marker: str, ctx: Context) -> str:
+    """Report progress, sleep, then write a marker (unless cancelled first)."""
+    ctx.progress(1, 2, "half way")
+    await asyncio.sleep(seconds)
+    Path(__file__).resolve().parents[2].joinpath(marker).write_text("ran")
+    return "slept"
+'''
+
+ECHO = '''
+def echo(text: str) -> str:
+    """Say it back."""
+    return text
+'''
+
+
+class Http:
+    """The daemon's endpoint, spoken to with the standard library's HTTP client."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "", parts.port or 80
+        self.token = token
+
+    def request(self, method: str, body: Any = None, *, headers: dict[str, str] | None = None, path: str = "/mcp",
+                token: str | None = "default", raw: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        sent = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        if token is not None:
+            sent["Authorization"] = f"Bearer {self.token if token == 'default' else token}"
+        sent.update(headers or {})
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        connection.request(method, path, body=data, headers=sent)
+        response = connection.getresponse()
+        payload = response.read()
+        found = {k.lower(): v for k, v in response.getheaders()}
+        connection.close()
+        return response.status, found, payload
+
+    def initialize(self, path: str = "/mcp") -> str:
+        status, headers, _ = self.request("POST", _initialize(), path=path)
+        assert status == 200, status
+        session = headers["mcp-session-id"]
+        self.request("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"}, path=path,
+                     headers={"Mcp-Session-Id": session})
+        return session
+
+    def rpc(self, method: str, params: dict[str, Any] | None = None, *, session: str | None = None,
+            path: str = "/mcp") -> dict[str, Any]:
+        headers = {"Mcp-Session-Id": session} if session else {}
+        status, found, payload = self.request("POST", {"jsonrpc": "2.0", "id": 7, "method": method, "params": params or {}},
+                                              headers=headers, path=path)
+        assert status == 200, (status, payload)
+        return _messages(found, payload)[-1]
+
+
+def _initialize(version: str = "2025-11-25") -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+
+
+def _messages(headers: dict[str, str], payload: bytes) -> list[dict[str, Any]]:
+    if headers.get("content-type", "").startswith("text/event-stream"):
+        return [json.loads(line[6:]) for line in payload.decode().splitlines() if line.startswith("data: ")]
+    return [json.loads(payload)]
+
+
+@pytest.fixture
+def served(env: Env, make_daemon: Any) -> tuple[Any, Http]:
+    env.write_tool(env.local_tools, "touch.py", WRITER)
+    env.write_tool(env.local_tools, "slow.py", SLOW)
+    env.write_tool(env.local_tools, "echo.py", ECHO)
+    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    with daemon.raw() as raw:
+        status = raw.request("atomic/status")["result"]
+    info = status["http"]
+    assert info["url"], info
+    token_file = Path(info["token_file"])
+    mode = stat.S_IMODE(token_file.stat().st_mode)
+    assert mode == 0o600, oct(mode)
+    return daemon, Http(info["url"], token_file.read_text().strip())
+
+
+def _project_path(env: Env) -> str:
+    return "/mcp?directory=" + quote(str(env.project), safe="/")
+
+
+def test_http_is_off_by_default_and_its_server_is_not_imported(daemon: Any) -> None:
+    with daemon.raw() as raw:
+        status = raw.request("atomic/status")["result"]
+    assert "http" not in status
+    maps = Path(f"/proc/{daemon.pid}/maps").read_text()
+    assert "httptools" not in maps and "uvicorn" not in maps
+
+
+def test_the_official_client_lists_calls_sees_progress_and_list_changes(env: Env, served: tuple[Any, Http]) -> None:
+    import httpx2
+    from mcp import ClientSession, types
+    from mcp.client.streamable_http import streamable_http_client
+
+    _, endpoint = served
+    changed = asyncio.Event()
+    progress: list[float] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ServerNotification) and isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+        elif getattr(message, "method", "") == "notifications/tools/list_changed":
+            changed.set()
+
+    async def main() -> None:
+        url = f"http://{endpoint.host}:{endpoint.port}{_project_path(env)}"
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {endpoint.token}"}, timeout=30) as client:
+            async with streamable_http_client(url, http_client=client) as (read, write):
+                async with ClientSession(read, write, message_handler=on_message) as session:
+                    await session.initialize()
+                    names = sorted(t.name for t in (await session.list_tools()).tools)
+                    assert names == ["echo", "slow", "touch"], names
+
+                    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                        progress.append(value)
+
+                    result = await session.call_tool("slow", {"seconds": 0.05, "marker": "m1"}, progress_callback=on_progress)
+                    assert not result.is_error and result.content[0].text == "slept"
+                    assert progress == [1]
+                    await asyncio.sleep(0.3)  # the GET stream opens after initialize
+                    env.write_tool(env.local_tools, "later.py", 'def later() -> str:\n    """New."""\n    return "x"\n')
+                    await asyncio.wait_for(changed.wait(), 15)
+                    names = sorted(t.name for t in (await session.list_tools()).tools)
+                    assert "later" in names
+
+    asyncio.run(main())
+
+
+def test_every_request_needs_the_token_and_a_refused_one_runs_nothing(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    session = endpoint.initialize(_project_path(env))
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "touch", "arguments": {"name": "marker"}}}
+    for token in (None, "wrong-token-" + "x" * 40, ""):
+        status, headers, body = endpoint.request("POST", call, token=token, headers={"Mcp-Session-Id": session},
+                                                 path=_project_path(env))
+        assert status == 401, (token, status)
+        assert headers["www-authenticate"].startswith("Bearer")
+        assert "token" in json.loads(body)["error"]["message"]
+    status, _, _ = endpoint.request("GET", token=None, headers={"Accept": "text/event-stream", "Mcp-Session-Id": session})
+    assert status == 401
+    status, _, _ = endpoint.request("DELETE", token=None, headers={"Mcp-Session-Id": session})
+    assert status == 401
+    time.sleep(0.3)
+    assert not (env.project / "marker").exists()
+    reply = endpoint.rpc("tools/call", call["params"], session=session, path=_project_path(env))
+    assert reply["result"]["content"][0]["text"] == "touched marker"
+    assert (env.project / "marker").read_text() == "ran"
+
+
+@pytest.mark.parametrize("headers", [
+    {"Host": "evil.example:80"},
+    {"Host": "attacker.test"},
+    {"Origin": "http://evil.example"},
+    {"Origin": "http://localhost:1"},
+    {"Origin": "null"},
+], ids=["host", "host-no-port", "origin", "origin-other-port", "origin-null"])
+def test_a_foreign_host_or_origin_is_forbidden_before_anything_runs(env: Env, served: tuple[Any, Http], headers: dict[str, str]) -> None:
+    _, endpoint = served
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "touch", "arguments": {"name": "rebound"}}}
+    status, _, body = endpoint.request("POST", call, headers=headers, path=_project_path(env))
+    assert status == 403, status
+    assert "Forbidden" in json.loads(body)["error"]["message"]
+    status, _, _ = endpoint.request("POST", _initialize(), headers=headers)
+    assert status == 403
+    time.sleep(0.2)
+    assert not (env.project / "rebound").exists()
+    # The names of this server pass, with the port it listens on.
+    for name in ("localhost", "127.0.0.1"):
+        status, _, _ = endpoint.request("POST", _initialize(), headers={"Host": f"{name}:{endpoint.port}", "Origin": f"http://{name}:{endpoint.port}"})
+        assert status == 200
+
+
+def test_bad_requests_get_clear_errors(env: Env, served: tuple[Any, Http]) -> None:
+    daemon, endpoint = served
+    status, _, body = endpoint.request("POST", raw=b'{"jsonrpc": "2.0", "id": 1, "method": ')
+    assert status == 400 and json.loads(body)["error"]["code"] == -32700
+    status, _, body = endpoint.request("POST", [_initialize()])
+    assert status == 400 and "Batches" in json.loads(body)["error"]["message"]
+    status, _, body = endpoint.request("POST", raw=b"x" * (17 * 1024 * 1024))
+    assert status == 413 and "too large" in json.loads(body)["error"]["message"]
+    status, _, _ = endpoint.request("POST", _initialize(), headers={"Content-Type": "text/plain"})
+    assert status == 415
+    status, _, body = endpoint.request("POST", {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers={"Mcp-Session-Id": "no-such"})
+    assert status == 404 and "initialize again" in json.loads(body)["error"]["message"]
+    status, _, _ = endpoint.request("GET", path="/elsewhere")
+    assert status == 404
+    status, headers, _ = endpoint.request("PUT", {})
+    assert status == 405 and "POST" in headers["allow"]
+    session = endpoint.initialize()
+    status, _, _ = endpoint.request("GET", headers={"Accept": "application/json", "Mcp-Session-Id": session})
+    assert status == 406
+    status, _, body = endpoint.request("POST", {"jsonrpc": "2.0", "id": 4, "method": "tools/list"},
+                                       headers={"Mcp-Session-Id": session, "MCP-Protocol-Version": "1999-01-01"})
+    assert status == 400 and "MCP-Protocol-Version" in json.loads(body)["error"]["message"]
+    status, _, body = endpoint.request("POST", {"jsonrpc": "2.0", "id": 5, "method": "tools/list"},
+                                       headers={"Mcp-Session-Id": session, "Mcp-Method": "tools/call"})
+    assert status == 400 and "Mcp-Method" in json.loads(body)["error"]["message"]
+    status, _, body = endpoint.request("POST", {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "echo"}},
+                                       headers={"Mcp-Session-Id": session, "Mcp-Name": "touch"})
+    assert status == 400 and "Mcp-Name" in json.loads(body)["error"]["message"]
+    status, _, body = endpoint.request("POST", {"jsonrpc": "2.0", "id": 8, "method": "no/such"}, headers={"Mcp-Session-Id": session})
+    assert status == 200 and json.loads(body)["error"]["code"] == -32601
+    # DELETE ends the session; its id is then unknown.
+    status, _, _ = endpoint.request("DELETE", headers={"Mcp-Session-Id": session})
+    assert status == 200
+    status, _, _ = endpoint.request("POST", {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers={"Mcp-Session-Id": session})
+    assert status == 404
+    assert daemon.proc.poll() is None
+
+
+def test_the_url_picks_the_project_and_the_lists_and_locks_the_session(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    session = endpoint.initialize()
+    names = [t["name"] for t in endpoint.rpc("tools/list", session=session)["result"]["tools"]]
+    assert names == []  # no directory: the global and built-in tools (none in this test's home)
+    path = _project_path(env) + "&deny=touch"
+    session = endpoint.initialize(path)
+    names = [t["name"] for t in endpoint.rpc("tools/list", session=session, path=path)["result"]["tools"]]
+    assert names == ["echo", "slow"]
+    reply = endpoint.rpc("tools/call", {"name": "touch", "arguments": {"name": "denied"}}, session=session, path=path)
+    assert "error" in reply or reply["result"].get("isError")
+    assert not (env.project / "denied").exists()
+    path = _project_path(env) + "&allow=e*&dispatcher=1"
+    session = endpoint.initialize(path)
+    names = [t["name"] for t in endpoint.rpc("tools/list", session=session, path=path)["result"]["tools"]]
+    assert "echo" in names and "slow" not in names and any(n.startswith("atomic") or n.startswith("tool") for n in names if n != "echo")
+    # Locked like the shim's session: it cannot move to another project nor stop the daemon.
+    for method in ("atomic/attach", "atomic/shutdown"):
+        reply = endpoint.rpc(method, {"directory": "/"}, session=session, path=path)
+        assert reply["error"]["code"] == -32600 and "locked" in reply["error"]["message"]
+    status, _, body = endpoint.request("POST", _initialize(), path="/mcp?directory=/no/such/dir")
+    assert status == 400 and "directory" in json.loads(body)["error"]["message"]
+    # Without a session id: a stateless request, served for the URL's project.
+    names = [t["name"] for t in endpoint.rpc("tools/list", path=_project_path(env))["result"]["tools"]]
+    assert names == ["echo", "slow", "touch"]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
+def test_a_client_that_disconnects_mid_call_cancels_it(env: Env, served: tuple[Any, Http], streamed: bool) -> None:
+    _, endpoint = served
+    session = endpoint.initialize(_project_path(env))
+    params: dict[str, Any] = {"name": "slow", "arguments": {"seconds": 2.0, "marker": "late"}}
+    if streamed:
+        params["_meta"] = {"progressToken": "p1"}  # its progress opens an SSE stream before the answer
+    body = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).encode()
+    sock = socket.create_connection((endpoint.host, endpoint.port))
+    sock.sendall(
+        f"POST {_project_path(env)} HTTP/1.1\r\nHost: 127.0.0.1:{endpoint.port}\r\nAuthorization: Bearer {endpoint.token}\r\n"
+        f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+    )
+    if streamed:
+        head = sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head, head
+    else:
+        time.sleep(0.5)  # the call has started; nothing has been answered yet
+    sock.close()
+    time.sleep(3.0)
+    assert not (env.project / "late").exists()
+    reply = endpoint.rpc("tools/call", {"name": "slow", "arguments": {"seconds": 0.01, "marker": "done"}}, session=session,
+                         path=_project_path(env))
+    assert reply["result"]["content"][0]["text"] == "slept"
+
+
+def test_the_token_rotates_and_the_old_one_stops_working(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    cli = [sys.executable, "-m", "atomictoolsd", "http", "token"]
+    environ = {**env.vars}
+    out = subprocess.run([*cli, "--rotate"], env=environ, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    status, _, _ = endpoint.request("POST", _initialize())
+    assert status == 401
+    shown = subprocess.run([*cli, "--show"], env=environ, capture_output=True, text=True, timeout=30).stdout.strip()
+    assert len(shown) >= 32 and shown != endpoint.token
+    status, _, _ = endpoint.request("POST", _initialize(), token=shown)
+    assert status == 200
+
+
+def test_start_http_option_and_status(env: Env) -> None:
+    environ = {**env.vars}
+    cli = [sys.executable, "-m", "atomictoolsd"]
+    out = subprocess.run([*cli, "start", "--http", "nonsense:port"], env=environ, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "--http" in out.stderr
+    out = subprocess.run([*cli, "start", "--http", "127.0.0.1:0"], env=environ, capture_output=True, text=True, timeout=60)
+    try:
+        assert out.returncode == 0, out.stderr
+        assert "MCP over HTTP at http://127.0.0.1:" in out.stdout
+        status = subprocess.run([*cli, "status"], env=environ, capture_output=True, text=True, timeout=30).stdout
+        assert "http      http://127.0.0.1:" in status
+    finally:
+        subprocess.run([*cli, "stop"], env=environ, capture_output=True, timeout=60)
