@@ -29,8 +29,9 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
-# MCP revisions served with the initialize handshake, oldest first.
-SUPPORTED_PROTOCOL_VERSIONS: tuple[str, ...] = ("2025-06-18", "2025-11-25")
+# MCP revisions served with the initialize handshake, oldest first (what each adds:
+# atomictoolsd/sessions/revisions.py).
+SUPPORTED_PROTOCOL_VERSIONS: tuple[str, ...] = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL_VERSION = SUPPORTED_PROTOCOL_VERSIONS[-1]
 
 # MCP's logging levels (logging/setLevel, notifications/message, ctx.log): the syslog severities,
@@ -54,3 +55,7 @@ def check_tool_name(name: str) -> str | None:
     if not (name[0].isascii() and (name[0].isalpha() or name[0] == "_")):
         return f"tool name {name!r} must start with a letter or '_' (the Gemini API refuses others)"
     return f"tool name {name!r} may contain only letters, digits, '_' and '-'"
+
+# The key of a tool definition that carries its input schema as the author wrote it (JSON Schema
+# 2020-12 with $defs/$ref), beside the portable one in ``inputSchema``; never sent as such to a client.
+WRITTEN_SCHEMA = "atomic/writtenInputSchema"

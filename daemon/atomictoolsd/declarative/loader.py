@@ -26,7 +26,7 @@ import msgspec
 
 from atomictools._authoring import ANNOTATION_KEYS, Context
 from atomictools._portable import schema_problems, type_enums
-from atomictools._protocol import check_tool_name
+from atomictools._protocol import WRITTEN_SCHEMA, check_tool_name
 from atomictools._schema import ToolSpec, inline_refs
 from atomictoolsd.declarative.file_read import FileReadHandler, default_schema
 from atomictoolsd.declarative.http_request import HttpHandler
@@ -56,6 +56,15 @@ class DeclarativeSpec(ToolSpec):
     """A tool from a JSON file: arguments are checked against its JSON Schema, then passed as one dict."""
 
     validate: Callable[[Any], Any] | None = None
+    # The schema as the file wrote it, when that differs from the portable one served by default
+    # ($defs/$ref inlined, enums typed): clients that take JSON Schema 2020-12 whole get it as written.
+    written_schema: dict[str, Any] | None = None
+
+    def definition(self) -> dict[str, Any]:
+        out = super().definition()
+        if self.written_schema is not None:
+            out[WRITTEN_SCHEMA] = self.written_schema
+        return out
 
     def parse_arguments(self, raw: bytes) -> dict[str, Any]:
         arguments = _decode(raw)
@@ -212,6 +221,7 @@ def build_tool(entry: Any) -> DeclarativeSpec:
         timeout=timeout + TIMEOUT_MARGIN if timeout is not None else None,
         annotations=annotations or None,
         validate=validate,
+        written_schema=schema if served != schema else None,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from atomictools._protocol import WRITTEN_SCHEMA
 from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
 from atomictoolsd.registry.trust import trust_command
 from atomictoolsd.workers.pool import ModuleRunner
@@ -43,16 +44,35 @@ class LateLoad:
 class ToolDef:
     """One tool as the daemon serves it: its MCP definition (pre-encoded) and the module behind it."""
 
-    __slots__ = ("definition", "encoded", "module", "name", "timeout")
+    __slots__ = ("_variants", "definition", "encoded", "encoded_as_written", "module", "name", "timeout", "written")
 
     def __init__(self, module: Module, definition: dict[str, Any]) -> None:
         definition = dict(definition)
         timeout = definition.pop("timeout", None)
+        written = definition.pop(WRITTEN_SCHEMA, None)
         self.name: str = definition["name"]
         self.module = module
         self.definition = definition
         self.timeout: float | None = timeout
-        self.encoded = _json(definition)
+        self.encoded = _json(definition)  # the portable schema: what every agent accepts (Gemini: no $defs)
+        # The schema as its author wrote it, for clients that take JSON Schema 2020-12 whole.
+        self.written = written
+        self.encoded_as_written = self.encoded if written is None else _json({**definition, "inputSchema": written})
+        self._variants: dict[tuple[frozenset[str], bool], bytes] = {}
+
+    def encoded_for(self, dropped: frozenset[str], as_written: bool) -> bytes:
+        """The definition without the fields in ``dropped`` (a client of an older MCP revision), with
+        the schema as written or portable; made once per combination."""
+        if not dropped:
+            return self.encoded_as_written if as_written else self.encoded
+        key = (dropped, as_written)
+        found = self._variants.get(key)
+        if found is None:
+            shaped = {k: v for k, v in self.definition.items() if k not in dropped}
+            if as_written and self.written is not None:
+                shaped["inputSchema"] = self.written
+            found = self._variants[key] = _json(shaped)
+        return found
 
     def listing(self) -> dict[str, Any]:
         """The definition plus where it comes from, for ``atomictoolsd list --json``."""

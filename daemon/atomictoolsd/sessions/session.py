@@ -35,17 +35,15 @@ from atomictools._protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
-    LATEST_PROTOCOL_VERSION,
     LOG_LEVELS,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
-    SUPPORTED_PROTOCOL_VERSIONS,
 )
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import escape_strings, git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
 from atomictoolsd.registry.model import Project, ToolDef
-from atomictoolsd.sessions import dispatcher
+from atomictoolsd.sessions import dispatcher, revisions
 from atomictoolsd.sessions.asking import Asking
 from atomictoolsd.sessions.content import shape_result
 from atomictoolsd.sessions.messages import (
@@ -104,6 +102,10 @@ class _WaitingCall:
 # agent is offered over MCP; it is no sandbox against an agent that also has a shell.
 LOCKED_OUT = frozenset({"atomic/attach", "atomic/shutdown", "atomic/bridges/create", "atomic/bridges/remove"})
 
+# Clients (by the name they give at initialize, or the agent the shim attached as) that reject a tool
+# schema with $defs/$ref or an untyped enum: they get the portable form of every schema.
+PORTABLE_ONLY_CLIENTS = ("gemini", "qwen")
+
 # A request handler: (session, request id as JSON, raw params) → None when it has answered, or an
 # awaitable that answers. Raising ParamsError answers -32602. Components add theirs to
 # ``Server.methods``.
@@ -147,6 +149,10 @@ class Session(asyncio.Protocol):
         self.dispatcher = False  # also offer the meta-tools of atomictoolsd.sessions.dispatcher
         self.locked = False  # attached with lock: LOCKED_OUT methods are refused from now on
         self.protocol_version: str | None = None
+        # Tool schemas with $defs/$ref inlined and enums typed, for agents that reject JSON Schema
+        # 2020-12 as written (Gemini CLI, Qwen Code); other clients get each schema as its author wrote it.
+        self.portable_schemas = False
+        self._tool_shape: frozenset[str] = frozenset()  # tool fields this client's revision lacks
         self.client_capabilities: dict[str, Any] = {}  # what the client declared at initialize
         self.asking = Asking(self)  # requests its tools sent this client (ctx.elicit, ctx.sample)
         self.initialized = False
@@ -457,11 +463,14 @@ class Session(asyncio.Protocol):
     def on_initialize(self, id_json: bytes, raw: Any) -> None:
         params = decode_params(raw, InitializeParams)
         version = params.protocolVersion
-        self.protocol_version = version if version in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
+        self.protocol_version = revisions.negotiate(version)
+        self._tool_shape = revisions.tool_fields_dropped(self.protocol_version)
         self.client_capabilities = params.capabilities
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
             self._context = msgspec.structs.replace(self._context, agent=self.agent)
+        client = f"{self.agent} {params.clientInfo.get('name', '')}".lower()
+        self.portable_schemas = any(name in client for name in PORTABLE_ONLY_CLIENTS)
         instructions = (
             "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
             "The tool list changes when those files change."
@@ -475,7 +484,8 @@ class Session(asyncio.Protocol):
         result = {
             "protocolVersion": self.protocol_version,
             "capabilities": {"tools": {"listChanged": True}, "logging": {}},
-            "serverInfo": {"name": "atomictoolsd", "title": "atomictoolsd", "version": __version__},
+            "serverInfo": {"name": "atomictoolsd", "version": __version__}
+            | ({"title": "atomictoolsd"} if self.protocol_version >= revisions.SERVER_TITLE_SINCE else {}),
             "instructions": instructions,
         }
         self.send_result(id_json, _encode(result))
@@ -512,7 +522,10 @@ class Session(asyncio.Protocol):
             if start is None or start > len(tools):
                 raise ParamsError(f"Invalid params: unknown cursor {_clip(params.cursor)!r}; list again without one")
         page = tools[start : start + size]
-        body = b'{"tools":[' + b",".join(t.encoded for t in page) + b"]"
+        dropped, written = self._tool_shape, not self.portable_schemas
+        body = b'{"tools":[' + b",".join(
+            t.encoded_for(dropped, written) if hasattr(t, "encoded_for") else t.encoded for t in page
+        ) + b"]"
         if start + size < len(tools):
             body += b',"nextCursor":' + _encode(_encode_cursor(start + size))
         loading = self.project.view().loading
@@ -618,7 +631,7 @@ class Session(asyncio.Protocol):
         payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}
         if total is not None:
             payload["total"] = total
-        if message is not None:
+        if message is not None and (self.protocol_version or revisions.LATEST) >= revisions.PROGRESS_MESSAGE_SINCE:
             payload["message"] = message
         self.send_notification("notifications/progress", payload)
 
