@@ -14,7 +14,6 @@ it would send it. Nothing in the daemon knows about the test.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
