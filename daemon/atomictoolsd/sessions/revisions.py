@@ -18,15 +18,46 @@ says; it may then disconnect, but it is never sent a field its own revision lack
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
+
 from atomictools._protocol import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
 __all__ = [
+    "ALL", "STATELESS", "RequestMeta", "ListenParams", "with_result_type",
     "ANNOTATIONS_SINCE", "LATEST", "PROGRESS_MESSAGE_SINCE", "REVISIONS", "SERVER_TITLE_SINCE", "TOOL_FIELDS_SINCE",
     "negotiate", "tool_fields_dropped",
 ]
 
-REVISIONS = SUPPORTED_PROTOCOL_VERSIONS
+REVISIONS = SUPPORTED_PROTOCOL_VERSIONS  # through initialize
 LATEST = LATEST_PROTOCOL_VERSION
+STATELESS = ("2026-07-28",)  # no handshake: each request names its revision in _meta
+ALL = (*REVISIONS, *STATELESS)
+
+# The 2026-07-28 request _meta keys, and the error for a revision not spoken.
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_VERSION_BYTES = META_VERSION.encode()
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT = "io.modelcontextprotocol/clientInfo"
+META_SERVER = "io.modelcontextprotocol/serverInfo"
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+UNSUPPORTED_VERSION = -32022
+
+
+class RequestMeta(msgspec.Struct):
+    meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
+
+
+class ListenParams(msgspec.Struct):
+    notifications: dict[str, Any] = {}
+
+
+def with_result_type(result: bytes) -> bytes:
+    """``result`` (a JSON object) with ``resultType: "complete"``, which 2026-07-28 results carry."""
+    if result.startswith(b"{") and b'"resultType"' not in result[:64]:
+        return b'{"resultType":"complete"' + (b"," if result != b"{}" else b"") + result[1:]
+    return result
 
 ANNOTATIONS_SINCE = "2025-03-26"
 PROGRESS_MESSAGE_SINCE = "2025-03-26"

@@ -153,6 +153,10 @@ class Session(asyncio.Protocol):
         # 2020-12 as written (Gemini CLI, Qwen Code); other clients get each schema as its author wrote it.
         self.portable_schemas = False
         self._tool_shape: frozenset[str] = frozenset()  # tool fields this client's revision lacks
+        # The stateless revision (2026-07-28): every request names it in _meta, none needs initialize;
+        # list changes go only to this session's subscriptions/listen requests (id as JSON → id).
+        self.modern = False
+        self.listens: dict[bytes, Any] = {}
         self.client_capabilities: dict[str, Any] = {}  # what the client declared at initialize
         self.asking = Asking(self)  # requests its tools sent this client (ctx.elicit, ctx.sample)
         self.initialized = False
@@ -293,7 +297,9 @@ class Session(asyncio.Protocol):
             self.handle_notification(method, message.params)
             return
         id_json = _encode(message.id)
-        if id_json in self.calls or id_json in self._pending:
+        if revisions.META_VERSION_BYTES in line and not self._accept_modern(id_json, message.params):
+            return
+        if id_json in self.calls or id_json in self._pending or id_json in self.listens:
             # Answers and cancels are matched by id: a second request with the id of one in flight
             # would make both ambiguous, so it is refused and the first one stands.
             self.send_error(
@@ -369,6 +375,8 @@ class Session(asyncio.Protocol):
     # -- writing --------------------------------------------------------------------------------
 
     def send_result(self, id_json: bytes, result: bytes) -> None:
+        if self.modern:
+            result = revisions.with_result_type(result)
         if self.transport is not None:
             self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"result":' + result + b"}\n")
 
@@ -387,6 +395,11 @@ class Session(asyncio.Protocol):
         return True
 
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
+        if self.modern and method == "notifications/tools/list_changed":
+            for id_json, request_id in list(self.listens.items()):
+                self.notify_listener(id_json, _encode({"jsonrpc": "2.0", "method": method, "params": {
+                    "_meta": {revisions.SUBSCRIPTION_ID: request_id}}}))
+            return
         if self.transport is None:
             return
         if method in _LOSSY and self.transport.get_write_buffer_size() > _LOSSY_BACKLOG:
@@ -396,6 +409,11 @@ class Session(asyncio.Protocol):
         if params is not None:
             message["params"] = params
         self.transport.write(_encode_report(message) + b"\n")
+
+    def notify_listener(self, id_json: bytes, message: bytes) -> None:
+        """Write ``message`` on the stream of the ``subscriptions/listen`` request ``id_json``."""
+        if self.transport is not None:
+            self.transport.write(message + b"\n")
 
     def log_message(self, level: str, data: Any, logger: str = "atomictoolsd") -> None:
         """Send ``notifications/message`` when ``level`` passes this client's level."""
@@ -438,6 +456,8 @@ class Session(asyncio.Protocol):
         return changed
 
     def wants_notifications(self) -> bool:
+        if self.modern:
+            return bool(self.listens)  # 2026-07-28: nothing free-floating, only what a listen asked for
         return self.initialized or self.subscribed
 
     # -- notifications from the client -------------------------------------------------------------
@@ -452,6 +472,8 @@ class Session(asyncio.Protocol):
                 params = decode_params(raw, CancelledParams)
             except ParamsError:
                 return  # notifications get no answer, not even an error
+            if self.listens.pop(_encode(params.requestId), None) is not None:
+                return  # the client ended its subscription: no answer, as for a cancelled call
             call = self.calls.pop(_encode(params.requestId), None)
             if call is not None:
                 call.cancel()
@@ -471,6 +493,76 @@ class Session(asyncio.Protocol):
             self._context = msgspec.structs.replace(self._context, agent=self.agent)
         client = f"{self.agent} {params.clientInfo.get('name', '')}".lower()
         self.portable_schemas = any(name in client for name in PORTABLE_ONLY_CLIENTS)
+        instructions = self._instructions()
+        result = {
+            "protocolVersion": self.protocol_version,
+            "capabilities": {"tools": {"listChanged": True}, "logging": {}},
+            "serverInfo": {"name": "atomictoolsd", "version": __version__}
+            | ({"title": "atomictoolsd"} if self.protocol_version >= revisions.SERVER_TITLE_SINCE else {}),
+            "instructions": instructions,
+        }
+        self.send_result(id_json, _encode(result))
+
+    def _accept_modern(self, id_json: bytes, raw: Any) -> bool:
+        """Take a request's 2026-07-28 ``_meta`` (revision, capabilities, client); False when it was
+        refused (an unsupported revision: -32022 naming the ones spoken)."""
+        try:
+            meta = decode_params(raw, revisions.RequestMeta).meta
+        except ParamsError as exc:
+            self.send_error(id_json, INVALID_PARAMS, str(exc))
+            return False
+        version = meta.get(revisions.META_VERSION)
+        if version is None:
+            return True
+        if version not in revisions.STATELESS:
+            self.send_error(
+                id_json, revisions.UNSUPPORTED_VERSION,
+                f"Unsupported protocol version {_clip(str(version))!r}: this server speaks {', '.join(revisions.ALL)} "
+                f"({', '.join(revisions.REVISIONS)} through initialize)",
+                {"supported": list(revisions.ALL), "requested": str(version)},
+            )
+            return False
+        if not self.modern:
+            self.modern = True
+            self.protocol_version = version
+            self._tool_shape = frozenset()
+        capabilities = meta.get(revisions.META_CAPABILITIES)
+        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        client = meta.get(revisions.META_CLIENT)
+        if isinstance(client, dict) and client.get("name") and not self.agent:
+            self.agent = str(client["name"])
+            self._context = msgspec.structs.replace(self._context, agent=self.agent)
+            self.portable_schemas = any(name in self.agent.lower() for name in PORTABLE_ONLY_CLIENTS)
+        return True
+
+    def on_discover(self, id_json: bytes, raw: Any) -> None:
+        """``server/discover`` (2026-07-28): the revisions, capabilities and instructions, without a handshake."""
+        result = {
+            "supportedVersions": list(revisions.ALL),
+            "capabilities": {"tools": {"listChanged": True}},
+            "instructions": self._instructions(),
+            "ttlMs": 0,
+            "cacheScope": "private",
+            "_meta": {revisions.META_SERVER: {"name": "atomictoolsd", "title": "atomictoolsd", "version": __version__}},
+        }
+        self.send_result(id_json, _encode(result))
+
+    def on_listen(self, id_json: bytes, raw: Any) -> None:
+        """``subscriptions/listen`` (2026-07-28): acknowledge what is honored (tool-list changes; this
+        server has no prompts or resources), then keep the request open: each change is sent on it."""
+        params = decode_params(raw, revisions.ListenParams)
+        honored = {"toolsListChanged": True} if params.notifications.get("toolsListChanged") else {}
+        request_id = msgspec.json.decode(id_json)
+        if honored:
+            self.listens[id_json] = request_id
+            if self._seen is None:
+                self._seen = self.fingerprint()
+        self.notify_listener(id_json, _encode({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                                               "params": {"_meta": {revisions.SUBSCRIPTION_ID: request_id}, "notifications": honored}}))
+        if not honored:  # nothing to listen for: the stream ends at once, gracefully
+            self.send_result(id_json, _encode({"_meta": {revisions.SUBSCRIPTION_ID: request_id}}))
+
+    def _instructions(self) -> str:
         instructions = (
             "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
             "The tool list changes when those files change."
@@ -481,14 +573,7 @@ class Session(asyncio.Protocol):
                 " This project's own tools are not loaded until the user trusts the project;"
                 f" if they want them, ask them to run: {command}"
             )
-        result = {
-            "protocolVersion": self.protocol_version,
-            "capabilities": {"tools": {"listChanged": True}, "logging": {}},
-            "serverInfo": {"name": "atomictoolsd", "version": __version__}
-            | ({"title": "atomictoolsd"} if self.protocol_version >= revisions.SERVER_TITLE_SINCE else {}),
-            "instructions": instructions,
-        }
-        self.send_result(id_json, _encode(result))
+        return instructions
 
     def on_ping(self, id_json: bytes, raw: Any) -> None:
         self.send_result(id_json, b"{}")
@@ -528,6 +613,8 @@ class Session(asyncio.Protocol):
         ) + b"]"
         if start + size < len(tools):
             body += b',"nextCursor":' + _encode(_encode_cursor(start + size))
+        if self.modern:  # 2026-07-28: cache hints; tools change with their files, so no caching
+            body += b',"ttlMs":0,"cacheScope":"private"'
         loading = self.project.view().loading
         if loading:  # their tools come with list_changed once they have loaded
             body += b',"_meta":' + _encode({"atomic/loading": loading})
@@ -829,6 +916,8 @@ def _scan_envelope(line: bytes) -> tuple[bytes, str | None, bool]:
 _HANDLERS: dict[str, Handler] = {
     "initialize": Session.on_initialize,
     "ping": Session.on_ping,
+    "server/discover": Session.on_discover,
+    "subscriptions/listen": Session.on_listen,
     "logging/setLevel": Session.on_set_level,
     "tools/list": Session.on_list,
     "tools/call": Session.on_call,
