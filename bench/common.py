@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -29,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from atomictoolsd.workers.processes import stop_process
 
 __all__ = [
     "BENCH",
@@ -381,13 +382,8 @@ class DaemonUnderTest:
 
     def stop(self, remove: bool = True) -> None:
         """Stop the daemon (SIGTERM, then SIGKILL); remove its dirs unless ``remove`` is False."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 60)
         self.proc = None
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -420,7 +416,6 @@ class FloorRelay:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(30)
+            stop_process(self.proc, 30)
             self.proc = None
         shutil.rmtree(self.root, ignore_errors=True)

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from atomictools import Client
+from atomictoolsd.workers.processes import stop_process
 
 __all__ = ["Daemon", "Env", "RawConnection", "as_other_user", "daemon_pid", "stop_detached", "wait_for"]
 
@@ -257,13 +258,9 @@ class Daemon:
         """Signal the daemon and wait for it; return its exit code."""
         assert self.proc is not None
         self.descendants()
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"the daemon did not stop within {timeout} s:\n{self.stderr()}") from None
+        if not stop_process(self.proc, timeout, sig):
+            raise AssertionError(f"the daemon did not stop within {timeout} s:\n{self.stderr()}")
+        return self.proc.returncode
 
     def kill(self) -> None:
         """SIGKILL the daemon (as a crash would)."""

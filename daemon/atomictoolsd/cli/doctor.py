@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from atomictoolsd.bridges import agents
+from atomictoolsd.workers.processes import stop_process
 
 __all__ = ["Check", "Report", "diagnose", "minimal_environment", "render"]
 
@@ -249,11 +250,7 @@ def _close(proc: subprocess.Popen[bytes]) -> None:
             proc.stdin.close()  # how MCP clients stop a server
         except OSError:
             pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, 10, sig=None)
 
 
 def _check_trust(report: Report, agent: str, target: agents.ConfigFile, root: Path, home: Path) -> None:
