@@ -44,12 +44,14 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     path: str
     kind: str = "python"
     cwd: str = "/"
-    threads: int = 16
-    memory_limit: int = 0  # bytes; 0 means no limit
-    truncate_lines: int = 2000
-    truncate_bytes: int = 50 * 1024
+    # The limits have no defaults here: the daemon's Config holds them (config/settings.py), and
+    # workers.pool.PoolSettings.from_config is the one place that writes them into a spec.
+    threads: int
+    memory_limit: int  # bytes; 0 means no limit
+    truncate_lines: int
+    truncate_bytes: int
+    max_result_bytes: int  # the daemon's max_message_bytes
     spill_dir: str = ""
-    max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
     # Set for a worker that must run confined (``runtime/sandbox.confine``): {"read": [...], "write":
     # [...], "net": bool}. None: it runs with the user's full rights.
     sandbox: dict[str, Any] | None = None
