@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rawsocket import RawConnection
 
 from atomictoolsd.workers.processes import stop_process
 
@@ -365,20 +366,10 @@ class DaemonUnderTest:
 
     def request(self, method: str, params: dict[str, Any] | None = None, attach: Path | None = None) -> Any:
         """One request on a fresh connection (attached to ``attach`` first); its result."""
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(self.socket))
-            reader = sock.makefile("rb")
-            lines = []
+        with RawConnection(self.socket, timeout=None) as raw:
             if attach is not None:
-                lines.append({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(attach)}})
-            lines.append({"jsonrpc": "2.0", "id": 2, "method": method, "params": params or {}})
-            sock.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
-            while True:
-                message = json.loads(reader.readline())
-                if message.get("id") == 2:
-                    if "error" in message:
-                        raise RuntimeError(f"{method}: {message['error']}")
-                    return message["result"]
+                raw.send_request("atomic/attach", {"directory": str(attach)})
+            return raw.result(method, params or {})
 
     def stop(self, remove: bool = True) -> None:
         """Stop the daemon (SIGTERM, then SIGKILL); remove its dirs unless ``remove`` is False."""
