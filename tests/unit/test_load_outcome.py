@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from atomictoolsd.registry.outcome import Failed, Loaded, NoWorker, load_outcome
-from atomictoolsd.workers.pool import LoadFailed, SpawnError
+from atomictoolsd.workers.pool import LoadFailure, SpawnError
 
 
 def settle(load: Any) -> Any:
@@ -19,7 +19,7 @@ def test_each_way_a_load_ends_is_its_own_case() -> None:
         return "the worker", [{"name": "t"}], 1.5
 
     async def fails() -> Any:
-        raise LoadFailed({"file": "m.py", "line": 3, "message": "SyntaxError"}, by_module=True)
+        raise LoadFailure("m.py", 3, "SyntaxError")
 
     async def cannot_start() -> Any:
         raise SpawnError("the fork server is gone")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from atomictoolsd.registry.cache import CacheEntry
-from atomictoolsd.workers.pool import LoadFailed, SpawnError
+from atomictoolsd.workers.pool import LoadFailure, SpawnError
 
 if TYPE_CHECKING:
     from atomictoolsd.workers.worker import Worker
@@ -36,7 +36,7 @@ class Loaded:
 class Failed:
     """The module failed to import or to build its tools, or its worker died while loading it."""
 
-    failure: LoadFailed
+    failure: LoadFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ async def load_outcome(load: Any) -> LoadOutcome:
     """Await a runner's ``load()``; its failures become values, not exceptions."""
     try:
         worker, definitions, load_ms = await load
-    except LoadFailed as failure:
+    except LoadFailure as failure:
         return Failed(failure)
     except SpawnError as error:
         return NoWorker(error)

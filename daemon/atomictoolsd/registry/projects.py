@@ -83,7 +83,7 @@ from atomictoolsd.registry.outcome import (
     load_outcome,
 )
 from atomictoolsd.registry.trust import trust_command
-from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, WorkerPool
+from atomictoolsd.workers.pool import LoadFailure, ModuleRunner, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
 __all__ = ["Registry"]
@@ -747,7 +747,7 @@ class Registry:
         await settle_helpers(helper[0] for helper in worker.helpers)
         return read_whole(module.path, worker.source, worker.helpers)
 
-    def _lazy_load_failed(self, module: Module, failure: LoadFailed) -> None:
+    def _lazy_load_failed(self, module: Module, failure: LoadFailure) -> None:
         """A worker started for a call could not load a module that had loaded before."""
         if module.tools_dir.modules.get(module.path) is not module:
             return

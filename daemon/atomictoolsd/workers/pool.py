@@ -28,11 +28,11 @@ import msgspec
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
-from atomictoolsd.workers.protocol import CallContext, WorkerSpec
+from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
-from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
+from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
-__all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
+__all__ = ["Call", "CallOwner", "LoadFailure", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
 
 log = logging.getLogger("atomictoolsd.workers")
 
@@ -101,7 +101,7 @@ class ModuleRunner:
         # (definitions to compare with what is listed); the crash streak began, grew or ended;
         # whether what a lazily started worker loaded is what is on disk (not a half-written file).
         self.verify: Callable[[Worker], Awaitable[bool]] | None = None
-        self.on_load_failure: Callable[[LoadFailed], None] | None = None
+        self.on_load_failure: Callable[[LoadFailure], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
         # Set by the registry: why no worker may start now (its project is no longer trusted), or None.
@@ -113,7 +113,7 @@ class ModuleRunner:
         """Start a new worker generation and wait for its module to load; does not install it.
 
         Raises:
-            LoadFailed: the module failed to import or to build its tools, or the worker died.
+            LoadFailure: the module failed to import or to build its tools, or the worker died.
             SpawnError: no worker could be started (not the module's doing).
         """
         self.loading += 1
@@ -141,12 +141,12 @@ class ModuleRunner:
             worker.kill()
             # The module's doing: remembered (and cached) like an import error, so that no later
             # scan, nor the next daemon, waits for it again until its files change.
-            raise LoadFailed(
-                {"file": self.spec.path, "line": None, "traceback": "",
-                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"
-                            " (load_timeout); it is tried again when its files change or on a reload"},
+            raise LoadFailure(
+                self.spec.path, None,
+                f"importing the module took longer than {self.pool.settings.load_timeout:g} s"
+                " (load_timeout); it is tried again when its files change or on a reload",
             ) from None
-        except (LoadFailed, SpawnError, asyncio.CancelledError):
+        except (LoadFailure, SpawnError, asyncio.CancelledError):
             self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
             raise
         return worker, definitions, load_ms
@@ -319,7 +319,7 @@ class ModuleRunner:
         epoch = self._epoch
         try:
             worker, definitions, _ms = await self._load_whole()
-        except LoadFailed as failure:
+        except LoadFailure as failure:
             self._starting = None
             if epoch != self._epoch:
                 self._restart_if_waiting()  # reloaded or retired meanwhile: that decided the module's fate
