@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from atomictoolsd.registry.outcome import Failed, Loaded, NoWorker, load_outcome
+from atomictoolsd.registry.outcome import Loaded, NotLoaded, NoWorker, load_outcome
 from atomictoolsd.workers.pool import LoadFailure, SpawnError
 
 
@@ -27,7 +27,7 @@ def test_each_way_a_load_ends_is_its_own_case() -> None:
     loaded = settle(loads())
     assert loaded == Loaded("the worker", [{"name": "t"}], 1.5)  # type: ignore[arg-type]
     match settle(fails()):
-        case Failed(failure=failure):
+        case NotLoaded(failure=failure):
             assert failure.info["line"] == 3 and failure.by_module
         case other:
             raise AssertionError(other)

@@ -75,7 +75,7 @@ def diagnose(agent: str | None, directory: Path, *, home: Path, root: Path,
             target = agents.config_file(name, scope, home=home, root=root, environ=env)
             try:
                 entry = agents.read_server(target)
-            except agents.ConfigError as exc:
+            except agents.AgentConfigError as exc:
                 report = Report(name, info.title, str(target.path), scope)
                 report.add("entry", False, str(exc), f"fix the file by hand, or move it aside and run: "
                                                       f"atomictoolsd connect {name} --{scope}")

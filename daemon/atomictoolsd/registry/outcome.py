@@ -20,7 +20,7 @@ from atomictoolsd.workers.pool import LoadFailure, SpawnError
 if TYPE_CHECKING:
     from atomictoolsd.workers.worker import Worker
 
-__all__ = ["BLOCKED", "Blocked", "Cached", "Failed", "Late", "LoadOutcome", "Loaded", "NoWorker", "load_outcome"]
+__all__ = ["BLOCKED", "Blocked", "Cached", "NotLoaded", "Late", "LoadOutcome", "Loaded", "NoWorker", "load_outcome"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class Loaded:
 
 
 @dataclass(frozen=True, slots=True)
-class Failed:
+class NotLoaded:
     """The module failed to import or to build its tools, or its worker died while loading it."""
 
     failure: LoadFailure
@@ -65,7 +65,7 @@ class Late:
     task: asyncio.Future[LoadOutcome]
 
 
-LoadOutcome = Loaded | Failed | NoWorker | Cached | Blocked | Late
+LoadOutcome = Loaded | NotLoaded | NoWorker | Cached | Blocked | Late
 BLOCKED = Blocked()
 
 
@@ -74,7 +74,7 @@ async def load_outcome(load: Any) -> LoadOutcome:
     try:
         worker, definitions, load_ms = await load
     except LoadFailure as failure:
-        return Failed(failure)
+        return NotLoaded(failure)
     except SpawnError as error:
         return NoWorker(error)
     return Loaded(worker, definitions, load_ms)

@@ -75,10 +75,10 @@ from atomictoolsd.registry.outcome import (
     BLOCKED,
     Blocked,
     Cached,
-    Failed,
     Late,
     Loaded,
     LoadOutcome,
+    NotLoaded,
     NoWorker,
     load_outcome,
 )
@@ -103,7 +103,7 @@ def _reads(outcome: LoadOutcome) -> tuple[list[int] | None, list[list[Any]]]:
     match outcome:
         case Loaded(worker=worker):
             return worker.source, worker.helpers
-        case Failed(failure=failure):
+        case NotLoaded(failure=failure):
             return failure.info.get("source"), failure.info.get("helpers") or []
         case _:
             return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
@@ -128,7 +128,7 @@ def read_whole(path: str, source: list[int] | None, helpers: list[list[Any]]) ->
 
 def _torn(file: ModuleFile, outcome: LoadOutcome, current: dict[str, ModuleFile]) -> bool:
     """Whether a worker's load of ``file`` may not be of the files as they are now on disk."""
-    if not isinstance(outcome, (Loaded, Failed)):
+    if not isinstance(outcome, (Loaded, NotLoaded)):
         return False  # nothing was read by a worker
     now = current.get(file.path)
     if now is None or now.key != file.key:
@@ -502,7 +502,7 @@ class Registry:
         """
         failing = [
             i for i, (file, outcome) in enumerate(results)
-            if isinstance(outcome, Failed)
+            if isinstance(outcome, NotLoaded)
             and getattr(tools_dir.modules.get(file.path), "state", None) == "ready"
         ]
         if not failing:
@@ -602,7 +602,7 @@ class Registry:
                     module.source = "worker"
                     self._fail(module, {"file": module.path, "line": None, "traceback": "",
                                         "message": f"no worker could be started to load it ({error})"}, transient=True)
-                case Failed(failure=failure):
+                case NotLoaded(failure=failure):
                     loaded = True
                     module.source = "worker"
                     self._fail(module, failure.info, transient=not failure.by_module)
