@@ -17,8 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +27,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rawsocket import RawConnection
+
+from atomictoolsd.workers.processes import stop_process
 
 __all__ = [
     "BENCH",
@@ -364,30 +366,15 @@ class DaemonUnderTest:
 
     def request(self, method: str, params: dict[str, Any] | None = None, attach: Path | None = None) -> Any:
         """One request on a fresh connection (attached to ``attach`` first); its result."""
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(self.socket))
-            reader = sock.makefile("rb")
-            lines = []
+        with RawConnection(self.socket, timeout=None) as raw:
             if attach is not None:
-                lines.append({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(attach)}})
-            lines.append({"jsonrpc": "2.0", "id": 2, "method": method, "params": params or {}})
-            sock.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in lines))
-            while True:
-                message = json.loads(reader.readline())
-                if message.get("id") == 2:
-                    if "error" in message:
-                        raise RuntimeError(f"{method}: {message['error']}")
-                    return message["result"]
+                raw.send_request("atomic/attach", {"directory": str(attach)})
+            return raw.result(method, params or {})
 
     def stop(self, remove: bool = True) -> None:
         """Stop the daemon (SIGTERM, then SIGKILL); remove its dirs unless ``remove`` is False."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 60)
         self.proc = None
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -420,7 +407,6 @@ class FloorRelay:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(30)
+            stop_process(self.proc, 30)
             self.proc = None
         shutil.rmtree(self.root, ignore_errors=True)

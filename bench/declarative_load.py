@@ -66,7 +66,7 @@ async def load_times(rounds: int) -> dict[str, float]:
     json_path.write_text(TOOLBOX.read_text())
     py_path = directory / "three.py"
     py_path.write_text(PYTHON_MODULE)
-    pool = WorkerPool(PoolSettings())
+    pool = WorkerPool(PoolSettings.from_config())
     out: dict[str, float] = {}
     try:
         async def once(path: Path, kind: str) -> float:

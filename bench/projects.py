@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
-import socket
 import statistics
 import sys
 import time
@@ -30,20 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from rawsocket import RawConnection  # noqa: E402
+
 from common import DaemonUnderTest, print_table, save  # noqa: E402
 
 CHECKPOINTS = (100, 200, 400, 800)
-
-
-def request(sock: socket.socket, reader: Any, method: str, params: dict[str, Any] | None = None) -> Any:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
-    if params is not None:
-        message["params"] = params
-    sock.sendall(json.dumps(message).encode() + b"\n")
-    while True:
-        reply = json.loads(reader.readline())
-        if reply.get("id") == 1:
-            return reply["result"]
 
 
 def inotify_watches(pid: int) -> int:
@@ -65,18 +54,15 @@ def run(count: int, extra_env: dict[str, str]) -> list[dict[str, Any]]:
         for i in range(1, count + 1):
             project = daemon.root / "repos" / f"repo{i}"
             (project / ".git").mkdir(parents=True)
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.connect(str(daemon.socket))
-                reader = sock.makefile("rb")
+            with RawConnection(daemon.socket, timeout=None) as raw:
                 started = time.perf_counter()
-                request(sock, reader, "atomic/attach", {"directory": str(project)})
-                request(sock, reader, "tools/list")
+                raw.result("atomic/attach", {"directory": str(project)})
+                raw.result("tools/list")
                 times.append(time.perf_counter() - started)
             if i in CHECKPOINTS or i == count:
                 time.sleep(1.0)  # let the watcher settle before looking
-                with socket.socket(socket.AF_UNIX) as sock:
-                    sock.connect(str(daemon.socket))
-                    status = request(sock, sock.makefile("rb"), "atomic/status")
+                with RawConnection(daemon.socket, timeout=None) as raw:
+                    status = raw.result("atomic/status")
                 rows.append({
                     "attached": i,
                     "attach_list_ms_p50_last100": round(statistics.median(times[-100:]) * 1000, 2),

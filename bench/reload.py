@@ -37,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from rawsocket import RawConnection  # noqa: E402
+
 from common import (  # noqa: E402
     CONSOLE,
     MODES,
@@ -62,25 +64,14 @@ def steady(text: str) -> str:
 '''
 
 
-class Session:
+class Session(RawConnection):
     """A raw socket session that attached and initialized: it receives notifications."""
 
     def __init__(self, path: Path, directory: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(str(path))
-        self.file = self.sock.makefile("rb")
-        self.next_id = 0
+        super().__init__(path, timeout=None)
         self.request("atomic/attach", {"directory": str(directory)})
         self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench"}})
-        self.sock.sendall(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-
-    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        self.next_id += 1
-        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}).encode() + b"\n")
-        while True:
-            message = json.loads(self.file.readline())
-            if message.get("id") == self.next_id and "method" not in message:
-                return message
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def wait_for(self, method: str, timeout: float = 10.0) -> float:
         """Block until a notification ``method`` arrives; return when (perf_counter)."""
@@ -94,10 +85,6 @@ class Session:
                     return time.perf_counter()
         finally:
             self.sock.settimeout(None)
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
 
 
 def save_latency(edits: int, atomic: bool, extra_env: dict[str, str]) -> dict[str, Any]:
@@ -274,10 +261,8 @@ async def calls_under_reload(seconds: float, reload_every: float | None) -> dict
         tools.mkdir(parents=True)
         path = tools / "steady.py"
         path.write_text(STEADY.format(version=0))
-        with socket.socket(socket.AF_UNIX) as sock:  # attach a project: the load connections are raw
-            sock.connect(str(daemon.socket))
-            sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(daemon.project)}}).encode() + b"\n")
-            sock.recv(65536)
+        with RawConnection(daemon.socket) as raw:  # attach a project: the load connections are raw
+            raw.result("atomic/attach", {"directory": str(daemon.project)})
         loop = asyncio.get_running_loop()
         tally: dict[str, Any] = {"counting": False, "ok": 0, "failures": [], "latencies": []}
         protocols = []
@@ -308,15 +293,9 @@ async def calls_under_reload(seconds: float, reload_every: float | None) -> dict
         await asyncio.sleep(0.2)
         for protocol in protocols:
             protocol.transport.close()
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(daemon.socket))
-            sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"atomic/attach","params":{"directory":"%s"}}\n' % str(daemon.project).encode())
-            sock.sendall(b'{"jsonrpc":"2.0","id":2,"method":"atomic/status"}\n')
-            data = b""
-            while data.count(b"\n") < 2:
-                data += sock.recv(1 << 20)
-            replies = [json.loads(line) for line in data.split(b"\n") if line]
-            status = next(r["result"] for r in replies if r.get("id") == 2)
+        with RawConnection(daemon.socket) as raw:
+            raw.result("atomic/attach", {"directory": str(daemon.project)})
+            status = raw.result("atomic/status")
         spawns = next(m["spawns"] for m in status["modules"] if m["path"] == str(path))
     latencies = tally["latencies"]
     return {

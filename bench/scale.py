@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,8 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from rawsocket import RawConnection  # noqa: E402
 
 from common import MODES, DaemonUnderTest, Report, Stats, Table, affinity, run_alone  # noqa: E402
 
@@ -59,37 +60,6 @@ def t{index}(text: str, count: int = 1) -> str:
     """Tool {index} of module {module}."""
     return text * count
 '''
-
-
-class Connection:
-    """A raw NDJSON connection; requests can be sent to many before any answer is read."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(str(path))
-        self.file = self.sock.makefile("rb")
-        self.next_id = 0
-
-    def send(self, method: str, params: dict[str, Any] | None = None) -> int:
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}}
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-        return self.next_id
-
-    def answer(self, request_id: int) -> Any:
-        while True:
-            message = json.loads(self.file.readline())
-            if message.get("id") == request_id:
-                if "error" in message:
-                    raise RuntimeError(message["error"])
-                return message["result"]
-
-    def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        return self.answer(self.send(method, params))
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
 
 
 def layout(root: Path, projects: int, modules: int) -> list[tuple[Path, list[str]]]:
@@ -147,38 +117,38 @@ def _read(process: psutil.Process, what: Any) -> int | None:
         return None
 
 
-def attach_all(daemon: DaemonUnderTest, projects: list[tuple[Path, list[str]]]) -> tuple[list[Connection], float]:
+def attach_all(daemon: DaemonUnderTest, projects: list[tuple[Path, list[str]]]) -> tuple[list[RawConnection], float]:
     """One connection per project, all attaching at once; seconds until every answer arrived."""
-    connections = [Connection(daemon.socket) for _ in projects]
+    connections = [RawConnection(daemon.socket, timeout=None) for _ in projects]
     started = time.perf_counter()
-    ids = [c.send("atomic/attach", {"directory": str(d)}) for c, (d, _) in zip(connections, projects, strict=True)]
+    ids = [c.send_request("atomic/attach", {"directory": str(d)}) for c, (d, _) in zip(connections, projects, strict=True)]
     for connection, request_id, (directory, names) in zip(connections, ids, projects, strict=True):
         result = connection.answer(request_id)
         if result["errors"] or result["toolCount"] < len(names):
             raise RuntimeError(f"{directory}: {result}")
     elapsed = time.perf_counter() - started
     for connection in connections:
-        connection.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b"}})
+        connection.result("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b"}})
     return connections, elapsed
 
 
-def list_latency(connections: list[Connection], rounds: int) -> Stats:
+def list_latency(connections: list[RawConnection], rounds: int) -> Stats:
     stats = Stats()
     for _ in range(rounds):
         for connection in connections:
             started = time.perf_counter()
-            tools = connection.request("tools/list")["tools"]
+            tools = connection.result("tools/list")["tools"]
             stats.samples.append(time.perf_counter() - started)
             assert tools
     return stats
 
 
-def first_calls(connections: list[Connection], projects: list[tuple[Path, list[str]]], index: int) -> Stats:
+def first_calls(connections: list[RawConnection], projects: list[tuple[Path, list[str]]], index: int) -> Stats:
     """The first call of tool ``index`` of each project."""
     stats = Stats()
     for connection, (_, names) in zip(connections, projects, strict=True):
         started = time.perf_counter()
-        result = connection.request("tools/call", {"name": names[index], "arguments": {"path": "a.txt"}})
+        result = connection.result("tools/call", {"name": names[index], "arguments": {"path": "a.txt"}})
         stats.samples.append(time.perf_counter() - started)
         if result.get("isError"):
             raise RuntimeError(result)
@@ -246,8 +216,8 @@ def wide(rounds: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for page_size in (500, 1000):
         with DaemonUnderTest(tools=tools, extra_env={"ATOMICTOOLS_PAGE_SIZE": str(page_size)}) as daemon:
-            connection = Connection(daemon.socket)
-            connection.request("atomic/attach", {"directory": str(daemon.project)})
+            connection = RawConnection(daemon.socket, timeout=None)
+            connection.result("atomic/attach", {"directory": str(daemon.project)})
             stats, pages, count = Stats(), 0, 0
             for _ in range(rounds * 10):
                 # Timed to the answer's last byte: parsing ~350 KB of JSON in Python is the client's
@@ -255,7 +225,7 @@ def wide(rounds: int) -> dict[str, Any]:
                 cursor, pages, count, elapsed = None, 0, 0, 0.0
                 while True:
                     started = time.perf_counter()
-                    connection.send("tools/list", {"cursor": cursor} if cursor else {})
+                    connection.send_request("tools/list", {"cursor": cursor} if cursor else {})
                     line = connection.file.readline()
                     elapsed += time.perf_counter() - started
                     result = json.loads(line)["result"]

@@ -38,6 +38,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from atomictoolsd.workers.pool import PoolSettings  # noqa: E402
 from atomictoolsd.workers.protocol import FrameReader, WorkerSpec  # noqa: E402
 from atomictoolsd.workers.runtime.sandbox import support as sandbox_support  # noqa: E402
 from atomictoolsd.workers.spawner import Spawner  # noqa: E402
@@ -177,13 +178,12 @@ def measure(quick: bool = False) -> Report:
         with affinity(pinned), tempfile.TemporaryDirectory(prefix="atb-spawn-") as tmp:
             module = Path(tmp) / "tiny.py"
             module.write_text(MODULE)
-            spec = WorkerSpec(path=str(module), cwd=tmp, spill_dir=os.path.join(tmp, "spill"))
+            spec = PoolSettings.from_config(spill_dir=os.path.join(tmp, "spill")).worker_spec(str(module), "python", tmp)
             to_pid, to_loaded, first = uvloop.run(fork_server(spec, forks))
             confined_loaded: list[float] = []
             confine_samples: list[float] = []
             if sandbox_support()["available"]:
-                confined = WorkerSpec(path=str(module), cwd=tmp, spill_dir=os.path.join(tmp, "spill"),
-                                      sandbox={"read": [tmp], "write": [tmp], "net": False})
+                confined = msgspec.structs.replace(spec, sandbox={"read": [tmp], "write": [tmp], "net": False})
                 confined_loaded = uvloop.run(fork_server(confined, forks))[1]
                 confine_samples = confine_after_fork(forks, tmp)
             cold_samples = cold(spec, colds)

@@ -7,11 +7,10 @@ checked to be gone after it stops.
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,23 @@ from typing import Any
 import psutil
 
 from atomictools import Client
+from atomictoolsd.workers.processes import stop_process
+
+
+def _load_raw_client() -> Any:
+    # bench/rawsocket.py is the one raw socket client; bench runs as plain scripts and never imports
+    # the tests, so the tests load it by file path (not via sys.path, where bench's module names
+    # would shadow ours).
+    path = Path(__file__).resolve().parent.parent / "bench" / "rawsocket.py"
+    spec = importlib.util.spec_from_file_location("bench_rawsocket", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+RawConnection = _load_raw_client().RawConnection
 
 __all__ = ["Daemon", "Env", "RawConnection", "as_other_user", "daemon_pid", "stop_detached", "wait_for"]
 
@@ -123,51 +139,6 @@ class Env:
         shutil.rmtree(self.runtime_base, ignore_errors=True)
 
 
-class RawConnection:
-    """A plain socket speaking NDJSON, for testing the protocol byte by byte."""
-
-    def __init__(self, path: Path, timeout: float = 15.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(str(path))
-        self.file = self.sock.makefile("rb")
-        self._next_id = 0
-
-    def send_bytes(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-
-    def recv(self) -> dict[str, Any]:
-        line = self.file.readline()
-        if not line:
-            raise EOFError("the daemon closed the connection")
-        return json.loads(line)
-
-    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Send a request; return its response, skipping notifications."""
-        self._next_id += 1
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-        while True:
-            reply = self.recv()
-            if reply.get("id") == self._next_id and "method" not in reply:
-                return reply
-
-    def close(self) -> None:
-        self.file.close()
-        self.sock.close()
-
-    def __enter__(self) -> RawConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 class Daemon:
     """A real ``atomictoolsd serve`` process in an ``Env``."""
 
@@ -257,13 +228,9 @@ class Daemon:
         """Signal the daemon and wait for it; return its exit code."""
         assert self.proc is not None
         self.descendants()
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"the daemon did not stop within {timeout} s:\n{self.stderr()}") from None
+        if not stop_process(self.proc, timeout, sig):
+            raise AssertionError(f"the daemon did not stop within {timeout} s:\n{self.stderr()}")
+        return self.proc.returncode
 
     def kill(self) -> None:
         """SIGKILL the daemon (as a crash would)."""

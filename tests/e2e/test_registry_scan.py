@@ -23,7 +23,7 @@ def test_a_scan_asks_what_to_hold_after_it_lists_the_directory(tmp_path: Path) -
     (tools / "kept.py").write_text("def kept() -> str:\n    return 'kept'\n")
 
     async def scenario() -> tuple[list[bool], set[str]]:
-        pool = WorkerPool(PoolSettings(spill_dir=str(tmp_path / "spill")))
+        pool = WorkerPool(PoolSettings.from_config(spill_dir=str(tmp_path / "spill")))
         registry = Registry(pool, home)
         tools_dir = registry.global_dir
         try:

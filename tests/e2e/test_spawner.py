@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from atomictoolsd.workers.protocol import WorkerSpec
+from atomictoolsd.workers.pool import PoolSettings
 from atomictoolsd.workers.spawner import Spawner
 
 MODULE = "def tiny() -> str:\n    return 'tiny'\n"
@@ -19,7 +19,7 @@ MODULE = "def tiny() -> str:\n    return 'tiny'\n"
 def test_spawns_beyond_the_fork_servers_queue_wait_for_room(tmp_path: Path) -> None:
     module = tmp_path / "tiny.py"
     module.write_text(MODULE)
-    spec = WorkerSpec(path=str(module), cwd=str(tmp_path), spill_dir=str(tmp_path / "spill"))
+    spec = PoolSettings.from_config(spill_dir=str(tmp_path / "spill")).worker_spec(str(module), "python", str(tmp_path))
     count = 60
 
     async def scenario() -> tuple[list[int], list[int]]:

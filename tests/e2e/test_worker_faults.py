@@ -21,7 +21,8 @@ from typing import Any
 import psutil
 
 from atomictoolsd.eventlog.reader import read_events
-from atomictoolsd.workers.protocol import FrameReader, WorkerSpec
+from atomictoolsd.workers.pool import PoolSettings
+from atomictoolsd.workers.protocol import FrameReader
 from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from atomictoolsd.workers.spawner import Spawner
 from helpers import Daemon, Env, wait_for
@@ -265,7 +266,7 @@ def test_a_fork_that_fails_costs_only_what_needed_that_worker_and_is_never_cache
 def test_a_spawn_whose_send_finds_the_fork_server_dead_is_tried_again_on_a_new_one(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def m() -> str:\n    return 'm'\n")
-    spec = WorkerSpec(path=str(module), cwd=str(tmp_path))
+    spec = PoolSettings.from_config().worker_spec(str(module), "python", str(tmp_path))
     started: list[int] = []
 
     async def main() -> None:

@@ -31,7 +31,7 @@ __all__ = [
     "INFO",
     "SERVER_NAME",
     "AgentInfo",
-    "ConfigError",
+    "AgentConfigError",
     "ConfigFile",
     "Outcome",
     "add_server",
@@ -107,7 +107,7 @@ DISPATCHER_BY_DEFAULT = frozenset(info.name for info in _INFO if info.dispatcher
 _WORKSPACE_VARIABLE = {"cursor": "${workspaceFolder}", "vscode": "${workspaceFolder}"}
 
 
-class ConfigError(Exception):
+class AgentConfigError(Exception):
     """A config file cannot be changed safely; the message says why and what to do."""
 
 
@@ -143,16 +143,16 @@ def config_file(agent: str, scope: Scope, *, home: Path, root: Path, environ: Ma
         platform: ``sys.platform`` (for the apps whose user config lives per OS).
 
     Raises:
-        ConfigError: the agent has no config file of that scope.
+        AgentConfigError: the agent has no config file of that scope.
     """
     env = os.environ if environ is None else environ
     platform = platform or sys.platform
     info = INFO.get(agent)
     if info is None:
-        raise ConfigError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
+        raise AgentConfigError(f"unknown agent {agent!r}; choose one of {', '.join(AGENTS)}")
     if scope not in info.scopes:
         other = "--user" if scope == "project" else "--project"
-        raise ConfigError(f"{info.title} reads MCP servers only from its {info.scopes[0]} config: use {other}")
+        raise AgentConfigError(f"{info.title} reads MCP servers only from its {info.scopes[0]} config: use {other}")
     config_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
     if agent == "claude":
         if scope == "project":
@@ -310,7 +310,7 @@ def read_server(target: ConfigFile, name: str = SERVER_NAME) -> dict[str, Any] |
     """Server ``name``'s entry in ``target`` as plain data, or None when the file or entry is missing.
 
     Raises:
-        ConfigError: the file exists but does not parse.
+        AgentConfigError: the file exists but does not parse.
     """
     text = _read(target.path)
     if text is None:
@@ -333,7 +333,7 @@ def add_server(target: ConfigFile, entry: dict[str, Any], *, name: str = SERVER_
     """Merge server ``name`` into ``target`` (created when missing); back up the file first.
 
     Raises:
-        ConfigError: the file exists but cannot be parsed, or its servers table is not a table.
+        AgentConfigError: the file exists but cannot be parsed, or its servers table is not a table.
     """
     text = _read(target.path)
     if target.format == "toml":
@@ -367,7 +367,7 @@ def _read(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
+        raise AgentConfigError(f"cannot read {path}: {exc}") from None
 
 
 def _json_document(target: ConfigFile, text: str | None) -> dict[str, Any]:
@@ -376,11 +376,11 @@ def _json_document(target: ConfigFile, text: str | None) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
+        raise AgentConfigError(
             f"{target.path} is not plain JSON ({exc}); nothing was changed. Add the entry by hand"
         ) from None
     if not isinstance(document, dict):
-        raise ConfigError(f"{target.path} does not hold a JSON object; nothing was changed")
+        raise AgentConfigError(f"{target.path} does not hold a JSON object; nothing was changed")
     return document
 
 
@@ -391,7 +391,7 @@ def _json_servers(target: ConfigFile, document: dict[str, Any], create: bool) ->
             return None
         servers = document[target.key] = {}
     if not isinstance(servers, dict):
-        raise ConfigError(f"{target.path}: {target.key!r} is not an object; nothing was changed")
+        raise AgentConfigError(f"{target.path}: {target.key!r} is not an object; nothing was changed")
     return servers
 
 
@@ -440,7 +440,7 @@ def _toml_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, 
         servers = tomlkit.table(is_super_table=True)
         document[target.key] = servers
     elif not isinstance(servers, dict):
-        raise ConfigError(f"{target.path}: {target.key!r} is not a table; nothing was changed")
+        raise AgentConfigError(f"{target.path}: {target.key!r} is not a table; nothing was changed")
     previous = servers.get(name)
     if previous is not None and _plain(previous) == entry:
         return text or "", "unchanged"
@@ -472,7 +472,7 @@ def _toml_parse(target: ConfigFile, text: str | None) -> Any:
     try:
         return tomlkit.parse(text or "")
     except ParseError as exc:
-        raise ConfigError(f"{target.path} is not valid TOML ({exc}); nothing was changed") from None
+        raise AgentConfigError(f"{target.path} is not valid TOML ({exc}); nothing was changed") from None
 
 
 def _plain(value: Any) -> Any:

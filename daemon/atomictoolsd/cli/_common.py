@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
+from atomictoolsd.workers.processes import pid_alive, wait_gone
+
 __all__ = [
     "EXIT_CODES", "EXIT_FAILED", "EXIT_NOT_RUNNING", "EXIT_USAGE",
-    "connect", "not_running", "pid_alive", "print_json", "raw_request", "table", "where",
+    "connect", "not_running", "pid_alive", "print_json", "raw_request", "table", "wait_gone", "where",
 ]
 
 # One meaning per code across every command, so a script can tell them apart (docs/cli.md).
@@ -55,20 +56,6 @@ def raw_request(method: str, timeout: float = 30.0) -> Any:
         return None
     finally:
         sock.close()
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie does not: only its parent has yet to reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    from atomictoolsd.workers.runtime.procstat import STATE, proc_stat  # lazy: only this command pays for it
-
-    fields = proc_stat(pid, 1)
-    return fields is None or fields[STATE] != b"Z"  # None: no /proc (macOS), and the signal said it exists
 
 
 def not_running() -> int:

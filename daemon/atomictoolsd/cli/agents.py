@@ -54,7 +54,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
         return 2
     try:
         target = _target(args)
-    except agents.ConfigError as exc:
+    except agents.AgentConfigError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 2
     command = agents.entry_command(args.agent, target.scope, dispatcher=args.dispatcher, allow=args.allow,
@@ -67,7 +67,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
         return 0
     try:
         outcome = agents.add_server(target, entry, name=args.name, backup_dir=_backup_dir())
-    except (agents.ConfigError, OSError) as exc:
+    except (agents.AgentConfigError, OSError) as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         print(f"the entry to add by hand:\n{agents.snippet(args.agent, command, args.name, env)}", file=sys.stderr)
         return 1
@@ -138,7 +138,7 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
     try:
         target = _target(args)
         outcome = agents.remove_server(target, name=args.name, backup_dir=_backup_dir())
-    except (agents.ConfigError, OSError) as exc:
+    except (agents.AgentConfigError, OSError) as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
     name = agents.INFO[args.agent].title

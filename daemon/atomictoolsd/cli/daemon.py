@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, where
+from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, wait_gone, where
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
 
 __all__ = ["register"]
@@ -269,10 +269,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
             return 0
         reply = {"pid": pid}
     pid = reply["pid"]
-    deadline = time.monotonic() + 60
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if pid_alive(pid):
+    if not wait_gone(pid, 60):
         print(f"atomictoolsd (pid {pid}) is still stopping", file=sys.stderr)
         return 1
     print(f"atomictoolsd stopped (pid {pid})")

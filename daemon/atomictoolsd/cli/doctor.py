@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from atomictoolsd.bridges import agents
+from atomictoolsd.workers.processes import stop_process
 
 __all__ = ["Check", "Report", "diagnose", "minimal_environment", "render"]
 
@@ -74,7 +75,7 @@ def diagnose(agent: str | None, directory: Path, *, home: Path, root: Path,
             target = agents.config_file(name, scope, home=home, root=root, environ=env)
             try:
                 entry = agents.read_server(target)
-            except agents.ConfigError as exc:
+            except agents.AgentConfigError as exc:
                 report = Report(name, info.title, str(target.path), scope)
                 report.add("entry", False, str(exc), f"fix the file by hand, or move it aside and run: "
                                                       f"atomictoolsd connect {name} --{scope}")
@@ -249,11 +250,7 @@ def _close(proc: subprocess.Popen[bytes]) -> None:
             proc.stdin.close()  # how MCP clients stop a server
         except OSError:
             pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, 10, sig=None)
 
 
 def _check_trust(report: Report, agent: str, target: agents.ConfigFile, root: Path, home: Path) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
-from atomictoolsd.cli._common import pid_alive, raw_request
+from atomictoolsd.cli._common import raw_request, wait_gone
 
 __all__ = ["register"]
 
@@ -52,9 +51,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         if not isinstance(reply, dict):
             return None
         pid = int(reply["pid"])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and pid_alive(pid):
-            time.sleep(0.02)
+        wait_gone(pid, 60)
         return f"stopped the daemon started outside the service manager (pid {pid}) so the service can take over"
 
     return install(

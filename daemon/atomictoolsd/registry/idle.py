@@ -16,10 +16,10 @@ Knows nothing of sessions: the server acquires and releases; this only asks the 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
+
+from atomictoolsd.workers.periodic import Periodic
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -44,35 +44,26 @@ class ProjectReaper:
         self.registry: Registry | None = None
         self.idle_timeout = 0.0
         self.forgotten = 0
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("forgetting idle projects", self._forget, lambda: self.interval, logger=log)
 
     async def start(self, server: ReaperHost) -> None:
         self.registry = server.registry
         self.reconfigure(server.config)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     def reconfigure(self, config: Any) -> None:
         """Apply ``idle_timeout`` (at start, and on SIGHUP: from the next look)."""
         self.idle_timeout = config.idle_timeout
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._loop.stop()
 
     @property
     def interval(self) -> float:
         # Forgetting a project a little late costs nothing; looking costs a pass over the projects.
         return max(0.05, min(5.0, self.idle_timeout / 4)) if self.idle_timeout else 5.0
 
-    async def _run(self) -> None:
+    async def _forget(self) -> None:
         assert self.registry is not None
-        while True:
-            await asyncio.sleep(self.interval)
-            if not self.idle_timeout:
-                continue
-            try:
-                self.forgotten += len(await self.registry.forget_idle(self.idle_timeout))
-            except Exception:  # a surprise in one pass must not end the reaping
-                log.exception("forgetting idle projects failed")
+        if self.idle_timeout:
+            self.forgotten += len(await self.registry.forget_idle(self.idle_timeout))

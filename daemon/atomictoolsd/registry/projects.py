@@ -71,8 +71,19 @@ from atomictoolsd.registry.model import (
     ToolDef,
     ToolsDir,
 )
+from atomictoolsd.registry.outcome import (
+    BLOCKED,
+    Blocked,
+    Cached,
+    Late,
+    Loaded,
+    LoadOutcome,
+    NotLoaded,
+    NoWorker,
+    load_outcome,
+)
 from atomictoolsd.registry.trust import trust_command
-from atomictoolsd.workers.pool import LoadFailed, ModuleRunner, SpawnError, WorkerPool
+from atomictoolsd.workers.pool import LoadFailure, ModuleRunner, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
 __all__ = ["Registry"]
@@ -80,7 +91,6 @@ __all__ = ["Registry"]
 log = logging.getLogger("atomictoolsd.registry")
 _json = msgspec.json.encode
 
-_BLOCKED = object()  # the outcome of "loading" a module of an untrusted dir: nothing ran
 CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is tried again
 # Seconds a helper a load read must have been left alone before the load is judged whole: a writer
 # that truncates and then writes in several steps shows the same half-written bytes to the worker
@@ -88,22 +98,15 @@ CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is trie
 HELPER_SETTLE = 0.2
 
 
-class _Late:
-    """The outcome of a load still running when its scan's ``load_wait`` ran out."""
-
-    __slots__ = ("task",)
-
-    def __init__(self, task: asyncio.Future[Any]) -> None:
-        self.task = task
-
-
-def _reads(outcome: Any) -> tuple[list[int] | None, list[list[Any]]]:
+def _reads(outcome: LoadOutcome) -> tuple[list[int] | None, list[list[Any]]]:
     """What a load's worker read: ``[size, crc32]`` of the module file, ``[path, size, crc32]`` of each helper."""
-    if isinstance(outcome, tuple):
-        return outcome[0].source, outcome[0].helpers
-    if isinstance(outcome, LoadFailed):
-        return outcome.info.get("source"), outcome.info.get("helpers") or []
-    return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
+    match outcome:
+        case Loaded(worker=worker):
+            return worker.source, worker.helpers
+        case NotLoaded(failure=failure):
+            return failure.info.get("source"), failure.info.get("helpers") or []
+        case _:
+            return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
 
 
 def _same_bytes(path: str, read: list[int]) -> bool:
@@ -123,9 +126,9 @@ def read_whole(path: str, source: list[int] | None, helpers: list[list[Any]]) ->
     return all(_same_bytes(helper, [size, crc]) for helper, size, crc in helpers)
 
 
-def _torn(file: ModuleFile, outcome: Any, current: dict[str, ModuleFile]) -> bool:
+def _torn(file: ModuleFile, outcome: LoadOutcome, current: dict[str, ModuleFile]) -> bool:
     """Whether a worker's load of ``file`` may not be of the files as they are now on disk."""
-    if not isinstance(outcome, (tuple, LoadFailed)):
+    if not isinstance(outcome, (Loaded, NotLoaded)):
         return False  # nothing was read by a worker
     now = current.get(file.path)
     if now is None or now.key != file.key:
@@ -133,18 +136,10 @@ def _torn(file: ModuleFile, outcome: Any, current: dict[str, ModuleFile]) -> boo
     return not read_whole(file.path, *_reads(outcome))
 
 
-async def _outcome(load: Any) -> Any:
-    """A load's outcome: the new generation, or the failure (``LoadFailed``, ``SpawnError``) as a value."""
-    try:
-        return await load
-    except (LoadFailed, SpawnError) as failure:
-        return failure
-
-
-def _discard(outcome: Any) -> None:
+def _discard(outcome: LoadOutcome) -> None:
     """Stop the worker generation of a load that will not be committed."""
-    if isinstance(outcome, tuple):
-        outcome[0].runner.drop(outcome[0])
+    if isinstance(outcome, Loaded):
+        outcome.worker.runner.drop(outcome.worker)
 
 
 def _loading(tools_dir: ToolsDir, file: ModuleFile) -> bool:
@@ -360,7 +355,7 @@ class Registry:
         force: bool = False,
         skip: Collection[str] | Callable[[], Collection[str]] = (),
         retry_failed: bool = False,
-        finished: dict[str, tuple[LateLoad, Any]] | None = None,
+        finished: dict[str, tuple[LateLoad, LoadOutcome]] | None = None,
     ) -> Change:
         """Bring ``tools_dir`` in step with the files: load new and changed modules, drop removed ones.
 
@@ -402,7 +397,7 @@ class Registry:
         force: bool,
         skip: Collection[str] | Callable[[], Collection[str]],
         retry_failed: bool,
-        finished: dict[str, tuple[LateLoad, Any]],
+        finished: dict[str, tuple[LateLoad, LoadOutcome]],
     ) -> Change:
         async with tools_dir.lock:
             for path, (late, outcome) in list(finished.items()):
@@ -444,7 +439,7 @@ class Registry:
             if trusted:
                 deadline = asyncio.get_running_loop().time() + self.load_wait
 
-                async def load(file: ModuleFile) -> tuple[ModuleFile, Any]:
+                async def load(file: ModuleFile) -> tuple[ModuleFile, LoadOutcome]:
                     late = finished.get(file.path)
                     if late is not None and late[0].file.key == file.key:
                         used.add(file.path)
@@ -455,15 +450,15 @@ class Registry:
                 results = await self._reload_torn(tools_dir, results, deadline)
                 results = await self._confirm_failures(tools_dir, results, deadline)
             else:
-                results = [(f, _BLOCKED) for f in changed]
+                results: list[tuple[ModuleFile, LoadOutcome]] = [(f, BLOCKED) for f in changed]
             for path, (_late, outcome) in finished.items():
                 if path not in used:
                     _discard(outcome)  # its file changed or went: this scan judged what is there now
             return self._commit(tools_dir, results, removed)
 
     async def _reload_torn(
-        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]], deadline: float
-    ) -> list[tuple[ModuleFile, Any]]:
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, LoadOutcome]], deadline: float
+    ) -> list[tuple[ModuleFile, LoadOutcome]]:
         """Load again the modules whose file changed while their worker read it: it may have read
         it half-written (an editor truncates, then writes), and committing that would withdraw the
         tools of a module that is fine a moment later.
@@ -495,8 +490,8 @@ class Registry:
         return results
 
     async def _confirm_failures(
-        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, Any]], deadline: float
-    ) -> list[tuple[ModuleFile, Any]]:
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, LoadOutcome]], deadline: float
+    ) -> list[tuple[ModuleFile, LoadOutcome]]:
         """Load once more, after a short settle, the modules that served tools and now fail.
 
         A reload can read a file that is being written (truncated, the writer not yet scheduled
@@ -507,7 +502,7 @@ class Registry:
         """
         failing = [
             i for i, (file, outcome) in enumerate(results)
-            if isinstance(outcome, LoadFailed)
+            if isinstance(outcome, NotLoaded)
             and getattr(tools_dir.modules.get(file.path), "state", None) == "ready"
         ]
         if not failing:
@@ -520,18 +515,18 @@ class Registry:
             results[i] = result
         return await self._reload_torn(tools_dir, results, deadline)
 
-    async def _load(self, tools_dir: ToolsDir, file: ModuleFile, deadline: float) -> tuple[ModuleFile, Any]:
+    async def _load(self, tools_dir: ToolsDir, file: ModuleFile, deadline: float) -> tuple[ModuleFile, LoadOutcome]:
         """Load ``file``: its cached definitions, or a new worker generation, or a failure; ``_Late``
         when the worker is still importing it at ``deadline`` (loop time)."""
         if self.cache is not None and file.path not in tools_dir.modules:
             entry = self.cache.lookup(tools_dir.path, file)  # first sight of it in this daemon's life
             if entry is not None:
-                return file, entry
+                return file, Cached(entry)
         runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
         runner.spec.sandbox = tools_dir.sandbox
-        task = asyncio.ensure_future(_outcome(runner.load()))
+        task = asyncio.ensure_future(load_outcome(runner.load()))
         await asyncio.wait([task], timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
-        return file, (task.result() if task.done() else _Late(task))
+        return file, (task.result() if task.done() else Late(task))
 
     def _load_later(self, tools_dir: ToolsDir, file: ModuleFile, task: asyncio.Future[Any]) -> None:
         """Commit the load ``task`` of ``file`` once it is done, in a scan of its own."""
@@ -558,7 +553,7 @@ class Registry:
     def _commit(
         self,
         tools_dir: ToolsDir,
-        results: list[tuple[ModuleFile, Any]],
+        results: list[tuple[ModuleFile, LoadOutcome]],
         removed: list[str],
     ) -> Change:
         """Apply loaded modules and removals in one step, then tell listeners."""
@@ -577,14 +572,14 @@ class Registry:
                 runner.verify = lambda worker, m=module: self._read_whole(m, worker)
                 if tools_dir.scope == "local":
                     runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
-                if isinstance(outcome, _Late):
+                if isinstance(outcome, Late):
                     module.state = "loading"
-            elif isinstance(outcome, SpawnError) and module.state != "loading":
+            elif isinstance(outcome, NoWorker) and module.state != "loading":
                 # Not the module's doing: it keeps what it served, and its old file key has the next
                 # scan try again.
                 log.warning("cannot load %s now: no worker could be started (%s)", module.path, outcome)
                 continue
-            if isinstance(outcome, _Late):
+            if isinstance(outcome, Late):
                 # It keeps what it served (and its old file key) until the load is done.
                 self._load_later(tools_dir, file, outcome.task)
                 continue
@@ -592,31 +587,29 @@ class Registry:
             if late is not None:
                 settled.append(late)  # this outcome takes the place of a load under way
             module.file = file
-            if outcome is _BLOCKED:
-                self._block(module)
-                continue
-            if isinstance(outcome, CacheEntry):
-                if outcome.error is not None:
-                    self._fail(module, {**outcome.error, "deps": outcome.deps})
-                else:
-                    self._install(module, None, outcome.definitions, outcome.load_ms or 0.0, outcome.deps, outcome.problems)
-                module.source = "cache"
-                if module.error is not None or module.problems:
-                    failures.append(module)
-                continue
-            loaded = True
-            module.source = "worker"
-            if isinstance(outcome, SpawnError):  # a module seen for the first time
-                self._fail(module, {"file": module.path, "line": None, "traceback": "",
-                                    "message": f"no worker could be started to load it ({outcome})"}, transient=True)
-                failures.append(module)
-                continue
-            if isinstance(outcome, LoadFailed):
-                self._fail(module, outcome.info, transient=not outcome.by_module)
-                failures.append(module)
-                continue
-            worker, definitions, load_ms = outcome
-            self._install(module, worker, definitions, load_ms, worker.deps, worker.problems)
+            match outcome:
+                case Blocked():
+                    self._block(module)
+                    continue
+                case Cached(entry=entry):
+                    if entry.error is not None:
+                        self._fail(module, {**entry.error, "deps": entry.deps})
+                    else:
+                        self._install(module, None, entry.definitions, entry.load_ms or 0.0, entry.deps, entry.problems)
+                    module.source = "cache"
+                case NoWorker(error=error):  # a module seen for the first time
+                    loaded = True
+                    module.source = "worker"
+                    self._fail(module, {"file": module.path, "line": None, "traceback": "",
+                                        "message": f"no worker could be started to load it ({error})"}, transient=True)
+                case NotLoaded(failure=failure):
+                    loaded = True
+                    module.source = "worker"
+                    self._fail(module, failure.info, transient=not failure.by_module)
+                case Loaded(worker=worker, definitions=definitions, load_ms=load_ms):
+                    loaded = True
+                    module.source = "worker"
+                    self._install(module, worker, definitions, load_ms, worker.deps, worker.problems)
             if module.error is not None or module.problems:
                 failures.append(module)
         for path in removed:
@@ -754,7 +747,7 @@ class Registry:
         await settle_helpers(helper[0] for helper in worker.helpers)
         return read_whole(module.path, worker.source, worker.helpers)
 
-    def _lazy_load_failed(self, module: Module, failure: LoadFailed) -> None:
+    def _lazy_load_failed(self, module: Module, failure: LoadFailure) -> None:
         """A worker started for a call could not load a module that had loaded before."""
         if module.tools_dir.modules.get(module.path) is not module:
             return
@@ -826,7 +819,7 @@ class Registry:
         if tools_dir.scope != "local" or not tools_dir.trusted or self.trusted(tools_dir.cwd):
             return False
         tools_dir.trusted = False
-        self._commit(tools_dir, [(m.file, _BLOCKED) for m in list(tools_dir.modules.values())], [])
+        self._commit(tools_dir, [(m.file, BLOCKED) for m in list(tools_dir.modules.values())], [])
         task = asyncio.ensure_future(self.scan(tools_dir))
         self._tasks.add(task)
         task.add_done_callback(self._scan_done)

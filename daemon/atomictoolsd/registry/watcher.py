@@ -57,6 +57,7 @@ from atomictoolsd.config.discovery import MODULE_KINDS, escape_path
 from atomictoolsd.registry.cache import deps_fresh
 from atomictoolsd.registry.doorbell import Doorbell
 from atomictoolsd.registry.model import ToolsDir
+from atomictoolsd.workers.periodic import Periodic
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -73,6 +74,7 @@ class WatcherHost(Protocol):
 
 log = logging.getLogger("atomictoolsd.watcher")
 
+_SWEEP_INTERVAL = 0.5  # seconds between polling sweeps
 _DELETED = 3  # watchfiles.Change.deleted
 _MAX_SUBDIRS = 256  # per tools directory: a symlinked tree behind a tools dir must not cost thousands of watches
 
@@ -176,7 +178,7 @@ class FileWatcher:
         self.restarts = 0
         self.reloads = 0
         self.rescans = 0  # full rescans of one tools directory
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper = Periodic("the polling sweep", self._sweep, _SWEEP_INTERVAL, logger=log)
 
     # -- component --------------------------------------------------------------------------------
 
@@ -192,8 +194,7 @@ class FileWatcher:
 
     async def stop(self) -> None:
         self._stopped = True
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        await self._sweeper.stop()
         if self.registry is not None:
             self.registry.remove_dir_listener(self._dir_in_use)
         for pending in self._pending.values():
@@ -323,8 +324,8 @@ class FileWatcher:
                 self._retiring.append(old)
         self.restarts += 1
         log.debug("watching %d directories", len(paths))
-        if self._force_polling and self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        if self._force_polling:
+            self._sweeper.start()
         # What changed in a newly watched path before the new watch started is in no event: rescan
         # the tools dirs it is watched for, or, for a new subdirectory (a helper package written
         # before we watched it), reload the modules that use its files and those that failed (the
@@ -342,21 +343,19 @@ class FileWatcher:
                             pending.paths.add(module.path)
                 self._kick(tools_dir)
 
-    async def _sweep(self) -> None:
+    def _sweep(self) -> None:
         """Polling only: rescan every tools dir twice a second. watchfiles' poller compares mtimes
         in whole seconds, so a second save within the same second would go unseen; a rescan
         compares size and mtime in nanoseconds (and costs a directory listing when nothing changed)."""
-        while True:
-            await asyncio.sleep(0.5)
-            for tools_dir in self._dirs():
-                if not _settled(tools_dir.path):
-                    continue  # being written: the next sweep reads it whole
-                pending = self._pending_for(tools_dir)
-                pending.full = True
-                for module in tools_dir.modules.values():
-                    if not deps_fresh(module.deps):
-                        pending.paths.add(module.path)  # a helper it imported changed
-                self._kick(tools_dir)
+        for tools_dir in self._dirs():
+            if not _settled(tools_dir.path):
+                continue  # being written: the next sweep reads it whole
+            pending = self._pending_for(tools_dir)
+            pending.full = True
+            for module in tools_dir.modules.values():
+                if not deps_fresh(module.deps):
+                    pending.paths.add(module.path)  # a helper it imported changed
+            self._kick(tools_dir)
 
     # -- events -----------------------------------------------------------------------------------
 

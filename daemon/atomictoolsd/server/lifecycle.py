@@ -54,6 +54,7 @@ from atomictoolsd.server.socketfile import (
 )
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.sessions.session import Handler, Session
+from atomictoolsd.workers.periodic import Periodic
 from atomictoolsd.workers.pool import WorkerPool
 from atomictoolsd.workers.runtime.truncate import remove_old_spills
 
@@ -104,8 +105,13 @@ class Server:
         self._stop: asyncio.Event | None = None
         self._stop_reason = ""
         self._sigints = 0
-        self._housekeeping: asyncio.Task[None] | None = None
-        self._guard: asyncio.Task[None] | None = None
+        # Old spills are removed often enough that the dir never holds many more than spill_max_age allows.
+        self._housekeeping = Periodic(
+            "removing old spill files", self._housekeep, lambda: min(3600.0, max(60.0, self.config.spill_max_age / 4)),
+            immediately=True, logger=log,
+        )
+        # A failed check is tried again next time; the daemon serves on.
+        self._guard = Periodic("checking the socket and lock files", self._check_files, _GUARD_INTERVAL, logger=log)
         self._refused = 0  # connections refused for the limit since it was last logged
         self._refused_logged = 0.0
         self.methods: dict[str, Handler] = {}  # JSON-RPC methods added by components
@@ -156,9 +162,9 @@ class Server:
         self.registry.ensure_scanned(self.registry.global_dir)
         for tools_dir in self.registry.builtin_dirs:
             self.registry.ensure_scanned(tools_dir)
-        self._housekeeping = loop.create_task(self._housekeep())
+        self._housekeeping.start()
         if self._socket_ino is not None:  # an adopted socket is the service manager's to keep
-            self._guard = loop.create_task(self._guard_files())
+            self._guard.start()
         for component in self.components:
             await component.start(self)
         log.info(
@@ -191,10 +197,8 @@ class Server:
             self._reload_task.cancel()
         if self._listener is not None:
             self._listener.close()
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-        if self._guard is not None:
-            self._guard.cancel()
+        self._housekeeping.cancel()
+        self._guard.cancel()
         deadline = time.monotonic() + self.config.shutdown_grace
         while self.pool.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
@@ -274,17 +278,7 @@ class Server:
 
     async def _housekeep(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            await loop.run_in_executor(None, remove_old_spills, str(self.paths.spill_dir), self.config.spill_max_age)
-            await asyncio.sleep(min(3600.0, max(60.0, self.config.spill_max_age / 4)))
-
-    async def _guard_files(self) -> None:
-        while True:
-            await asyncio.sleep(_GUARD_INTERVAL)
-            try:
-                await self._check_files()
-            except Exception:  # a failed check is tried again next time; the daemon serves on
-                log.exception("checking the socket and lock files failed")
+        await loop.run_in_executor(None, remove_old_spills, str(self.paths.spill_dir), self.config.spill_max_age)
 
     async def _check_files(self) -> None:
         """Put back a deleted socket or lock file; stop when another daemon or program took the path."""

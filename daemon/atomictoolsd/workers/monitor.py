@@ -20,11 +20,11 @@ per live worker per tick, and nothing at all while no worker runs.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from atomictoolsd.workers.periodic import Periodic
 from atomictoolsd.workers.runtime.limits import describe_limit
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class WorkerMonitor:
         self.memory_limit = 0
         self.idle_timeout = 0.0
         self.max_idle = 0
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("the worker monitor", self.tick, lambda: self.interval or 0.5, while_=self._watching, logger=log)
         self._fixed_interval = False
         self._processes: dict[int, Any] = {}  # pid → psutil.Process, made once per worker
         self.killed = 0
@@ -78,24 +78,11 @@ class WorkerMonitor:
         self.max_idle = config.max_idle_workers
         if not self._fixed_interval:
             self.interval = 0.5 if not self.idle_timeout else max(0.05, min(0.5, self.idle_timeout / 4))
-        if self._watching() and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._watching():
+            self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-    async def _run(self) -> None:
-        while self._watching():
-            await asyncio.sleep(self.interval or 0.5)
-            try:
-                self.tick()
-            except Exception:  # a surprise in one look must not end the watch
-                log.exception("the worker monitor failed")
+        await self._loop.stop()
 
     def _watching(self) -> bool:
         return bool(self.memory_limit or self.idle_timeout or self.max_idle)

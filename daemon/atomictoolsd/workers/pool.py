@@ -20,73 +20,62 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
+import msgspec
+
+from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
-from atomictoolsd.workers.protocol import CallContext, WorkerSpec
+from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
-from atomictoolsd.workers.worker import Call, CallOwner, LoadFailed, Worker, error_result
+from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
-if TYPE_CHECKING:
-    from atomictoolsd.config.settings import Config
-
-__all__ = ["Call", "CallOwner", "LoadFailed", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
+__all__ = ["Call", "CallOwner", "LoadFailure", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
 
 log = logging.getLogger("atomictoolsd.workers")
 
 
+@dataclass(frozen=True)
 class PoolSettings:
-    """The worker limits the pool applies (filled from the daemon's configuration)."""
+    """The worker limits the pool applies. Built only by ``from_config``: every default is a
+    ``Config`` field's (config/settings.py), and the worker limits are written into a ``WorkerSpec``
+    here, once, not copied field by field."""
 
-    def __init__(
-        self,
-        *,
-        threads: int = 16,
-        memory_limit: int = 0,
-        truncate_lines: int = 2000,
-        truncate_bytes: int = 50 * 1024,
-        spill_dir: str = "",
-        cancel_grace: float = 2.0,
-        load_timeout: float = 30.0,
-        max_result_bytes: int = 16 * 1024 * 1024,
-    ) -> None:
-        self.threads = threads
-        self.memory_limit = memory_limit
-        self.truncate_lines = truncate_lines
-        self.truncate_bytes = truncate_bytes
-        self.spill_dir = spill_dir
-        self.max_result_bytes = max_result_bytes
-        self.cancel_grace = cancel_grace
-        self.load_timeout = load_timeout
+    cancel_grace: float
+    load_timeout: float
+    worker: WorkerSpec  # what every new worker is told; path, kind and cwd are each module's
 
     @classmethod
-    def from_config(cls, config: Config, spill_dir: str) -> PoolSettings:
-        """The limits ``config`` sets (at start, and on SIGHUP)."""
+    def from_config(cls, config: Config | None = None, spill_dir: str = "") -> PoolSettings:
+        """The limits ``config`` sets (at start, and on SIGHUP); without one, the defaults."""
+        config = Config() if config is None else config
         return cls(
-            threads=config.worker_threads,
-            memory_limit=config.memory_limit_mb * 1024 * 1024,
-            truncate_lines=config.truncate_lines,
-            truncate_bytes=config.truncate_bytes,
-            spill_dir=spill_dir,
             cancel_grace=config.cancel_grace,
             load_timeout=config.load_timeout,
-            max_result_bytes=config.max_message_bytes,
+            worker=WorkerSpec(
+                path="",
+                threads=config.worker_threads,
+                memory_limit=config.memory_limit_mb * 1024 * 1024,
+                truncate_lines=config.truncate_lines,
+                truncate_bytes=config.truncate_bytes,
+                spill_dir=spill_dir,
+                max_result_bytes=config.max_message_bytes,
+            ),
         )
+
+    @property
+    def spill_dir(self) -> str:
+        return self.worker.spill_dir
+
+    @property
+    def max_result_bytes(self) -> int:
+        return self.worker.max_result_bytes
 
     def worker_spec(self, path: str, kind: str, cwd: str) -> WorkerSpec:
         """What a new worker of the module at ``path`` is told."""
-        return WorkerSpec(
-            path=path,
-            kind=kind,
-            cwd=cwd,
-            threads=self.threads,
-            memory_limit=self.memory_limit,
-            truncate_lines=self.truncate_lines,
-            truncate_bytes=self.truncate_bytes,
-            spill_dir=self.spill_dir,
-            max_result_bytes=self.max_result_bytes,
-        )
+        return msgspec.structs.replace(self.worker, path=path, kind=kind, cwd=cwd)
 
 
 class ModuleRunner:
@@ -112,7 +101,7 @@ class ModuleRunner:
         # (definitions to compare with what is listed); the crash streak began, grew or ended;
         # whether what a lazily started worker loaded is what is on disk (not a half-written file).
         self.verify: Callable[[Worker], Awaitable[bool]] | None = None
-        self.on_load_failure: Callable[[LoadFailed], None] | None = None
+        self.on_load_failure: Callable[[LoadFailure], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
         # Set by the registry: why no worker may start now (its project is no longer trusted), or None.
@@ -124,7 +113,7 @@ class ModuleRunner:
         """Start a new worker generation and wait for its module to load; does not install it.
 
         Raises:
-            LoadFailed: the module failed to import or to build its tools, or the worker died.
+            LoadFailure: the module failed to import or to build its tools, or the worker died.
             SpawnError: no worker could be started (not the module's doing).
         """
         self.loading += 1
@@ -152,12 +141,12 @@ class ModuleRunner:
             worker.kill()
             # The module's doing: remembered (and cached) like an import error, so that no later
             # scan, nor the next daemon, waits for it again until its files change.
-            raise LoadFailed(
-                {"file": self.spec.path, "line": None, "traceback": "",
-                 "message": f"importing the module took longer than {self.pool.settings.load_timeout:g} s"
-                            " (load_timeout); it is tried again when its files change or on a reload"},
+            raise LoadFailure(
+                self.spec.path, None,
+                f"importing the module took longer than {self.pool.settings.load_timeout:g} s"
+                " (load_timeout); it is tried again when its files change or on a reload",
             ) from None
-        except (LoadFailed, SpawnError, asyncio.CancelledError):
+        except (LoadFailure, SpawnError, asyncio.CancelledError):
             self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
             raise
         return worker, definitions, load_ms
@@ -330,7 +319,7 @@ class ModuleRunner:
         epoch = self._epoch
         try:
             worker, definitions, _ms = await self._load_whole()
-        except LoadFailed as failure:
+        except LoadFailure as failure:
             self._starting = None
             if epoch != self._epoch:
                 self._restart_if_waiting()  # reloaded or retired meanwhile: that decided the module's fate

@@ -44,12 +44,14 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     path: str
     kind: str = "python"
     cwd: str = "/"
-    threads: int = 16
-    memory_limit: int = 0  # bytes; 0 means no limit
-    truncate_lines: int = 2000
-    truncate_bytes: int = 50 * 1024
+    # The limits have no defaults here: the daemon's Config holds them (config/settings.py), and
+    # workers.pool.PoolSettings.from_config is the one place that writes them into a spec.
+    threads: int
+    memory_limit: int  # bytes; 0 means no limit
+    truncate_lines: int
+    truncate_bytes: int
+    max_result_bytes: int  # the daemon's max_message_bytes
     spill_dir: str = ""
-    max_result_bytes: int = 16 * 1024 * 1024  # the daemon's max_message_bytes
     # Set for a worker that must run confined (``runtime/sandbox.confine``): {"read": [...], "write":
     # [...], "net": bool}. None: it runs with the user's full rights.
     sandbox: dict[str, Any] | None = None
@@ -58,11 +60,26 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
 
 
 class LoadFailure(Exception):
-    """A module could not be loaded; carries where and why, for the daemon's listings."""
+    """A module could not be loaded; carries where and why, for the daemon's listings.
 
-    def __init__(self, file: str, line: int | None, message: str, trace: str = "") -> None:
+    The one name for the idea on both sides: a worker raises it while loading, and the daemon raises
+    it (``from_info``, with what the worker reported) from ``ModuleRunner.load``. ``by_module``: the
+    module's own doing (its import raised, its tools are malformed, its import outlived the load
+    timeout), so loading the same files fails the same way and the failure may be cached; False
+    when its worker died while loading, which may not happen again.
+    """
+
+    def __init__(self, file: str, line: int | None, message: str, trace: str = "", *, by_module: bool = True) -> None:
         super().__init__(message)
-        self.info = {"file": file, "line": line, "message": message, "traceback": trace}
+        self.info: dict[str, Any] = {"file": file, "line": line, "message": message, "traceback": trace}
+        self.by_module = by_module
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any], by_module: bool = True) -> LoadFailure:
+        """The failure a worker reported (``info`` as it sent it, with whatever else it read)."""
+        failure = cls(info.get("file", ""), info.get("line"), info.get("message", "load failed"), by_module=by_module)
+        failure.info = info
+        return failure
 
 
 

@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 
 from atomictools._launch import SEALED_CWD, python_command, sealed_environ
+from atomictoolsd.workers.processes import stop_process
 from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import STATE, proc_stat
@@ -342,7 +343,7 @@ class Spawner:
         proc = server.proc
         if proc.stdin is not None:
             proc.stdin.close()
-        self._reaping = self.loop.run_in_executor(None, _wait, proc, 5.0)
+        self._reaping = self.loop.run_in_executor(None, stop_process, proc, 5.0, None)
 
     def exit_status(self, pid: int) -> asyncio.Future[int]:
         """A future resolved with the ``waitpid`` status of worker ``pid`` when it ends
@@ -475,9 +476,3 @@ def _fd_cause(exc: OSError) -> str:
     return str(exc)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()

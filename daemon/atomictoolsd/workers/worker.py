@@ -41,6 +41,7 @@ from atomictoolsd.workers.protocol import (
     FrameReader,
     FrameTooLarge,
     Loaded,
+    LoadFailure,
     Log,
     Output,
     Progress,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     from atomictoolsd.workers.backoff import CrashBackoff
     from atomictoolsd.workers.protocol import WorkerSpec
 
-__all__ = ["Call", "CallOwner", "LoadFailed", "Worker", "error_result"]
+__all__ = ["Call", "CallOwner", "Worker", "error_result"]
 
 log = logging.getLogger("atomictoolsd.workers")
 
@@ -112,21 +113,6 @@ class CallOwner(Protocol):
 
     # An owner that can ask its client (a session) also has ``call_ask(call, ask_id, method, params,
     # wait)`` and answers with ``call.answer``; the worker answers for an owner that cannot.
-
-
-class LoadFailed(Exception):
-    """A module failed to load; ``info`` has ``file``, ``line``, ``message`` and ``traceback``.
-
-    ``by_module``: the module reported the failure itself (its import raised, its tools are
-    malformed) or its import outlived the load timeout, so loading the same files fails the same way
-    and the failure may be cached; False when its worker died while loading, which may not happen
-    again.
-    """
-
-    def __init__(self, info: dict[str, Any], by_module: bool = True) -> None:
-        super().__init__(info.get("message", "load failed"))
-        self.info = info
-        self.by_module = by_module
 
 
 class Call:
@@ -311,7 +297,7 @@ class Worker(asyncio.Protocol):
                 self.helpers = [list(helper) for helper in message.helpers]
                 self.loaded.set_result((message.definitions, message.load_ms))
             elif kind is Failed:
-                self.loaded.set_exception(LoadFailed(message.info))
+                self.loaded.set_exception(LoadFailure.from_info(message.info))
 
     def _distrust(self, cause: str) -> None:
         """The worker sent what its runtime never sends: read nothing more from it, and kill it."""
@@ -377,7 +363,7 @@ class Worker(asyncio.Protocol):
             message = f"the worker {self.cause} while loading the module"
             self.loaded.set_exception(
                 SpawnError(message) if status == FORKSERVER_GONE
-                else LoadFailed({"file": self.runner.spec.path, "line": None, "traceback": "", "message": message}, by_module=False)
+                else LoadFailure(self.runner.spec.path, None, message, by_module=False)
             )
             self.loaded.exception()
         pending, self.pending = self.pending, {}

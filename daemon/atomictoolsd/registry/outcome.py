@@ -1,0 +1,80 @@
+"""What loading one module came to, as one typed union the registry's scan switches on.
+
+A scan loads each changed module and commits every outcome in one step; between the two, the
+outcomes are checked (was the file torn while a worker read it? does a failure repeat?) and some
+are loaded again. Each case is its own small class, so a check or the commit matches on the case
+instead of testing a tuple's shape, an exception's class or a sentinel's identity.
+
+Data only: no loading, no committing (``projects`` does both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from atomictoolsd.registry.cache import CacheEntry
+from atomictoolsd.workers.pool import LoadFailure, SpawnError
+
+if TYPE_CHECKING:
+    from atomictoolsd.workers.worker import Worker
+
+__all__ = ["BLOCKED", "Blocked", "Cached", "NotLoaded", "Late", "LoadOutcome", "Loaded", "NoWorker", "load_outcome"]
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A new worker generation loaded the module; not installed yet."""
+
+    worker: Worker
+    definitions: list[dict[str, Any]]
+    load_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class NotLoaded:
+    """The module failed to import or to build its tools, or its worker died while loading it."""
+
+    failure: LoadFailure
+
+
+@dataclass(frozen=True, slots=True)
+class NoWorker:
+    """No worker could be started to load it: not the module's doing."""
+
+    error: SpawnError
+
+
+@dataclass(frozen=True, slots=True)
+class Cached:
+    """Its definitions (or its failure) from the definition cache: no worker ran."""
+
+    entry: CacheEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A module of an untrusted dir: nothing ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """Its worker was still importing it when the scan's ``load_wait`` ran out."""
+
+    task: asyncio.Future[LoadOutcome]
+
+
+LoadOutcome = Loaded | NotLoaded | NoWorker | Cached | Blocked | Late
+BLOCKED = Blocked()
+
+
+async def load_outcome(load: Any) -> LoadOutcome:
+    """Await a runner's ``load()``; its failures become values, not exceptions."""
+    try:
+        worker, definitions, load_ms = await load
+    except LoadFailure as failure:
+        return NotLoaded(failure)
+    except SpawnError as error:
+        return NoWorker(error)
+    return Loaded(worker, definitions, load_ms)
