@@ -41,6 +41,7 @@ class AskingHost(Protocol):
     agent: str
     protocol_version: str | None
     client_capabilities: dict[str, Any]
+    modern: bool  # the stateless revision (2026-07-28)
 
     def send_request(self, id_json: bytes, method: str, params: bytes) -> bool: ...
 
@@ -66,6 +67,13 @@ class Asking:
             return (
                 f"{who} cannot {_WHAT[method]}: it connected without MCP's initialize, so it declared "
                 f"no '{capability}' capability; go on without the answer"
+            )
+        if session.modern:
+            # 2026-07-28 has no requests from server to client: it asks through input_required
+            # results and the client's retry, which this daemon does not serve yet.
+            return (
+                f"{who} cannot {_WHAT[method]} here: its MCP revision ({version}) asks through input_required "
+                f"results, which atomictoolsd does not serve yet; go on without the answer"
             )
         if version < _SINCE[method]:
             return f"{who} cannot {_WHAT[method]}: its MCP revision {version} has no {method}; go on without the answer"

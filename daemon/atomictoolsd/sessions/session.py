@@ -410,6 +410,10 @@ class Session(asyncio.Protocol):
             message["params"] = params
         self.transport.write(_encode_report(message) + b"\n")
 
+    def client_id(self, id_json: bytes) -> Any:
+        """The id the client gave the request ``id_json`` (a transport may have renamed it)."""
+        return msgspec.json.decode(id_json)
+
     def notify_listener(self, id_json: bytes, message: bytes) -> None:
         """Write ``message`` on the stream of the ``subscriptions/listen`` request ``id_json``."""
         if self.transport is not None:
@@ -552,7 +556,7 @@ class Session(asyncio.Protocol):
         server has no prompts or resources), then keep the request open: each change is sent on it."""
         params = decode_params(raw, revisions.ListenParams)
         honored = {"toolsListChanged": True} if params.notifications.get("toolsListChanged") else {}
-        request_id = msgspec.json.decode(id_json)
+        request_id = self.client_id(id_json)
         if honored:
             self.listens[id_json] = request_id
             if self._seen is None:

@@ -43,8 +43,10 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR, SUPPORTED_PROTOCOL_VERSIONS
+from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.config.statefile import write_atomic
+from atomictoolsd.sessions.revisions import ALL as REVISIONS
+from atomictoolsd.sessions.revisions import with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
 
 __all__ = ["TOKEN_NAME", "HttpTransport", "parse_address", "read_token"]
@@ -60,6 +62,8 @@ SESSION_IDLE = 1800.0
 _SWEEP_EVERY = 60.0
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _JSON = b"application/json"
+
+HEADER_MISMATCH = -32020  # 2026-07-28: a routing header that disagrees with the body
 
 _encode = msgspec.json.encode
 _ids = itertools.count(1)
@@ -240,6 +244,8 @@ class HttpSession(Session):
     # -- where each message goes -----------------------------------------------------------------
 
     def send_result(self, id_json: bytes, result: bytes) -> None:
+        if self.modern:
+            result = with_result_type(result)
         exchange = self.exchanges.get(id_json)
         if exchange is not None:
             exchange.push(b'{"jsonrpc":"2.0","id":' + exchange.client_id + b',"result":' + result + b"}", final=True)
@@ -262,20 +268,29 @@ class HttpSession(Session):
         return True
 
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
+        if self.modern and method == "notifications/tools/list_changed":
+            super().send_notification(method, params)  # to each listen request: notify_listener
+            return
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
         data = _encode(message)
         if method.endswith("/list_changed"):
-            listeners = [e for e in self.exchanges.values() if e.method == "subscriptions/listen"]
-            for exchange in listeners:
-                exchange.push(data)
             if self.stream is not None:
                 self.stream.push(data)
             return
         target = self._target()
         if target is not None:
             target.push(data)
+
+    def client_id(self, id_json: bytes) -> Any:
+        exchange = self.exchanges.get(id_json)
+        return msgspec.json.decode(exchange.client_id) if exchange is not None else super().client_id(id_json)
+
+    def notify_listener(self, id_json: bytes, message: bytes) -> None:
+        exchange = self.exchanges.get(id_json)
+        if exchange is not None:
+            exchange.push(message)
 
     def _target(self) -> _Exchange | _Stream | None:
         """The call's own exchange when a call's message is being sent, else the latest request's,
@@ -526,13 +541,13 @@ class HttpTransport:
             await _reply(send, 400, [], _jsonrpc_error(PARSE_ERROR, f"Parse error: {exc}"))
             return
         version = headers.get(b"mcp-protocol-version")
-        if version is not None and version.decode("latin-1") not in SUPPORTED_PROTOCOL_VERSIONS:
-            await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(SUPPORTED_PROTOCOL_VERSIONS)}"))
+        if version is not None and version.decode("latin-1") not in REVISIONS:
+            await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"))
             return
         method = message.method
         mismatch = _header_mismatch(headers, message)
         if mismatch:
-            await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, mismatch))
+            await _reply(send, 400, [], _jsonrpc_error(HEADER_MISMATCH, mismatch))
             return
         session_id = headers.get(b"mcp-session-id")
         extra: list[tuple[bytes, bytes]] = []

@@ -1,0 +1,146 @@
+"""The stateless revision, 2026-07-28, with the Python SDK 2.x's ``mcp.Client``: in its modern mode
+(no handshake, ``_meta`` on every request, ``subscriptions/listen``) and its auto mode (which probes
+``server/discover``) through the shim and over HTTP, and in legacy mode as before; and the wire
+rules a client of another SDK relies on, byte by byte."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from helpers import Daemon, Env
+from shim_helpers import shim_params
+
+pytestmark = pytest.mark.slow
+
+TOOL = 'def add(a: int, b: int) -> int:\n    """Add two numbers."""\n    return a + b\n'
+LATER = 'def later() -> str:\n    """A tool written while the client listens."""\n    return "later"\n'
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}
+
+
+async def _exercise(client: Client, env: Env) -> None:
+    listed = await client.list_tools()
+    assert [t.name for t in listed.tools] == ["add"]
+    result = await client.call_tool("add", {"a": 2, "b": 3})
+    assert not result.is_error and result.structured_content == {"result": 5}
+    async with client.listen(tools_list_changed=True) as subscription:
+        assert subscription.honored.tools_list_changed
+        env.write_tool(env.local_tools, "later.py", LATER)
+        with anyio.fail_after(15):
+            async for _event in subscription:
+                break
+    names = sorted(t.name for t in (await client.list_tools()).tools)
+    assert names == ["add", "later"]
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
+def test_the_sdk_client_in_modern_mode_through_the_shim(env: Env, daemon: Daemon, mode: str) -> None:
+    env.write_tool(env.local_tools, "add.py", TOOL)
+
+    async def main() -> None:
+        async with Client(shim_params(env), mode=mode) as client:  # type: ignore[arg-type]
+            assert client.protocol_version == "2026-07-28"
+            await _exercise(client, env)
+
+    asyncio.run(main())
+
+
+def test_the_sdk_client_in_legacy_mode_still_works(env: Env, daemon: Daemon) -> None:
+    env.write_tool(env.local_tools, "add.py", TOOL)
+
+    async def main() -> None:
+        async with Client(shim_params(env), mode="legacy") as client:  # type: ignore[arg-type]
+            assert client.protocol_version == "2025-11-25"
+            assert (await client.call_tool("add", {"a": 1, "b": 1})).structured_content == {"result": 2}
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
+def test_the_sdk_client_in_modern_mode_over_http(env: Env, make_daemon: Any, mode: str) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    env.write_tool(env.local_tools, "add.py", TOOL)
+    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    with daemon.raw() as raw:
+        info = raw.request("atomic/status")["result"]["http"]
+    token = Path(info["token_file"]).read_text().strip()
+
+    async def main() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            transport = streamable_http_client(f"{info['url']}?directory={env.project}", http_client=http)
+            async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
+                assert client.protocol_version == "2026-07-28"
+                await _exercise(client, env)
+
+    asyncio.run(main())
+
+
+def test_the_stateless_wire(env: Env, make_daemon: Any) -> None:
+    env.write_tool(env.global_tools, "add.py", TOOL)
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        discover = raw.request("server/discover", {"_meta": META})["result"]
+        assert "2026-07-28" in discover["supportedVersions"] and "2024-11-05" in discover["supportedVersions"]
+        assert discover["resultType"] == "complete" and discover["capabilities"]["tools"]["listChanged"] is True
+        listed = raw.request("tools/list", {"_meta": META})["result"]
+        assert listed["resultType"] == "complete" and listed["ttlMs"] == 0 and listed["cacheScope"] == "private"
+        called = raw.request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": META})
+        assert "result" in called, called
+        called = called["result"]
+        assert called["resultType"] == "complete" and called["structuredContent"] == {"result": 3}
+        # A revision not spoken: -32022 naming the ones that are, so a client can fall back.
+        refused = raw.request("tools/list", {"_meta": {**META, "io.modelcontextprotocol/protocolVersion": "2031-01-01"}})
+        assert refused["error"]["code"] == -32022
+        assert "2026-07-28" in refused["error"]["data"]["supported"] and refused["error"]["data"]["requested"] == "2031-01-01"
+
+
+def test_only_a_listening_session_is_told_of_changes(env: Env, make_daemon: Any) -> None:
+    env.write_tool(env.global_tools, "add.py", TOOL)
+    daemon = make_daemon()
+    with daemon.raw() as quiet, daemon.raw() as listener:
+        quiet.request("tools/list", {"_meta": META})
+        listener.send({"jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen",
+                       "params": {"notifications": {"toolsListChanged": True, "promptsListChanged": True}, "_meta": META}})
+        ack = listener.recv()
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"] == {"toolsListChanged": True}  # no prompts here: not honored
+        assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "l1"
+        env.write_tool(env.global_tools, "later.py", LATER)
+        change = listener.recv()
+        assert change["method"] == "notifications/tools/list_changed"
+        assert change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "l1"
+        # The session that did not listen got nothing: its next message is the answer to this ping.
+        quiet.sock.settimeout(1.0)
+        assert quiet.request("ping", {"_meta": META})["result"]["resultType"] == "complete"
+        # Cancelling the listen ends it: no more changes on it.
+        listener.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "l1"}})
+        env.write_tool(env.global_tools, "third.py", LATER.replace("later", "third"))
+        assert listener.request("ping", {"_meta": META})["result"] == {"resultType": "complete"}
+        json.dumps(change)
+
+
+def test_a_tool_that_asks_a_stateless_client_gets_a_clear_refusal_not_a_hang(env: Env, make_daemon: Any) -> None:
+    env.write_tool(env.global_tools, "ask.py", (
+        "from atomictools import AskError, Context\n\n"
+        "def ask(ctx: Context) -> str:\n"
+        '    """Ask the user."""\n'
+        "    try:\n"
+        '        return ctx.elicit("Proceed?").action\n'
+        "    except AskError as exc:\n"
+        '        return f"went on: {exc}"\n'
+    ))
+    daemon = make_daemon()
+    meta = {**META, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+    with daemon.raw() as raw:
+        raw.sock.settimeout(10)
+        reply = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})["result"]
+        assert reply["content"][0]["text"].startswith("went on:") and "input_required" in reply["content"][0]["text"]
