@@ -48,6 +48,7 @@ from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
+from atomictoolsd.workers.periodic import Periodic
 
 __all__ = ["TOKEN_NAME", "HttpTransport", "parse_address", "read_token"]
 
@@ -363,7 +364,7 @@ class HttpTransport:
         self._allowed_hosts: frozenset[str] = frozenset()
         self._uvicorn: Any = None
         self._serving: asyncio.Task[None] | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper: Periodic | None = None
         self.requests = 0
         self.refused = 0
 
@@ -406,7 +407,8 @@ class HttpTransport:
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
         self._uvicorn = _Server(config)
         self._serving = asyncio.get_running_loop().create_task(self._uvicorn.serve(sockets=[sock]))
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        self._sweeper = Periodic("HTTP session sweep", self._sweep, _SWEEP_EVERY, logger=log)
+        self._sweeper.start()
         log.info("serving MCP over HTTP on %s", self.url())
 
     async def stop(self) -> None:
@@ -415,7 +417,7 @@ class HttpTransport:
         self.sessions.clear()
         self.stateless.clear()
         if self._sweeper is not None:
-            self._sweeper.cancel()
+            await self._sweeper.stop()
         if self._uvicorn is not None and self._serving is not None:
             self._uvicorn.should_exit = True
             with contextlib.suppress(Exception):
@@ -442,15 +444,14 @@ class HttpTransport:
         self.token = new_token(self.token_path)
         session.send_result(id_json, _encode({"token_file": str(self.token_path)}))
 
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(_SWEEP_EVERY)
-            now = time.monotonic()
-            for table in (self.sessions, self.stateless):
-                for key, session in list(table.items()):
-                    if not session.exchanges and session.stream is None and now - session.used > SESSION_IDLE:
-                        del table[key]
-                        session.end()
+    def _sweep(self) -> None:
+        """End the sessions nobody has used for ``SESSION_IDLE`` seconds and that have no stream open."""
+        now = time.monotonic()
+        for table in (self.sessions, self.stateless):
+            for key, session in list(table.items()):
+                if not session.exchanges and session.stream is None and now - session.used > SESSION_IDLE:
+                    del table[key]
+                    session.end()
 
     # -- the ASGI app ---------------------------------------------------------------------------
 
