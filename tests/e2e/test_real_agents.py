@@ -99,3 +99,42 @@ def test_gemini_and_qwen_connect_once_the_folder_is_trusted(agent_env: Env, agen
     assert "Connected" in connected_line(run(env, program, "mcp", "list"))
     connect(env, agent, "--user", "--name", "atomic_user")
     assert "Connected" in connected_line(run(env, program, "mcp", "list"), "atomic_user")
+
+
+@pytest.fixture
+def http_agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def]
+    """As ``agent_env``, with the daemon serving HTTP and the token in $ATOMICTOOLS_TOKEN."""
+    env.write_tool(env.local_tools, "hello.py", "def hello() -> str:\n    return 'hi'\n")
+    subprocess.run(["git", "init", "-q", str(env.project)], check=True, timeout=30)
+    env.vars["PATH"] = os.pathsep.join([str(Path(SHIM).parent), env.vars.get("PATH", "")])
+    env.vars["XDG_CONFIG_HOME"] = str(env.home / ".config")
+    env.vars.update(DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1", CI="1", NO_COLOR="1",
+                    OPENCODE_DISABLE_AUTOUPDATE="1", GEMINI_CLI_NO_RELAUNCH="true")
+    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    with daemon.raw() as raw:
+        info = raw.request("atomic/status")["result"]["http"]
+    env.vars["ATOMICTOOLS_TOKEN"] = Path(info["token_file"]).read_text().strip()
+    return env
+
+
+@pytest.mark.parametrize("agent", ["claude", "opencode", "gemini", "qwen"])
+def test_agents_connect_by_url_with_the_token_from_the_environment(http_agent_env: Env, agent: str) -> None:
+    program = agent_cli(agent)
+    env = http_agent_env
+    connect(env, agent, "--http")
+    if agent == "claude":
+        (env.project / ".claude").mkdir()
+        (env.project / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["atomic"]}))
+    if agent in ("gemini", "qwen"):
+        (env.home / f".{agent}").mkdir(exist_ok=True)
+        (env.home / f".{agent}" / "trustedFolders.json").write_text(json.dumps({str(env.project): "TRUST_FOLDER"}))
+    line = connected_line(run(env, program, "mcp", "list"))
+    assert "onnected" in line and "failed" not in line.lower() and "disconnected" not in line.lower(), line
+    # Without the token in the environment the same entry is refused: the token is really checked.
+    token = env.vars.pop("ATOMICTOOLS_TOKEN")
+    try:
+        line = connected_line(run(env, program, "mcp", "list"))
+        print(agent, "without the token:", line)
+        assert re.search(r"fail|disconnected|error|needs auth|unauthori", line.lower()), line
+    finally:
+        env.vars["ATOMICTOOLS_TOKEN"] = token

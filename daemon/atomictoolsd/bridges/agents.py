@@ -29,7 +29,9 @@ __all__ = [
     "DEFAULT_SCOPE",
     "DISPATCHER_BY_DEFAULT",
     "INFO",
+    "HTTP_AGENTS",
     "SERVER_NAME",
+    "TOKEN_VARIABLE",
     "AgentInfo",
     "AgentConfigError",
     "ConfigFile",
@@ -37,6 +39,7 @@ __all__ = [
     "add_server",
     "config_file",
     "entry_command",
+    "http_entry",
     "project_command",
     "read_server",
     "remove_server",
@@ -280,14 +283,54 @@ def server_entry(agent: str, command: list[str], env: Mapping[str, str] | None =
     return entry
 
 
+# The variable an HTTP entry reads the daemon's token from (`atomictoolsd http token --show`): the
+# token itself is never written into a config file, which may be committed or synced.
+TOKEN_VARIABLE = "ATOMICTOOLS_TOKEN"
+# How each agent's config expands an environment variable in a header (or names the variable).
+_TOKEN_REFERENCE = {
+    "claude": "${%s}", "copilot": "${%s}", "cursor": "${env:%s}", "vscode": "${env:%s}",
+    "gemini": "$%s", "qwen": "$%s", "opencode": "{env:%s}",
+}
+HTTP_AGENTS = (*_TOKEN_REFERENCE, "codex")
+
+
+def http_entry(agent: str, url: str) -> dict[str, Any]:
+    """The server entry, in ``agent``'s shape, for the daemon's Streamable HTTP endpoint ``url``,
+    its bearer token read from ``TOKEN_VARIABLE``.
+
+    Raises:
+        AgentConfigError: the agent's config cannot name an HTTP server (Claude Desktop).
+    """
+    if agent == "codex":
+        return {"url": url, "bearer_token_env_var": TOKEN_VARIABLE}
+    reference = _TOKEN_REFERENCE.get(agent)
+    if reference is None:
+        raise AgentConfigError(
+            f"{INFO[agent].title if agent in INFO else agent} cannot connect to an MCP server by URL in its config "
+            f"file: connect it without --http (it launches the shim)"
+        )
+    headers = {"Authorization": "Bearer " + reference % TOKEN_VARIABLE}
+    if agent in ("gemini", "qwen"):
+        return {"httpUrl": url, "headers": headers}
+    if agent == "opencode":
+        return {"type": "remote", "url": url, "headers": headers, "enabled": True}
+    if agent == "copilot":
+        return {"type": "http", "url": url, "headers": headers, "tools": ["*"]}
+    if agent == "cursor":
+        return {"url": url, "headers": headers}
+    return {"type": "http", "url": url, "headers": headers}  # claude, vscode
+
+
 def servers_key(agent: str) -> str:
     """The key (table) of MCP servers in ``agent``'s config."""
     return {"opencode": "mcp", "codex": "mcp_servers", "vscode": "servers"}.get(agent, "mcpServers")
 
 
-def snippet(agent: str, command: list[str], name: str = SERVER_NAME, env: Mapping[str, str] | None = None) -> str:
-    """Config text to paste into ``agent``'s MCP config (for ``generic``: a JSON server entry)."""
-    entry = server_entry(agent, command, env)
+def snippet(agent: str, command: list[str], name: str = SERVER_NAME, env: Mapping[str, str] | None = None,
+            entry: dict[str, Any] | None = None) -> str:
+    """Config text to paste into ``agent``'s MCP config (for ``generic``: a JSON server entry);
+    ``entry`` instead of the shim's for another kind of entry (HTTP)."""
+    entry = entry if entry is not None else server_entry(agent, command, env)
     if agent == "codex":
         return _toml_table(name, entry)
     return json.dumps({servers_key(agent): {name: entry}}, indent=2)

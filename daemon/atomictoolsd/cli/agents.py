@@ -60,16 +60,28 @@ def cmd_connect(args: argparse.Namespace) -> int:
     command = agents.entry_command(args.agent, target.scope, dispatcher=args.dispatcher, allow=args.allow,
                                    deny=args.deny)
     env = entry_environment(args.agent, target.scope)
-    entry = agents.server_entry(args.agent, command, env)
+    if args.http:
+        try:
+            if args.agent not in agents.HTTP_AGENTS:
+                agents.http_entry(args.agent, "")  # says why this agent cannot, before asking the daemon
+            url = _http_url(args, target)
+            entry = agents.http_entry(args.agent, url)
+        except agents.AgentConfigError as exc:
+            print(f"atomictoolsd: {exc}", file=sys.stderr)
+            return 2
+        command = [url]
+    else:
+        entry = agents.server_entry(args.agent, command, env)
+    text = agents.snippet(args.agent, command, args.name, env, entry=entry)
     if args.dry_run:
         print(f"# {target.path}", file=sys.stderr)
-        print(agents.snippet(args.agent, command, args.name, env))
+        print(text)
         return 0
     try:
         outcome = agents.add_server(target, entry, name=args.name, backup_dir=_backup_dir())
     except (agents.AgentConfigError, OSError) as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
-        print(f"the entry to add by hand:\n{agents.snippet(args.agent, command, args.name, env)}", file=sys.stderr)
+        print(f"the entry to add by hand:\n{text}", file=sys.stderr)
         return 1
     info = agents.INFO[args.agent]
     if outcome.action == "unchanged":
@@ -77,7 +89,10 @@ def cmd_connect(args: argparse.Namespace) -> int:
     else:
         print(f"{info.title}: {outcome.action} server {args.name!r} in {outcome.path}")
         print(f"  {_serves(args, target)}")
-        print(f"  runs: {' '.join(command)}")
+        print(f"  {'url' if args.http else 'runs'}: {' '.join(command)}")
+        if args.http:
+            print(f"  the token is read from ${agents.TOKEN_VARIABLE} where the agent runs: "
+                  f"export {agents.TOKEN_VARIABLE}=$(atomictoolsd http token --show)")
         if outcome.backup is not None:
             print(f"  previous file saved as {outcome.backup}")
     for note in connect_notes(args.agent, target):
@@ -86,6 +101,30 @@ def cmd_connect(args: argparse.Namespace) -> int:
         print(f"Restart {info.title} (or reload its MCP servers) to use the tools; "
               f"`atomictoolsd doctor {args.agent}` checks the entry.")
     return 0
+
+
+def _http_url(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
+    """The daemon's HTTP endpoint with this entry's project and lists in the query (docs/http.md)."""
+    from urllib.parse import urlencode
+
+    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.cli._common import raw_request  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+
+    http = (raw_request("atomic/status") or {}).get("http") or {}
+    if not http.get("url"):
+        raise agents.AgentConfigError(
+            "the daemon does not serve HTTP: start it with `atomictoolsd start --http PORT` (or set http in "
+            "config.toml), then connect again"
+        )
+    query: list[tuple[str, str]] = []
+    if target.scope == "project":
+        home = Path(os.environ.get("HOME") or Path.home())
+        query.append(("directory", str(project_root(Path(args.directory or os.getcwd()).resolve(), home))))
+    query += [("allow", glob) for glob in args.allow] + [("deny", glob) for glob in args.deny]
+    if agents.INFO[args.agent].dispatcher if args.dispatcher is None else args.dispatcher:
+        query.append(("dispatcher", "1"))
+    return http["url"] + ("?" + urlencode(query, safe="/") if query else "")
 
 
 def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-def]
@@ -199,6 +238,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                             "(default for claude, codex, gemini, qwen, claude-desktop)")
     dispatcher.add_argument("--no-dispatcher", dest="dispatcher", action="store_false",
                             help="no meta-tools, even for an agent that gets them by default")
+    connect.add_argument("--http", action="store_true",
+                         help="connect by URL to the daemon's Streamable HTTP endpoint (it must serve HTTP: "
+                         "`start --http PORT`), the token read from $ATOMICTOOLS_TOKEN; see docs/http.md")
     connect.add_argument("--dry-run", action="store_true", help="print the entry instead of writing it")
     connect.set_defaults(func=cmd_connect)
 
