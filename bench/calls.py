@@ -53,8 +53,8 @@ from common import (  # noqa: E402
 )
 
 LOADS = [(16, 1), (64, 1), (16, 8), (64, 8)]  # (connections, modules)
-FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
-PEER_NAMES = (FASTMCP, MCPSERVER)
+FASTMCP, MCPSERVER, FASTMCP4 = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)", "fastmcp 4.1.0"
+PEER_NAMES = (FASTMCP, MCPSERVER, FASTMCP4)
 FLOOR_STDIO_RELAY = Path(__file__).resolve().parent / "peers" / "floor_stdio_relay.py"
 
 

@@ -70,6 +70,9 @@ MODES = (("pinned", True), ("unpinned", False))
 PEERS = {
     "fastmcp (mcp 1.30.0)": ("mcp1", "mcp==1.30.0", BENCH / "peers" / "fastmcp_echo.py"),
     "mcpserver (mcp 2.3.0)": ("mcp2", "mcp==2.3.0", BENCH / "peers" / "mcpserver_echo.py"),
+    # The standalone FastMCP package. 4.1.0, not the newest 4.1.6: 4.1.4 and later need a certifi
+    # release this machine's package index does not have yet.
+    "fastmcp 4.1.0": ("fastmcp4", "fastmcp==4.1.0", BENCH / "peers" / "fastmcp4_echo.py"),
 }
 
 ECHO_TOOL = '''

@@ -5,7 +5,7 @@
     python bench/run.py --only calls,shim
     python bench/run.py --update-docs    # also render the tables into docs/performance.md
 
-Runs ``calls``, ``shim``, ``reload``, ``spawn`` and ``scale`` (each also runnable alone as
+Runs ``calls``, ``httpcalls``, ``shim``, ``reload``, ``spawn`` and ``scale`` (each also runnable alone as
 ``python bench/<name>.py``), creates the peers' virtual environments under ``bench/.venvs`` on
 first use, prints every table, checks the figures against the project's targets (``targets()``), and saves one
 JSON file under ``bench/results/`` (``run-*.json``; a full run of every benchmark is also copied to
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, Report, Table, load_average, peer_commands, save  # noqa: E402
 
-BENCHES = ("calls", "shim", "reload", "spawn", "scale")
+BENCHES = ("calls", "httpcalls", "shim", "reload", "spawn", "scale")
 FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
 
 
@@ -65,6 +65,22 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
             floor = next(v["16x1"] for k, v in calls[mode]["calls_per_s"].items() if k.startswith("floor"))
             row(f"calls/s, 16 connections, one worker, {mode}", "≥ 50,000",
                 f"{rate:,.0f} (floor now {floor:,.0f})", rate >= 50_000)
+    http = data.get("httpcalls")
+    if http:
+        for mode in ("pinned", "unpinned"):
+            lat = http[mode]["latency"]
+            ours, fast = lat["atomictoolsd, HTTP"]["p50_us"], lat["fastmcp 4.1.0, HTTP"]["p50_us"]
+            floor = lat["floor: uvicorn + httptools, canned answer"]["p50_us"]
+            row(f"tools/call over HTTP, p50, {mode}", "≥ 10× faster than FastMCP 4's HTTP",
+                f"{ours:g} µs vs {fast:g} µs: {fast / ours:.1f}× (HTTP floor {floor:g} µs)",
+                fast / ours >= 10 if mode == "pinned" else None)
+            rate = http[mode]["calls_per_s"]["atomictoolsd, HTTP"]
+            row(f"calls/s over HTTP, 16 connections, {mode}", "≥ 10,000",
+                f"{rate:,.0f} (floor now {http[mode]['calls_per_s']['floor: uvicorn + httptools, canned answer']:,.0f})",
+                rate >= 10_000)
+            on, off = lat["atomictoolsd, socket, HTTP on"]["p50_us"], lat["atomictoolsd, socket, HTTP off"]["p50_us"]
+            row(f"the socket path with HTTP on, p50, {mode}", "no added cost",
+                f"{on:g} µs on, {off:g} µs off ({on / off:.2f}×)", on <= off * 1.1 if mode == "pinned" else None)
     shim = data.get("shim")
     if shim:
         for mode in ("pinned", "unpinned"):

@@ -71,3 +71,29 @@ def test_rendering_again_changes_nothing(tmp_path: Path) -> None:
     once, _, _ = render.render_text(DOC, RESULTS)
     twice, _, _ = render.render_text(once, RESULTS)
     assert twice == once
+
+
+def test_the_latency_plot_is_rendered_from_the_run(tmp_path: Path) -> None:
+    render = load_render()
+    stats = {"p10_us": 60.0, "p25_us": 65.0, "p50_us": 70.0, "p75_us": 80.0, "p90_us": 90.0, "p99_us": 150.0, "min_us": 55.0}
+    results = {**RESULTS, "reports": [
+        {"name": "httpcalls", "tables": [], "data": {"pinned": {"latency": {
+            "atomictoolsd, HTTP": stats, "fastmcp 4.1.0, HTTP": {**stats, "p50_us": 1500.0, "p99_us": 3000.0},
+            "floor: uvicorn + httptools, canned answer": {**stats, "p50_us": 40.0}}}}},
+        {"name": "calls", "tables": [], "data": {"pinned": {"latency": {
+            "mcpserver (mcp 2.3.0), raw client, stdio": {"p50_us": 450.0, "p99_us": 700.0, "min_us": 400.0}}}}},
+    ]}
+    svg = render.latency_plot(results)
+    assert svg is not None and svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    # Every system of the run, fastest first, each with its p50 written beside it.
+    names = ["floor: uvicorn + httptools, canned answer", "atomictoolsd, HTTP", "mcpserver (mcp 2.3.0), raw client, stdio",
+             "fastmcp 4.1.0, HTTP"]
+    positions = [svg.index(f">{name}<") for name in names]
+    assert positions == sorted(positions)
+    for p50 in ("40", "70", "450", "1,500"):
+        assert f">{p50}</text>" in svg
+    doc = tmp_path / "performance.md"
+    doc.write_text("# P\n\n<!-- bench:plot-latency -->\nold\n<!-- /bench:plot-latency -->\n")
+    render.render(results, doc)
+    assert "![tools/call latency" in doc.read_text() and (tmp_path / "performance-latency.svg").read_text() == svg
+    assert render.latency_plot({**RESULTS, "reports": []}) is None

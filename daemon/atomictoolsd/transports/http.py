@@ -61,6 +61,8 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # without DELETE); its id then answers 404 and the client starts a new one, as the spec says.
 SESSION_IDLE = 1800.0
 _SWEEP_EVERY = 60.0
+# How late an answer may be before a task starts watching for its client to go away (see _answer).
+_WATCH_AFTER = 0.02
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _JSON = b"application/json"
 
@@ -156,11 +158,15 @@ class _Exchange:
     def push(self, message: bytes, final: bool = False) -> None:
         self.items.append(message)
         self.done = self.done or final
+        self.wake()
+
+    def wake(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     async def wait(self) -> None:
+        """Until a message comes, or ``wake`` (the client went away)."""
         if self.items or self.done:
             return
         self.waiter = asyncio.get_running_loop().create_future()
@@ -589,29 +595,36 @@ class HttpTransport:
 
     async def _answer(self, session: HttpSession, internal: bytes, exchange: _Exchange, extra: list[tuple[bytes, bytes]],
                       receive: Any, send: Any) -> None:
-        """JSON when the answer comes first; else an SSE stream of what comes, the answer last."""
-        if not exchange.items and not exchange.done:
-            gone = asyncio.ensure_future(_disconnected(receive))
-            waiting = asyncio.ensure_future(exchange.wait())
-            try:
-                await asyncio.wait((gone, waiting), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                waiting.cancel()
-            if not exchange.items:
-                gone.cancel()
-                self._cancel(session, internal)
-                return
-        else:
-            gone = None
-        if exchange.done and len(exchange.items) == 1:
-            if gone is not None:
-                gone.cancel()
-            await _reply(send, 200, [(b"content-type", _JSON), *extra], exchange.items[0])
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *extra]})
-        if gone is None:
-            gone = asyncio.ensure_future(_disconnected(receive))
+        """JSON when the answer comes first; else an SSE stream of what comes, the answer last.
+
+        A task watches for the client going away (ASGI says so only through ``receive``) and wakes
+        the exchange as an answer would; it starts only once the answer is ``_WATCH_AFTER`` late,
+        so a quick call pays a timer, not a task (most of a call's cost over HTTP, measured).
+        """
+        loop = asyncio.get_running_loop()
+        gone: list[asyncio.Task[None]] = []
+
+        def watch() -> None:
+            task = loop.create_task(_disconnected(receive))
+            task.add_done_callback(lambda _task: exchange.wake())
+            gone.append(task)
+
+        timer = None
         try:
+            if not exchange.items and not exchange.done:
+                timer = loop.call_later(_WATCH_AFTER, watch)
+                await exchange.wait()
+                if not exchange.items:
+                    self._cancel(session, internal)  # the client went away first
+                    return
+            if exchange.done and len(exchange.items) == 1:
+                await _reply(send, 200, [(b"content-type", _JSON), *extra], exchange.items[0])
+                return
+            await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *extra]})
+            if timer is not None:
+                timer.cancel()
+            if not gone:
+                watch()
             while True:
                 items, exchange.items = exchange.items, []
                 chunk = b"".join(_sse(m) for m in items if m)
@@ -619,15 +632,16 @@ class HttpTransport:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if exchange.done:
                     break
-                waiting = asyncio.ensure_future(exchange.wait())
-                await asyncio.wait((gone, waiting), return_when=asyncio.FIRST_COMPLETED)
-                waiting.cancel()
-                if gone.done() and not exchange.items:
+                await exchange.wait()
+                if gone[0].done() and not exchange.items:
                     self._cancel(session, internal)
                     return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            gone.cancel()
+            if timer is not None:
+                timer.cancel()
+            for task in gone:
+                task.cancel()
 
     def _cancel_by_client_id(self, session: HttpSession, raw: msgspec.Raw | UnsetType) -> None:
         """``notifications/cancelled`` names the client's id; the session knows the call by ours."""
