@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 if TYPE_CHECKING:
+    from atomictoolsd.sessions.revisions import Revision
     from atomictoolsd.workers.worker import Call
 
 __all__ = ["CAPABILITY", "Asking", "AskingHost"]
@@ -24,9 +25,8 @@ __all__ = ["CAPABILITY", "Asking", "AskingHost"]
 _ids = itertools.count(1)
 _encode = msgspec.json.encode
 
-# The client capability each method needs, and the first revision that has it.
+# The client capability each method needs (which revisions have it: ``Revision.asks``).
 CAPABILITY = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling"}
-_SINCE = {"elicitation/create": "2025-06-18", "sampling/createMessage": "2024-11-05"}
 _WHAT = {"elicitation/create": "ask the user (elicitation)", "sampling/createMessage": "ask its model for a completion (sampling)"}
 
 
@@ -39,9 +39,8 @@ class AskingHost(Protocol):
     """What ``Asking`` uses of its session (``session.Session``)."""
 
     agent: str
-    protocol_version: str | None
+    revision: Revision | None  # None: the client never said (no initialize)
     client_capabilities: dict[str, Any]
-    modern: bool  # the stateless revision (2026-07-28)
 
     def send_request(self, id_json: bytes, method: str, params: bytes) -> bool: ...
 
@@ -62,21 +61,24 @@ class Asking:
         session = self.session
         who = f"the client ({session.agent})" if session.agent else "the client"
         capability = CAPABILITY[method]
-        version = session.protocol_version
-        if version is None:
+        revision = session.revision
+        if revision is None:
             return (
                 f"{who} cannot {_WHAT[method]}: it connected without MCP's initialize, so it declared "
                 f"no '{capability}' capability; go on without the answer"
             )
-        if session.modern:
+        if revision.stateless:
             # 2026-07-28 has no requests from server to client: it asks through input_required
             # results and the client's retry, which this daemon does not serve yet.
             return (
-                f"{who} cannot {_WHAT[method]} here: its MCP revision ({version}) asks through input_required "
-                f"results, which atomictoolsd does not serve yet; go on without the answer"
+                f"{who} cannot {_WHAT[method]} here: its MCP revision ({revision.version}) asks through "
+                f"input_required results, which atomictoolsd does not serve yet; go on without the answer"
             )
-        if version < _SINCE[method]:
-            return f"{who} cannot {_WHAT[method]}: its MCP revision {version} has no {method}; go on without the answer"
+        if method not in revision.asks:
+            return (
+                f"{who} cannot {_WHAT[method]}: its MCP revision {revision.version} has no {method}; "
+                f"go on without the answer"
+            )
         if capability not in session.client_capabilities:
             return (
                 f"{who} cannot {_WHAT[method]}: it did not declare the '{capability}' capability when it "

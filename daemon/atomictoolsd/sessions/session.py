@@ -148,6 +148,10 @@ class Session(asyncio.Protocol):
         self.deny: tuple[str, ...] = ()
         self.dispatcher = False  # also offer the meta-tools of atomictoolsd.sessions.dispatcher
         self.locked = False  # attached with lock: LOCKED_OUT methods are refused from now on
+        # The revision its client chose (sessions.revisions): at initialize, or named in a request's
+        # _meta (2026-07-28); None until then (a raw client, which takes everything). ``protocol_version``
+        # and ``modern`` mirror it for the hot path and for transports.
+        self.revision: revisions.Revision | None = None
         self.protocol_version: str | None = None
         # Tool schemas with $defs/$ref inlined and enums typed, for agents that reject JSON Schema
         # 2020-12 as written (Gemini CLI, Qwen Code); other clients get each schema as its author wrote it.
@@ -489,8 +493,7 @@ class Session(asyncio.Protocol):
     def on_initialize(self, id_json: bytes, raw: Any) -> None:
         params = decode_params(raw, InitializeParams)
         version = params.protocolVersion
-        self.protocol_version = revisions.negotiate(version)
-        self._tool_shape = revisions.tool_fields_dropped(self.protocol_version)
+        revision = self.adopt(revisions.negotiate(version))
         self.client_capabilities = params.capabilities
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
@@ -499,13 +502,21 @@ class Session(asyncio.Protocol):
         self.portable_schemas = any(name in client for name in PORTABLE_ONLY_CLIENTS)
         instructions = self._instructions()
         result = {
-            "protocolVersion": self.protocol_version,
+            "protocolVersion": revision.version,
             "capabilities": {"tools": {"listChanged": True}, "logging": {}},
             "serverInfo": {"name": "atomictoolsd", "version": __version__}
-            | ({"title": "atomictoolsd"} if self.protocol_version >= revisions.SERVER_TITLE_SINCE else {}),
+            | ({"title": "atomictoolsd"} if revision.server_title else {}),
             "instructions": instructions,
         }
         self.send_result(id_json, _encode(result))
+
+    def adopt(self, revision: revisions.Revision) -> revisions.Revision:
+        """Speak ``revision`` to this client from now on."""
+        self.revision = revision
+        self.protocol_version = revision.version
+        self.modern = revision.stateless
+        self._tool_shape = revision.tool_fields_dropped
+        return revision
 
     def _accept_modern(self, id_json: bytes, raw: Any) -> bool:
         """Take a request's 2026-07-28 ``_meta`` (revision, capabilities, client); False when it was
@@ -527,9 +538,7 @@ class Session(asyncio.Protocol):
             )
             return False
         if not self.modern:
-            self.modern = True
-            self.protocol_version = version
-            self._tool_shape = frozenset()
+            self.adopt(revisions.STATELESS_REVISION)
         capabilities = meta.get(revisions.META_CAPABILITIES)
         self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
         client = meta.get(revisions.META_CLIENT)
@@ -715,14 +724,14 @@ class Session(asyncio.Protocol):
         if self.calls.get(call.request_id) is call:
             del self.calls[call.request_id]
         self.asking.call_ended(call)
-        self.send_result(call.request_id, shape_result(result, self.protocol_version))
+        self.send_result(call.request_id, shape_result(result, self.revision))
         self._close_if_done()
 
     def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
         payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}
         if total is not None:
             payload["total"] = total
-        if message is not None and (self.protocol_version or revisions.LATEST) >= revisions.PROGRESS_MESSAGE_SINCE:
+        if message is not None and (self.revision is None or self.revision.progress_message):
             payload["message"] = message
         self.send_notification("notifications/progress", payload)
 
