@@ -120,11 +120,11 @@ def test_only_a_listening_session_is_told_of_changes(env: Env, make_daemon: Any)
         assert change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "l1"
         # The session that did not listen got nothing: its next message is the answer to this ping.
         quiet.sock.settimeout(1.0)
-        assert quiet.request("ping", {"_meta": META})["result"]["resultType"] == "complete"
+        assert quiet.request("server/discover", {"_meta": META})["result"]["resultType"] == "complete"
         # Cancelling the listen ends it: no more changes on it.
         listener.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "l1"}})
         env.write_tool(env.global_tools, "third.py", LATER.replace("later", "third"))
-        assert listener.request("ping", {"_meta": META})["result"] == {"resultType": "complete"}
+        assert listener.request("tools/list", {"_meta": META})["result"]["resultType"] == "complete"
         json.dumps(change)
 
 
@@ -144,3 +144,73 @@ def test_a_tool_that_asks_a_stateless_client_gets_a_clear_refusal_not_a_hang(env
         raw.sock.settimeout(10)
         reply = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})["result"]
         assert reply["content"][0]["text"].startswith("went on:") and "input_required" in reply["content"][0]["text"]
+
+
+def test_each_stateless_request_must_carry_its_meta_and_is_told_what_is_missing(env: Env, make_daemon: Any) -> None:
+    env.write_tool(env.global_tools, "add.py", TOOL)
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        no_capabilities = {k: v for k, v in META.items() if k != "io.modelcontextprotocol/clientCapabilities"}
+        error = raw.request("tools/list", {"_meta": no_capabilities})["error"]
+        assert error["code"] == -32602 and "io.modelcontextprotocol/clientCapabilities" in error["message"]
+        assert "2026-07-28" in error["message"] and "2024-11-05" in error["message"]  # what is spoken, and how
+        error = raw.request("tools/list", {"_meta": {**META, "io.modelcontextprotocol/protocolVersion": 20260728}})["error"]
+        assert error["code"] == -32602 and "must be a string" in error["message"]
+        # Once stateless, a request without the revision is refused, not served as another revision.
+        assert raw.request("tools/list", {"_meta": META})["result"]["resultType"] == "complete"
+        error = raw.request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}})["error"]
+        assert error["code"] == -32602 and "io.modelcontextprotocol/protocolVersion" in error["message"]
+        assert raw.request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": META})["result"]["structuredContent"] == {"result": 3}
+
+
+@pytest.mark.parametrize(("method", "instead"), [("initialize", "server/discover"), ("ping", "server/discover"),
+                                                 ("logging/setLevel", "io.modelcontextprotocol/logLevel")])
+def test_what_the_stateless_revision_removed_is_refused_naming_its_replacement(env: Env, make_daemon: Any, method: str, instead: str) -> None:
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        params: dict[str, Any] = {"_meta": META}
+        if method == "initialize":
+            params |= {"protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        if method == "logging/setLevel":
+            params |= {"level": "debug"}
+        error = raw.request(method, params)["error"]
+        assert error["code"] == -32601 and instead in error["message"] and "2026-07-28" in error["message"]
+
+
+def test_a_stateless_call_gets_log_messages_only_when_its_meta_asks_for_a_level(env: Env, make_daemon: Any) -> None:
+    env.write_tool(env.global_tools, "chatty.py", (
+        "from atomictools import Context\n\n"
+        "def chatty(ctx: Context) -> str:\n"
+        '    """Log at two levels."""\n'
+        '    ctx.log("debug", "fine detail")\n'
+        '    ctx.log("warning", "careful")\n'
+        '    return "done"\n'
+    ))
+    env.write_tool(env.global_tools, "broken.py", "def broken(:\n")  # a module error: free-floating in 2025
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        def call(meta: dict[str, Any], id_: int) -> list[dict[str, Any]]:
+            raw.send({"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": "chatty", "arguments": {}, "_meta": meta}})
+            seen = []
+            while True:
+                message = raw.recv()
+                if message.get("id") == id_:
+                    assert message["result"]["content"][0]["text"] == "done"
+                    return seen
+                seen.append(message)
+
+        assert call(META, 1) == []  # no level asked: no log messages at all
+        logs = call({**META, "io.modelcontextprotocol/logLevel": "info"}, 2)
+        assert [(m["method"], m["params"]["level"], m["params"]["data"]) for m in logs] == [("notifications/message", "warning", "careful")]
+        logs = call({**META, "io.modelcontextprotocol/logLevel": "debug"}, 3)
+        assert [m["params"]["data"] for m in logs] == ["fine detail", "careful"]
+
+
+def test_the_tool_order_is_stable_and_by_name(env: Env, make_daemon: Any) -> None:
+    for name in ("zeta", "alpha", "mid"):
+        env.write_tool(env.global_tools, f"{name}.py", f'def {name}() -> str:\n    """{name}."""\n    return "{name}"\n')
+    daemon = make_daemon()
+    with daemon.raw() as raw:
+        first = [t["name"] for t in raw.request("tools/list", {"_meta": META})["result"]["tools"]]
+        again = [t["name"] for t in raw.request("tools/list", {"_meta": META})["result"]["tools"]]
+        assert first == again == sorted(first) and {"alpha", "mid", "zeta"} <= set(first)

@@ -34,8 +34,8 @@ import msgspec
 from atomictools._protocol import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
 __all__ = [
-    "ALL", "BY_VERSION", "LATEST", "REVISIONS", "STATELESS", "STATELESS_REVISION",
-    "ListenParams", "RequestMeta", "Revision", "negotiate", "revision", "with_result_type",
+    "ALL", "BY_VERSION", "LATEST", "REMOVED", "REVISIONS", "STATELESS", "STATELESS_REVISION",
+    "ListenParams", "RequestMeta", "Revision", "missing_meta", "negotiate", "revision", "with_result_type",
 ]
 
 REVISIONS = SUPPORTED_PROTOCOL_VERSIONS  # through initialize, oldest first
@@ -123,6 +123,23 @@ META_CLIENT = "io.modelcontextprotocol/clientInfo"
 META_SERVER = "io.modelcontextprotocol/serverInfo"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 UNSUPPORTED_VERSION = -32022
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"  # a call's log level; absent: no log messages
+
+# What 2026-07-28 removed, and what a client uses instead (a request for one is answered -32601).
+REMOVED = {
+    "initialize": "it has no handshake; send server/discover, and the revision and capabilities in each request's _meta",
+    "ping": "it has no ping; any request (server/discover is the cheapest) shows the server is there",
+    "logging/setLevel": f"a request asks for log messages with _meta[{META_LOG_LEVEL!r}]",
+}
+
+
+def missing_meta(keys: list[str]) -> str:
+    """The error for a 2026-07-28 request whose ``_meta`` lacks ``keys`` (or has them malformed)."""
+    return (
+        f"Invalid params: params._meta must carry {' and '.join(repr(k) for k in keys)} on every request of MCP "
+        f"{STATELESS[-1]} (the revision as a string, the capabilities as an object); this server speaks "
+        f"{', '.join(STATELESS)} that way and {', '.join(REVISIONS)} through initialize"
+    )
 
 
 class RequestMeta(msgspec.Struct):
