@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -128,22 +129,62 @@ def test_only_a_listening_session_is_told_of_changes(env: Env, make_daemon: Any)
         json.dumps(change)
 
 
-def test_a_tool_that_asks_a_stateless_client_gets_a_clear_refusal_not_a_hang(env: Env, make_daemon: Any) -> None:
-    env.write_tool(env.global_tools, "ask.py", (
-        "from atomictools import AskError, Context\n\n"
-        "def ask(ctx: Context) -> str:\n"
-        '    """Ask the user."""\n'
-        "    try:\n"
-        '        return ctx.elicit("Proceed?").action\n'
-        "    except AskError as exc:\n"
-        '        return f"went on: {exc}"\n'
-    ))
+ASK = (
+    "from atomictools import AskError, Context\n\n"
+    "def ask(ctx: Context) -> str:\n"
+    '    """Ask the user twice."""\n'
+    "    try:\n"
+    '        first = ctx.elicit("Proceed?")\n'
+    "    except AskError as exc:\n"
+    '        return f"went on: {exc}"\n'
+    '    second = ctx.elicit("Really?")\n'
+    '    return f"{first.action}/{second.action}"\n'
+)
+
+
+def test_a_tool_asks_a_stateless_client_through_input_required_and_the_retry_resumes_it(env: Env, make_daemon: Any) -> None:
+    env.write_tool(env.global_tools, "ask.py", ASK)
     daemon = make_daemon()
     meta = {**META, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
     with daemon.raw() as raw:
-        raw.sock.settimeout(10)
-        reply = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})["result"]
-        assert reply["content"][0]["text"].startswith("went on:") and "input_required" in reply["content"][0]["text"]
+        first = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})["result"]
+        assert first["resultType"] == "input_required"
+        [(key, question)] = first["inputRequests"].items()
+        assert question["method"] == "elicitation/create" and question["params"]["message"] == "Proceed?"
+        # The retry, a new request with the state and the answer, resumes the same waiting call.
+        second = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta, "requestState": first["requestState"],
+                                            "inputResponses": {key: {"action": "accept", "content": {}}}})["result"]
+        assert second["resultType"] == "input_required" and second["requestState"] != first["requestState"]
+        assert next(iter(second["inputRequests"].values()))["params"]["message"] == "Really?"
+        done = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta, "requestState": second["requestState"],
+                                          "inputResponses": {key: {"action": "decline"}}})["result"]
+        assert done["resultType"] == "complete" and done["content"][0]["text"] == "accept/decline"
+        # A state used up (or never issued) is refused, saying what to do.
+        stale = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta, "requestState": first["requestState"],
+                                           "inputResponses": {key: {"action": "accept"}}})["error"]
+        assert stale["code"] == -32602 and "without requestState" in stale["message"]
+        # A client that did not declare elicitation is not asked: the tool is told why at once.
+        refused = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": META})["result"]
+        assert refused["resultType"] == "complete" and "'elicitation' capability" in refused["content"][0]["text"]
+
+
+def test_the_sdk_client_answers_a_tools_question_in_modern_mode_through_the_shim(env: Env, daemon: Daemon) -> None:
+    import mcp.types as types
+
+    env.write_tool(env.local_tools, "ask.py", ASK)
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    async def main() -> None:
+        async with Client(shim_params(env), mode="2026-07-28", elicitation_callback=elicit) as client:  # type: ignore[arg-type]
+            result = await client.call_tool("ask", {})
+            assert not result.is_error and result.content[0].text == "accept/accept"  # type: ignore[union-attr]
+
+    asyncio.run(main())
+    assert asked == ["Proceed?", "Really?"]
 
 
 def test_each_stateless_request_must_carry_its_meta_and_is_told_what_is_missing(env: Env, make_daemon: Any) -> None:
@@ -214,3 +255,22 @@ def test_the_tool_order_is_stable_and_by_name(env: Env, make_daemon: Any) -> Non
         first = [t["name"] for t in raw.request("tools/list", {"_meta": META})["result"]["tools"]]
         again = [t["name"] for t in raw.request("tools/list", {"_meta": META})["result"]["tools"]]
         assert first == again == sorted(first) and {"alpha", "mid", "zeta"} <= set(first)
+
+
+def test_a_call_whose_stateless_client_never_retries_ends_at_ask_timeout_and_sends_nothing(env: Env, make_daemon: Any) -> None:
+    env.write_tool(env.global_tools, "ask.py", ASK)
+    daemon = make_daemon({"ATOMICTOOLS_ASK_TIMEOUT": "0.5", "ATOMICTOOLS_CALL_TIMEOUT": "0.5"})
+    meta = {**META, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+    with daemon.raw() as raw:
+        first = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta})["result"]
+        assert first["resultType"] == "input_required"
+        time.sleep(1.5)  # past ask_timeout (and the call's own): the waiting call timed out, and was answered to nobody
+        # The next message on the connection is this listing's answer: no late result for the first id.
+        listing = raw.send_request("tools/list", {"_meta": META})
+        following = raw.recv()
+        assert following.get("id") == listing and following["result"]["resultType"] == "complete", following
+        stale = raw.request("tools/call", {"name": "ask", "arguments": {}, "_meta": meta, "requestState": first["requestState"],
+                                           "inputResponses": {"ask": {"action": "accept"}}})["error"]
+        assert stale["code"] == -32602 and "has ended" in stale["message"]
+        status = raw.request("atomic/status")["result"]
+        assert all(m.get("inflight", 0) == 0 for m in status["sessions"]), status["sessions"]

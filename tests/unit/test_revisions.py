@@ -25,10 +25,10 @@ def test_each_revision_has_exactly_its_features() -> None:
     assert not any(r.stateless for r in (oldest, march, june, november))
 
 
-def test_the_stateless_revision_takes_everything_but_server_requests() -> None:
+def test_the_stateless_revision_takes_everything() -> None:
     assert STATELESS_REVISION.version == "2026-07-28" and STATELESS_REVISION.stateless
     assert STATELESS_REVISION.full_results and not STATELESS_REVISION.tool_fields_dropped
-    assert STATELESS_REVISION.asks == frozenset()  # it asks through input_required results
+    assert STATELESS_REVISION.asks == {"sampling/createMessage", "elicitation/create"}  # through input_required
 
 
 def test_negotiation_answers_the_clients_revision_else_the_newest_stateful_one() -> None:

@@ -13,9 +13,9 @@ the daemon that write what a client reads ask that value, never a revision strin
   ``sessions.content.shape_result``; ``full_results`` when it takes every one (no shaping at all);
 - ``progress_message``, ``server_title``: ``notifications/progress`` ``message`` (2025-03-26) and
   ``serverInfo.title`` (2025-06-18);
-- ``asks``: the requests a tool may send its client (``sampling/createMessage`` since 2024-11-05,
-  ``elicitation/create`` since 2025-06-18; none in the stateless revision, which asks through
-  ``input_required`` results instead), for ``sessions.asking``;
+- ``asks``: what a tool may ask its client (``sampling/createMessage`` since 2024-11-05,
+  ``elicitation/create`` since 2025-06-18), for ``sessions.asking``: as requests to the client, or
+  in the stateless revision, which takes none, as ``input_required`` results;
 - ``stateless``: 2026-07-28 (no handshake, ``_meta`` on each request, ``resultType`` on results,
   cache hints on lists, list changes only on a ``subscriptions/listen`` stream).
 
@@ -96,7 +96,7 @@ def _make(version: str) -> Revision:
         full_results=len(blocks) == len(_BLOCKS) and has("structuredContent"),
         progress_message=has("progress message"),
         server_title=has("serverInfo.title"),
-        asks=frozenset() if stateless else frozenset(m for m in _ASKS if has(m)),
+        asks=frozenset(m for m in _ASKS if has(m)),
     )
 
 

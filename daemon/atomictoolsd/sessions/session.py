@@ -660,6 +660,13 @@ class Session(asyncio.Protocol):
 
     def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
         params = decode_params(raw, CallParams)
+        if params.requestState is not UNSET:  # the retry of a call answered input_required
+            name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
+            responses = params.inputResponses if params.inputResponses is not UNSET else None
+            why = self.asking.resume(id_json, name, params.requestState, responses)
+            if why is not None:
+                raise ParamsError(why)
+            return None
         if not self.project.is_ready():
             # Registered now, in message order, so that a cancel right behind it finds it.
             waiting = self.calls[id_json] = _WaitingCall()
@@ -752,7 +759,9 @@ class Session(asyncio.Protocol):
             del self.calls[call.request_id]
         if self.call_log_levels:
             self.call_log_levels.pop(call.request_id, None)
-        self.asking.call_ended(call)
+        if self.asking.call_ended(call):
+            self._close_if_done()
+            return  # its request was answered input_required; the client did not come back
         self.send_result(call.request_id, shape_result(result, self.revision))
         self._close_if_done()
 
