@@ -187,6 +187,33 @@ def test_the_sdk_client_answers_a_tools_question_in_modern_mode_through_the_shim
     assert asked == ["Proceed?", "Really?"]
 
 
+def test_the_sdk_client_answers_a_tools_question_in_modern_mode_over_http(env: Env, make_daemon: Any) -> None:
+    import httpx2
+    import mcp.types as types
+    from mcp.client.streamable_http import streamable_http_client
+
+    env.write_tool(env.local_tools, "ask.py", ASK)
+    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    with daemon.raw() as raw:
+        info = raw.request("atomic/status")["result"]["http"]
+    token = Path(info["token_file"]).read_text().strip()
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> Any:
+        asked.append(params.message)
+        return types.ElicitResult(action="decline")
+
+    async def main() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            transport = streamable_http_client(f"{info['url']}?directory={env.project}", http_client=http)
+            async with Client(transport, mode="2026-07-28", elicitation_callback=elicit) as client:  # type: ignore[arg-type]
+                result = await client.call_tool("ask", {})
+                assert not result.is_error and result.content[0].text == "decline/decline"  # type: ignore[union-attr]
+
+    asyncio.run(main())
+    assert asked == ["Proceed?", "Really?"]
+
+
 def test_each_stateless_request_must_carry_its_meta_and_is_told_what_is_missing(env: Env, make_daemon: Any) -> None:
     env.write_tool(env.global_tools, "add.py", TOOL)
     daemon = make_daemon()
