@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,20 +66,30 @@ def test_the_sdk_client_in_legacy_mode_still_works(env: Env, daemon: Daemon) -> 
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
-def test_the_sdk_client_in_modern_mode_over_http(env: Env, make_daemon: Any, mode: str) -> None:
+@asynccontextmanager
+async def _transport(env: Env, daemon: Daemon, via: str) -> AsyncIterator[Any]:
+    """What ``mcp.Client`` connects through: the shim's launch parameters, or the daemon's HTTP
+    endpoint with its token (the daemon started with ``ATOMICTOOLS_HTTP``)."""
+    if via == "shim":
+        yield shim_params(env)
+        return
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    env.write_tool(env.local_tools, "add.py", TOOL)
-    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
     token = Path(info["token_file"]).read_text().strip()
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        yield streamable_http_client(f"{info['url']}?directory={env.project}", http_client=http)
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
+def test_the_sdk_client_in_modern_mode_over_http(env: Env, make_daemon: Any, mode: str) -> None:
+    env.write_tool(env.local_tools, "add.py", TOOL)
+    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
 
     async def main() -> None:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-            transport = streamable_http_client(f"{info['url']}?directory={env.project}", http_client=http)
+        async with _transport(env, daemon, "http") as transport:
             async with Client(transport, mode=mode) as client:  # type: ignore[arg-type]
                 assert client.protocol_version == "2026-07-28"
                 await _exercise(client, env)
@@ -168,47 +180,23 @@ def test_a_tool_asks_a_stateless_client_through_input_required_and_the_retry_res
         assert refused["resultType"] == "complete" and "'elicitation' capability" in refused["content"][0]["text"]
 
 
-def test_the_sdk_client_answers_a_tools_question_in_modern_mode_through_the_shim(env: Env, daemon: Daemon) -> None:
+@pytest.mark.parametrize("via", ["shim", "http"])
+def test_the_sdk_client_answers_a_tools_question_in_modern_mode(env: Env, make_daemon: Any, via: str) -> None:
     import mcp.types as types
 
     env.write_tool(env.local_tools, "ask.py", ASK)
+    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"} if via == "http" else None)
     asked: list[str] = []
 
     async def elicit(context: Any, params: Any) -> Any:
         asked.append(params.message)
-        return types.ElicitResult(action="accept", content={})
+        return types.ElicitResult(action="accept", content={}) if len(asked) == 1 else types.ElicitResult(action="decline")
 
     async def main() -> None:
-        async with Client(shim_params(env), mode="2026-07-28", elicitation_callback=elicit) as client:  # type: ignore[arg-type]
-            result = await client.call_tool("ask", {})
-            assert not result.is_error and result.content[0].text == "accept/accept"  # type: ignore[union-attr]
-
-    asyncio.run(main())
-    assert asked == ["Proceed?", "Really?"]
-
-
-def test_the_sdk_client_answers_a_tools_question_in_modern_mode_over_http(env: Env, make_daemon: Any) -> None:
-    import httpx2
-    import mcp.types as types
-    from mcp.client.streamable_http import streamable_http_client
-
-    env.write_tool(env.local_tools, "ask.py", ASK)
-    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
-    with daemon.raw() as raw:
-        info = raw.request("atomic/status")["result"]["http"]
-    token = Path(info["token_file"]).read_text().strip()
-    asked: list[str] = []
-
-    async def elicit(context: Any, params: Any) -> Any:
-        asked.append(params.message)
-        return types.ElicitResult(action="decline")
-
-    async def main() -> None:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-            transport = streamable_http_client(f"{info['url']}?directory={env.project}", http_client=http)
+        async with _transport(env, daemon, via) as transport:
             async with Client(transport, mode="2026-07-28", elicitation_callback=elicit) as client:  # type: ignore[arg-type]
                 result = await client.call_tool("ask", {})
-                assert not result.is_error and result.content[0].text == "decline/decline"  # type: ignore[union-attr]
+                assert not result.is_error and result.content[0].text == "accept/decline"  # type: ignore[union-attr]
 
     asyncio.run(main())
     assert asked == ["Proceed?", "Really?"]
