@@ -6,8 +6,10 @@ the call's request, naming the question and a ``requestState``: the client's ret
 that state and its ``inputResponses`` resumes the waiting tool (``resume``), on any session.
 
 One ``Asking`` per session. It owns the requests the daemon has sent the client and not yet seen
-answered, and nothing else: the session hands it the client's responses (``response``) and tells it
-when a call ends (``call_ended``: the client is told the request is cancelled). A client that did
+answered, and (daemon-wide) the calls waiting for a retry, and nothing else: the session hands it
+the client's responses (``response``) and retries (``resume``), and tells it when a call ends
+(``call_ended``: the client is told the request is cancelled; a call waiting for a retry is
+forgotten, and its late answer is sent to nobody). A client that did
 not declare the capability, or whose revision lacks the method, is never sent the request: the tool
 gets an ``AskError`` at once saying why, never a wait.
 """
