@@ -1,10 +1,15 @@
 """A tool asks the client that made its call: ``ctx.elicit`` (``elicitation/create``) and
 ``ctx.sample`` (``sampling/createMessage``), as requests the daemon sends on that client's
-connection, whose answers go back to the waiting tool.
+connection, whose answers go back to the waiting tool; or, for a client of the stateless revision
+(2026-07-28), which takes no requests from a server, as an ``input_required`` result that answers
+the call's request, naming the question and a ``requestState``: the client's retry of the call with
+that state and its ``inputResponses`` resumes the waiting tool (``resume``), on any session.
 
 One ``Asking`` per session. It owns the requests the daemon has sent the client and not yet seen
-answered, and nothing else: the session hands it the client's responses (``response``) and tells it
-when a call ends (``call_ended``: the client is told the request is cancelled). A client that did
+answered, and (daemon-wide) the calls waiting for a retry, and nothing else: the session hands it
+the client's responses (``response``) and retries (``resume``), and tells it when a call ends
+(``call_ended``: the client is told the request is cancelled; a call waiting for a retry is
+forgotten, and its late answer is sent to nobody). A client that did
 not declare the capability, or whose revision lacks the method, is never sent the request: the tool
 gets an ``AskError`` at once saying why, never a wait.
 """
@@ -12,11 +17,13 @@ gets an ``AskError`` at once saying why, never a wait.
 from __future__ import annotations
 
 import itertools
+import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 if TYPE_CHECKING:
+    from atomictoolsd.sessions.revisions import Revision
     from atomictoolsd.workers.worker import Call
 
 __all__ = ["CAPABILITY", "Asking", "AskingHost"]
@@ -24,9 +31,14 @@ __all__ = ["CAPABILITY", "Asking", "AskingHost"]
 _ids = itertools.count(1)
 _encode = msgspec.json.encode
 
-# The client capability each method needs, and the first revision that has it.
+# Calls whose request was answered ``input_required``, waiting for the client's retry: by the
+# ``requestState`` it was given (unguessable, so only that client resumes it). Daemon-wide, since a
+# stateless client's retry may come on another connection (HTTP).
+_parked: dict[str, tuple[Call, int, str]] = {}
+_INPUT_KEY = "ask"  # one question at a time per call: the tool waits for each answer
+
+# The client capability each method needs (which revisions have it: ``Revision.asks``).
 CAPABILITY = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling"}
-_SINCE = {"elicitation/create": "2025-06-18", "sampling/createMessage": "2024-11-05"}
 _WHAT = {"elicitation/create": "ask the user (elicitation)", "sampling/createMessage": "ask its model for a completion (sampling)"}
 
 
@@ -39,11 +51,14 @@ class AskingHost(Protocol):
     """What ``Asking`` uses of its session (``session.Session``)."""
 
     agent: str
-    protocol_version: str | None
+    revision: Revision | None  # None: the client never said (no initialize)
     client_capabilities: dict[str, Any]
-    modern: bool  # the stateless revision (2026-07-28)
+
+    calls: dict[bytes, Any]
 
     def send_request(self, id_json: bytes, method: str, params: bytes) -> bool: ...
+
+    def send_result(self, id_json: bytes, result: bytes) -> None: ...
 
     def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None: ...
 
@@ -62,21 +77,17 @@ class Asking:
         session = self.session
         who = f"the client ({session.agent})" if session.agent else "the client"
         capability = CAPABILITY[method]
-        version = session.protocol_version
-        if version is None:
+        revision = session.revision
+        if revision is None:
             return (
                 f"{who} cannot {_WHAT[method]}: it connected without MCP's initialize, so it declared "
                 f"no '{capability}' capability; go on without the answer"
             )
-        if session.modern:
-            # 2026-07-28 has no requests from server to client: it asks through input_required
-            # results and the client's retry, which this daemon does not serve yet.
+        if method not in revision.asks:
             return (
-                f"{who} cannot {_WHAT[method]} here: its MCP revision ({version}) asks through input_required "
-                f"results, which atomictoolsd does not serve yet; go on without the answer"
+                f"{who} cannot {_WHAT[method]}: its MCP revision {revision.version} has no {method}; "
+                f"go on without the answer"
             )
-        if version < _SINCE[method]:
-            return f"{who} cannot {_WHAT[method]}: its MCP revision {version} has no {method}; go on without the answer"
         if capability not in session.client_capabilities:
             return (
                 f"{who} cannot {_WHAT[method]}: it did not declare the '{capability}' capability when it "
@@ -93,12 +104,55 @@ class Asking:
         if why is not None:
             call.answer(ask_id, None, why)
             return
+        session = self.session
+        if session.revision is not None and session.revision.stateless:
+            self._park(call, ask_id, method, params, wait)
+            return
         id_json = _encode(f"atomic-{next(_ids)}")
         if not self.session.send_request(id_json, method, params):
             call.answer(ask_id, None, "the client has gone away")
             return
         self.waiting[id_json] = (call, ask_id, method)
         call.hold(wait)
+
+    def _park(self, call: Call, ask_id: int, method: str, params: bytes, wait: float) -> None:
+        """Answer the call's request ``input_required`` and keep the call waiting for the retry."""
+        session = self.session
+        if session.calls.get(call.request_id) is call:
+            del session.calls[call.request_id]  # answered now: its id is free, a cancel of it is moot
+        state = secrets.token_urlsafe(18)
+        _parked[state] = (call, ask_id, method)
+        call.hold(wait)
+        session.send_result(call.request_id, (
+            b'{"resultType":"input_required","inputRequests":{"' + _INPUT_KEY.encode() + b'":{"method":'
+            + _encode(method) + b',"params":' + params + b'}},"requestState":' + _encode(state) + b"}"
+        ))
+
+    def resume(self, id_json: bytes, name: str | None, state: str, responses: dict[str, Any] | None) -> str | None:
+        """The client's retry (request ``id_json`` calling ``name``) of a call it was answered
+        ``input_required``: the call now answers this request and its tool gets the response. The
+        reason it cannot be resumed, or None."""
+        entry = _parked.get(state)
+        if entry is None:
+            return (
+                "Invalid params: unknown requestState: the call it resumed has ended (answered, timed out or "
+                "its client gone); call the tool again without requestState"
+            )
+        call, ask_id, method = entry
+        if name is not None and call.tool != name:
+            return f"Invalid params: this requestState belongs to a call of {call.tool!r}, not {name!r}"
+        del _parked[state]
+        session = self.session
+        call.owner = session  # the retry may come on another connection: the answer goes there
+        call.request_id = id_json
+        session.calls[id_json] = call
+        call.release()
+        response = (responses or {}).get(_INPUT_KEY)
+        if response is None:
+            call.answer(ask_id, None, f"the client retried without answering {method}")
+        else:
+            call.answer(ask_id, _encode(response))
+        return None
 
     def response(self, id_json: bytes, result: Any, error: Any) -> bool:
         """Take the client's response to one of these requests; False when it answers none of them."""
@@ -118,10 +172,16 @@ class Asking:
         call.answer(ask_id, None, f"the client answered {method} with an error: {text}")
         return True
 
-    def call_ended(self, call: Any) -> None:
-        """``call`` has answered or was cancelled: cancel what it still waits for at the client."""
+    def call_ended(self, call: Any) -> bool:
+        """``call`` has answered or was cancelled: cancel what it still waits for at the client.
+        True when its request was already answered (``input_required``): nothing is to be sent."""
+        if _parked:
+            for state, entry in list(_parked.items()):
+                if entry[0] is call:
+                    del _parked[state]
+                    return True
         if not self.waiting:
-            return
+            return False
         for id_json, entry in list(self.waiting.items()):
             if entry[0] is call:
                 del self.waiting[id_json]
@@ -129,3 +189,4 @@ class Asking:
                     "notifications/cancelled",
                     {"requestId": msgspec.json.decode(id_json), "reason": "the tool call that asked has ended"},
                 )
+        return False

@@ -32,6 +32,9 @@ class CallParams(msgspec.Struct):
     name: str
     arguments: msgspec.Raw | UnsetType = UNSET  # Raw cannot share a union with None; null is Raw too
     meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
+    # 2026-07-28: the retry of a call answered input_required (see sessions.asking)
+    inputResponses: dict[str, Any] | UnsetType = UNSET  # noqa: N815 - the wire name
+    requestState: str | UnsetType = UNSET  # noqa: N815
 
 
 class InitializeParams(msgspec.Struct):

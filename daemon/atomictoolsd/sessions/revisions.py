@@ -1,19 +1,28 @@
-"""The MCP revisions the daemon speaks, and what a client of each may be sent.
+"""The MCP revisions the daemon speaks, and what a client of each may be sent: one frozen
+``Revision`` per revision, which a session holds once its client has chosen one.
 
-A session holds the revision its client chose at ``initialize`` (``Session.protocol_version``); the
-parts of the daemon that write what a client reads ask here what that revision has, by comparing
-revision strings (they are dates, so they order as text):
+A session takes its ``Revision`` at ``initialize`` (``negotiate``) or, for the stateless revision,
+from a request's ``_meta`` (``STATELESS_REVISION``; every such request carries it). The parts of
+the daemon that write what a client reads ask that value, never a revision string:
 
-- tool definitions: ``annotations`` since 2025-03-26; ``title``, ``outputSchema`` and ``_meta`` since
-  2025-06-18 (``registry.model.ToolDef.encoded_for`` drops the rest);
-- call results: ``structuredContent`` and ``resource_link`` blocks since 2025-06-18, ``audio``
-  since 2025-03-26 (``sessions.content.shape_result``);
-- ``notifications/progress``: ``message`` since 2025-03-26;
-- ``initialize``: ``serverInfo.title`` since 2025-06-18;
-- asking the client: sampling since 2024-11-05, elicitation since 2025-06-18 (``sessions.asking``).
+- ``tool_fields_dropped``: the tool-definition fields its clients lack (``annotations`` before
+  2025-03-26; ``title``, ``outputSchema``, ``_meta`` before 2025-06-18; ``icons``, ``execution``
+  before 2025-11-25), for ``registry.model.ToolDef.encoded_for``;
+- ``blocks`` and ``structured_content``: the content blocks and the result field it takes
+  (``audio`` since 2025-03-26; ``resource_link`` and ``structuredContent`` since 2025-06-18), for
+  ``sessions.content.shape_result``; ``full_results`` when it takes every one (no shaping at all);
+- ``progress_message``, ``server_title``: ``notifications/progress`` ``message`` (2025-03-26) and
+  ``serverInfo.title`` (2025-06-18);
+- ``asks``: what a tool may ask its client (``sampling/createMessage`` since 2024-11-05,
+  ``elicitation/create`` since 2025-06-18), for ``sessions.asking``: as requests to the client, or
+  in the stateless revision, which takes none, as ``input_required`` results;
+- ``stateless``: 2026-07-28 (no handshake, ``_meta`` on each request, ``resultType`` on results,
+  cache hints on lists, list changes only on a ``subscriptions/listen`` stream).
 
-A client that names a revision the daemon does not speak gets the newest one, as the specification
-says; it may then disconnect, but it is never sent a field its own revision lacks.
+A client that names at ``initialize`` a revision the daemon does not speak gets the newest one
+reached that way, as the specification says; it may then disconnect, but it is never sent a field
+its own revision lacks. This module holds no state and does no I/O; a new revision is one more
+row in ``_SINCE`` and one more name in ``REVISIONS`` or ``STATELESS``.
 """
 
 from __future__ import annotations
@@ -25,15 +34,86 @@ import msgspec
 from atomictools._protocol import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
 __all__ = [
-    "ALL", "STATELESS", "RequestMeta", "ListenParams", "with_result_type",
-    "ANNOTATIONS_SINCE", "LATEST", "PROGRESS_MESSAGE_SINCE", "REVISIONS", "SERVER_TITLE_SINCE", "TOOL_FIELDS_SINCE",
-    "negotiate", "tool_fields_dropped",
+    "ALL", "BY_VERSION", "LATEST", "REMOVED", "REVISIONS", "STATELESS", "STATELESS_REVISION",
+    "ListenParams", "RequestMeta", "Revision", "missing_meta", "negotiate", "revision", "with_result_type",
 ]
 
-REVISIONS = SUPPORTED_PROTOCOL_VERSIONS  # through initialize
+REVISIONS = SUPPORTED_PROTOCOL_VERSIONS  # through initialize, oldest first
 LATEST = LATEST_PROTOCOL_VERSION
 STATELESS = ("2026-07-28",)  # no handshake: each request names its revision in _meta
 ALL = (*REVISIONS, *STATELESS)
+
+# The first revision whose clients take each feature (revisions are dates: they order as text).
+_SINCE = {
+    # tool-definition fields
+    "annotations": "2025-03-26",
+    "title": "2025-06-18",
+    "outputSchema": "2025-06-18",
+    "_meta": "2025-06-18",
+    "icons": "2025-11-25",
+    "execution": "2025-11-25",
+    # content blocks (text, image and an embedded resource: every revision)
+    "audio": "2025-03-26",
+    "resource_link": "2025-06-18",
+    # the rest
+    "structuredContent": "2025-06-18",
+    "progress message": "2025-03-26",
+    "serverInfo.title": "2025-06-18",
+    "sampling/createMessage": "2024-11-05",
+    "elicitation/create": "2025-06-18",
+}
+_TOOL_FIELDS = ("annotations", "title", "outputSchema", "_meta", "icons", "execution")
+_BLOCKS = ("text", "image", "resource", "audio", "resource_link")
+_ASKS = ("sampling/createMessage", "elicitation/create")
+
+
+class Revision(msgspec.Struct, frozen=True):
+    """What a client of one MCP revision may be sent (see the module docstring for each field)."""
+
+    version: str
+    stateless: bool
+    tool_fields_dropped: frozenset[str]
+    blocks: frozenset[str]
+    structured_content: bool
+    full_results: bool  # every block and structuredContent: a result is sent as the worker made it
+    progress_message: bool
+    server_title: bool
+    asks: frozenset[str]
+
+
+def _make(version: str) -> Revision:
+    def has(feature: str) -> bool:
+        return version >= _SINCE[feature]
+
+    blocks = frozenset(b for b in _BLOCKS if b not in _SINCE or has(b))
+    stateless = version in STATELESS
+    return Revision(
+        version=version,
+        stateless=stateless,
+        tool_fields_dropped=frozenset(f for f in _TOOL_FIELDS if not has(f)),
+        blocks=blocks,
+        structured_content=has("structuredContent"),
+        full_results=len(blocks) == len(_BLOCKS) and has("structuredContent"),
+        progress_message=has("progress message"),
+        server_title=has("serverInfo.title"),
+        asks=frozenset(m for m in _ASKS if has(m)),
+    )
+
+
+BY_VERSION: dict[str, Revision] = {version: _make(version) for version in ALL}
+STATELESS_REVISION = BY_VERSION[STATELESS[-1]]
+
+
+def revision(version: str) -> Revision | None:
+    """The ``Revision`` named ``version``, or None when the daemon does not speak it."""
+    return BY_VERSION.get(version)
+
+
+def negotiate(asked: str) -> Revision:
+    """The revision to answer an ``initialize`` that asked for ``asked``: that one when it is reached
+    through ``initialize``, else the newest that is."""
+    return BY_VERSION[asked if asked in REVISIONS else LATEST]
+
 
 # The 2026-07-28 request _meta keys, and the error for a revision not spoken.
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -43,6 +123,23 @@ META_CLIENT = "io.modelcontextprotocol/clientInfo"
 META_SERVER = "io.modelcontextprotocol/serverInfo"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 UNSUPPORTED_VERSION = -32022
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"  # a call's log level; absent: no log messages
+
+# What 2026-07-28 removed, and what a client uses instead (a request for one is answered -32601).
+REMOVED = {
+    "initialize": "it has no handshake; send server/discover, and the revision and capabilities in each request's _meta",
+    "ping": "it has no ping; any request (server/discover is the cheapest) shows the server is there",
+    "logging/setLevel": f"a request asks for log messages with _meta[{META_LOG_LEVEL!r}]",
+}
+
+
+def missing_meta(keys: list[str]) -> str:
+    """The error for a 2026-07-28 request whose ``_meta`` lacks ``keys`` (or has them malformed)."""
+    return (
+        f"Invalid params: params._meta must carry {' and '.join(repr(k) for k in keys)} on every request of MCP "
+        f"{STATELESS[-1]} (the revision as a string, the capabilities as an object); this server speaks "
+        f"{', '.join(STATELESS)} that way and {', '.join(REVISIONS)} through initialize"
+    )
 
 
 class RequestMeta(msgspec.Struct):
@@ -58,26 +155,3 @@ def with_result_type(result: bytes) -> bytes:
     if result.startswith(b"{") and b'"resultType"' not in result[:64]:
         return b'{"resultType":"complete"' + (b"," if result != b"{}" else b"") + result[1:]
     return result
-
-ANNOTATIONS_SINCE = "2025-03-26"
-PROGRESS_MESSAGE_SINCE = "2025-03-26"
-SERVER_TITLE_SINCE = "2025-06-18"
-# Fields of a tool definition, and the first revision whose clients accept each.
-TOOL_FIELDS_SINCE = {
-    "annotations": ANNOTATIONS_SINCE,
-    "title": "2025-06-18",
-    "outputSchema": "2025-06-18",
-    "_meta": "2025-06-18",
-    "icons": "2025-11-25",
-    "execution": "2025-11-25",
-}
-
-
-def negotiate(asked: str) -> str:
-    """The revision to answer a client that asked for ``asked``: that one when spoken, else the newest."""
-    return asked if asked in REVISIONS else LATEST
-
-
-def tool_fields_dropped(version: str) -> frozenset[str]:
-    """The tool-definition fields a client of ``version`` must not be sent."""
-    return frozenset(name for name, since in TOOL_FIELDS_SINCE.items() if version < since)

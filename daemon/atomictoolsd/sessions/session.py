@@ -148,6 +148,10 @@ class Session(asyncio.Protocol):
         self.deny: tuple[str, ...] = ()
         self.dispatcher = False  # also offer the meta-tools of atomictoolsd.sessions.dispatcher
         self.locked = False  # attached with lock: LOCKED_OUT methods are refused from now on
+        # The revision its client chose (sessions.revisions): at initialize, or named in a request's
+        # _meta (2026-07-28); None until then (a raw client, which takes everything). ``protocol_version``
+        # and ``modern`` mirror it for the hot path and for transports.
+        self.revision: revisions.Revision | None = None
         self.protocol_version: str | None = None
         # Tool schemas with $defs/$ref inlined and enums typed, for agents that reject JSON Schema
         # 2020-12 as written (Gemini CLI, Qwen Code); other clients get each schema as its author wrote it.
@@ -157,6 +161,7 @@ class Session(asyncio.Protocol):
         # list changes go only to this session's subscriptions/listen requests (id as JSON → id).
         self.modern = False
         self.listens: dict[bytes, Any] = {}
+        self.call_log_levels: dict[bytes, str] = {}  # 2026-07-28: the level each call asked for in _meta
         self.client_capabilities: dict[str, Any] = {}  # what the client declared at initialize
         self.asking = Asking(self)  # requests its tools sent this client (ctx.elicit, ctx.sample)
         self.initialized = False
@@ -297,7 +302,12 @@ class Session(asyncio.Protocol):
             self.handle_notification(method, message.params)
             return
         id_json = _encode(message.id)
-        if revisions.META_VERSION_BYTES in line and not self._accept_modern(id_json, message.params):
+        if revisions.META_VERSION_BYTES in line:
+            if not self._accept_modern(id_json, method, message.params):
+                return
+        elif self.modern and not method.startswith("atomic/"):
+            # 2026-07-28 has no session state to fall back on: each request names its revision.
+            self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_VERSION, revisions.META_CAPABILITIES]))
             return
         if id_json in self.calls or id_json in self._pending or id_json in self.listens:
             # Answers and cancels are matched by id: a second request with the id of one in flight
@@ -420,8 +430,9 @@ class Session(asyncio.Protocol):
             self.transport.write(message + b"\n")
 
     def log_message(self, level: str, data: Any, logger: str = "atomictoolsd") -> None:
-        """Send ``notifications/message`` when ``level`` passes this client's level."""
-        if _LEVEL_RANK.get(level, 0) >= _LEVEL_RANK[self.log_level]:
+        """Send ``notifications/message`` when ``level`` passes this client's level (never to a
+        2026-07-28 client: it is sent only the logs of a call that asked, see ``call_log``)."""
+        if not self.modern and _LEVEL_RANK.get(level, 0) >= _LEVEL_RANK[self.log_level]:
             self.send_notification("notifications/message", {"level": level, "logger": logger, "data": data})
 
     # -- what this session sees -------------------------------------------------------------------
@@ -479,6 +490,8 @@ class Session(asyncio.Protocol):
             if self.listens.pop(_encode(params.requestId), None) is not None:
                 return  # the client ended its subscription: no answer, as for a cancelled call
             call = self.calls.pop(_encode(params.requestId), None)
+            if self.call_log_levels:
+                self.call_log_levels.pop(_encode(params.requestId), None)
             if call is not None:
                 call.cancel()
                 self.asking.call_ended(call)
@@ -489,8 +502,7 @@ class Session(asyncio.Protocol):
     def on_initialize(self, id_json: bytes, raw: Any) -> None:
         params = decode_params(raw, InitializeParams)
         version = params.protocolVersion
-        self.protocol_version = revisions.negotiate(version)
-        self._tool_shape = revisions.tool_fields_dropped(self.protocol_version)
+        revision = self.adopt(revisions.negotiate(version))
         self.client_capabilities = params.capabilities
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
@@ -499,25 +511,40 @@ class Session(asyncio.Protocol):
         self.portable_schemas = any(name in client for name in PORTABLE_ONLY_CLIENTS)
         instructions = self._instructions()
         result = {
-            "protocolVersion": self.protocol_version,
+            "protocolVersion": revision.version,
             "capabilities": {"tools": {"listChanged": True}, "logging": {}},
             "serverInfo": {"name": "atomictoolsd", "version": __version__}
-            | ({"title": "atomictoolsd"} if self.protocol_version >= revisions.SERVER_TITLE_SINCE else {}),
+            | ({"title": "atomictoolsd"} if revision.server_title else {}),
             "instructions": instructions,
         }
         self.send_result(id_json, _encode(result))
 
-    def _accept_modern(self, id_json: bytes, raw: Any) -> bool:
+    def adopt(self, revision: revisions.Revision) -> revisions.Revision:
+        """Speak ``revision`` to this client from now on."""
+        self.revision = revision
+        self.protocol_version = revision.version
+        self.modern = revision.stateless
+        self._tool_shape = revision.tool_fields_dropped
+        return revision
+
+    def _accept_modern(self, id_json: bytes, method: str, raw: Any) -> bool:
         """Take a request's 2026-07-28 ``_meta`` (revision, capabilities, client); False when it was
-        refused (an unsupported revision: -32022 naming the ones spoken)."""
+        refused: a key missing or malformed (-32602 naming it), a revision not spoken (-32022 naming
+        the ones that are), a method the revision removed (-32601 saying what replaced it)."""
         try:
             meta = decode_params(raw, revisions.RequestMeta).meta
         except ParamsError as exc:
             self.send_error(id_json, INVALID_PARAMS, str(exc))
             return False
-        version = meta.get(revisions.META_VERSION)
-        if version is None:
-            return True
+        if revisions.META_VERSION not in meta:
+            if not self.modern:
+                return True  # the key's name in an argument, not in _meta: an ordinary request
+            self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_VERSION]))
+            return False
+        version = meta[revisions.META_VERSION]
+        if not isinstance(version, str):
+            self.send_error(id_json, INVALID_PARAMS, f"Invalid params: _meta[{revisions.META_VERSION!r}] must be a string such as {revisions.STATELESS[-1]!r}")
+            return False
         if version not in revisions.STATELESS:
             self.send_error(
                 id_json, revisions.UNSUPPORTED_VERSION,
@@ -526,12 +553,17 @@ class Session(asyncio.Protocol):
                 {"supported": list(revisions.ALL), "requested": str(version)},
             )
             return False
-        if not self.modern:
-            self.modern = True
-            self.protocol_version = version
-            self._tool_shape = frozenset()
         capabilities = meta.get(revisions.META_CAPABILITIES)
-        self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        if not isinstance(capabilities, dict):
+            self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_CAPABILITIES]))
+            return False
+        removed = revisions.REMOVED.get(method)
+        if removed is not None:
+            self.send_error(id_json, METHOD_NOT_FOUND, f"{method} is not part of MCP {version}: {removed}")
+            return False
+        if not self.modern:
+            self.adopt(revisions.STATELESS_REVISION)
+        self.client_capabilities = capabilities
         client = meta.get(revisions.META_CLIENT)
         if isinstance(client, dict) and client.get("name") and not self.agent:
             self.agent = str(client["name"])
@@ -628,6 +660,13 @@ class Session(asyncio.Protocol):
 
     def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
         params = decode_params(raw, CallParams)
+        if params.requestState is not UNSET:  # the retry of a call answered input_required
+            name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
+            responses = params.inputResponses if params.inputResponses is not UNSET else None
+            why = self.asking.resume(id_json, name, params.requestState, responses)
+            if why is not None:
+                raise ParamsError(why)
+            return None
         if not self.project.is_ready():
             # Registered now, in message order, so that a cancel right behind it finds it.
             waiting = self.calls[id_json] = _WaitingCall()
@@ -696,6 +735,10 @@ class Session(asyncio.Protocol):
             if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
                 timeout = min(float(asked), config.max_call_timeout)
             token = meta.get("progressToken")
+            if self.modern:
+                level = meta.get(revisions.META_LOG_LEVEL)
+                if level in _LEVEL_RANK:
+                    self.call_log_levels[id_json] = level
             message_id = meta.get("atomic/messageId")
             tool_use_id = meta.get("atomic/toolUseId") or meta.get("claudecode/toolUseId")
             if message_id or tool_use_id:
@@ -714,19 +757,28 @@ class Session(asyncio.Protocol):
     def call_result(self, call: Any, result: bytes) -> None:
         if self.calls.get(call.request_id) is call:
             del self.calls[call.request_id]
-        self.asking.call_ended(call)
-        self.send_result(call.request_id, shape_result(result, self.protocol_version))
+        if self.call_log_levels:
+            self.call_log_levels.pop(call.request_id, None)
+        if self.asking.call_ended(call):
+            self._close_if_done()
+            return  # its request was answered input_required; the client did not come back
+        self.send_result(call.request_id, shape_result(result, self.revision))
         self._close_if_done()
 
     def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
         payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}
         if total is not None:
             payload["total"] = total
-        if message is not None and (self.protocol_version or revisions.LATEST) >= revisions.PROGRESS_MESSAGE_SINCE:
+        if message is not None and (self.revision is None or self.revision.progress_message):
             payload["message"] = message
         self.send_notification("notifications/progress", payload)
 
     def call_log(self, call: Any, level: str, data: bytes) -> None:
+        if self.modern:  # 2026-07-28: only a call that asked for a level in its _meta is sent its logs
+            wanted = self.call_log_levels.get(call.request_id)
+            if wanted is not None and _LEVEL_RANK.get(level, 0) >= _LEVEL_RANK[wanted]:
+                self.send_notification("notifications/message", {"level": level, "logger": call.tool, "data": msgspec.Raw(data)})
+            return
         self.log_message(level, msgspec.Raw(data), logger=call.tool)
 
     def call_ask(self, call: Any, ask_id: int, method: str, params: bytes, wait: float | None) -> None:
