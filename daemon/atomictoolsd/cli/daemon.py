@@ -177,7 +177,9 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"atomictoolsd is already running (pid {running}) on {socket_path()}")
         if http is not None:
             print("(--http takes effect when it starts: `atomictoolsd stop` first)", file=sys.stderr)
-        return _print_http() if http is None else 1
+        if http is not None:
+            return 1
+        return _print_http() if config.http else 0
     try:
         state, pid = start_daemon(extra_args=("--http", http) if http is not None else ())
     except ConnectError as exc:
@@ -187,12 +189,12 @@ def cmd_start(args: argparse.Namespace) -> int:
         print(f"atomictoolsd is already running (pid {pid}) on {socket_path()}")
     else:
         print(f"atomictoolsd started (pid {pid}) on {socket_path()}")
-    return _print_http()
+    return _print_http() if config.http else 0
 
 
 def _print_http() -> int:
     """Say where HTTP is served (or why it is not); 1 when it was asked for and is not served."""
-    http = (raw_request("atomic/status") or {}).get("http")
+    http = (raw_request("atomic/status", timeout=5.0) or {}).get("http")
     if not http:
         return 0
     if http.get("error"):
