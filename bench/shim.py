@@ -95,7 +95,7 @@ def measure(quick: bool = False) -> Report:
         with affinity(pinned):
             stats = {name: s.ms() for name, s in run_mode(runs, peer_runs).items()}
         report.data[mode] = stats
-        fast, sdk = (stats[name]["p50_ms"] for name in peer_commands())
+        fast, sdk = (stats[name]["p50_ms"] for name in ("fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"))
         for name, s in stats.items():
             ours = "atomictoolsd" in name or name == BRIDGE
             rows.append([
