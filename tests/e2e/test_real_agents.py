@@ -38,6 +38,13 @@ def agent_cli(name: str) -> str:
 @pytest.fixture
 def agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def]
     """A project with a tool, a running daemon, and ``atomictoolsd`` on PATH (project entries need it)."""
+    _agent_project(env)
+    make_daemon()
+    return env
+
+
+def _agent_project(env: Env) -> None:
+    """The project the agents run in, and an environment in which their CLIs run offline."""
     env.write_tool(env.local_tools, "hello.py", "def hello() -> str:\n    return 'hi'\n")
     # A repository: the project root the agents look for (Claude Code reads .claude/ settings there).
     subprocess.run(["git", "init", "-q", str(env.project)], check=True, timeout=30)
@@ -46,8 +53,6 @@ def agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def]
     # No telemetry, update checks or prompts: the CLIs run offline, as in CI.
     env.vars.update(DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1", CI="1", NO_COLOR="1",
                     OPENCODE_DISABLE_AUTOUPDATE="1", GEMINI_CLI_NO_RELAUNCH="true")
-    make_daemon()
-    return env
 
 
 def run(env: Env, *command: str, timeout: float = 120) -> str:
@@ -104,12 +109,7 @@ def test_gemini_and_qwen_connect_once_the_folder_is_trusted(agent_env: Env, agen
 @pytest.fixture
 def http_agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def]
     """As ``agent_env``, with the daemon serving HTTP and the token in $ATOMICTOOLS_TOKEN."""
-    env.write_tool(env.local_tools, "hello.py", "def hello() -> str:\n    return 'hi'\n")
-    subprocess.run(["git", "init", "-q", str(env.project)], check=True, timeout=30)
-    env.vars["PATH"] = os.pathsep.join([str(Path(SHIM).parent), env.vars.get("PATH", "")])
-    env.vars["XDG_CONFIG_HOME"] = str(env.home / ".config")
-    env.vars.update(DISABLE_AUTOUPDATER="1", DISABLE_TELEMETRY="1", CI="1", NO_COLOR="1",
-                    OPENCODE_DISABLE_AUTOUPDATE="1", GEMINI_CLI_NO_RELAUNCH="true")
+    _agent_project(env)
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]

@@ -563,17 +563,14 @@ class HttpTransport:
             if session is None:
                 await _reply(send, 404, [], _jsonrpc_error(INVALID_REQUEST, "Session not found: it ended or the daemon restarted; initialize again"))
                 return
-        elif method == "initialize":
-            session = await self._new_session(scope, stateful=True)
-            if session is None:
-                await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, self._attach_error))
-                return
-            extra.append((b"mcp-session-id", session.key.encode()))
         else:
-            session = await self._stateless_session(scope)
-            if session is None:
-                await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, self._attach_error))
+            made = await (self._new_session(scope, stateful=True) if method == "initialize" else self._stateless_session(scope))
+            if isinstance(made, str):
+                await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, made))
                 return
+            session = made
+            if method == "initialize":
+                extra.append((b"mcp-session-id", session.key.encode()))
         session.used = time.monotonic()
         if method is UNSET or message.id is UNSET:
             if method == "notifications/cancelled":
@@ -662,15 +659,13 @@ class HttpTransport:
 
     # -- sessions ---------------------------------------------------------------------------------
 
-    _attach_error = ""
-
-    async def _new_session(self, scope: dict[str, Any], stateful: bool, key: str | None = None) -> HttpSession | None:
+    async def _new_session(self, scope: dict[str, Any], stateful: bool, key: str | None = None) -> HttpSession | str:
+        """A session for the URL's project and lists, or why there is none (said to this request only)."""
         assert self.server is not None
         session = HttpSession(self.server, key or secrets.token_urlsafe(24), stateful)
         session.connection_made(_NoWire(session))
         if session.transport is None:
-            self._attach_error = "Too many connections: the daemon takes no more sessions now (max_connections)"
-            return None
+            return "Too many connections: the daemon takes no more sessions now (max_connections)"
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         params: dict[str, Any] = {
             "lock": True,
@@ -696,21 +691,20 @@ class HttpTransport:
             session.exchanges.pop(internal, None)
             reply = msgspec.json.decode(exchange.items[-1])
             if "error" in reply:
-                self._attach_error = f"directory in the URL: {reply['error']['message']}"
                 session.end()
-                return None
+                return f"directory in the URL: {reply['error']['message']}"
         if stateful:
             self.sessions[session.key] = session
         return session
 
-    async def _stateless_session(self, scope: dict[str, Any]) -> HttpSession | None:
+    async def _stateless_session(self, scope: dict[str, Any]) -> HttpSession | str:
         key = scope.get("query_string", b"").decode("latin-1")
         session = self.stateless.get(key)
         if session is None or session.transport is None:
-            session = await self._new_session(scope, stateful=False, key=key)
-            if session is None:
-                return None
-            self.stateless[key] = session
+            made = await self._new_session(scope, stateful=False, key=key)
+            if isinstance(made, str):
+                return made
+            session = self.stateless[key] = made
         return session
 
     def _delete(self, headers: dict[bytes, bytes]) -> Reply:
