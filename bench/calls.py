@@ -2,6 +2,13 @@
 
     python bench/calls.py            # pinned to one core, then unpinned
     python bench/calls.py --quick    # fewer calls, for a smoke run
+    python bench/calls.py --floors [--before SRC]   # only the call path against its floors
+
+``--floors`` is the narrow run for work on the call path: atomictoolsd's latency over the socket and
+through the shim next to the two floors, and the CPU each process spends per call, pinned then
+unpinned; no peers, no calls/s. ``--before SRC`` adds a daemon (and shim) run from another source
+tree (its ``client/`` and ``daemon/``, e.g. ``git archive main client daemon`` unpacked), measured in
+turns with this one, so a change is judged against what it changed within the same minute.
 
 Latency: sequential calls of the same one-line echo tool, after a warm-up, with the same raw NDJSON
 client for every system — over the socket and through the stdio shim (``atomictoolsd mcp``) for
@@ -23,6 +30,7 @@ connection by nature: one process gets the same 16 or 64 requests in flight, pip
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -50,6 +58,7 @@ from common import (  # noqa: E402
     peer_commands,
     quick_main,
     ratio,
+    run_alone,
 )
 
 LOADS = [(16, 1), (64, 1), (16, 8), (64, 8)]  # (connections, modules)
@@ -88,7 +97,8 @@ FLOOR_STDIO = "floor: stdio relay + minimal relay + worker (peers/floor_stdio_re
 
 
 def latency(
-    settings: Settings, daemons: dict[str, DaemonUnderTest], peers: dict[str, list[str]], floor: FloorRelay
+    settings: Settings, daemons: dict[str, DaemonUnderTest], peers: dict[str, list[str]], floor: FloorRelay,
+    tiny_client: bool = True,
 ) -> tuple[dict[str, Stats], dict[str, dict[str, float]]]:
     """Every system measured in turns, ``settings.rounds`` times; samples pooled per system. Then,
     for atomictoolsd and the floor, the CPU each process spends per sequential call."""
@@ -102,9 +112,10 @@ def latency(
 
     try:
         for label, daemon in daemons.items():
-            client = Client(str(daemon.socket), directory=str(daemon.project), autostart=False)
-            closers.append(client.close)
-            runs[f"atomictoolsd{label}, tiny client, socket"] = lambda c, w, client=client: tiny_client_latency(client, c, w)
+            if tiny_client:
+                client = Client(str(daemon.socket), directory=str(daemon.project), autostart=False)
+                closers.append(client.close)
+                runs[f"atomictoolsd{label}, tiny client, socket"] = lambda c, w, client=client: tiny_client_latency(client, c, w)
             channel = socket_channel(str(daemon.socket))
             channel.handshake()
             runs[f"atomictoolsd{label}, raw client, socket"] = over(channel)
@@ -255,7 +266,53 @@ def measure(quick: bool = False) -> Report:
     return report
 
 
+def floors(quick: bool = False, before: Path | None = None) -> Report:
+    """``--floors``: atomictoolsd (and the tree at ``before``) against the two floors, latency only."""
+    settings = Settings(quick)
+    report = Report("calls-floors", data={"settings": vars(settings), "before": str(before) if before else None})
+    rows: list[list[Any]] = []
+    split_rows: list[list[Any]] = []
+    for mode, pinned in MODES:
+        with affinity(pinned):
+            daemons = {"": DaemonUnderTest(tools=ECHO_TOOLS).start()}
+            if before is not None:
+                daemons[" (before)"] = DaemonUnderTest(tools=ECHO_TOOLS, source=before).start()
+            try:
+                with FloorRelay() as floor:
+                    pooled, split = latency(settings, daemons, {}, floor, tiny_client=False)
+            finally:
+                for daemon in daemons.values():
+                    daemon.stop()
+        stats = {name: s.summary() for name, s in pooled.items()}
+        floor3 = stats[f"{FLOOR}, raw client, socket"]["p50_us"]
+        floor4 = stats[f"{FLOOR_STDIO}, raw client, stdio"]["p50_us"]
+        for name, s in stats.items():
+            floor_p50 = floor4 if "stdio" in name else floor3
+            rows.append([name, mode, s["p50_us"], s["p99_us"], round(s["p50_us"] / floor_p50, 2)])
+        for name, cpu in split.items():
+            split_rows.append([name, mode, cpu.get("client"), cpu.get("shim"), cpu.get("daemon"), cpu.get("worker"), cpu["wall"]])
+        report.data[mode] = {"latency": stats, "cpu_per_call": split}
+    report.tables.append(Table(
+        "calls-floors", "tools/call latency (µs) against the floors measured in the same run",
+        ["system, client, transport", "mode", "p50 µs", "p99 µs", "p50 × its floor"], rows,
+        ["The socket path against the three-process floor, the shim path against the four-process one."],
+    ))
+    report.tables.append(Table(
+        "calls-floors-cpu", "CPU µs per sequential call, by process",
+        ["system, client, transport", "mode", "client", "shim", "daemon", "worker", "wall µs/call"], split_rows, [],
+    ))
+    return report
+
+
 def main() -> None:
+    if "--floors" in sys.argv[1:]:
+        parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.add_argument("--floors", action="store_true", help="only the call path against its floors")
+        parser.add_argument("--quick", action="store_true", help="fewer calls")
+        parser.add_argument("--before", type=Path, help="also a daemon run from this source tree, in turns")
+        args = parser.parse_args()
+        run_alone(floors(args.quick, args.before))
+        return
     quick_main(measure, __doc__)
 
 

@@ -12,10 +12,12 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import LATEST_PROTOCOL_VERSION
+from atomictoolsd.sessions.revisions import META_LOG_LEVEL
 
 __all__ = [
-    "TOO_DEEP", "AtomicListParams", "AttachParams", "CallParams", "CancelledParams", "InitializeParams", "ListParams",
-    "Message", "ParamsError", "SetLevelParams", "decode_message", "decode_params",
+    "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
+    "InitializeParams", "ListParams", "Message", "ParamsError", "SetLevelParams", "decode_call", "decode_message",
+    "decode_params",
 ]
 
 
@@ -28,13 +30,37 @@ class Message(msgspec.Struct):
     error: msgspec.Raw | UnsetType = UNSET
 
 
+class CallMeta(msgspec.Struct):
+    """The keys of a ``tools/call``'s ``_meta`` the daemon reads, decoded with the call (the rest are
+    skipped unread). Each is ``Any``: a value of the wrong type is ignored where it is used, never
+    an error, as a key the daemon does not know would be."""
+
+    progressToken: Any = None  # noqa: N815 - the wire name
+    timeout: Any = msgspec.field(default=None, name="atomic/timeout")
+    message_id: Any = msgspec.field(default=None, name="atomic/messageId")
+    tool_use_id: Any = msgspec.field(default=None, name="atomic/toolUseId")
+    claude_tool_use_id: Any = msgspec.field(default=None, name="claudecode/toolUseId")
+    log_level: Any = msgspec.field(default=None, name=META_LOG_LEVEL)  # 2026-07-28
+
+
 class CallParams(msgspec.Struct):
     name: str
     arguments: msgspec.Raw | UnsetType = UNSET  # Raw cannot share a union with None; null is Raw too
-    meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
+    meta: CallMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
     # 2026-07-28: the retry of a call answered input_required (see sessions.asking)
     inputResponses: dict[str, Any] | UnsetType = UNSET  # noqa: N815 - the wire name
     requestState: str | UnsetType = UNSET  # noqa: N815
+
+
+class CallRequest(msgspec.Struct):
+    """A whole ``tools/call`` line, envelope and params in one decode: the call path's. A line that
+    does not fit (another method, a malformed id or params) is read again as a ``Message``, whose
+    handling answers it exactly as before."""
+
+    jsonrpc: str
+    id: int | str
+    method: str
+    params: CallParams
 
 
 class InitializeParams(msgspec.Struct):
@@ -76,6 +102,7 @@ class ParamsError(Exception):
 
 
 decode_message = msgspec.json.Decoder(Message).decode
+decode_call = msgspec.json.Decoder(CallRequest).decode
 _param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 

@@ -42,7 +42,7 @@ from atomictools._protocol import (
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import escape_strings, git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
-from atomictoolsd.registry.model import Project, ToolDef
+from atomictoolsd.registry.model import Project, ToolDef, View
 from atomictoolsd.sessions import dispatcher, revisions
 from atomictoolsd.sessions.asking import Asking
 from atomictoolsd.sessions.content import shape_result
@@ -50,12 +50,15 @@ from atomictoolsd.sessions.messages import (
     TOO_DEEP,
     AtomicListParams,
     AttachParams,
+    CallMeta,
     CallParams,
+    CallRequest,
     CancelledParams,
     InitializeParams,
     ListParams,
     ParamsError,
     SetLevelParams,
+    decode_call,
     decode_message,
     decode_params,
 )
@@ -82,6 +85,13 @@ _LEVEL_RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 # by the reloads.
 _LOSSY_BACKLOG = 4 * 1024 * 1024
 _LOSSY = frozenset({"notifications/message", "notifications/progress"})
+
+_CALL_METHOD = b'"tools/call"'  # a line holding it is first read as a CallRequest, in one decode
+_RESULT_HEAD = b'{"jsonrpc":"2.0","id":'
+_RESULT_MID = b',"result":'
+_ERROR_MID = b',"error":'
+_LINE_END = b"}\n"
+_join = b"".join
 
 
 class _WaitingCall:
@@ -172,7 +182,9 @@ class Session(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: set[bytes] = set()  # ids of the requests a task answers (attach, reload, …)
         self._eof = False  # the client half-closed: answer every request read, then close
-        self._visible: tuple[Any, list[ToolDef]] | None = None
+        # What this session may list and call in the project's current view, its allow/deny globs
+        # applied once per view (not per call): (view, tools by name, tools in name order).
+        self._visible: tuple[View | None, dict[str, ToolDef], list[ToolDef]] = _NOTHING_SEEN
         self._seen: int | None = None  # fingerprint of the toolset this client last saw
         # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
         self._context = CallContext()
@@ -270,8 +282,15 @@ class Session(asyncio.Protocol):
     # -- framing --------------------------------------------------------------------------------
 
     def handle_line(self, line: bytes) -> None:
-        if not line.strip():
-            return
+        if _CALL_METHOD in line and not self.modern and revisions.META_VERSION_BYTES not in line:
+            try:
+                request = decode_call(line)
+            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                pass  # read again as a Message below, which answers it as it always has
+            else:
+                if request.method == "tools/call" and request.jsonrpc == "2.0":
+                    self._on_call_line(request)
+                    return
         try:
             message = decode_message(line)
         except RecursionError:
@@ -285,7 +304,8 @@ class Session(asyncio.Protocol):
                 self.send_error(self._salvage_id(line), INVALID_REQUEST, f"Invalid request: {exc}")
             return
         except msgspec.DecodeError as exc:
-            self.send_error(b"null", PARSE_ERROR, f"Parse error: {exc}")
+            if line.strip():  # a blank line is no message: nothing to answer
+                self.send_error(b"null", PARSE_ERROR, f"Parse error: {exc}")
             return
         if message.jsonrpc != "2.0":
             if message.id is not UNSET:
@@ -310,13 +330,7 @@ class Session(asyncio.Protocol):
             self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_VERSION, revisions.META_CAPABILITIES]))
             return
         if id_json in self.calls or id_json in self._pending or id_json in self.listens:
-            # Answers and cancels are matched by id: a second request with the id of one in flight
-            # would make both ambiguous, so it is refused and the first one stands.
-            self.send_error(
-                id_json, INVALID_REQUEST,
-                f"Invalid request: id {_clip(id_json.decode())} is already used by a request in flight; "
-                f"use a new id for each request",
-            )
+            self._refuse_reused(id_json)
             return
         if self.locked and method in LOCKED_OUT:
             self.send_error(
@@ -328,8 +342,29 @@ class Session(asyncio.Protocol):
         if handler is None:
             self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {_clip(method)}")
             return
+        self._run_handler(method, handler, id_json, message.params)
+
+    def _on_call_line(self, request: CallRequest) -> None:
+        """A ``tools/call`` read whole in one decode: what ``handle_line`` checks of any request
+        (its id is new; ``tools/call`` is never locked out), then ``start_call``."""
+        id_json = _encode(request.id)
+        if id_json in self.calls or id_json in self._pending or id_json in self.listens:
+            self._refuse_reused(id_json)
+            return
+        self._run_handler("tools/call", Session.start_call, id_json, request.params)
+
+    def _refuse_reused(self, id_json: bytes) -> None:
+        # Answers and cancels are matched by id: a second request with the id of one in flight
+        # would make both ambiguous, so it is refused and the first one stands.
+        self.send_error(
+            id_json, INVALID_REQUEST,
+            f"Invalid request: id {_clip(id_json.decode())} is already used by a request in flight; "
+            f"use a new id for each request",
+        )
+
+    def _run_handler(self, method: str, handler: Callable[[Session, bytes, Any], Any], id_json: bytes, params: Any) -> None:
         try:
-            outcome = handler(self, id_json, message.params)
+            outcome = handler(self, id_json, params)
         except ParamsError as exc:
             self.send_error(id_json, INVALID_PARAMS, str(exc))
             return
@@ -387,15 +422,17 @@ class Session(asyncio.Protocol):
     def send_result(self, id_json: bytes, result: bytes) -> None:
         if self.modern:
             result = revisions.with_result_type(result)
-        if self.transport is not None:
-            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"result":' + result + b"}\n")
+        transport = self.transport
+        if transport is not None:
+            # One join: the line is built once, with no intermediate bytes objects on the call path.
+            transport.write(_join((_RESULT_HEAD, id_json, _RESULT_MID, result, _LINE_END)))
 
     def send_error(self, id_json: bytes, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}
         if data is not None:
             error["data"] = data
         if self.transport is not None:
-            self.transport.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode_report(error) + b"}\n")
+            self.transport.write(_join((_RESULT_HEAD, id_json, _ERROR_MID, _encode_report(error), _LINE_END)))
 
     def send_request(self, id_json: bytes, method: str, params: bytes) -> bool:
         """Send the client a request of the daemon's own (a tool's question); False when it is gone."""
@@ -445,15 +482,18 @@ class Session(asyncio.Protocol):
     def visible(self) -> list[ToolDef]:
         """The tools this session may list and call, in name order."""
         view = self.project.view()
-        cached = self._visible
-        if cached is not None and cached[0] is view:
-            return cached[1]
+        seen = self._visible
+        return (seen if seen[0] is view else self._see(view))[2]
+
+    def _see(self, view: View) -> tuple[View, dict[str, ToolDef], list[ToolDef]]:
+        """What this session may list and call in ``view``: its allow/deny globs are matched here,
+        once per view, so a call looks its tool up in a dict and matches no glob."""
         if self.allow or self.deny:
-            tools = [t for name, t in view.tools.items() if self.allowed(name)]
+            tools = {name: tool for name, tool in view.tools.items() if self.allowed(name)}
         else:
-            tools = list(view.tools.values())
-        self._visible = (view, tools)
-        return tools
+            tools = view.tools
+        seen = self._visible = (view, tools, list(tools.values()))
+        return seen
 
     def fingerprint(self) -> int:
         return hash(tuple(t.encoded for t in self.visible()))
@@ -659,7 +699,10 @@ class Session(asyncio.Protocol):
             self._seen = self.fingerprint()
 
     def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
-        params = decode_params(raw, CallParams)
+        return self.start_call(id_json, decode_params(raw, CallParams))
+
+    def start_call(self, id_json: bytes, params: CallParams) -> Awaitable[None] | None:
+        """``tools/call`` with its params decoded (raises ``ParamsError`` for a retry it refuses)."""
         if params.requestState is not UNSET:  # the retry of a call answered input_required
             name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
             responses = params.inputResponses if params.inputResponses is not UNSET else None
@@ -684,10 +727,10 @@ class Session(asyncio.Protocol):
     async def _call_when_loaded(
         self, id_json: bytes, params: CallParams, waiting: _WaitingCall, loads: list[asyncio.Future[None]]
     ) -> None:
-        timeout = self.server.config.call_timeout
-        asked = params.meta.get("atomic/timeout") if params.meta else None
-        if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
-            timeout = min(float(asked), self.server.config.max_call_timeout)
+        config = self.server.config
+        timeout = config.call_timeout
+        if params.meta is not UNSET:
+            timeout = _asked_timeout(params.meta.timeout, timeout, config.max_call_timeout)
         deadline = asyncio.get_running_loop().time() + timeout
         while loads and params.name not in self.project.view().tools:  # each load may bring it
             left = deadline - asyncio.get_running_loop().time()
@@ -710,37 +753,26 @@ class Session(asyncio.Protocol):
             if inner is None:
                 return
             name, arguments = inner[0], msgspec.Raw(inner[1])
-        tool = self.project.view().tools.get(name)
-        if tool is None and not waited:
-            loads = self.project.loads_under_way()
-            if loads:  # a module still loading may define it: wait for them, then look again
-                waiting = self.calls[id_json] = _WaitingCall()
-                self._spawn(self._call_when_loaded(id_json, CallParams(name, arguments, params.meta), waiting, loads), id_json)
-                return
-        if tool is None or ((self.allow or self.deny) and not self.allowed(name)):
-            if tool is None:
-                view = self.project.view()
-                message, data = unknown_tool(name, [t.name for t in self.visible()], view.errors, view.blocked)
-            else:
-                message, data = f"Tool {name!r} is not allowed in this session", {"name": name}
-            self.send_error(id_json, INVALID_PARAMS, message, data)
+        view = self.project.view()
+        seen = self._visible
+        if seen[0] is not view:
+            seen = self._see(view)
+        tool = seen[1].get(name)
+        if tool is None:
+            self._not_callable(id_json, name, arguments, params.meta, waited)
             return
         config = self.server.config
         timeout = tool.timeout or config.call_timeout
         context = self._context
         token = None
         meta = params.meta
-        if meta is not UNSET and meta:
-            asked = meta.get("atomic/timeout")
-            if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
-                timeout = min(float(asked), config.max_call_timeout)
-            token = meta.get("progressToken")
-            if self.modern:
-                level = meta.get(revisions.META_LOG_LEVEL)
-                if level in _LEVEL_RANK:
-                    self.call_log_levels[id_json] = level
-            message_id = meta.get("atomic/messageId")
-            tool_use_id = meta.get("atomic/toolUseId") or meta.get("claudecode/toolUseId")
+        if meta is not UNSET:
+            timeout = _asked_timeout(meta.timeout, timeout, config.max_call_timeout)
+            token = meta.progressToken
+            if self.modern and isinstance(meta.log_level, str) and meta.log_level in _LEVEL_RANK:
+                self.call_log_levels[id_json] = meta.log_level
+            message_id = meta.message_id
+            tool_use_id = meta.tool_use_id or meta.claude_tool_use_id
             if message_id or tool_use_id:
                 context = msgspec.structs.replace(
                     context, message_id=str(message_id or ""), tool_use_id=str(tool_use_id or "")
@@ -751,6 +783,24 @@ class Session(asyncio.Protocol):
         self.calls[id_json] = tool.module.runner.call(
             self.server.pool.next_call_id(), name, arguments, context, timeout, self, id_json, token
         )
+
+    def _not_callable(
+        self, id_json: bytes, name: str, arguments: msgspec.Raw | UnsetType, meta: CallMeta | UnsetType, waited: bool
+    ) -> None:
+        """A call to a tool this session does not see: wait for the modules still loading (one may
+        define it), or answer that it is unknown, or not allowed here."""
+        view = self.project.view()
+        if name in view.tools:
+            self.send_error(id_json, INVALID_PARAMS, f"Tool {name!r} is not allowed in this session", {"name": name})
+            return
+        if not waited:
+            loads = self.project.loads_under_way()
+            if loads:  # a module still loading may define it: wait for them, then look again
+                waiting = self.calls[id_json] = _WaitingCall()
+                self._spawn(self._call_when_loaded(id_json, CallParams(name, arguments, meta), waiting, loads), id_json)
+                return
+        message, data = unknown_tool(name, [t.name for t in self.visible()], view.errors, view.blocked)
+        self.send_error(id_json, INVALID_PARAMS, message, data)
 
     # CallOwner: what a call started by this session produces
 
@@ -834,7 +884,7 @@ class Session(asyncio.Protocol):
         self.deny = tuple(params.deny)
         self.dispatcher = params.dispatcher
         self.locked = params.lock
-        self._visible = None
+        self._visible = _NOTHING_SEEN
         self._context = CallContext(self.session_id, "", self.agent, self.directory, self.worktree, "")
         return self._attached(id_json)
 
@@ -880,6 +930,17 @@ class Session(asyncio.Protocol):
             "directory": self.directory,
             "inflight": len(self.calls),
         }
+
+
+_NOTHING_SEEN: tuple[View | None, dict[str, ToolDef], list[ToolDef]] = (None, {}, [])
+
+
+def _asked_timeout(asked: Any, timeout: float, most: float) -> float:
+    """The timeout a call's ``_meta["atomic/timeout"]`` asks for (seconds, at most ``most``), or
+    ``timeout`` when it asks for none or for something that is not a positive number."""
+    if isinstance(asked, (int, float)) and not isinstance(asked, bool) and asked > 0:
+        return min(float(asked), most)
+    return timeout
 
 
 def _encode_report(value: Any) -> bytes:

@@ -248,6 +248,7 @@ class _Relay:
         self.parent = _PARENT
         self.poller = select.poll()
         self.masks: dict[int, int] = {}
+        self._idle = {0: select.POLLIN, self.sock_fd: select.POLLIN}  # nothing buffered: read both sides
 
     def run(self) -> int:
         sock = self.sock
@@ -290,20 +291,29 @@ class _Relay:
                     return 0  # the agent died without closing our stdin
 
     def _register(self) -> None:
+        # Between two calls nothing waits in either buffer: stdin and the socket are read, stdout
+        # not watched. That state is checked first, with no dict built (this runs once per poll).
+        to_daemon, to_client = self.to_daemon, self.to_client
+        if not to_daemon and not to_client and self.stdin_open and self.daemon_open:
+            if self.masks is not self._idle:
+                self._apply(self._idle)
+            return
         wanted = {}
-        if self.stdin_open and len(self.to_daemon) < _HIGH_WATER:
+        if self.stdin_open and len(to_daemon) < _HIGH_WATER:
             wanted[0] = select.POLLIN
-        if self.to_client:
+        if to_client:
             wanted[1] = select.POLLOUT
         mask = 0
-        if self.daemon_open and len(self.to_client) < _HIGH_WATER:
+        if self.daemon_open and len(to_client) < _HIGH_WATER:
             mask |= select.POLLIN
-        if self.to_daemon and self.daemon_open:
+        if to_daemon and self.daemon_open:
             mask |= select.POLLOUT
         if mask:
             wanted[self.sock_fd] = mask
-        if wanted == self.masks:
-            return
+        if wanted != self.masks:
+            self._apply(wanted)
+
+    def _apply(self, wanted: dict[int, int]) -> None:
         for fd in self.masks.keys() - wanted.keys():
             self.poller.unregister(fd)
         for fd, mask in wanted.items():
@@ -321,6 +331,19 @@ class _Relay:
             data = b""
         if not data:
             self.stdin_open = False
+            return
+        if not self.to_daemon and self.daemon_open:
+            # Nothing queued ahead of it (the usual case): send it as read, and queue only what the
+            # socket did not take.
+            try:
+                sent = self.sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self.daemon_open = False
+                return
+            if sent < len(data):
+                self.to_daemon += memoryview(data)[sent:]
             return
         self.to_daemon += data
         self._flush_to_daemon()
@@ -353,6 +376,14 @@ class _Relay:
             return
         if self.before_attach is not None:
             data = self._drop_attach_answer(data)
+        if not self.to_client and data:
+            try:
+                written = os.write(1, data)  # as for stdin: queue only what stdout did not take
+            except BlockingIOError:
+                written = 0
+            if written < len(data):
+                self.to_client += memoryview(data)[written:]
+            return
         self.to_client += data
         self._flush_to_client()
 

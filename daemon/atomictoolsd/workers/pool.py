@@ -381,7 +381,7 @@ class ModuleRunner:
 
     def record(self, call: Call, result: bytes) -> None:
         self.calls += 1
-        duration = time.perf_counter() - call.started
+        duration = time.monotonic() - call.started
         self.durations.append(duration)
         if result.endswith(b'"isError":true}'):
             self.errors += 1
@@ -396,7 +396,7 @@ class ModuleRunner:
         if events.calls_on:
             events.tool_finished(
                 call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent,
-                time.perf_counter() - call.started, CANCELLED,
+                time.monotonic() - call.started, CANCELLED,
             )
 
     # -- status and shutdown --------------------------------------------------------------------

@@ -162,8 +162,9 @@ class Call:
         self.owner = owner
         self.request_id = request_id
         self.progress_token = progress_token
-        self.started = time.perf_counter()
-        self.deadline = time.monotonic() + timeout  # the pool's Deadlines answers it then
+        # One clock for both: how long it ran (the pool's statistics) and when it is due.
+        self.started = started = time.monotonic()
+        self.deadline = started + timeout  # the pool's Deadlines answers it then
         self.done = False
         self.worker: Worker | None = None
         self.asking = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
@@ -376,8 +377,10 @@ class Worker(asyncio.Protocol):
     def send_call(self, call: Call) -> None:
         call.worker = self
         self.pending[call.id] = call
-        self.last_used = time.monotonic()
-        self._write(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None))
+        self.last_used = call.started
+        transport = self._transport
+        if transport is not None:
+            transport.write(encode_frame(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None)))
 
     def send_cancel(self, call: Call) -> None:
         if call.id in self.pending:

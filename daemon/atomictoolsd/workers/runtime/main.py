@@ -362,6 +362,7 @@ class Runtime:
         self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
         self._watching = threading.Event()
+        self._watched = False  # _watching is set: a plain attribute, read on every inline call
         self._watchdog: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
@@ -412,10 +413,11 @@ class Runtime:
         return inbox.popleft()
 
     def _run_inline(self, job: tuple[int, ToolSpec, dict[str, Any]], generation: int) -> None:
-        self._inline = (generation, time.monotonic(), job[1].name)
-        if not self._watching.is_set():
+        started = time.monotonic()
+        self._inline = (generation, started, job[1].name)
+        if not self._watched:
             self._start_watching()
-        self._run(job)
+        self._run(job, started)
         with self._lock:
             if self._inline is not None and self._inline[0] == generation:
                 self._inline = None
@@ -424,6 +426,7 @@ class Runtime:
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, name="tool-watchdog", daemon=True)
             self._watchdog.start()
+        self._watched = True
         self._watching.set()
 
     def _watch(self) -> None:
@@ -443,20 +446,25 @@ class Runtime:
                         self._inline = None
                         threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
                 elif now - last_busy > 1.0:
+                    self._watched = False
                     self._watching.clear()  # idle: park until the next inline call
 
     # running sync calls
 
-    def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None) -> None:
-        """Run a sync call on this thread, then any the backlog holds."""
+    def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None, started: float | None = None) -> None:
+        """Run a sync call on this thread (``started`` when it did, if the caller read the clock),
+        then any the backlog holds."""
+        monotonic = time.monotonic
         while job is not None:
             call_id, spec, kwargs = job
-            started = time.perf_counter()
+            if started is None:
+                started = monotonic()
             try:
                 result = make_result(spec, spec.fn(**kwargs), self.worker)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
                 result = error_result(_exception_text(spec.name, exc, self.worker.memory_limit))
-            self._timed(spec.name, time.perf_counter() - started)
+            self._timed(spec.name, monotonic() - started)
+            started = None
             self.finish_call(call_id, result)
             with self._lock:
                 job = self._backlog.popleft() if self._backlog else None
