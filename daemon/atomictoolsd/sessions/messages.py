@@ -1,7 +1,9 @@
 """The JSON-RPC messages a session reads: the envelope and each method's params, as msgspec structs
 decoded once, and the one way to decode params (a mismatch is ``ParamsError``, answered -32602).
 
-No state, no I/O: ``session`` reads lines and answers; this module says what a line may hold.
+``CallRequest`` is a whole ``tools/call`` line, envelope, params and ``_meta`` (``CallMeta``) in one
+decode: the call path's. No state, no I/O: ``connection`` reads lines and writes answers, ``session``
+handles the methods; this module says what a line may hold.
 """
 
 from __future__ import annotations
