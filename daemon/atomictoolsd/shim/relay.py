@@ -12,8 +12,11 @@ read before it does (a call still running included), so `printf '…' | atomicto
 answer. It also exits when its parent process dies, or when the daemon closes the connection.
 
 Start-up cost is the product here: an agent spawns a shim for every session. So this module imports
-only ``os``, ``sys``, ``time``, ``select`` and ``_socket`` (the C module under ``socket``, which
-itself costs ~4 ms for ``enum``), plus ``atomictools._paths`` for the socket's location. It must
+only ``os``, ``sys``, ``time``, ``select``, ``_socket`` (the C module under ``socket``, which
+itself costs ~4 ms for ``enum``) and ``_thread`` (the C module under ``threading``), plus
+``atomictools._paths`` for the socket's location. Latency is the product too: the relay is two
+threads doing blocking reads and writes, so a call costs it no more syscalls than a copy must
+(``_Relay``). It must
 never import argparse, json, subprocess, threading, the daemon's modules or any third-party package
 (a test checks the import set), and must never write anything but MCP to stdout: diagnostics go to
 stderr. Starting a daemon is the one slow path and imports ``atomictools._autostart`` only then.
@@ -22,6 +25,7 @@ stderr. Starting a daemon is the one slow path and imports ``atomictools._autost
 from __future__ import annotations
 
 import _socket
+import _thread
 import os
 import select
 import sys
@@ -39,7 +43,6 @@ ATTACH_ID = "atomictoolsd-shim-attach"
 _ATTACH_ANSWER = b'{"jsonrpc":"2.0","id":"' + ATTACH_ID.encode() + b'",'
 
 _CHUNK = 1 << 16
-_HIGH_WATER = 1 << 22  # stop reading a side while 4 MiB wait to be written to the other
 _PARENT_CHECK = 1.0  # seconds between checks that the parent is still alive
 _CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
 _PARENT = os.getppid()  # as early as possible: the agent may die while we start
@@ -235,157 +238,89 @@ def _start_daemon() -> None:
 
 
 class _Relay:
-    """Moves bytes between stdin/stdout and the daemon's socket until one side is done."""
+    """Copies bytes between stdin/stdout and the daemon's socket until one side is done.
+
+    A plain byte relay with blocking I/O, as the floor it is measured against
+    (``bench/peers/floor_stdio_relay.py``): one thread copies stdin to the socket, the main thread
+    the socket to stdout, so a call costs one read and one write each way and no ``poll``. A third
+    thread only watches that the parent (the agent) is alive. Nothing is parsed but the daemon's
+    lines up to the answer to the shim's own attach, which is kept off stdout.
+    """
 
     def __init__(self, sock: _socket.socket, first: bytes) -> None:
         self.sock = sock
-        self.sock_fd = sock.fileno()
-        self.to_daemon = bytearray(first)
-        self.to_client = bytearray()
+        self.first = first  # the attach request, sent before anything the agent writes
         self.before_attach: bytearray | None = bytearray()  # daemon bytes until the attach answer
         self.stdin_open = True
-        self.daemon_open = True
         self.parent = _PARENT
-        self.poller = select.poll()
-        self.masks: dict[int, int] = {}
-        self._idle = {0: select.POLLIN, self.sock_fd: select.POLLIN}  # nothing buffered: read both sides
+        self.parent_gone = False
 
     def run(self) -> int:
         sock = self.sock
-        sock.setblocking(False)
-        self._flush_to_daemon()
-        half_closed = False
-        next_parent_check = time.monotonic() + _PARENT_CHECK
+        sock.setblocking(True)
+        try:
+            sock.sendall(self.first)
+        except OSError:
+            pass  # the daemon is gone: the read below finds it so, and says so
+        else:
+            _thread.start_new_thread(self._copy_stdin, ())
+            _thread.start_new_thread(self._watch_parent, ())
         while True:
-            if not self.stdin_open and not self.to_daemon and not half_closed:
-                # The client is done. Half-close so the daemon answers what it already read, then
-                # closes; whatever it sends before that still reaches stdout. No deadline of our own:
-                # a call still running is answered when it ends (its timeout bounds it).
+            try:
+                data = sock.recv(_CHUNK)
+            except InterruptedError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                break
+            if self.before_attach is not None:
+                data = self._drop_attach_answer(data)
+            if data:
+                _write_all(1, data)
+        if self.parent_gone:
+            return 0  # the agent died without closing our stdin
+        if self.stdin_open:
+            _say("the daemon closed the connection (it stopped or restarted); restart this MCP server")
+            return 1
+        return 0
+
+    def _copy_stdin(self) -> None:
+        """stdin → the socket. At stdin's end, half-close the socket: the daemon answers every request
+        it has read (a call still running included; its timeout bounds it), then closes, and the main
+        thread relays those answers until it does."""
+        while True:
+            try:
+                data = os.read(0, _CHUNK)
+            except BlockingIOError:  # a non-blocking stdin, inherited
+                _wait(0, select.POLLIN)
+                continue
+            except InterruptedError:
+                continue
+            except OSError:  # stdin was closed or never opened
+                data = b""
+            if not data:
+                break
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                return  # the daemon is gone: the main thread's read ends too
+        self.stdin_open = False
+        try:
+            self.sock.shutdown(_socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _watch_parent(self) -> None:
+        while True:
+            time.sleep(_PARENT_CHECK)
+            if os.getppid() != self.parent:
+                self.parent_gone = True
                 try:
-                    sock.shutdown(_socket.SHUT_WR)
+                    self.sock.shutdown(_socket.SHUT_RDWR)  # ends the main thread's read
                 except OSError:
                     pass
-                half_closed = True
-            if not self.daemon_open and not self.to_client:
-                if self.stdin_open:
-                    _say("the daemon closed the connection (it stopped or restarted); restart this MCP server")
-                    return 1
-                return 0
-            self._register()
-            events = self.poller.poll(_PARENT_CHECK * 1000)
-            for fd, event in events:
-                if fd == 0:
-                    self._read_stdin()
-                elif fd == 1:
-                    self._flush_to_client()
-                elif event & select.POLLOUT:
-                    self._flush_to_daemon()
-                    if event & (select.POLLIN | select.POLLHUP | select.POLLERR):
-                        self._read_daemon()
-                else:
-                    self._read_daemon()
-            now = time.monotonic()
-            if now >= next_parent_check:
-                next_parent_check = now + _PARENT_CHECK
-                if os.getppid() != self.parent:
-                    return 0  # the agent died without closing our stdin
-
-    def _register(self) -> None:
-        # Between two calls nothing waits in either buffer: stdin and the socket are read, stdout
-        # not watched. That state is checked first, with no dict built (this runs once per poll).
-        to_daemon, to_client = self.to_daemon, self.to_client
-        if not to_daemon and not to_client and self.stdin_open and self.daemon_open:
-            if self.masks is not self._idle:
-                self._apply(self._idle)
-            return
-        wanted = {}
-        if self.stdin_open and len(to_daemon) < _HIGH_WATER:
-            wanted[0] = select.POLLIN
-        if to_client:
-            wanted[1] = select.POLLOUT
-        mask = 0
-        if self.daemon_open and len(to_client) < _HIGH_WATER:
-            mask |= select.POLLIN
-        if to_daemon and self.daemon_open:
-            mask |= select.POLLOUT
-        if mask:
-            wanted[self.sock_fd] = mask
-        if wanted != self.masks:
-            self._apply(wanted)
-
-    def _apply(self, wanted: dict[int, int]) -> None:
-        for fd in self.masks.keys() - wanted.keys():
-            self.poller.unregister(fd)
-        for fd, mask in wanted.items():
-            if fd in self.masks:
-                if self.masks[fd] != mask:
-                    self.poller.modify(fd, mask)
-            else:
-                self.poller.register(fd, mask)
-        self.masks = wanted
-
-    def _read_stdin(self) -> None:
-        try:
-            data = os.read(0, _CHUNK)
-        except OSError:  # stdin was closed or never opened
-            data = b""
-        if not data:
-            self.stdin_open = False
-            return
-        if not self.to_daemon and self.daemon_open:
-            # Nothing queued ahead of it (the usual case): send it as read, and queue only what the
-            # socket did not take.
-            try:
-                sent = self.sock.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self.daemon_open = False
                 return
-            if sent < len(data):
-                self.to_daemon += memoryview(data)[sent:]
-            return
-        self.to_daemon += data
-        self._flush_to_daemon()
-
-    def _flush_to_daemon(self) -> None:
-        if not self.daemon_open:
-            self.to_daemon.clear()
-            return
-        while self.to_daemon:
-            try:
-                sent = self.sock.send(self.to_daemon)
-            except BlockingIOError:
-                return
-            except OSError:
-                self.daemon_open = False
-                self.to_daemon.clear()
-                return
-            del self.to_daemon[:sent]
-
-    def _read_daemon(self) -> None:
-        try:
-            data = self.sock.recv(_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.daemon_open = False
-            self.to_daemon.clear()
-            return
-        if self.before_attach is not None:
-            data = self._drop_attach_answer(data)
-        if not self.to_client and data:
-            try:
-                written = os.write(1, data)  # as for stdin: queue only what stdout did not take
-            except BlockingIOError:
-                written = 0
-            if written < len(data):
-                self.to_client += memoryview(data)[written:]
-            return
-        self.to_client += data
-        self._flush_to_client()
 
     def _drop_attach_answer(self, data: bytes) -> bytes:
         """Pass on whole lines up to the answer to our attach, which goes to stderr when it is an error."""
@@ -409,13 +344,22 @@ class _Relay:
                 return bytes(out)
             out += line
 
-    def _flush_to_client(self) -> None:
-        while self.to_client:
-            try:
-                written = os.write(1, self.to_client)
-            except BlockingIOError:
-                return
-            del self.to_client[:written]
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:  # a non-blocking stdout, inherited: wait until it takes more
+            _wait(fd, select.POLLOUT)
+        except InterruptedError:
+            continue
+
+
+def _wait(fd: int, event: int) -> None:
+    poller = select.poll()
+    poller.register(fd, event)
+    poller.poll()
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -447,11 +391,6 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except ConnectionError as exc:
         _say(str(exc))
         return 1
-    # Never stall the daemon's side on a slow reader: stdout is non-blocking while we relay. Not on a
-    # terminal (a person trying the shim), whose flag a killed shim could not restore for the shell.
-    blocking = os.get_blocking(1)
-    if not os.isatty(1):
-        os.set_blocking(1, False)
     try:
         return _Relay(sock, line).run()
     except BrokenPipeError:
@@ -460,10 +399,6 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 130
     finally:
         sock.close()
-        try:
-            os.set_blocking(1, blocking)
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":
