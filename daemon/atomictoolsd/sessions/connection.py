@@ -38,7 +38,6 @@ from atomictoolsd.sessions import revisions
 from atomictoolsd.sessions.messages import (
     TOO_DEEP,
     CallParams,
-    CallRequest,
     ParamsError,
     decode_call,
     decode_message,
@@ -209,7 +208,13 @@ class Connection(asyncio.Protocol):
                 pass  # read again as a Message below, which answers it as it always has
             else:
                 if request.method == "tools/call" and request.jsonrpc == "2.0":
-                    self._on_call_line(request)
+                    # What is checked of any request below (its id is new; tools/call is never
+                    # locked out), then the call.
+                    id_json = _encode(request.id)
+                    if id_json in self.calls or id_json in self._pending or id_json in self.listens:
+                        self._refuse_reused(id_json)
+                    else:
+                        self._run_handler("tools/call", type(self).start_call, id_json, request.params)
                     return
         try:
             message = decode_message(line)
@@ -263,15 +268,6 @@ class Connection(asyncio.Protocol):
             self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {clip(method)}")
             return
         self._run_handler(method, handler, id_json, message.params)
-
-    def _on_call_line(self, request: CallRequest) -> None:
-        """A ``tools/call`` read whole in one decode: what ``handle_line`` checks of any request
-        (its id is new; ``tools/call`` is never locked out), then ``start_call``."""
-        id_json = _encode(request.id)
-        if id_json in self.calls or id_json in self._pending or id_json in self.listens:
-            self._refuse_reused(id_json)
-            return
-        self._run_handler("tools/call", type(self).start_call, id_json, request.params)
 
     def _refuse_reused(self, id_json: bytes) -> None:
         # Answers and cancels are matched by id: a second request with the id of one in flight

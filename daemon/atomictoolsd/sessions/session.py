@@ -501,8 +501,12 @@ class Session(Connection):
         if self.asking.call_ended(call):
             self._close_if_done()
             return  # its request was answered input_required; the client did not come back
-        self.send_result(call.request_id, shape_result(result, self.revision))
-        self._close_if_done()
+        revision = self.revision
+        if revision is not None and not revision.full_results:
+            result = shape_result(result, revision)
+        self.send_result(call.request_id, result)
+        if self._eof:
+            self._close_if_done()
 
     def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
         payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}

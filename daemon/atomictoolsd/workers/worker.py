@@ -259,6 +259,9 @@ class Worker(asyncio.Protocol):
             return
         try:
             messages = self._reader.feed(data)
+            if len(messages) == 1 and type(messages[0]) is Result:  # the call path: one result, as it came
+                self._on_result(messages[0].call_id, messages[0].result)
+                return
         except FrameError as exc:
             self._handle(exc.messages)  # what came whole before it is as good as ever
             what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
@@ -404,20 +407,20 @@ class Worker(asyncio.Protocol):
         elif result is None:
             call.finish(error_result(f"Tool {call.tool!r} was cancelled"))
         elif not call.done:
-            call.finish(self._checked_result(call, result))
+            # Re-encoded by the daemon (a tool can write anything on its channel), or an error saying
+            # why it cannot be relayed.
+            if len(result) > self.max_message:
+                result = error_result(f"Tool {call.tool!r} sent {_too_large('a result', len(result), self.max_message)}")
+            else:
+                try:
+                    result = _encode_json(_decode_result(result))
+                except msgspec.DecodeError as exc:
+                    result = error_result(f"Tool {call.tool!r} sent a malformed result ({exc}); it was not relayed")
+            call.finish(result)
         if self.runner.backoff.crashes:
             self.runner.served()
         if self.state == "retiring" and self.live_calls() == 0:
             self.close()
-
-    def _checked_result(self, call: Call, result: bytes) -> bytes:
-        """The result re-encoded by the daemon, or an error saying why it cannot be relayed."""
-        if len(result) > self.max_message:
-            return error_result(f"Tool {call.tool!r} sent {_too_large('a result', len(result), self.max_message)}")
-        try:
-            return _encode_json(_decode_result(result))
-        except msgspec.DecodeError as exc:
-            return error_result(f"Tool {call.tool!r} sent a malformed result ({exc}); it was not relayed")
 
     def _on_progress(self, message: Progress) -> None:
         call = self.pending.get(message.call_id)
