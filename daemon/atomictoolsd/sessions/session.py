@@ -137,8 +137,9 @@ class Session(Connection):
         self.initialized = False
         self.subscribed = False
         # What this session may list and call in the project's current view, its allow/deny globs
-        # applied once per view (not per call): (view, tools by name, tools in name order).
-        self._visible: tuple[View | None, dict[str, ToolDef], list[ToolDef]] = _NOTHING_SEEN
+        # applied once per view and lists (not per call): (view, allow, deny, tools by name, tools
+        # in name order). Whoever sets ``allow`` or ``deny`` sets new tuples, which this is keyed on.
+        self._visible: _Seen = _NOTHING_SEEN
         self._seen: int | None = None  # fingerprint of the toolset this client last saw
         # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
         self._context = CallContext()
@@ -172,16 +173,19 @@ class Session(Connection):
         """The tools this session may list and call, in name order."""
         view = self.project.view()
         seen = self._visible
-        return (seen if seen[0] is view else self._see(view))[2]
+        if seen[0] is not view or seen[1] is not self.allow or seen[2] is not self.deny:
+            seen = self._see(view)
+        return seen[4]
 
-    def _see(self, view: View) -> tuple[View, dict[str, ToolDef], list[ToolDef]]:
+    def _see(self, view: View) -> _Seen:
         """What this session may list and call in ``view``: its allow/deny globs are matched here,
         once per view, so a call looks its tool up in a dict and matches no glob."""
-        if self.allow or self.deny:
+        allow, deny = self.allow, self.deny
+        if allow or deny:
             tools = {name: tool for name, tool in view.tools.items() if self.allowed(name)}
         else:
             tools = view.tools
-        seen = self._visible = (view, tools, list(tools.values()))
+        seen = self._visible = (view, allow, deny, tools, list(tools.values()))
         return seen
 
     def fingerprint(self) -> int:
@@ -444,9 +448,9 @@ class Session(Connection):
             name, arguments = inner[0], msgspec.Raw(inner[1])
         view = self.project.view()
         seen = self._visible
-        if seen[0] is not view:
+        if seen[0] is not view or seen[1] is not self.allow or seen[2] is not self.deny:
             seen = self._see(view)
-        tool = seen[1].get(name)
+        tool = seen[3].get(name)
         if tool is None:
             self._not_callable(id_json, name, arguments, params.meta, waited)
             return
@@ -625,7 +629,8 @@ class Session(Connection):
         }
 
 
-_NOTHING_SEEN: tuple[View | None, dict[str, ToolDef], list[ToolDef]] = (None, {}, [])
+_Seen = tuple["View | None", tuple[str, ...], tuple[str, ...], dict[str, ToolDef], list[ToolDef]]
+_NOTHING_SEEN: _Seen = (None, (), (), {}, [])
 
 
 def _asked_timeout(asked: Any, timeout: float, most: float) -> float:
