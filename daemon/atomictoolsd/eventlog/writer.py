@@ -254,17 +254,25 @@ def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-# ISO timestamps: the seconds are formatted once per second, the milliseconds come from a table.
+# ISO timestamps: the seconds are formatted once per second, the milliseconds come from a table,
+# and the last one made is kept (a batch holds many events of the same millisecond).
 _second_cache: list[Any] = [-1, ""]
+_last_iso: list[Any] = [-1, ""]
 _MILLIS = [f".{i:03d}Z" for i in range(1000)]
 
 
 def _iso(ts: float) -> str:
     second = int(ts)
+    milli = int((ts - second) * 1000)
+    millis = second * 1000 + milli
+    if _last_iso[0] == millis:
+        return _last_iso[1]
     if _second_cache[0] != second:
         _second_cache[0] = second
         _second_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    return _second_cache[1] + _MILLIS[int((ts - second) * 1000)]
+    text = _second_cache[1] + _MILLIS[milli]
+    _last_iso[0], _last_iso[1] = millis, text
+    return text
 
 
 class _ToolEvent(msgspec.Struct, omit_defaults=True):
@@ -290,11 +298,11 @@ def _as_record(entry: tuple[Any, ...]) -> Any:
         if fields:
             out.update(fields)
         return out
-    _, ts, tool, module, call_id, session, agent, *end = entry
     if kind == _TOOL_START:
+        _, ts, tool, module, call_id, session, agent = entry
         return _ToolEvent(_iso(ts), "info", "tool.start", tool, module, call_id, session or None, agent or None)
-    duration, failure = end
-    ms = round(duration * 1000, 3)
+    _, ts, tool, module, call_id, session, agent, duration, failure = entry
+    ms = int(duration * 1e6 + 0.5) / 1000  # to the µs, as round(…, 3) but a third of its cost
     if failure is CANCELLED:
         return _ToolEvent(_iso(ts), "info", "tool.cancelled", tool, module, call_id, session or None, agent or None, ms)
     return _ToolEvent(
