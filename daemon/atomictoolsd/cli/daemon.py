@@ -53,16 +53,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvloop
 
-    from atomictoolsd.config.paths import PathError, Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
-        ConfigError,
-        load_config,
-    )
+    from atomictoolsd.config.errors import SetupError  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.eventlog.writer import LOG_NAME, events  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.server.socketfile import AlreadyRunning  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.server.wiring import build_server  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.service.activation import (  # lazy: only this command pays for it (start-up cost)
-        ActivationError,
         inherited_listener,
     )
     from atomictoolsd.service.notify import Notifier  # lazy: only this command pays for it (start-up cost)
@@ -80,14 +77,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             notifier.notify(f"STATUS={message}")
         return code
 
-    paths = Paths.from_env()
-    paths.create_private_dirs()
     try:
+        paths = Paths.from_env()
+        paths.create_private_dirs()
         config = load_config(paths.config_file)
         if args.http is not None:
             config = _with_http(config, args.http)
-    except ConfigError as exc:
-        return fail(f"bad configuration: {exc}", 2)
+    except SetupError as exc:
+        return fail(exc.report(), exc.exit_code)
     _setup_logging(config.log_level)
     try:
         events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
@@ -95,8 +92,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: no event log ({exc}); set ATOMICTOOLS_LOG_DIR to a writable directory", file=sys.stderr)
     try:
         listener = inherited_listener(service)
-    except ActivationError as exc:
-        return fail(str(exc), 1)
+    except SetupError as exc:
+        return fail(exc.report(), exc.exit_code)
 
     server = build_server(paths, config, service=service, listen_socket=listener, notifier=notifier)
 
@@ -111,8 +108,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return fail(f"{exc}, started outside the service manager; stop it with `{command_name()} stop`", 1)
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 0
-    except PathError as exc:
-        return fail(str(exc), 1)
+    except SetupError as exc:  # the runtime dir or the socket file, found unusable at start-up
+        return fail(exc.report(), exc.exit_code)
     finally:
         events.close()
     return 0
@@ -159,19 +156,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     from atomictools._errors import ConnectError
     from atomictools._paths import socket_path
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
-        ConfigError,
-        load_config,
-    )
+    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
 
-    try:  # the same check the daemon makes, said here rather than from a log's tail
-        config = load_config(Paths.from_env().config_file)
-        http = getattr(args, "http", None)  # restart has no --http: the setting's value holds
-        if http is not None:
-            config = _with_http(config, http)
-    except ConfigError as exc:
-        print(f"atomictoolsd: bad configuration: {exc}", file=sys.stderr)
-        return 2
+    # The same checks the daemon makes, said here (by cli.main, as a SetupError) rather than from a log's tail.
+    config = load_config(Paths.from_env().config_file)
+    http = getattr(args, "http", None)  # restart has no --http: the setting's value holds
+    if http is not None:
+        config = _with_http(config, http)
     running = _running_pid(args)  # a daemon may serve already (or a service manager's socket start it)
     if running is not None:
         print(f"atomictoolsd is already running (pid {running}) on {socket_path()}")

@@ -44,6 +44,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
+from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import with_result_type
@@ -72,7 +73,7 @@ _encode = msgspec.json.encode
 _ids = itertools.count(1)
 
 
-class AddressError(ValueError):
+class AddressError(SetupError, ValueError):
     """The ``http`` setting names no usable address; the message says what to write."""
 
 
