@@ -52,7 +52,7 @@ def test_start_list_call_status_stop(detached: Env) -> None:
     assert "broken.py:1: SyntaxError" in listing.stdout
     as_json = json.loads(run(env, "list", "--json").stdout)
     assert [t["name"] for t in as_json["tools"]] == ["greet"]
-    assert as_json["tools"][0]["source"] == "global" and as_json["tools"][0]["path"].endswith("greet.py")
+    assert as_json["tools"][0]["scope"] == "global" and as_json["tools"][0]["path"].endswith("greet.py")
     assert as_json["errors"][0]["line"] == 1
 
     # key=value: a string where the schema wants one, JSON otherwise.

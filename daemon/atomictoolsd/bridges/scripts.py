@@ -154,7 +154,7 @@ class Bridges:
     def status(self) -> list[dict[str, Any]]:
         """One line per bridge for ``atomic/status`` (``atomic/bridges/list`` has the details)."""
         return [
-            {"id": b.id, "agent": b.agent, "directory": b.directory, "owner": b.ownerPid, "path": b.path}
+            {"id": b.id, "agent": b.agent, "directory": b.directory, "ownerPid": b.ownerPid, "path": b.path}
             for b in self.bridges.values()
         ]
 
