@@ -1,4 +1,4 @@
-"""Bridge scripts: generated launchers that run the stdio shim with everything baked in.
+"""Bridges: the scripts the daemon generates that run the stdio shim with everything baked in.
 
 ``atomic/bridges/create`` writes an executable script under ``<runtime dir>/bridges/`` that starts
 the shim with this daemon's interpreter (absolute path, ``-I -S``: no site, no user paths), its
