@@ -77,6 +77,7 @@ RENAMED: dict[str, dict[str, str]] = {
         "p99_ms": "p99Ms",
         "load_ms": "loadMs",
         "blocked_reason": "blockedReason",
+        "loading": "starting",  # a count of workers; "loading" is the list of modules whose import runs
     },
     "atomic/status watcher": {"debounce_ms": "debounceMs", "step_ms": "stepMs"},
     "atomic/status monitor": {

@@ -62,7 +62,7 @@ def test_each_result_carries_the_new_and_the_old_names(env: Env, make_daemon) ->
     assert both(status, "atomic/status") == {"configSources", "configFile"}
     module = next(m for m in status["modules"] if m["path"].startswith(str(shared)))
     assert both(module, "atomic/status modules[]") >= {
-        "definitionsFrom", "failedCalls", "workerState", "lastError", "retryIn", "p50Ms", "p99Ms", "loadMs",
+        "definitionsFrom", "failedCalls", "workerState", "lastError", "retryIn", "p50Ms", "p99Ms", "loadMs", "starting",
     }
     assert module["definitionsFrom"] == "worker" and module["failedCalls"] == 0 and module["p50Ms"] is not None
     blocked = next(m for m in status["modules"] if m["path"].startswith(str(env.project)))

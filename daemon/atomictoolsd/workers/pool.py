@@ -417,7 +417,7 @@ class ModuleRunner:
             "worker": self.current.pid if self.current is not None else None,
             "workerState": self.current.state if self.current is not None else None,
             "retiring": sorted(w.pid for w in self.retiring),
-            "loading": self.loading,  # new generations being started
+            "starting": self.loading,  # new generations' workers being started (beside "retiring")
             "calls": self.calls,
             "failedCalls": self.errors,
             "cancelled": self.cancelled,
