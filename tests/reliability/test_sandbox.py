@@ -344,7 +344,7 @@ def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[s
             client.call("probe")
         status = client.status()
     assert listing["trust"] == "blocked"
-    assert not [t for t in listing["tools"] if t["source"] == "local"]
+    assert not [t for t in listing["tools"] if t["scope"] == "local"]
     reasons = {entry["reason"] for entry in listing["blocked"]}
     assert len(reasons) == 1 and len(listing["blocked"]) == 3, listing["blocked"]
     reason = reasons.pop()

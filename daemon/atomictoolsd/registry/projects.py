@@ -102,9 +102,9 @@ def _reads(outcome: LoadOutcome) -> tuple[list[int] | None, list[list[Any]]]:
     """What a load's worker read: ``[size, crc32]`` of the module file, ``[path, size, crc32]`` of each helper."""
     match outcome:
         case Loaded(worker=worker):
-            return worker.source, worker.helpers
+            return worker.fingerprint, worker.helpers
         case NotLoaded(failure=failure):
-            return failure.info.get("source"), failure.info.get("helpers") or []
+            return failure.info.get("fingerprint"), failure.info.get("helpers") or []
         case _:
             return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
 
@@ -118,10 +118,10 @@ def _same_bytes(path: str, read: list[int]) -> bool:
     return read == [len(data), zlib.crc32(data)]
 
 
-def read_whole(path: str, source: list[int] | None, helpers: list[list[Any]]) -> bool:
-    """Whether the bytes a worker loaded from module ``path`` (``source``: None if it read none, when
-    the file did not matter) and from its ``helpers`` are the bytes on disk now."""
-    if source is not None and not _same_bytes(path, source):
+def read_whole(path: str, fingerprint: list[int] | None, helpers: list[list[Any]]) -> bool:
+    """Whether the bytes a worker loaded from module ``path`` (``fingerprint``: None if it read none,
+    when the file did not matter) and from its ``helpers`` are the bytes on disk now."""
+    if fingerprint is not None and not _same_bytes(path, fingerprint):
         return False
     return all(_same_bytes(helper, [size, crc]) for helper, size, crc in helpers)
 
@@ -596,19 +596,19 @@ class Registry:
                         self._fail(module, {**entry.error, "deps": entry.deps})
                     else:
                         self._install(module, None, entry.definitions, entry.load_ms or 0.0, entry.deps, entry.problems)
-                    module.source = "cache"
+                    module.definitions_from = "cache"
                 case NoWorker(error=error):  # a module seen for the first time
                     loaded = True
-                    module.source = "worker"
+                    module.definitions_from = "worker"
                     self._fail(module, {"file": module.path, "line": None, "traceback": "",
                                         "message": f"no worker could be started to load it ({error})"}, transient=True)
                 case NotLoaded(failure=failure):
                     loaded = True
-                    module.source = "worker"
+                    module.definitions_from = "worker"
                     self._fail(module, failure.info, transient=not failure.by_module)
                 case Loaded(worker=worker, definitions=definitions, load_ms=load_ms):
                     loaded = True
-                    module.source = "worker"
+                    module.definitions_from = "worker"
                     self._install(module, worker, definitions, load_ms, worker.deps, worker.problems)
             if module.error is not None or module.problems:
                 failures.append(module)
@@ -745,14 +745,14 @@ class Registry:
     async def _read_whole(self, module: Module, worker: Worker) -> bool:
         """Whether a worker started for a call read the module and its helpers whole (see ``_reload_torn``)."""
         await settle_helpers(helper[0] for helper in worker.helpers)
-        return read_whole(module.path, worker.source, worker.helpers)
+        return read_whole(module.path, worker.fingerprint, worker.helpers)
 
     def _lazy_load_failed(self, module: Module, failure: LoadFailure) -> None:
         """A worker started for a call could not load a module that had loaded before."""
         if module.tools_dir.modules.get(module.path) is not module:
             return
         self._fail(module, failure.info, transient=not failure.by_module)
-        module.source = "worker"
+        module.definitions_from = "worker"
         self._save_cache(module.tools_dir)
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module]))
@@ -768,7 +768,7 @@ class Registry:
         log.info("%s now defines other tools than listed: updating", module.path)
         self._set_tools(module, definitions, worker.problems)
         module.deps = deps
-        module.source = "worker"
+        module.definitions_from = "worker"
         self._save_cache(module.tools_dir)
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module] if module.problems else []))

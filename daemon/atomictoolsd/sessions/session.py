@@ -786,15 +786,15 @@ class Session(asyncio.Protocol):
         self.asking.ask(call, ask_id, method, params, limit if wait is None else min(wait, limit))
 
     async def on_atomic_list(self, id_json: bytes, raw: Any) -> None:
-        """Tools with their source and path, counts by source, errors; shadowed ones with ``all``."""
+        """Tools with their scope and path, counts by scope, errors; shadowed ones with ``all``."""
         params = decode_params(raw, AtomicListParams)
         await self.project.ready()
         view = self.project.view()
         tools = self.visible()
         counts: dict[str, int] = {}
-        for tool in tools:  # by source; tools of declarative files count apart, wherever they are
-            source = "declarative" if tool.module.kind == "declarative" else tool.module.scope
-            counts[source] = counts.get(source, 0) + 1
+        for tool in tools:  # by scope; tools of declarative files count apart, wherever they are
+            scope = "declarative" if tool.module.kind == "declarative" else tool.module.scope
+            counts[scope] = counts.get(scope, 0) + 1
         result: dict[str, Any] = {
             "root": str(self.project.root) if self.project.root else None,
             "trust": self.project.trust_level(),
@@ -806,7 +806,8 @@ class Session(asyncio.Protocol):
         }
         if params.all:
             result["shadowed"] = [
-                {**tool.listing(), "shadowedBy": {"source": winner.module.scope, "path": winner.module.path}}
+                {**tool.listing(), "shadowedBy": {"scope": winner.module.scope, "source": winner.module.scope,
+                                                  "path": winner.module.path}}
                 for tool, winner in view.shadowed
                 if self.allowed(tool.name)
             ]

@@ -44,6 +44,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
+from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import with_result_type
@@ -72,7 +73,7 @@ _encode = msgspec.json.encode
 _ids = itertools.count(1)
 
 
-class AddressError(ValueError):
+class AddressError(SetupError, ValueError):
     """The ``http`` setting names no usable address; the message says what to write."""
 
 
@@ -437,7 +438,7 @@ class HttpTransport:
         return {
             "url": self.url() if self.port else None,
             "error": self.error or None,
-            "token_file": str(self.token_path) if self.token_path else None,
+            "tokenFile": str(self.token_path) if self.token_path else None,
             "sessions": len(self.sessions),
             "requests": self.requests,
             "refused": self.refused,
@@ -448,7 +449,8 @@ class HttpTransport:
             session.send_error(id_json, INVALID_REQUEST, "HTTP is not served by this daemon: nothing to rotate")
             return
         self.token = new_token(self.token_path)
-        session.send_result(id_json, _encode({"token_file": str(self.token_path)}))
+        token_file = str(self.token_path)  # "token_file": the name before 0.2 (docs/protocol.md#renamed)
+        session.send_result(id_json, _encode({"tokenFile": token_file, "token_file": token_file}))
 
     def _sweep(self) -> None:
         """End the sessions nobody has used for ``SESSION_IDLE`` seconds and that have no stream open."""

@@ -415,19 +415,19 @@ class ModuleRunner:
 
         return {
             "worker": self.current.pid if self.current is not None else None,
-            "worker_state": self.current.state if self.current is not None else None,
+            "workerState": self.current.state if self.current is not None else None,
             "retiring": sorted(w.pid for w in self.retiring),
-            "loading": self.loading,  # new generations being started
+            "starting": self.loading,  # new generations' workers being started (beside "retiring")
             "calls": self.calls,
-            "errors": self.errors,
+            "failedCalls": self.errors,
             "cancelled": self.cancelled,
             "inflight": self.inflight(),
-            "p50_ms": pct(0.5),
-            "p99_ms": pct(0.99),
+            "p50Ms": pct(0.5),
+            "p99Ms": pct(0.99),
             "spawns": self.spawns,
-            "last_error": self.last_error,
+            "lastError": self.last_error,
             "crashes": self.backoff.crashes,
-            "retry_in": round(self.backoff.remaining(), 3) if self.backoff.failing else None,
+            "retryIn": round(self.backoff.remaining(), 3) if self.backoff.failing else None,
         }
 
     async def close(self) -> None:
