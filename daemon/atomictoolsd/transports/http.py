@@ -46,7 +46,7 @@ from msgspec import UNSET, UnsetType
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
-from atomictoolsd.sessions.revisions import with_result_type
+from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION, with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
 from atomictoolsd.workers.periodic import Periodic
 
@@ -137,6 +137,7 @@ class _Envelope(msgspec.Struct):
 
 class _Name(msgspec.Struct):
     name: Any = None
+    meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
 
 
 class _Cancelled(msgspec.Struct):
@@ -548,11 +549,15 @@ class HttpTransport:
             await _reply(send, 400, [], _jsonrpc_error(PARSE_ERROR, f"Parse error: {exc}"))
             return
         version = headers.get(b"mcp-protocol-version")
+        modern = META_VERSION_BYTES in body and message.method is not UNSET
         if version is not None and version.decode("latin-1") not in REVISIONS:
-            await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"))
+            text = f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"
+            error = {"code": UNSUPPORTED_VERSION, "message": text, "data": {"supported": list(REVISIONS), "requested": version.decode("latin-1")}} \
+                if modern else {"code": INVALID_REQUEST, "message": text}
+            await _reply(send, 400, [], _encode({"jsonrpc": "2.0", "id": None, "error": error}))
             return
         method = message.method
-        mismatch = _header_mismatch(headers, message)
+        mismatch = _header_mismatch(headers, message, modern)
         if mismatch:
             await _reply(send, 400, [], _jsonrpc_error(HEADER_MISMATCH, mismatch))
             return
@@ -758,19 +763,33 @@ class HttpTransport:
             session.used = time.monotonic()
 
 
-def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope) -> str:
-    """The 2026-07-28 routing headers must say what the body says (a proxy routes on them)."""
+def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bool) -> str:
+    """The 2026-07-28 routing headers must say what the body says (a proxy routes on them); a
+    request of that revision (``modern``: its ``_meta`` names it) must carry them: ``Mcp-Method``,
+    ``MCP-Protocol-Version`` equal to its ``_meta`` revision, and ``Mcp-Name`` on a ``tools/call``."""
     method_header = headers.get(b"mcp-method")
+    if method_header is None and modern:
+        return "Mcp-Method header missing: a 2026-07-28 request over HTTP names its method in it"
     if method_header is not None and message.method is not UNSET and method_header.decode("latin-1") != message.method:
         return f"Mcp-Method header {method_header.decode('latin-1')!r} does not match the body's method {message.method!r}"
     name_header = headers.get(b"mcp-name")
-    if name_header is not None and message.params is not UNSET:
+    if (name_header is not None or modern) and message.params is not UNSET:
         try:
-            name = msgspec.json.decode(message.params, type=_Name).name
+            params = msgspec.json.decode(message.params, type=_Name)
         except msgspec.MsgspecError:
-            name = None
-        if name_header.decode("latin-1") != name:
-            return f"Mcp-Name header {name_header.decode('latin-1')!r} does not match the body's name {name!r}"
+            params = _Name()
+        if name_header is None:
+            if message.method == "tools/call" and isinstance(params.name, str):
+                return "Mcp-Name header missing: a 2026-07-28 tools/call over HTTP names its tool in it"
+        elif name_header.decode("latin-1") != params.name:
+            return f"Mcp-Name header {name_header.decode('latin-1')!r} does not match the body's name {params.name!r}"
+        if modern:
+            asked = params.meta.get(META_VERSION)
+            version = headers.get(b"mcp-protocol-version")
+            if version is None:
+                return f"MCP-Protocol-Version header missing: a 2026-07-28 request over HTTP repeats its _meta revision ({asked!r}) in it"
+            if version.decode("latin-1") != asked:
+                return f"MCP-Protocol-Version header {version.decode('latin-1')!r} does not match the body's _meta revision {asked!r}"
     return ""
 
 
