@@ -57,6 +57,7 @@ log = logging.getLogger("atomictoolsd.http")
 TOKEN_NAME = "http-token"
 ENDPOINT = "/mcp"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_WILDCARDS = frozenset({"0.0.0.0", "::", "*"})
 # A session nobody has used for this long, with no stream open, is ended (a client that vanished
 # without DELETE); its id then answers 404 and the client starts a new one, as the spec says.
 SESSION_IDLE = 1800.0
@@ -97,6 +98,13 @@ def parse_address(value: str) -> tuple[str, int]:
         raise AddressError(f"http address {value!r}: write PORT or HOST:PORT, e.g. 8765 or 127.0.0.1:8765") from None
     if not 0 <= port <= 65535 or not host:
         raise AddressError(f"http address {value!r}: the port must be 0-65535 (0: any free port) and the host not empty")
+    if host in _WILDCARDS:
+        # Every interface at once: no one name for the Host check to accept, so every request would
+        # be refused; and a user opening the port beyond loopback names the one address meant.
+        raise AddressError(
+            f"http address {value!r}: name one address of this machine (e.g. 192.168.1.5:8765), not every "
+            f"interface; a bare port serves loopback"
+        )
     return host, port
 
 
