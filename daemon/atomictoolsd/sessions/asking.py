@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from atomictoolsd.sessions.revisions import older_form
+
 if TYPE_CHECKING:
     from atomictoolsd.sessions.revisions import Revision
     from atomictoolsd.workers.worker import Call
@@ -105,10 +107,18 @@ class Asking:
         The call's timeout stops while the client has the question, for at most ``wait`` seconds.
         """
         why = self.refusal(method, call)
+        session = self.session
+        if why is None and method == "elicitation/create" and session.revision is not None \
+                and not session.revision.elicitation_forms:
+            shaped = older_form(params)
+            if isinstance(shaped, str):
+                who = f"the client ({session.agent})" if session.agent else "the client"
+                why = f"{who} cannot be asked this: {shaped}; ask with single choices, or go on without the answer"
+            else:
+                params = shaped
         if why is not None:
             call.answer(ask_id, None, why)
             return
-        session = self.session
         if session.revision is not None and session.revision.stateless:
             self._park(call, ask_id, method, params, wait)
             return
