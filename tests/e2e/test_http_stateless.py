@@ -49,6 +49,14 @@ def late_ask(delay: float, ctx: Context) -> str:
         return f"not asked: {exc}"
 '''
 
+SAMPLE = '''
+from atomictools import Context
+
+async def sample(prompt: str, ctx: Context) -> str:
+    """Ask the client's model, from an async tool."""
+    return "model says: " + (await ctx.asample(prompt, max_tokens=20)).text
+'''
+
 
 class Endpoint:
     """The daemon's endpoint for one project, without a session id: every POST is stateless."""
@@ -93,6 +101,7 @@ def request(id_: Any, method: str, params: dict[str, Any] | None = None, meta: d
 def endpoint(env: Env, make_daemon: Any) -> Endpoint:
     env.write_tool(env.local_tools, "touch.py", TOUCH)
     env.write_tool(env.local_tools, "late_ask.py", LATE_ASK)
+    env.write_tool(env.local_tools, "sample.py", SAMPLE)
     for name in ("zeta", "alpha", "mid"):
         env.write_tool(env.local_tools, f"{name}.py", f'def {name}() -> str:\n    """{name}."""\n    return "{name}"\n')
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
@@ -201,3 +210,21 @@ def test_two_clients_of_one_url_keep_their_own_capabilities(endpoint: Endpoint) 
     status, [answer] = outcome["answer"]
     assert answer["result"]["resultType"] == "complete"
     assert "'elicitation' capability" in answer["result"]["content"][0]["text"], answer
+
+
+def test_ctx_sample_asks_a_stateless_client_through_input_required_and_its_retry_answers(endpoint: Endpoint) -> None:
+    samples = {**META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
+    status, [first] = endpoint.post(request(1, "tools/call", {"name": "sample", "arguments": {"prompt": "hi"}}, samples))
+    assert status == 200 and first["result"]["resultType"] == "input_required", first
+    [(key, question)] = first["result"]["inputRequests"].items()
+    assert question["method"] == "sampling/createMessage" and question["params"]["maxTokens"] == 20
+    assert question["params"]["messages"][0]["content"] == {"type": "text", "text": "hi"}
+    answer = {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m", "stopReason": "endTurn"}
+    status, [done] = endpoint.post(request(2, "tools/call", {
+        "name": "sample", "arguments": {"prompt": "hi"}, "requestState": first["result"]["requestState"],
+        "inputResponses": {key: answer}}, samples))
+    assert done["id"] == 2 and done["result"]["resultType"] == "complete"
+    assert done["result"]["content"][0]["text"] == "model says: hello"
+    # Without the capability the tool is told at once why it cannot ask.
+    status, [refused] = endpoint.post(request(3, "tools/call", {"name": "sample", "arguments": {"prompt": "hi"}}))
+    assert refused["result"]["isError"] and "'sampling' capability" in refused["result"]["content"][0]["text"]
