@@ -400,7 +400,8 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
 
     Args:
         policy: ``{"read": [dirs], "write": [dirs], "net": bool}`` from the daemon (the project root
-            is in both lists; the user's widening is in them too).
+            is in both lists; the user's widening is in them too), and ``"env"``: variables the
+            daemon tells the worker (a built-in's project trust, which it cannot read itself).
         runtime: the Python runtime's paths (``runtime_read_paths`` of the fork server).
         temp_dir: the worker's private temporary directory; it becomes ``TMPDIR``.
         spill_dir: where this worker may write the full text of truncated results.
@@ -411,6 +412,7 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
     if len(os.listdir("/proc/self/task")) != 1:
         # Landlock binds the calling thread only: a thread started before would stay free.
         raise SandboxError("a worker must be confined before it starts a thread")
+    os.environ.update(policy.get("env") or {})
     os.environ["TMPDIR"] = temp_dir
     import tempfile  # noqa: PLC0415 - already imported in the fork server; the cache must forget /tmp
 
