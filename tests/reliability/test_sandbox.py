@@ -629,3 +629,26 @@ def test_a_builtin_learns_a_trust_change_and_idle_builtin_workers_are_reaped(env
         wait_for(lambda: not [m for m in builtin_modules(client) if m["worker"]], timeout=15,
                  message="the idle built-in workers to be reaped")
         assert client.call("workspace-info").structured["trusted"] is True
+
+
+def test_a_confined_worker_keeps_the_memory_limit_and_gains_no_privileges(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "hog.py", '''
+        import os
+        from atomictools import tool
+
+        @tool
+        def hog(mb: int) -> str:
+            return str(len(bytearray(mb * 1024 * 1024)))
+
+        @tool
+        def whoami() -> int:
+            return os.getpid()
+    ''')
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_MEMORY_LIMIT_MB": "200"})
+    with daemon.client() as client:
+        assert client.call("hog", mb=10).text == str(10 * 1024 * 1024)
+        result = client.call("hog", mb=400)
+        pid = json.loads(client.call("hog_whoami").text)["result"]
+    assert result.is_error and "past the worker memory limit of 200 MiB" in result.text, result.text
+    assert confined_by_the_kernel(pid)
