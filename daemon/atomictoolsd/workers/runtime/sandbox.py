@@ -245,8 +245,11 @@ def _ruleset(
             rights[path] = rights.get(path, 0) | _READ | _WRITE
         for path, access in rights.items():
             _add_path(ruleset, path, access & fs)
-        for fd, access in opened:
-            _add_fd(ruleset, fd, access & fs)
+        if opened is _STATIC:
+            _add_shared(ruleset, fs)
+        else:
+            for fd, access in opened:
+                _add_fd(ruleset, fd, access & fs)
     except BaseException:
         os.close(ruleset)
         raise
@@ -285,6 +288,30 @@ _STATIC: list[tuple[int, int]] = []
 _STATIC_FOR: list[str] = []
 
 
+# The shared rules' arguments to landlock_add_rule, by the access rights handled, built once: the
+# ruleset they go to is in _TO_RULESET. The fork server adds them for every confined worker.
+_STATIC_ARGS: dict[int, list[tuple[Any, ...]]] = {}
+_TO_RULESET: list[Any] = []
+
+
+def _add_shared(ruleset: int, fs: int) -> None:
+    args = _STATIC_ARGS.get(fs)
+    if args is None:
+        if not _TO_RULESET:
+            _TO_RULESET.append(ctypes.c_int(-1))
+        args = _STATIC_ARGS[fs] = [
+            (ctypes.c_long(_SYS_ADD_RULE), _TO_RULESET[0], ctypes.c_int(_RULE_PATH_BENEATH),
+             ctypes.byref(_PathBeneath(access & fs, fd)), ctypes.c_uint32(0))  # byref keeps the rule alive
+            for fd, access in _STATIC
+        ]
+    _TO_RULESET[0].value = ruleset
+    syscall = _libc().syscall
+    for arguments in args:
+        if syscall(*arguments) < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+
+
 def open_shared_rules(runtime: list[str]) -> None:
     """Open the paths every confined worker reads or writes, once (in the fork server)."""
     if _STATIC_FOR == runtime and _STATIC:
@@ -292,11 +319,20 @@ def open_shared_rules(runtime: list[str]) -> None:
     for fd, _ in _STATIC:
         os.close(fd)
     _STATIC.clear()
+    _STATIC_ARGS.clear()
     rights: dict[str, int] = {}
     for path in (*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime):
         rights[path] = rights.get(path, 0) | _READ
     for path in DEVICES_WRITE:
         rights[path] = rights.get(path, 0) | _READ | _WRITE
+    # A rule covers everything beneath it: one beneath another with no more rights adds nothing but
+    # a system call per worker (the runtime's paths: sys.prefix holds its lib dir and site-packages).
+    real = {path: os.path.realpath(path) for path in rights}
+    rights = {
+        path: access for path, access in rights.items()
+        if not any(other != path and real[path].startswith(real[other].rstrip("/") + "/")
+                   and access & ~rights[other] == 0 for other in rights)
+    }
     for path, access in rights.items():
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -320,6 +356,7 @@ def drop_shared_rules() -> None:
             except OSError:
                 pass
     _STATIC.clear()
+    _STATIC_ARGS.clear()
 
 
 # -- seccomp -------------------------------------------------------------------------------------
