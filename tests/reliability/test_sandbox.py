@@ -652,3 +652,20 @@ def test_a_confined_worker_keeps_the_memory_limit_and_gains_no_privileges(env: E
         pid = json.loads(client.call("hog_whoami").text)["result"]
     assert result.is_error and "past the worker memory limit of 200 MiB" in result.text, result.text
     assert confined_by_the_kernel(pid)
+
+
+def test_a_confined_builtin_reads_your_git_config_as_it_is_now(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A Landlock rule binds the file there when the worker started; ~/.gitconfig made or rewritten
+    since (``git config --global`` writes a new file) is read by the next call all the same."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    make_repo(env.project, {"a.txt": "a\n"})
+    (env.project / "new.txt").write_text("new\n")
+    daemon: Daemon = make_daemon()
+    gitconfig = env.home / ".gitconfig"
+    with daemon.client() as client:
+        assert client.call("git-status").text == "?? new.txt\n"
+        gitconfig.write_text("[status]\n\tshowUntrackedFiles = no\n")
+        assert client.call("git-status").text.startswith("Clean"), "the new ~/.gitconfig was not read"
+        subprocess.run(["git", "config", "--global", "status.showUntrackedFiles", "normal"], env=env.vars, check=True)
+        assert client.call("git-status").text == "?? new.txt\n", "the rewritten ~/.gitconfig was not read"
+        assert all(m["confined"] for m in builtin_modules(client))

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from atomictoolsd.registry.model import Judgement, ToolsDir
     from atomictoolsd.registry.trust import TrustStore
 
-__all__ = ["TRUSTED_ENV", "builtin_policy", "judge", "policy"]
+__all__ = ["TRUSTED_ENV", "builtin_policy", "git_config_identity", "git_config_paths", "judge", "policy"]
 
 # How a confined built-in worker learns whether its project is trusted (``workspace-info`` says so):
 # it cannot read the trust store, which names every other project.
@@ -65,8 +65,10 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
     if tools_dir.scope == "builtin":
         from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a dir is to be confined
 
-        if not sandbox.support()["available"]:
-            return _FULL  # the product's own code: it runs as before rather than not at all
+        if not sandbox.support()["available"] or not _utf8(str(tools_dir.cwd)):
+            # The product's own code: it runs as before rather than not at all (a project whose
+            # path is not UTF-8 cannot reach the fork server: the shared workers serve it).
+            return _FULL
         trusted = config.trust_all or store.is_trusted(tools_dir.cwd)
         return (True, builtin_policy(tools_dir.cwd, home, trusted), None)
     if tools_dir.scope == "global":
@@ -112,10 +114,40 @@ def builtin_policy(root: Path, home: Path, trusted: bool) -> dict[str, Any]:
         # down to it, not the rest of the work tree.
         for directory in (repository.worktree, *[p for p in root.parents if repository.worktree in p.parents]):
             read += [str(directory / name) for name in (".gitignore", ".gitattributes")]
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
-    read += [str(home / ".gitconfig"), str(xdg / "git")]
-    read += [os.environ[name] for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM") if os.environ.get(name)]
+    git_config = git_config_paths(home)
     return {
-        "read": sorted({os.path.realpath(p) for p in read}), "write": [], "net": False,
+        # A path that is not UTF-8 cannot reach the fork server: left out (git goes without it).
+        "read": sorted({os.path.realpath(p) for p in (*read, *git_config) if _utf8(p)}), "write": [], "net": False,
         "env": {TRUSTED_ENV: "1" if trusted else "0"},
+        "git_config": git_config_identity(git_config),
     }
+
+
+def git_config_paths(home: Path) -> list[str]:
+    """Where git reads your configuration (and your ignore and attribute files)."""
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    paths = [str(home / ".gitconfig"), str(xdg / "git")]
+    return paths + [os.environ[name] for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM") if os.environ.get(name)]
+
+
+def git_config_identity(paths: list[str]) -> list[list[int] | None]:
+    """Which files ``paths`` are now (None: none there). A Landlock rule binds the file there when
+    the worker started: ``git config --global`` writes a new ~/.gitconfig, which the worker could not
+    read, so a built-in worker whose identity differs is replaced (``Registry._builtin_stale``)."""
+    identity: list[list[int] | None] = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            identity.append(None)
+        else:
+            identity.append([info.st_dev, info.st_ino])
+    return identity
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -60,6 +60,7 @@ from atomictoolsd.config.discovery import (
     scan_tools_dir,
 )
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
+from atomictoolsd.registry.confinement import git_config_identity, git_config_paths
 from atomictoolsd.registry.model import (
     Change,
     DirListener,
@@ -592,6 +593,9 @@ class Registry:
                 runner.verify = lambda worker, m=module: self._read_whole(m, worker)
                 if tools_dir.scope == "local":
                     runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
+                elif tools_dir.scope == "builtin":
+                    runner.stale = lambda d=tools_dir, r=runner: self._builtin_stale(d, r)
+                    runner.admit = lambda d=tools_dir, r=runner: self._builtin_admit(d, r)
                 if isinstance(outcome, Late):
                     module.state = "loading"
             elif isinstance(outcome, NoWorker) and module.state != "loading":
@@ -859,6 +863,24 @@ class Registry:
                 return tools_dir.blocked_reason or "its project is not trusted (now)"
         runner.spec.sandbox = tools_dir.sandbox
         return None
+
+    def _builtin_stale(self, tools_dir: ToolsDir, runner: ModuleRunner) -> bool:
+        """Whether a confined built-in's worker was made for other git configuration files than
+        yours now (``confinement.git_config_identity``); if so, its next worker is made for these."""
+        made_for = runner.spec.sandbox
+        if made_for is None or "git_config" not in made_for:
+            return False
+        now = git_config_identity(git_config_paths(self.home))
+        if now == made_for["git_config"]:
+            return False
+        if tools_dir.sandbox is None or now != tools_dir.sandbox.get("git_config"):
+            self._judge(tools_dir)
+        runner.spec.sandbox = tools_dir.sandbox
+        return True
+
+    def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> None:
+        """Asked before a built-in's worker starts: it is made for your git configuration as it is."""
+        self._builtin_stale(tools_dir, runner)
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed."""

@@ -104,8 +104,11 @@ class ModuleRunner:
         self.on_load_failure: Callable[[LoadFailure], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
-        # Set by the registry: why no worker may start now (its project is no longer trusted), or None.
+        # Set by the registry: why no worker may start now (its project is no longer trusted), or None;
+        # whether the current worker must be replaced before it takes a call (a confined built-in's
+        # rules no longer match your git configuration).
         self.admit: Callable[[], str | None] | None = None
+        self.stale: Callable[[], bool] | None = None
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -279,6 +282,9 @@ class ModuleRunner:
             events.tool_started(call.tool, self.spec.path, call_id, context.session_id, context.agent)
         self.pool.deadlines.add(call)
         worker = self.current
+        if worker is not None and self.stale is not None and self.stale():
+            self.retire()  # it finishes what it runs; this call waits for a worker made for things as they are
+            worker = None
         if worker is not None and worker.state == "ready":
             worker.send_call(call)
         else:
