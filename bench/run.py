@@ -117,9 +117,13 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
             setup = worker.get("sandbox set-up after the fork (confine())")
             if setup:  # only where the kernel has the sandbox (Landlock ABI 6+)
                 confined = worker["fork server, confined: request → module loaded"]["p50_ms"]
-                row(f"sandbox set-up after the fork (trust --sandbox), p50, {mode}", "≤ 1 ms",
-                    f"{setup['p50_ms']:g} ms (p99 {setup['p99_ms']:g}); a confined worker with a one-line "
-                    f"module loaded {confined:g} ms", setup["p50_ms"] <= 1 if mode == "pinned" else None)
+                # Both halves: what the fork server builds before the fork counts too.
+                before = worker.get("sandbox set-up before the fork, in the fork server (prepare())") or {"p50_ms": 0}
+                whole = round(setup["p50_ms"] + before["p50_ms"], 3)
+                row(f"sandbox set-up (trust --sandbox), p50, {mode}", "≤ 1 ms",
+                    f"{whole:g} ms: {before['p50_ms']:g} before the fork, {setup['p50_ms']:g} after (p99 "
+                    f"{setup['p99_ms']:g}); a confined worker with a one-line module loaded {confined:g} ms",
+                    whole <= 1 if mode == "pinned" else None)
     scale = data.get("scale")
     if scale:
         for mode in ("pinned", "unpinned"):

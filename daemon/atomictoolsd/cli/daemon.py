@@ -348,7 +348,7 @@ def print_status(status: dict[str, Any]) -> None:
     if projects:
         print()
         table(["PROJECT", "TOOLS"], [[p["root"], p["tools"]] for p in projects])
-    modules = [{**m, "scope": f"{m['scope']} (confined)"} if m.get("confined") else m for m in status["modules"]]
+    modules = [{**m, "scope": _scope(m)} for m in status["modules"]]
     if modules:
         print()
         table(
@@ -401,14 +401,28 @@ _OLD_NAMES = frozenset(old for renames in RENAMED.values() for old in renames)
 
 
 def _print_sandbox(status: dict[str, Any]) -> None:
-    """What this kernel lets ``trust --sandbox`` enforce, or why it cannot."""
+    """What this kernel lets ``trust --sandbox`` enforce, or why it cannot; how the built-ins run."""
     sandbox = status.get("sandbox")
     if not sandbox:
         return
+    builtins = (status.get("config") or {}).get("builtins", True)
     if sandbox["available"]:
         print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
+        if builtins:
+            print("          built-in tools: confined to the project they are called for (read-only)")
     else:
         print(f"sandbox   unavailable: {sandbox['reason']}")
+        if builtins:
+            print("          built-in tools: not confined (atomictoolsd's own code, one worker for every project)")
+
+
+def _scope(module: dict[str, Any]) -> str:
+    """A module's scope as the table shows it: where it runs confined, and a built-in's project."""
+    if not module.get("confined"):
+        return str(module["scope"])
+    if module.get("project"):
+        return f"{module['scope']} (confined to {module['project']})"
+    return f"{module['scope']} (confined)"
 
 
 def _print_reload(status: dict[str, Any]) -> None:

@@ -153,6 +153,8 @@ class Module:
             "definitionsFrom": self.definitions_from,
             # Whether its workers run confined (``trust --sandbox``), and why it is blocked if it is.
             "confined": self.state != "blocked" and self.tools_dir.sandbox is not None,
+            # A built-in module runs per project where it is confined: which one this row serves.
+            **({"project": str(self.tools_dir.cwd)} if self.scope == "builtin" and self.tools_dir.sandbox else {}),
             **({"blockedReason": self.tools_dir.blocked_reason} if self.state == "blocked" and self.tools_dir.blocked_reason else {}),
             "error": self.error_entry() if self.error else None,
             "problems": self.error_entries() if self.error is None else [],
@@ -225,6 +227,11 @@ class ToolsDir:
                 tools[name] = tool
         self._catalog = (self.version, tools, errors, blocked)
         return tools, errors, blocked
+
+    @property
+    def key(self) -> tuple[Path, Path]:
+        """What tells it from every other dir: its path, and for a built-in dir the project it serves."""
+        return (self.path, self.cwd)
 
     def info(self) -> dict[str, Any]:
         return {"path": str(self.path), "scope": self.scope, "modules": len(self.modules)}
