@@ -116,7 +116,7 @@ def served(env: Env, make_daemon: Any) -> tuple[Any, Http]:
         status = raw.request("atomic/status")["result"]
     info = status["http"]
     assert info["url"], info
-    token_file = Path(info["token_file"])
+    token_file = Path(info["tokenFile"])
     mode = stat.S_IMODE(token_file.stat().st_mode)
     assert mode == 0o600, oct(mode)
     return daemon, Http(info["url"], token_file.read_text().strip())

@@ -14,7 +14,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import LATEST_PROTOCOL_VERSION
-from atomictoolsd.sessions.revisions import META_LOG_LEVEL
+from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
 
 __all__ = [
     "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
@@ -43,6 +43,7 @@ class CallMeta(msgspec.Struct):
     tool_use_id: Any = msgspec.field(default=None, name="atomic/toolUseId")
     claude_tool_use_id: Any = msgspec.field(default=None, name="claudecode/toolUseId")
     log_level: Any = msgspec.field(default=None, name=META_LOG_LEVEL)  # 2026-07-28
+    capabilities: Any = msgspec.field(default=None, name=META_CAPABILITIES)  # 2026-07-28: this call's
 
 
 class CallParams(msgspec.Struct):
