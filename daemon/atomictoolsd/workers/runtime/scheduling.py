@@ -90,7 +90,6 @@ class Runtime:
         self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
         self._watching = threading.Event()
-        self._watched = False  # _watching is set: a plain attribute, read on every inline call
         self._watchdog: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
@@ -141,11 +140,10 @@ class Runtime:
         return inbox.popleft()
 
     def _run_inline(self, job: tuple[int, ToolSpec, dict[str, Any]], generation: int) -> None:
-        started = time.monotonic()
-        self._inline = (generation, started, job[1].name)
-        if not self._watched:
+        self._inline = (generation, time.monotonic(), job[1].name)
+        if not self._watching.is_set():
             self._start_watching()
-        self._run(job, started)
+        self._run(job)
         with self._lock:
             if self._inline is not None and self._inline[0] == generation:
                 self._inline = None
@@ -154,7 +152,6 @@ class Runtime:
         if self._watchdog is None:
             self._watchdog = threading.Thread(target=self._watch, name="tool-watchdog", daemon=True)
             self._watchdog.start()
-        self._watched = True
         self._watching.set()
 
     def _watch(self) -> None:
@@ -174,27 +171,20 @@ class Runtime:
                         self._inline = None
                         threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
                 elif now - last_busy > 1.0:
-                    self._watched = False
                     self._watching.clear()  # idle: park until the next inline call
 
     # running sync calls
 
-    def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None, started: float | None = None) -> None:
-        """Run a sync call on this thread (``started`` when it did, if the caller read the clock),
-        then any the backlog holds."""
-        monotonic = time.monotonic
+    def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None) -> None:
+        """Run a sync call on this thread, then any the backlog holds."""
         while job is not None:
             call_id, spec, kwargs = job
-            if started is None:
-                started = monotonic()
+            started = time.perf_counter()
             try:
                 result = make_result(spec, spec.fn(**kwargs), self.worker)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
                 result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
-            elapsed = monotonic() - started
-            if elapsed >= self.QUICK_CALL or self._slow:  # else a quick call of a quick tool: nothing to count
-                self._timed(spec.name, elapsed)
-            started = None
+            self._timed(spec.name, time.perf_counter() - started)
             self.finish_call(call_id, result)
             with self._lock:
                 job = self._backlog.popleft() if self._backlog else None
@@ -292,16 +282,10 @@ class Runtime:
         self.calls.pop(call_id, None)
         if self._asks:
             self._drop_asks(call_id, "the call has ended")
-        if self._refused:
-            refused = self._refused.pop(call_id, None)
-            if refused is not None and result is not None:
-                result = error_result(refused)
-        frame = encode_frame(Result(call_id, result))  # as send() does, one call less on the call path
-        try:
-            with self._send_lock:
-                self.sock.sendall(frame)
-        except OSError:
-            exit_worker()  # the daemon is gone
+        refused = self._refused.pop(call_id, None) if self._refused else None
+        if refused is not None and result is not None:
+            result = error_result(refused)
+        self.send(Result(call_id, result))
 
     def cancel_call(self, call_id: int) -> None:
         if call_id not in self.calls:
