@@ -452,3 +452,36 @@ def test_a_malformed_request_gets_400_and_the_connection_closes(served: tuple[An
         assert wire.closed()
     finally:
         wire.close()
+
+
+def test_concurrent_requests_with_one_id_are_each_answered_with_it(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    path = _project_path(env)
+    session = endpoint.initialize(path)
+    slow, fast = _Wire(endpoint, path), _Wire(endpoint, path)
+    stateless = [_Wire(endpoint, path) for _ in range(2)]
+    try:
+        header = f"Mcp-Session-Id: {session}\r\n"
+        # The same id twice in flight in one session, and an id whose JSON has an escape in it.
+        slow.sock.sendall(slow.post({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                     "params": {"name": "slow", "arguments": {"seconds": 0.5, "marker": "m"}}}, header))
+        time.sleep(0.2)
+        fast.sock.sendall(fast.post({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                     "params": {"name": "echo", "arguments": {"text": "quick"}}}, header))
+        assert json.loads(fast.response()[2]) == {"jsonrpc": "2.0", "id": 5, "result": {"content": [{"type": "text", "text": "quick"}]}}
+        answer = json.loads(slow.response()[2])
+        assert answer["id"] == 5 and answer["result"]["content"][0]["text"] == "slept"
+        data = b'{"jsonrpc":"2.0","id":"a\\u0062\\n","method":"ping"}'
+        fast.sock.sendall(fast.head(extra=header + f"Content-Length: {len(data)}\r\n") + b"\r\n" + data)
+        assert json.loads(fast.response()[2]) == {"jsonrpc": "2.0", "id": "ab\n", "result": {}}
+        # Two clients of one stateless URL, both with id 1, at once.
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+        for i, wire in enumerate(stateless):
+            wire.sock.sendall(wire.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "slow" if i == 0 else "echo",
+                "arguments": {"seconds": 0.3, "marker": "s"} if i == 0 else {"text": "other"}, "_meta": meta}}))
+        answers = [json.loads(wire.response()[2]) for wire in reversed(stateless)]
+        assert [(a["id"], a["result"]["content"][0]["text"]) for a in answers] == [(1, "other"), (1, "slept")]
+    finally:
+        for wire in (slow, fast, *stateless):
+            wire.close()

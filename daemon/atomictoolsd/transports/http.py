@@ -14,10 +14,12 @@ owns is what HTTP adds:
   answer; GET opens its stream for list changes; DELETE ends it. A request without a session id is
   stateless (the 2026-07-28 revision): it is served by a session kept per URL, whose state is only
   what the URL chose.
-- **Routing.** Each request gets an id of the daemon's own (``"h<n>"``) before the session sees it,
-  so two clients' ids never collide and each answer finds its HTTP exchange by a dict lookup; the
-  client's id is put back in the answer, which is written to the request's connection at once (no
-  task or future waits for it).
+- **Routing.** Each answer finds its HTTP exchange by a dict lookup on the request's id. In a
+  stateful session a request keeps its client's id (the body is handed over as it came) unless a
+  request in flight has it; else, and always in a stateless session, which every client of its URL
+  shares, it gets an id of the daemon's own (``"h<n>"``), so two clients' ids never collide, and
+  the client's id is put back in the answer. The answer is
+  written to the request's connection when it comes (no task or future waits for it).
 - **The project.** The URL picks it as the shim's ``--directory`` does:
   ``/mcp?directory=/abs/path&allow=glob&deny=glob&dispatcher=1``; the session is locked to it.
 
@@ -663,9 +665,18 @@ class HttpTransport:
                 session.handle_line(body)  # a notification, or the client's answer to a tool's question
             response.send(202, extra, b"")
             return
-        internal = b'"h%d"' % next(_ids)
-        exchange = _Exchange(session, internal, bytes(message.id), method, response, extra)
-        session.exchanges[internal] = exchange
+        client_id = bytes(message.id)
+        exchanges = session.exchanges
+        if session.stateful and client_id not in exchanges and _canonical(client_id):
+            # One client's session, whose ids it must not reuse (MCP says so), and this one reads
+            # back as sent: the body goes to the session as it came. A stateless session is every
+            # client's of its URL: there ids are always the daemon's own.
+            exchange = exchanges[client_id] = _Exchange(session, client_id, client_id, method, response, extra)
+            response.on_gone = exchange.gone
+            session.handle_line(body)
+            return
+        internal = _internal_id(exchanges)
+        exchange = exchanges[internal] = _Exchange(session, internal, client_id, method, response, extra)
         response.on_gone = exchange.gone
         params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
         session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
@@ -707,7 +718,7 @@ class HttpTransport:
             session.dispatcher, session.locked, session.agent = params["dispatcher"], True, "http"
             return session
         params["directory"] = directory
-        internal = b'"h%d"' % next(_ids)
+        internal = _internal_id(session.exchanges)
         attaching = session.exchanges[internal] = _Attaching()
         session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":"atomic/attach","params":' + _encode(params) + b"}")
         try:
@@ -752,6 +763,24 @@ class HttpTransport:
         response.on_gone = stream.gone
         response.start(200, _SSE_HEAD)
         response.write(b": stream open\n\n")
+
+
+def _canonical(id_json: bytes) -> bool:
+    """Whether the session, re-encoding this id, gets these very bytes: a plain integer, or a string
+    without escapes (it keys calls and answers by its own encoding of the id)."""
+    if id_json[:1] == b'"':
+        return b"\\" not in id_json
+    return id_json.isdigit() and (id_json[:1] != b"0" or id_json == b"0")
+
+
+def _internal_id(exchanges: dict[bytes, Any]) -> bytes:
+    """An id of the daemon's own for a request whose client id cannot be used as it is: taken by a
+    request in flight in the same session (two clients of one stateless URL), or re-encoded
+    differently; never one a client's own id in flight already has."""
+    while True:
+        internal = b'"h%d"' % next(_ids)
+        if internal not in exchanges:
+            return internal
 
 
 def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope) -> str:

@@ -208,13 +208,6 @@ class Http1Connection(asyncio.Protocol):
 
     # -- httptools' callbacks --------------------------------------------------------------------
 
-    def on_message_begin(self) -> None:
-        self._url = b""
-        self._headers = {}
-        self._head_size = 0
-        self._chunks = []
-        self._size = 0
-
     def on_url(self, url: bytes) -> None:
         self._url += url
         self._head_size += len(url)
@@ -232,12 +225,18 @@ class Http1Connection(asyncio.Protocol):
         # An Upgrade (to WebSocket, h2c) is not served: the request is answered as a plain one, and
         # the connection closes after it, as nothing after it can be read as HTTP/1.1.
         keep_alive = parser.should_keep_alive() and not parser.should_upgrade()
-        request = self._request = Request(parser.get_method(), self._url, self._headers, keep_alive)
+        headers = self._headers
+        request = self._request = Request(parser.get_method(), self._url, headers, keep_alive)
+        # What was kept of this request's head is its own now; the next one starts afresh (no
+        # on_message_begin: one callback less per request).
+        self._url, self._headers = b"", {}
+        self._size = 0
         if self._head_size > MAX_HEAD:
             request.refusal = (431, b"content-type: text/plain\r\n", b"Request header fields too large")
         else:
             request.refusal = self.handler.head(request)
-        expects = self._headers.get(b"expect", b"").lower() == b"100-continue"
+        self._head_size = 0
+        expects = headers.get(b"expect", b"").lower() == b"100-continue"
         if self.current is not None:
             return  # answered in turn, after the body
         if request.refusal is not None:
