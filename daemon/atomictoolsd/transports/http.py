@@ -532,7 +532,8 @@ class HttpTransport:
             return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}")
         method = request.method
         if method == b"POST":
-            if headers.get(b"content-type", b"").split(b";")[0].strip().lower() != _JSON:
+            content_type = headers.get(b"content-type", b"")
+            if content_type != _JSON and content_type.split(b";")[0].strip().lower() != _JSON:
                 return _refusal(415, INVALID_REQUEST, "Unsupported media type: send Content-Type: application/json")
             length = headers.get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.max_body:

@@ -234,7 +234,12 @@ class Http1Connection(asyncio.Protocol):
         if self._head_size > MAX_HEAD:
             request.refusal = (431, b"content-type: text/plain\r\n", b"Request header fields too large")
         else:
-            request.refusal = self.handler.head(request)
+            try:
+                request.refusal = self.handler.head(request)
+            except Exception:  # a bug, not a bad request: say so, as _answer does
+                log.exception("http: a request failed")
+                request.keep_alive = False
+                request.refusal = (500, b"content-type: text/plain\r\n", b"Internal Server Error")
         self._head_size = 0
         expects = headers.get(b"expect", b"").lower() == b"100-continue"
         if self.current is not None:
