@@ -18,8 +18,8 @@ owns is what HTTP adds:
   stateful session a request keeps its client's id (the body is handed over as it came) unless a
   request in flight has it; else, and always in a stateless session, which every client of its URL
   shares, it gets an id of the daemon's own (``"h<n>"``), so two clients' ids never collide, and
-  the client's id is put back in the answer. The answer is
-  written to the request's connection when it comes (no task or future waits for it).
+  the client's id is put back in the answer. The answer is written to the request's connection
+  when it comes (no task or future waits for it).
 - **The project.** The URL picks it as the shim's ``--directory`` does:
   ``/mcp?directory=/abs/path&allow=glob&deny=glob&dispatcher=1``; the session is locked to it.
 
