@@ -485,3 +485,18 @@ def test_concurrent_requests_with_one_id_are_each_answered_with_it(env: Env, ser
     finally:
         for wire in (slow, fast, *stateless):
             wire.close()
+
+
+def test_a_head_that_never_ends_is_cut_off(served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    wire = _Wire(endpoint)
+    try:
+        wire.sock.sendall(wire.head() + b"X-Endless: ")
+        sent = 0
+        with pytest.raises(OSError):  # the daemon closes the connection; the writes then fail
+            while sent < 64 * 1024 * 1024:
+                wire.sock.sendall(b"a" * 65536)
+                sent += 65536
+        assert sent < 8 * 1024 * 1024, sent  # cut at about a MiB, not buffered on and on
+    finally:
+        wire.close()

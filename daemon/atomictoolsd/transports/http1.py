@@ -10,9 +10,10 @@ it refuses. What this module adds is small and has no MCP in it:
 - keep-alive as the request asks (HTTP/1.0 closes unless it says keep-alive), ``Expect:
   100-continue``, ``HEAD`` answered without a body, an ``Upgrade`` request answered as a plain one
   and the connection then closed;
-- limits: the request line and headers (``MAX_HEAD``), the body (the handler's ``max_body``, not
-  buffered past it), a request that does not arrive whole within ``IDLE`` seconds of the previous
-  answer (``sweep``), and a client that does not read its answers stops being read;
+- limits: the request line and headers (``MAX_HEAD``; a header that never ends, ``_HEAD_GUARD``),
+  the body (the handler's ``max_body``, not buffered past it), a request that does not arrive whole
+  within ``IDLE`` seconds of the previous answer (``sweep``), and a client that does not read its
+  answers stops being read;
 - a client that goes away before its answer is told to the handler (``Response.on_gone``).
 
 What a request means is the handler's (``transports/http.py``): ``head`` judges a request on its
@@ -37,6 +38,10 @@ __all__ = ["IDLE", "MAX_HEAD", "Handler", "Http1Connection", "Refusal", "Request
 log = logging.getLogger("atomictoolsd.http")
 
 MAX_HEAD = 64 * 1024  # the request line and headers, together
+# httptools keeps a header it has not seen the end of in a buffer of its own, out of our reach:
+# bytes fed with no head completed past this close the connection (a read is at most 256 KiB, so
+# one that completes a pipelined request and starts the next is never mistaken for a long head).
+_HEAD_GUARD = 16 * MAX_HEAD
 IDLE = 30.0  # a connection with no request in flight, and no request whole since, is closed after this
 _PIPELINED = 8  # requests read ahead of the one being answered before reading stops
 
@@ -160,6 +165,7 @@ class Http1Connection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._head_size = 0
+        self._unfinished = 0  # bytes fed since the last head completed, while inside a head
         self._request: Request | None = None
         self._chunks: list[bytes] = []
         self._size = 0
@@ -183,6 +189,10 @@ class Http1Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+            if self._request is None:  # inside a request's head
+                self._unfinished += len(data)
+                if self._unfinished > _HEAD_GUARD:
+                    self._refuse_head()
         except httptools.HttpParserUpgrade:
             # The request was read whole and is answered as a plain one (see on_headers_complete).
             self._last = True
@@ -194,6 +204,14 @@ class Http1Connection(asyncio.Protocol):
                 body = b"Bad Request: " + str(exc).encode("latin-1", "replace")
                 self.write(_STATUS[400] + b"content-type: text/plain\r\ncontent-length: %d\r\n" % len(body) + _CLOSE + b"\r\n" + body)
             self.close()
+
+    def _refuse_head(self) -> None:
+        self._last = True
+        self.queue.clear()
+        if self.current is None:
+            body = b"Request header fields too large"
+            self.write(_STATUS[431] + b"content-type: text/plain\r\ncontent-length: %d\r\n" % len(body) + _CLOSE + b"\r\n" + body)
+        self.close()
 
     def pause_writing(self) -> None:
         # The client is not reading its answers: stop reading its requests until it catches up.
@@ -209,8 +227,9 @@ class Http1Connection(asyncio.Protocol):
     # -- httptools' callbacks --------------------------------------------------------------------
 
     def on_url(self, url: bytes) -> None:
-        self._url += url
         self._head_size += len(url)
+        if self._head_size <= MAX_HEAD:
+            self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_size += len(name) + len(value) + 4
@@ -230,7 +249,7 @@ class Http1Connection(asyncio.Protocol):
         # What was kept of this request's head is its own now; the next one starts afresh (no
         # on_message_begin: one callback less per request).
         self._url, self._headers = b"", {}
-        self._size = 0
+        self._size = self._unfinished = 0
         if self._head_size > MAX_HEAD:
             request.refusal = (431, b"content-type: text/plain\r\n", b"Request header fields too large")
         else:
