@@ -5,7 +5,7 @@
     python bench/run.py --only calls,shim
     python bench/run.py --update-docs    # also render the tables into docs/performance.md
 
-Runs ``calls``, ``httpcalls``, ``shim``, ``reload``, ``spawn`` and ``scale`` (each also runnable alone as
+Runs ``calls``, ``httpcalls``, ``daemonstart``, ``shim``, ``reload``, ``spawn`` and ``scale`` (each also runnable alone as
 ``python bench/<name>.py``), creates the peers' virtual environments under ``bench/.venvs`` on
 first use, prints every table, checks the figures against the project's targets (``targets()``), and saves one
 JSON file under ``bench/results/`` (``run-*.json``; a full run of every benchmark is also copied to
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import RESULTS, Report, Table, load_average, peer_commands, save  # noqa: E402
 
-BENCHES = ("calls", "httpcalls", "shim", "reload", "spawn", "scale")
+BENCHES = ("calls", "httpcalls", "daemonstart", "shim", "reload", "spawn", "scale")
 FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
 
 
@@ -81,6 +81,16 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
             on, off = lat["atomictoolsd, socket, HTTP on"]["p50_us"], lat["atomictoolsd, socket, HTTP off"]["p50_us"]
             row(f"the socket path with HTTP on, p50, {mode}", "no added cost",
                 f"{on:g} µs on, {off:g} µs off ({on / off:.2f}×)", on <= off * 1.1 if mode == "pinned" else None)
+    start = data.get("daemonstart")
+    if start:
+        for mode in ("pinned", "unpinned"):
+            before = start[mode][f"before HTTP ({start['before']})"]
+            off = start[mode]["this tree, HTTP off"]
+            row(f"daemon spawn → ready and memory with HTTP off, {mode}", "as before HTTP existed",
+                f"{off['p50_ms']:g} ms vs {before['p50_ms']:g} ms ({off['p50_ms'] / before['p50_ms']:.2f}×); "
+                f"RSS {off['rss_mb']:g} MB vs {before['rss_mb']:g} MB",
+                off["p50_ms"] <= before["p50_ms"] * 1.1 and off["rss_mb"] <= before["rss_mb"] * 1.05
+                if mode == "pinned" else None)
     shim = data.get("shim")
     if shim:
         for mode in ("pinned", "unpinned"):
@@ -107,9 +117,13 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
             setup = worker.get("sandbox set-up after the fork (confine())")
             if setup:  # only where the kernel has the sandbox (Landlock ABI 6+)
                 confined = worker["fork server, confined: request → module loaded"]["p50_ms"]
-                row(f"sandbox set-up after the fork (trust --sandbox), p50, {mode}", "≤ 1 ms",
-                    f"{setup['p50_ms']:g} ms (p99 {setup['p99_ms']:g}); a confined worker with a one-line "
-                    f"module loaded {confined:g} ms", setup["p50_ms"] <= 1 if mode == "pinned" else None)
+                # Both halves: what the fork server builds before the fork counts too.
+                before = worker.get("sandbox set-up before the fork, in the fork server (prepare())") or {"p50_ms": 0}
+                whole = round(setup["p50_ms"] + before["p50_ms"], 3)
+                row(f"sandbox set-up (trust --sandbox), p50, {mode}", "≤ 1 ms",
+                    f"{whole:g} ms: {before['p50_ms']:g} before the fork, {setup['p50_ms']:g} after (p99 "
+                    f"{setup['p99_ms']:g}); a confined worker with a one-line module loaded {confined:g} ms",
+                    whole <= 1 if mode == "pinned" else None)
     scale = data.get("scale")
     if scale:
         for mode in ("pinned", "unpinned"):

@@ -12,9 +12,11 @@ Measured here, with a one-line tool module (its import is a fraction of a millis
 - **cold**: ``python -m atomictoolsd.workers.runtime.main`` started with ``subprocess`` (``sys.executable``,
   never a pyenv shim), request → ``loaded``: what every spawn would cost without the fork server;
 - **confined** (``trust --sandbox``, where the kernel has Landlock ABI 6+): the same fork-server
-  spawn of a worker that confines itself; and the sandbox set-up alone, ``sandbox.confine()`` timed
-  inside a child forked from a process prepared as the fork server prepares itself (Landlock
-  ruleset, its rules, ``restrict_self``, the seccomp filter).
+  spawn of a worker that confines itself; and the sandbox set-up alone, in its two parts: the
+  ruleset the fork server builds before the fork (``sandbox.prepare()``: the Landlock ruleset and
+  every rule but the worker's own ``/proc/PID``), and ``sandbox.confine()`` timed inside the child
+  forked from a process prepared as the fork server prepares itself (that last rule,
+  ``restrict_self``, the seccomp filter).
 
 Daemon start: ``atomictoolsd serve --ready-fd`` spawned → it reports that its socket serves
 ("ready"), then → the first ``tools/call`` answered (the first call starts the fork server and a
@@ -91,30 +93,36 @@ def _blocking_loaded(sock: socket.socket) -> None:
     read_loaded(sock)
 
 
-def confine_after_fork(count: int, project: str) -> list[float]:
-    """``sandbox.confine()`` in a freshly forked child of a warm process, as a worker runs it."""
+def confine_after_fork(count: int, project: str) -> tuple[list[float], list[float]]:
+    """The sandbox set-up as the fork server and a worker share it: ``sandbox.prepare()`` (the
+    ruleset, before the fork) in a warm process, and ``sandbox.confine()`` in the child it forks."""
     from atomictoolsd.workers.runtime import sandbox
 
     runtime = sandbox.runtime_read_paths()
     sandbox.warm_up()
     sandbox.open_shared_rules(runtime)
-    samples = []
+    before, after = [], []
     for _ in range(count):
         temp_dir = tempfile.mkdtemp(prefix="atb-sandbox-")
+        policy = {"read": [project], "write": [project], "net": False}
         read_fd, write_fd = os.pipe()
+        started = time.perf_counter()
+        sandbox.prepare(policy, runtime, temp_dir, temp_dir)
+        before.append(time.perf_counter() - started)
         pid = os.fork()
         if pid == 0:
             started = time.perf_counter()
-            sandbox.confine({"read": [project], "write": [project], "net": False}, runtime, temp_dir, temp_dir)
+            sandbox.confine(policy, runtime, temp_dir, temp_dir)
             os.write(write_fd, repr(time.perf_counter() - started).encode())
             os._exit(0)
+        sandbox.forget_prepared()
         os.close(write_fd)
         os.waitpid(pid, 0)
         with os.fdopen(read_fd, "rb") as result:
-            samples.append(float(result.read()))
+            after.append(float(result.read()))
         os.rmdir(temp_dir)
     sandbox.drop_shared_rules()
-    return samples
+    return before, after
 
 
 def cold(spec: WorkerSpec, count: int) -> list[float]:
@@ -182,10 +190,11 @@ def measure(quick: bool = False) -> Report:
             to_pid, to_loaded, first = uvloop.run(fork_server(spec, forks))
             confined_loaded: list[float] = []
             confine_samples: list[float] = []
+            prepare_samples: list[float] = []
             if sandbox_support()["available"]:
                 confined = msgspec.structs.replace(spec, sandbox={"read": [tmp], "write": [tmp], "net": False})
                 confined_loaded = uvloop.run(fork_server(confined, forks))[1]
-                confine_samples = confine_after_fork(forks, tmp)
+                prepare_samples, confine_samples = confine_after_fork(forks, tmp)
             cold_samples = cold(spec, colds)
             starting = daemon_start(starts)
         rows = {
@@ -196,6 +205,7 @@ def measure(quick: bool = False) -> Report:
         if confine_samples:
             rows["fork server, confined: request → module loaded"] = Stats(confined_loaded).ms()
             rows["sandbox set-up after the fork (confine())"] = Stats(confine_samples).ms()
+            rows["sandbox set-up before the fork, in the fork server (prepare())"] = Stats(prepare_samples).ms()
         cold_p50 = rows["cold python: start → module loaded"]["p50_ms"]
         for name, r in rows.items():
             worker_rows.append([name, mode, r["n"], r["p50_ms"], r["p99_ms"], r["min_ms"],

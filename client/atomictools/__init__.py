@@ -18,18 +18,24 @@ __all__ = [
     "AsyncClient",
     "AtomicToolsError",
     "Audio",
+    "CallTimeout",
+    "CannotConnect",
     "Client",
     "ConnectError",
+    "ConnectionLost",
     "Context",
     "Elicitation",
     "Field",
     "Image",
+    "ProtocolError",
     "RPCError",
     "Resource",
     "ResourceLink",
     "Sample",
     "ToolError",
     "ToolResult",
+    "TransportError",
+    "UnknownTool",
     "__version__",
     "tool",
 ]
@@ -37,7 +43,7 @@ __all__ = [
 _EXPORTS = {
     "AsyncClient": "atomictools._async_client",
     "Client": "atomictools._client",
-    "ToolResult": "atomictools._client",
+    "ToolResult": "atomictools._base",
     "Context": "atomictools._authoring",
     "Field": "atomictools._authoring",
     "tool": "atomictools._authoring",
@@ -52,6 +58,12 @@ _EXPORTS = {
     "ConnectError": "atomictools._errors",
     "RPCError": "atomictools._errors",
     "ToolError": "atomictools._errors",
+    "CallTimeout": "atomictools._errors",
+    "CannotConnect": "atomictools._errors",
+    "ConnectionLost": "atomictools._errors",
+    "ProtocolError": "atomictools._errors",
+    "TransportError": "atomictools._errors",
+    "UnknownTool": "atomictools._errors",
 }
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
@@ -60,9 +72,22 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors only
     from atomictools._asking import Elicitation, Sample
     from atomictools._async_client import AsyncClient
     from atomictools._authoring import Context, Field, tool
-    from atomictools._client import Client, ToolResult
+    from atomictools._base import ToolResult
+    from atomictools._client import Client
     from atomictools._content import Audio, Image, Resource, ResourceLink
-    from atomictools._errors import AskError, AtomicToolsError, ConnectError, RPCError, ToolError
+    from atomictools._errors import (
+        AskError,
+        AtomicToolsError,
+        CallTimeout,
+        CannotConnect,
+        ConnectError,
+        ConnectionLost,
+        ProtocolError,
+        RPCError,
+        ToolError,
+        TransportError,
+        UnknownTool,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -1,60 +1,34 @@
-"""``AsyncClient``: the asyncio twin of ``Client``, with the same arguments and methods, awaited."""
+"""``AsyncClient``: the asyncio twin of ``Client``, with the same arguments and methods, awaited.
+
+What it says and how it reads the answers is ``_base``'s, as for ``Client``; this module only moves
+bytes, with a task that reads the connection and routes each answer to the request awaiting it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
-import os
-import uuid
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from atomictools._answering import OnElicit, OnSample, answer, capabilities, response
-from atomictools._client import (
-    _CONNECT_ERRORS,
-    _LINE_LIMIT,
-    ToolFormat,
-    ToolResult,
-    _attach_params,
-    _decode,
-    _default_socket_path,
-    _encode,
-    _result_or_raise,
-    _start_daemon,
-    convert_tools,
-)
-from atomictools._errors import ConnectError
-from atomictools._protocol import LATEST_PROTOCOL_VERSION
+from atomictools import _base
+from atomictools._answering import answer, response
+from atomictools._base import CONNECT_ERRORS, CONNECT_WAIT, LINE_LIMIT, LOST, ClientBase, awaited, decode, encode
+from atomictools._errors import ConnectionLost
 
 __all__ = ["AsyncClient"]
 
 _LOST: dict[str, Any] = {}  # put in the notification queue when the daemon closes the connection
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """The asyncio twin of ``Client``: same arguments, same methods, awaited."""
 
-    def __init__(
-        self,
-        socket_path: str | None = None,
-        *,
-        directory: str | None = None,
-        autostart: bool = True,
-        timeout: float | None = None,
-        agent: str = "python",
-        on_elicit: OnElicit | None = None,
-        on_sample: OnSample | None = None,
-    ) -> None:
-        self.socket_path = socket_path or _default_socket_path()
-        self.on_elicit = on_elicit
-        self.on_sample = on_sample
-        self.directory = os.path.abspath(directory or os.getcwd())
-        self.autostart = autostart
-        self.timeout = timeout
-        self.agent = agent
-        self.session_id = uuid.uuid4().hex
-        self._ids = itertools.count(1)
+    __doc__ = f"{__doc__}\n{ClientBase.__doc__}"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -64,31 +38,27 @@ class AsyncClient:
         self._answering: set[asyncio.Task[None]] = set()
 
     async def connect(self) -> AsyncClient:
+        """Connect (starting the daemon if allowed and needed) and attach to ``directory``."""
         if self._writer is not None:
             return self
         started = False
         delay = 0.005
+        deadline = time.monotonic() + CONNECT_WAIT
         while True:
             try:
                 self._reader, self._writer = await asyncio.open_unix_connection(
-                    self.socket_path, limit=_LINE_LIMIT
+                    self.socket_path, limit=LINE_LIMIT
                 )
                 break
-            except _CONNECT_ERRORS as exc:
-                if not self.autostart:
-                    raise ConnectError(
-                        f"no daemon is listening on {self.socket_path}; start one with `atomictoolsd start`"
-                    ) from exc
-                if started and delay > 2:
-                    raise ConnectError(f"the daemon started but {self.socket_path} does not accept") from exc
-                if not started:
-                    await asyncio.get_running_loop().run_in_executor(None, _start_daemon)
+            except CONNECT_ERRORS as exc:
+                if self._refused(exc, started, deadline):
+                    await asyncio.get_running_loop().run_in_executor(None, _base.start_daemon)
                     started = True
                 await asyncio.sleep(delay)
-                delay *= 2
+                delay = min(delay * 2, 0.25)
         self._notifications = asyncio.Queue()
         self._reader_task = asyncio.create_task(self._read_loop())
-        await self.request("atomic/attach", _attach_params(self.directory, self.agent, self.session_id))
+        await self.request("atomic/attach", self._attach_params())
         if self.on_elicit is not None or self.on_sample is not None:
             await self.initialize()  # declares what the callbacks answer: tools may then ask
         return self
@@ -101,7 +71,7 @@ class AsyncClient:
                 line = await self._reader.readline()
                 if not line:
                     break
-                message = _decode(line)
+                message = decode(line)
                 if "method" in message and "id" in message:
                     task = asyncio.create_task(self._answer(message))  # a tool asks; reading goes on
                     self._answering.add(task)
@@ -120,7 +90,7 @@ class AsyncClient:
             told = False
             for future in self._pending.values():
                 if not future.done():
-                    future.set_exception(ConnectError("the daemon closed the connection"))
+                    future.set_exception(ConnectionLost(LOST))
                     told = True
             self._pending.clear()
             if by_daemon and self._writer is not None:
@@ -141,10 +111,14 @@ class AsyncClient:
             reply = response(message, value) if callback is not None else response(message)
         except Exception as exc:  # noqa: BLE001 - the tool gets the callback's failure as its AskError
             reply = response(message, error=exc)
+        self._write(reply)
+
+    def _write(self, message: dict[str, Any]) -> None:
         if self._writer is not None:
-            self._writer.write(_encode(reply) + b"\n")
+            self._writer.write(encode(message) + b"\n")
 
     async def close(self) -> None:
+        """Close the connection. Calls still running in the daemon are cancelled."""
         self._lost = False
         if self._writer is not None:
             self._writer.close()
@@ -168,84 +142,47 @@ class AsyncClient:
         await self.close()
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Send one JSON-RPC request and return its result; raises as ``_errors`` draws."""
         if self._lost:
             self._lost = False
-            raise ConnectError("the daemon closed the connection")
+            raise ConnectionLost(LOST)
         if self._writer is None:
             await self.connect()
-        assert self._writer is not None
-        request_id = next(self._ids)
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
+        request_id, message = self._request_message(method, params)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._writer.write(_encode(message) + b"\n")
+        self._write(message)
         try:
             reply = await asyncio.wait_for(future, self.timeout)
+        except TimeoutError:
+            cancel, error = self._timed_out(request_id, method)
+            self._write(cancel)
+            raise error from None
+        except asyncio.CancelledError:  # the caller gave up on it: so does the daemon
+            self._write(self._notification("notifications/cancelled", {"requestId": request_id}))
+            raise
         finally:
             self._pending.pop(request_id, None)
-        return _result_or_raise(reply)
+        return self._result(method, reply)
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Send a JSON-RPC notification (no answer)."""
         if self._writer is None:
             await self.connect()
-        assert self._writer is not None
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        self._writer.write(_encode(message) + b"\n")
+        self._write(self._notification(method, params))
 
-    async def initialize(self, protocol_version: str = LATEST_PROTOCOL_VERSION) -> dict[str, Any]:
-        result = await self.request(
-            "initialize",
-            {
-                "protocolVersion": protocol_version,
-                "capabilities": capabilities(self.on_elicit, self.on_sample),
-                "clientInfo": {"name": f"atomictools-{self.agent}", "version": "0"},
-            },
-        )
-        await self.notify("notifications/initialized")
-        return result
+    # -- the API (written once in _base) ---------------------------------------------------------
 
-    async def attach(self, directory: str) -> dict[str, Any]:
-        self.directory = os.path.abspath(directory)
-        return await self.request(
-            "atomic/attach", _attach_params(self.directory, self.agent, self.session_id)
-        )
-
-    async def list_tools(
-        self, directory: str | None = None, format: ToolFormat = "mcp"
-    ) -> list[dict[str, Any]]:
-        if directory is not None and os.path.abspath(directory) != self.directory:
-            await self.attach(directory)
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        while True:
-            result = await self.request("tools/list", {"cursor": cursor} if cursor else {})
-            tools.extend(result["tools"])
-            cursor = result.get("nextCursor")
-            if not cursor:
-                return convert_tools(tools, format)
-
-    async def call(self, name: str, /, **arguments: Any) -> ToolResult:
-        return await self.call_tool(name, arguments)
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None
-    ) -> ToolResult:
-        params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
-        if timeout is not None:
-            params["_meta"] = {"atomic/timeout": timeout}
-        return ToolResult.from_mcp(await self.request("tools/call", params))
-
-    async def status(self) -> dict[str, Any]:
-        return await self.request("atomic/status")
-
-    async def reload(self) -> dict[str, Any]:
-        return await self.request("atomic/reload")
+    initialize = awaited(_base.initialize)
+    attach = awaited(_base.attach)
+    list_tools = awaited(_base.list_tools)
+    call = awaited(_base.call)
+    call_tool = awaited(_base.call_tool)
+    status = awaited(_base.status)
+    reload = awaited(_base.reload)
 
     async def watch(self, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield the daemon's notifications as they come; see ``Client.watch``."""
         await self.request("atomic/subscribe")
         while True:
             try:
@@ -253,5 +190,5 @@ class AsyncClient:
             except TimeoutError:
                 return
             if message is _LOST:
-                raise ConnectError("the daemon closed the connection")
+                raise ConnectionLost(LOST)
             yield message

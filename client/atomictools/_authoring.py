@@ -27,7 +27,9 @@ from atomictools._asking import (
 from atomictools._errors import AskError
 from atomictools._protocol import LOG_LEVELS, LogLevel
 
-__all__ = ["ANNOTATION_KEYS", "Context", "Field", "LogLevel", "ToolOptions", "tool"]
+__all__ = ["ANNOTATION_KEYS", "Context", "Field", "FieldDefault", "LogLevel", "ToolOptions", "tool"]
+
+_NO_DEFAULT: Any = object()
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -124,13 +126,18 @@ def Field(  # noqa: N802 - reads like a type in annotations, as in pydantic and 
     pattern: str | None = None,
     min_length: int | None = None,
     max_length: int | None = None,
-) -> msgspec.Meta:
-    """Describe and constrain a parameter: ``Annotated[int, Field("How many", ge=0)]``.
+    default: Any = _NO_DEFAULT,
+) -> Any:
+    """Describe and constrain a parameter, in either of two places:
 
-    The constraints are enforced before the tool runs and appear in its input schema. This is
-    ``msgspec.Meta`` under a friendlier name; ``Meta`` itself works too.
+    - ``count: Annotated[int, Field("How many", ge=0)] = 1``, or
+    - as its default: ``count: int = Field(ge=0)`` (required), ``count: int = Field(ge=0, default=1)``.
+
+    The constraints are enforced before the tool runs and appear in its input schema. Without
+    ``default`` this is ``msgspec.Meta`` under a friendlier name (``Meta`` itself works too, and so
+    does it in a ``msgspec.Struct``'s fields); with it, a ``FieldDefault`` the tool's schema reads.
     """
-    return msgspec.Meta(
+    meta = msgspec.Meta(
         description=description,
         title=title,
         examples=examples,
@@ -143,6 +150,15 @@ def Field(  # noqa: N802 - reads like a type in annotations, as in pydantic and 
         min_length=min_length,
         max_length=max_length,
     )
+    return meta if default is _NO_DEFAULT else FieldDefault(meta, default)
+
+
+@dataclass(frozen=True)
+class FieldDefault:
+    """``Field(..., default=x)``: the constraints (``meta``) and the parameter's default."""
+
+    meta: msgspec.Meta
+    default: Any
 
 
 Emit = Callable[[str, tuple[Any, ...]], None]

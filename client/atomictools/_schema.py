@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from atomictools._authoring import Context, ToolOptions
+from atomictools._authoring import Context, FieldDefault, ToolOptions
 from atomictools._portable import schema_problems, type_enums
 from atomictools._protocol import check_tool_name
 
@@ -194,12 +194,13 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
             raise SchemaError(f"{fn.__name__}: positional-only parameter {param.name!r} is not supported")
         if param.name not in hints:
             raise SchemaError(_unannotated(fn.__name__, param))
+        annotation, default = _as_msgspec(annotation, param.default, param.empty)
         if param.name in param_docs and not _has_description(annotation):
             annotation = Annotated[annotation, msgspec.Meta(description=param_docs[param.name])]
-        if param.default is param.empty:
+        if default is param.empty:
             fields.append((param.name, annotation))
         else:
-            fields.append((param.name, annotation, _default(param.default)))
+            fields.append((param.name, annotation, _default(default)))
         names.append(param.name)
 
     try:
@@ -257,6 +258,43 @@ def _is_context(annotation: Any) -> bool:
     return typing.get_origin(annotation) in (typing.Union, types.UnionType) and Context in args and all(
         a in (Context, type(None)) for a in args
     )
+
+
+def _as_msgspec(annotation: Any, default: Any, empty: Any) -> tuple[Any, Any]:
+    """The idioms authors bring from FastMCP and pydantic, in the terms msgspec reads:
+
+    - a ``Field(...)``/``msgspec.Meta`` as the default (``count: int = Field(ge=0)``) is the
+      parameter's constraints, and the parameter is required (msgspec would try to encode the
+      ``Meta`` as a default value, "Encoding objects of type msgspec.Meta is unsupported");
+    - ``Field(..., default=x)``, there or in ``Annotated``, is the constraints and the default ``x``;
+    - a plain string in ``Annotated`` (``Annotated[str, "The path"]``) is the description
+      (msgspec ignores metadata it does not know, so it would vanish from the schema).
+    """
+    base, extras = annotation, ()
+    if typing.get_origin(annotation) is Annotated:
+        base, *rest = typing.get_args(annotation)
+        extras = tuple(rest)
+    metadata: list[Any] = []
+    for extra in extras:
+        if isinstance(extra, str):
+            metadata.append(msgspec.Meta(description=extra))
+        elif isinstance(extra, FieldDefault):
+            metadata.append(extra.meta)
+            if default is empty:
+                default = extra.default
+        else:
+            metadata.append(extra)
+    if isinstance(default, msgspec.Meta):
+        metadata.append(default)
+        default = empty
+    elif isinstance(default, FieldDefault):
+        metadata.append(default.meta)
+        default = default.default
+    if metadata == list(extras):
+        return annotation, default
+    for meta in metadata:  # Annotated[Annotated[T, a], b] is Annotated[T, a, b]
+        base = Annotated[base, meta]
+    return base, default
 
 
 def _default(value: Any) -> Any:

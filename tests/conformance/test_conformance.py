@@ -50,7 +50,7 @@ def endpoint(env: Env, make_daemon: Any) -> tuple[str, str]:
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    token = Path(info["token_file"]).read_text().strip()
+    token = Path(info["tokenFile"]).read_text().strip()
     return f"{info['url']}?directory={env.project}", token
 
 

@@ -51,7 +51,7 @@ def test_the_daemon_serves_the_builtins_by_default(builtin_daemon: Daemon) -> No
     with builtin_daemon.client() as client:
         listing = client.request("atomic/list")
     assert [t["name"] for t in listing["tools"]] == BUILTINS
-    assert {t["source"] for t in listing["tools"]} == {"builtin"}
+    assert {t["scope"] for t in listing["tools"]} == {"builtin"}
     assert listing["counts"] == {"builtin": 4}
     modules = {Path(m["path"]).name: m for m in builtin_daemon.client().status()["modules"]}
     assert {name for name, m in modules.items() if m["scope"] == "builtin"} == {"git_tools.py", "workspace.py", "file_reader.py"}
@@ -150,9 +150,9 @@ def test_a_user_tool_shadows_a_builtin_and_counts_by_source(builtin_env: Env, re
     with daemon.client() as client:
         assert client.call("git-status").text == "my own status"
         listing = client.request("atomic/list", {"all": True})
-    sources = {t["name"]: t["source"] for t in listing["tools"]}
+    sources = {t["name"]: t["scope"] for t in listing["tools"]}
     assert sources["git-status"] == "global" and sources["git-diff-summary"] == "builtin"
-    assert [(t["name"], t["source"], t["shadowedBy"]["source"]) for t in listing["shadowed"]] == [
+    assert [(t["name"], t["scope"], t["shadowedBy"]["scope"]) for t in listing["shadowed"]] == [
         ("git-status", "builtin", "global"),
     ]
     assert listing["counts"] == {"builtin": 3, "global": 2, "local": 1, "declarative": 1}

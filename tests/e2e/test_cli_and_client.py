@@ -52,7 +52,7 @@ def test_start_list_call_status_stop(detached: Env) -> None:
     assert "broken.py:1: SyntaxError" in listing.stdout
     as_json = json.loads(run(env, "list", "--json").stdout)
     assert [t["name"] for t in as_json["tools"]] == ["greet"]
-    assert as_json["tools"][0]["source"] == "global" and as_json["tools"][0]["path"].endswith("greet.py")
+    assert as_json["tools"][0]["scope"] == "global" and as_json["tools"][0]["path"].endswith("greet.py")
     assert as_json["errors"][0]["line"] == 1
 
     # key=value: a string where the schema wants one, JSON otherwise.
@@ -199,3 +199,34 @@ def test_the_async_client_raises_connect_error_once_the_daemon_is_gone(env: Env,
         await client.close()
 
     asyncio.run(main())
+
+
+def test_every_set_up_error_is_one_clean_line_from_any_command(env: Env) -> None:
+    from atomictoolsd.config.errors import SetupError
+    from atomictoolsd.config.paths import PathError
+    from atomictoolsd.config.settings import ConfigError
+    from atomictoolsd.service.activation import ActivationError
+    from atomictoolsd.transports.http import AddressError
+
+    assert all(issubclass(c, SetupError) for c in (ConfigError, PathError, ActivationError, AddressError))
+    os.chmod(env.runtime_base, 0o755)  # a runtime dir open to others: the daemon must not serve there
+    try:
+        for command in (["serve"], ["config"]):
+            result = run(env, *command)
+            assert result.returncode == 1, (command, result.stderr)
+            assert result.stderr.startswith("atomictoolsd: ") and "chmod 700" in result.stderr, result.stderr
+            assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    finally:
+        os.chmod(env.runtime_base, 0o700)
+    for command in (["serve", "--http", "x:y"], ["start", "--http", "x:y"]):  # an address: exit 2 as a setting
+        result = run(env, *command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert result.stderr.startswith("atomictoolsd: bad configuration: --http: http address 'x:y'"), result.stderr
+    (env.root / "config" / "atomictools").mkdir(parents=True)
+    (env.root / "config" / "atomictools" / "config.toml").write_text("call_timeout = 'never'\n")
+    for command in (["serve"], ["config"], ["start"], ["service", "install", "--dry-run"]):
+        result = run(env, *command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert result.stderr.startswith("atomictoolsd: bad configuration: call_timeout"), (command, result.stderr)
+        assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert daemon_pid(env) is None

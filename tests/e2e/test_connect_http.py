@@ -25,7 +25,7 @@ def http_env(env: Env, make_daemon: Any) -> tuple[Env, str, str]:
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    return env, info["url"], Path(info["token_file"]).read_text().strip()
+    return env, info["url"], Path(info["tokenFile"]).read_text().strip()
 
 
 @pytest.mark.parametrize("agent, reference", [

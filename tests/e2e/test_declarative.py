@@ -260,7 +260,7 @@ def test_json_tools_follow_the_same_precedence_as_python_tools(env: Env, make_da
     with daemon.client() as client:
         assert client.call("same").text == "local python"
         shadowed = client.request("atomic/list", {"all": True})["shadowed"]
-        assert [(t["name"], t["source"], t["kind"]) for t in shadowed] == [("same", "global", "declarative")]
+        assert [(t["name"], t["scope"], t["kind"]) for t in shadowed] == [("same", "global", "declarative")]
 
 
 # -- http ---------------------------------------------------------------------------------------------

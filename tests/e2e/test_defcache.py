@@ -47,7 +47,7 @@ def test_list_after_a_restart_starts_no_worker_and_the_first_call_does(env: Env,
     with Listener(env.socket, env.project) as listener, daemon.client() as client:
         assert [t["name"] for t in client.list_tools()] == ["alpha", "beta"]
         states = modules(client)
-        assert {name: (m["state"], m["source"], m["worker"]) for name, m in states.items()} == {
+        assert {name: (m["state"], m["definitionsFrom"], m["worker"]) for name, m in states.items()} == {
             "alpha.py": ("ready", "cache", None),
             "beta.py": ("ready", "cache", None),
             "broken.py": ("failed", "cache", None),
@@ -57,7 +57,7 @@ def test_list_after_a_restart_starts_no_worker_and_the_first_call_does(env: Env,
         workers = daemon.workers()
         assert len(workers) == 1 and modules(client)["alpha.py"]["worker"] == workers[0].pid
         assert modules(client)["beta.py"]["worker"] is None, "only the module called has a worker"
-        assert modules(client)["alpha.py"]["source"] == "cache", "the worker confirmed the cached definitions"
+        assert modules(client)["alpha.py"]["definitionsFrom"] == "cache", "the worker confirmed the cached definitions"
         assert "notifications/tools/list_changed" not in listener.methods(listener.sync()), (
             "the worker reported what the cache said: nothing changed for the agent"
         )
@@ -82,7 +82,7 @@ def test_entries_go_stale_with_the_module_its_helpers_or_a_new_file_and_nothing_
     assert "n" in listing["plain"]["inputSchema"]["properties"]
     assert "needy" in listing
     with daemon.client() as client:
-        sources = {name: m["source"] for name, m in modules(client).items()}
+        sources = {name: m["definitionsFrom"] for name, m in modules(client).items()}
         assert sources == {"helped.py": "worker", "plain.py": "worker", "needy.py": "worker", "steady.py": "cache"}
         assert client.call("needy").text == "found"
 
@@ -127,7 +127,7 @@ def test_an_unreadable_cache_is_ignored_and_rewritten(env: Env, make_daemon) -> 
     daemon = make_daemon()
     with daemon.client() as client:
         assert [t["name"] for t in client.list_tools()] == ["solid"]
-        assert modules(client)["solid.py"]["source"] == "worker"
+        assert modules(client)["solid.py"]["definitionsFrom"] == "worker"
     daemon.stop()
     assert list(json.loads(cache_file.read_text())["modules"]) == [str(env.local_tools / "solid.py")]
 

@@ -116,7 +116,7 @@ def served(env: Env, make_daemon: Any) -> tuple[Any, Http]:
         status = raw.request("atomic/status")["result"]
     info = status["http"]
     assert info["url"], info
-    token_file = Path(info["token_file"])
+    token_file = Path(info["tokenFile"])
     mode = stat.S_IMODE(token_file.stat().st_mode)
     assert mode == 0o600, oct(mode)
     return daemon, Http(info["url"], token_file.read_text().strip())
@@ -477,9 +477,10 @@ def test_concurrent_requests_with_one_id_are_each_answered_with_it(env: Env, ser
         # Two clients of one stateless URL, both with id 1, at once.
         meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
         for i, wire in enumerate(stateless):
+            name = "slow" if i == 0 else "echo"
             wire.sock.sendall(wire.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-                "name": "slow" if i == 0 else "echo",
-                "arguments": {"seconds": 0.3, "marker": "s"} if i == 0 else {"text": "other"}, "_meta": meta}}))
+                "name": name, "arguments": {"seconds": 0.3, "marker": "s"} if i == 0 else {"text": "other"}, "_meta": meta}},
+                f"Mcp-Method: tools/call\r\nMcp-Name: {name}\r\nMCP-Protocol-Version: 2026-07-28\r\n"))
         answers = [json.loads(wire.response()[2]) for wire in reversed(stateless)]
         assert [(a["id"], a["result"]["content"][0]["text"]) for a in answers] == [(1, "other"), (1, "slept")]
     finally:

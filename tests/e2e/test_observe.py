@@ -66,11 +66,11 @@ def test_status_and_logs_reflect_calls_failures_deaths_and_reloads(env: Env, mak
         assert failed.is_error
         status = client.status()
     (entry,) = status["modules"]
-    assert entry["calls"] == 4 and entry["errors"] == 1
-    assert entry["p50_ms"] is not None and entry["p99_ms"] >= entry["p50_ms"]
-    assert "greet: Tool 'greet' raised ValueError: nobody to greet" in entry["last_error"]
+    assert entry["calls"] == 4 and entry["failedCalls"] == 1
+    assert entry["p50Ms"] is not None and entry["p99Ms"] >= entry["p50Ms"]
+    assert "greet: Tool 'greet' raised ValueError: nobody to greet" in entry["lastError"]
     worker = entry["worker"]
-    assert worker and entry["worker_state"] == "ready" and entry["state"] == "ready"
+    assert worker and entry["workerState"] == "ready" and entry["state"] == "ready"
     assert psutil.Process(worker).is_running() and entry["rss"] > 1_000_000, "the worker's resident memory"
 
     table = run(env, "status")
@@ -79,7 +79,7 @@ def test_status_and_logs_reflect_calls_failures_deaths_and_reloads(env: Env, mak
     assert f"pid {daemon.pid}" in out and f"socket    {env.socket}" in out and "service   none" in out
     header = next(line for line in out.splitlines() if line.startswith("MODULE"))
     assert header.split() == [
-        "MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "CANCELLED", "P50", "MS", "P99", "MS",
+        "MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "FAILED", "CANCELLED", "P50", "MS", "P99", "MS",
     ]
     row = next(line for line in out.splitlines() if line.startswith(str(module)))
     assert row.split()[1:9] == ["global", "ready", "2", str(worker), row.split()[5], "4", "1", "0"]
@@ -197,7 +197,7 @@ def test_status_shows_the_running_configuration_and_its_sources(env: Env, make_d
     with RawConnection(env.socket) as raw:
         status = raw.request("atomic/status")["result"]
     assert status["config"]["page_size"] == 10 and status["config"]["call_timeout"] == 9.0
-    sources = status["config_sources"]
+    sources = status["configSources"]
     assert (sources["page_size"], sources["call_timeout"]) == (str(config), "ATOMICTOOLS_CALL_TIMEOUT")
     assert "truncate_lines" not in sources, "only the settings not at their defaults"
     out = run(env, "status").stdout
@@ -211,7 +211,7 @@ def test_status_prints_sections_other_parts_add() -> None:
 
     status = {
         "pid": 1, "version": "0", "uptime": 5, "socket": "/s", "forkserver": {"pid": None, "workers": 0},
-        "sessions": [], "projects": [], "modules": [], "config": {}, "config_sources": {},
+        "sessions": [], "projects": [], "modules": [], "config": {}, "configSources": {},
         "bridges": [{"agent": "claude", "path": "/run/b/claude"}],
     }
     import contextlib
@@ -246,12 +246,12 @@ def test_status_lists_the_bridges(env: Env, make_daemon) -> None:  # type: ignor
         )["result"]
         bridges = raw.request("atomic/status")["result"]["bridges"]
     assert bridges == [{
-        "id": created["id"], "agent": "claude", "directory": str(env.project), "owner": os.getpid(),
-        "path": created["path"],
+        "id": created["id"], "agent": "claude", "directory": str(env.project), "ownerPid": os.getpid(),
+        "path": created["path"], "owner": os.getpid(),  # "owner": the name before 0.2, until 0.3
     }]
     out = run(env, "status").stdout
     header = next(line for line in out.splitlines() if line.startswith("ID "))
-    assert header.split() == ["ID", "AGENT", "DIRECTORY", "OWNER", "PATH"]
+    assert header.split() == ["ID", "AGENT", "DIRECTORY", "OWNER", "PID", "PATH"]
     assert any(line.split() == [created["id"], "claude", str(env.project), str(os.getpid()), created["path"]]
                for line in out.splitlines())
 

@@ -46,7 +46,7 @@ def test_a_project_no_session_uses_is_forgotten_and_rebuilt_from_the_cache(env: 
     with daemon.client(idle) as client:  # attached again: rebuilt, its listing from the cache
         assert [t["name"] for t in client.list_tools()] == ["idle"]
         info = module_info(client, tool_module(idle, "idle"))
-        assert info is not None and info["source"] == "cache" and info["worker"] is None
+        assert info is not None and info["definitionsFrom"] == "cache" and info["worker"] is None
         assert int(client.call("idle").text) != worker
         assert str(idle) in roots(client)
 

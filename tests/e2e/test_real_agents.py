@@ -113,7 +113,7 @@ def http_agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    env.vars["ATOMICTOOLS_TOKEN"] = Path(info["token_file"]).read_text().strip()
+    env.vars["ATOMICTOOLS_TOKEN"] = Path(info["tokenFile"]).read_text().strip()
     return env
 
 

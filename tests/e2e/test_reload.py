@@ -138,7 +138,7 @@ def test_atomic_saves_and_bursts_settle_to_the_final_content(env: Env, make_daem
         wait_for(lambda: client.list_tools()[0]["description"] == "v20", message="the listing to settle")
         status = module_status(client, "burst.py")
         assert status["state"] == "ready"
-        settled = lambda: (m := module_status(client, "burst.py"))["retiring"] == [] and m["loading"] == 0  # noqa: E731
+        settled = lambda: (m := module_status(client, "burst.py"))["retiring"] == [] and m["starting"] == 0  # noqa: E731
         wait_for(settled, message="old generations to stop and no new one to be loading")
         wait_for(lambda: len(daemon.workers()) == 1, message="one worker: the last generation's")
     assert not list(env.local_tools.glob(".*.swp"))

@@ -83,7 +83,7 @@ def test_sighup_rescans_and_reconfigures_without_dropping_connections(env: Env, 
     timed_out = raw.request("tools/call", {"name": "slow", "arguments": {"seconds": 2}})["result"]
     assert timed_out["isError"] and "timed out after 0.3 s" in timed_out["content"][0]["text"]
     status = raw.request("atomic/status")["result"]
-    assert status["config"]["call_timeout"] == 0.3 and status["config_sources"]["call_timeout"].endswith("config.toml")
+    assert status["config"]["call_timeout"] == 0.3 and status["configSources"]["call_timeout"].endswith("config.toml")
     # worker_threads shapes a worker: the old one retired, the next call got a new one.
     assert raw.request("tools/call", {"name": "slow", "arguments": {"seconds": 0}})["result"]["content"][0]["text"] == "finished"
     slow_module = next(m for m in raw.request("atomic/status")["result"]["modules"] if m["path"].endswith("slow.py"))
@@ -100,7 +100,7 @@ def test_a_bad_configuration_on_sighup_keeps_the_running_one(env: Env, make_daem
         write_config(env, "call_timeout = 'soon'\n")
         result = hup_and_wait(env, daemon)
         config = env.root / "config" / "atomictools" / "config.toml"
-        assert result["config_error"] == f"call_timeout (from {config}): expected a number, got 'soon'"
+        assert result["configError"] == f"call_timeout (from {config}): expected a number, got 'soon'"
         errors = [e for e in log_events(env) if e["event"] == "config.error"]
         assert errors and errors[0]["level"] == "error" and f"call_timeout (from {config})" in errors[0]["error"]
         assert f"configuration not reloaded, keeping the current one: call_timeout (from {config})" in daemon.stderr()

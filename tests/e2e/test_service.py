@@ -131,7 +131,7 @@ def test_a_watchdog_meant_for_another_process_is_not_pinged(env: Env, make_daemo
     assert "WATCHDOG=1" not in server.messages
     with RawConnection(env.socket) as raw:
         service = raw.request("atomic/status")["result"]["service"]
-    assert service["manager"] == "systemd" and service["notify"] and service["watchdog_sec"] is None
+    assert service["manager"] == "systemd" and service["notify"] and service["watchdogSec"] is None
     daemon.stop()
 
 
@@ -245,7 +245,7 @@ def test_path_of_the_log_and_manager_in_status(daemon: Daemon, env: Env) -> None
     with RawConnection(env.socket) as raw:
         status = raw.request("atomic/status")["result"]
     assert status["service"] == {
-        "manager": "none", "unit": None, "notify": False, "watchdog_sec": None, "activated": False,
+        "manager": "none", "unit": None, "notify": False, "watchdogSec": None, "activated": False, "watchdog_sec": None,
     }
     assert status["log"]["file"] == str(env.root / "state" / "atomictools" / "log" / "atomictoolsd.log")
     assert Path(status["log"]["file"]).exists()

@@ -78,7 +78,7 @@ async def _transport(env: Env, daemon: Daemon, via: str) -> AsyncIterator[Any]:
 
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    token = Path(info["token_file"]).read_text().strip()
+    token = Path(info["tokenFile"]).read_text().strip()
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         yield streamable_http_client(f"{info['url']}?directory={env.project}", http_client=http)
 

@@ -151,9 +151,9 @@ def test_local_tools_shadow_global_ones(env: Env, make_daemon) -> None:  # type:
         assert client.call("where").text == "local"
         assert client.call("shared").text == "global shared"
         listing = client.request("atomic/list", {"all": True})
-        assert {(t["name"], t["source"]) for t in listing["tools"]} == {("where", "local"), ("shared", "global")}
+        assert {(t["name"], t["scope"]) for t in listing["tools"]} == {("where", "local"), ("shared", "global")}
         shadowed = listing["shadowed"]
-        assert [(t["name"], t["source"], t["shadowedBy"]["source"]) for t in shadowed] == [("where", "global", "local")]
+        assert [(t["name"], t["scope"], t["shadowedBy"]["scope"]) for t in shadowed] == [("where", "global", "local")]
     with daemon.client(directory=elsewhere) as client:
         assert client.call("where").text == "global"
 
@@ -278,7 +278,7 @@ def test_status_counts_calls_and_errors(math_daemon: Daemon) -> None:
         module = next(m for m in client.status()["modules"] if m["path"].endswith("math.py"))
     assert (module["calls"], module["errors"]) == (2, 1)
     assert module["state"] == "ready" and module["worker"] in {p.pid for p in math_daemon.workers()}
-    assert module["p50_ms"] is not None
+    assert module["p50Ms"] is not None
 
 
 def test_each_module_has_its_own_worker(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]

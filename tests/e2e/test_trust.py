@@ -64,9 +64,9 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
         assert [t["name"] for t in listing["tools"]] == ["everywhere"], "the global dir is always trusted"
         assert listing["blocked"] == [
             {"file": str(env.local_tools / "decl.json"), "scope": "local", "root": str(root), "command": command,
-             "full_command": full},
+             "fullCommand": full, "full_command": full},
             {"file": str(env.local_tools / "probe.py"), "scope": "local", "root": str(root), "command": command,
-             "full_command": full},
+             "fullCommand": full, "full_command": full},
         ]
         assert listing["errors"] == []
         with pytest.raises(RPCError) as info:
@@ -186,7 +186,7 @@ def test_a_symlinked_home_is_still_the_global_dir_not_a_project(env: Env, make_d
     daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
     with daemon.client(directory=env.home) as client:
         listing = client.request("atomic/list", {"all": True})
-    assert [(t["name"], t["source"]) for t in listing["tools"]] == [("greet", "global")]
+    assert [(t["name"], t["scope"]) for t in listing["tools"]] == [("greet", "global")]
     assert not listing.get("blocked") and not listing.get("shadowed"), listing
 
 

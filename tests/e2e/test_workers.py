@@ -232,7 +232,7 @@ def test_a_module_that_keeps_crashing_backs_off_and_shows_as_failing(env: Env, m
         assert module_info(client)["spawns"] == spawns, "no worker was started for it"
 
         info = module_info(client)
-        assert info["state"] == "failing" and info["crashes"] == 3 and info["retry_in"] > 0
+        assert info["state"] == "failing" and info["crashes"] == 3 and info["retryIn"] > 0
         assert "keeps crashing" in info["error"]["message"]
         (error,) = client.request("atomic/list")["errors"]
         assert Path(error["file"]).name == "crashy.py" and "keeps crashing" in error["message"]
@@ -273,7 +273,7 @@ def test_no_more_than_max_idle_workers_stay_idle_and_the_least_recently_used_go(
     with daemon.client() as client:
         assert len(client.list_tools()) == 5
         wait_for(lambda: len(daemon.workers()) == 2, message="the scan's idle workers to shrink to two")
-        assert client.status()["monitor"]["stopped_over_max_idle"] == 3
+        assert client.status()["monitor"]["stoppedOverMaxIdle"] == 3
         pids = {f"t{n}": int(client.call(f"t{n}").text) for n in (0, 1, 2, 3, 4)}  # t4 is used last
         wait_for(lambda: {p.pid for p in daemon.workers()} == {pids["t3"], pids["t4"]},
                  message="the two workers used last to be the ones kept")

@@ -378,7 +378,7 @@ def test_a_load_report_waiting_when_the_daemon_wakes_beats_the_load_timeout(env:
                      timeout=5, message="the module to be listed")
             assert _text(_call(raw, "call", "slow_import", {})[0]) == "loaded in time"
             module = next(m for m in raw.request("atomic/status")["result"]["modules"] if m["path"].endswith("slow_import.py"))
-            assert not module.get("error") and "longer" not in str(module.get("last_error")), module
+            assert not module.get("error") and "longer" not in str(module.get("lastError")), module
     finally:
         os.kill(daemon.pid, signal.SIGCONT)
     record("daemon SIGSTOPped past a module's load timeout while it finished importing: after SIGCONT the module loaded")

@@ -209,7 +209,7 @@ def test_reload_storm_loses_no_call_and_ends_with_the_files_on_disk(env: Env, ma
         with daemon.client() as client:
             modules = client.status()["modules"]
         current = {m["worker"] for m in modules if m["worker"]}
-        busy = [m for m in modules if m["retiring"] or m["loading"]]
+        busy = [m for m in modules if m["retiring"] or m["starting"]]
         left.update(extra=sorted({p.pid for p in daemon.workers()} - current), busy=busy)
         return not busy and not left["extra"]
 

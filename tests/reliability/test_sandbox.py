@@ -344,7 +344,7 @@ def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[s
             client.call("probe")
         status = client.status()
     assert listing["trust"] == "blocked"
-    assert not [t for t in listing["tools"] if t["source"] == "local"]
+    assert not [t for t in listing["tools"] if t["scope"] == "local"]
     reasons = {entry["reason"] for entry in listing["blocked"]}
     assert len(reasons) == 1 and len(listing["blocked"]) == 3, listing["blocked"]
     reason = reasons.pop()
@@ -494,3 +494,178 @@ def test_a_level_changed_behind_the_daemons_back_applies_to_the_next_worker(env:
         wait_for(lambda: next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py")) != worker,
                  message="the dead worker to be noticed")
         assert call(client, "read", secret).startswith("refused")
+
+
+# -- the built-in tools: confined to the project they are called for --------------------------------
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(root: Path, files: dict[str, str]) -> str:
+    """A git repository at ``root`` with one commit of ``files``; returns the commit."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "T")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "first")
+    return git(root, "rev-parse", "HEAD").strip()
+
+
+def confined_by_the_kernel(pid: int) -> bool:
+    """Whether the kernel holds ``pid`` under no_new_privs and a seccomp filter (what confine sets)."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    return fields["NoNewPrivs"].strip() == "1" and fields["Seccomp"].strip() == "2"
+
+
+def builtin_modules(client: Client) -> list[dict[str, Any]]:
+    return [m for m in client.status()["modules"] if m["scope"] == "builtin"]
+
+
+@pytest.fixture
+def borrowed(env: Env) -> dict[str, Any]:
+    """Project A (the test project) whose repository borrows the objects of project B through
+    ``objects/info/alternates`` (a downloaded ``.git`` can hold that), its HEAD at B's commit: git,
+    let loose, would read B's files. Built-ins enabled, every project trusted."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    other = env.root / "other"
+    commit = make_repo(other, {"b-secret-plans.txt": "project B's secret\n"})
+    make_repo(env.project, {"a.txt": "project A\n"})
+    alternates = env.project / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text(f"{other / '.git' / 'objects'}\n")
+    (env.project / ".git" / "refs" / "heads" / "main").write_text(commit + "\n")
+    (env.home / "home-secret.txt").write_text("the home's secret\n")
+    return {"other": other}
+
+
+def test_a_builtin_cannot_read_another_project_or_the_home(env: Env, borrowed: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        status = client.call("git-status")
+        staged = client.call("git-diff-summary", staged=True)
+        link = env.project / "home-link"
+        link.symlink_to(env.home / "home-secret.txt")
+        through_link = client.call("file-reader", path="home-link")
+        elsewhere = client.call("file-reader", path=str(borrowed["other"] / "b-secret-plans.txt"))
+        modules = builtin_modules(client)
+    assert "b-secret-plans" not in status.text + staged.text, "git read project B's objects"
+    assert status.is_error and "b-secret-plans" not in status.text
+    assert through_link.is_error and "secret" not in through_link.text.replace("home-secret", "")
+    assert elsewhere.is_error and "project B's secret" not in elsewhere.text
+    workers = [m["worker"] for m in modules if m["worker"]]
+    assert workers and all(confined_by_the_kernel(pid) for pid in workers)
+    # Project A's own, and the home's (the shared dir, loaded at start): no other.
+    assert {m["project"] for m in modules if m["worker"]} <= {str(env.project.resolve()), str(env.home.resolve())}
+    assert len([m for m in modules if m.get("project") == str(env.project.resolve())]) == 3
+    assert all(m["confined"] for m in modules)
+
+
+def test_unconfined_the_same_trick_reads_the_other_project(env: Env, borrowed: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """The control: where the sandbox is unavailable (simulated), the built-ins run as before, and
+    git follows the alternates into project B — so the refusal above is the sandbox's."""
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": "0"})
+    with daemon.client() as client:
+        staged = client.call("git-diff-summary", staged=True)
+        modules = builtin_modules(client)
+    assert "b-secret-plans.txt" in staged.text
+    assert not any(m["confined"] for m in modules)
+    assert not any(confined_by_the_kernel(m["worker"]) for m in modules if m["worker"])
+    out = cli(env, "status").stdout
+    assert "built-in tools: not confined" in out
+
+
+@pytest.mark.parametrize("level", ["--sandbox", "full"])
+def test_builtins_answer_right_confined_in_a_sandboxed_and_a_fully_trusted_project(env: Env, make_daemon, level: str) -> None:  # type: ignore[no-untyped-def]
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    make_repo(env.project, {"src/app.py": "print('one')\n", "README.md": "# demo\n", "pkg/mod.py": "x = 1\n"})
+    (env.project / "src" / "app.py").write_text("print('one')\nprint('two')\n")
+    (env.project / "new.txt").write_text("new\n")
+    assert cli(env, "trust", *([level] if level != "full" else [])).returncode == 0
+    # A project of its own inside a larger repository, and a linked worktree outside the project.
+    inner = env.project / "pkg"
+    (inner / ".atomic").mkdir(parents=True)
+    (inner / "mod.py").write_text("x = 2\n")
+    worktree = env.root / "wt"
+    git(env.project, "worktree", "add", "-q", "-b", "side", str(worktree))
+    (worktree / "README.md").write_text("# changed in the worktree\n")
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        assert set(client.call("git-status").text.splitlines()) == {" M src/app.py", "?? new.txt", " M pkg/mod.py"}
+        assert "src/app.py | 1 +" in client.call("git-diff-summary").text
+        assert client.call("file-reader", path="README.md").text == "# demo\n"
+        info = client.call("workspace-info").structured
+        assert (info["branch"], info["trusted"]) == ("main", True)
+        root_modules = builtin_modules(client)
+    with daemon.client(directory=inner) as client:
+        assert client.call("git-status").text == " M pkg/mod.py\n"
+        assert client.call("file-reader", path="mod.py").text == "x = 2\n"
+    with daemon.client(directory=worktree) as client:
+        assert client.call("git-status").text == " M README.md\n"
+        assert client.call("workspace-info").structured["branch"] == "side"
+        modules = builtin_modules(client)
+    assert all(m["confined"] for m in root_modules if m.get("project") == str(env.project.resolve()))
+    projects = {m["project"] for m in modules if m["worker"]} - {str(env.home.resolve())}
+    assert projects == {str(env.project.resolve()), str(inner.resolve()), str(worktree.resolve())}
+    assert all(confined_by_the_kernel(m["worker"]) for m in modules if m["worker"])
+    out = cli(env, "status").stdout
+    assert "built-in tools: confined to the project they are called for" in out
+    assert f"builtin (confined to {worktree.resolve()})" in out
+
+
+def test_a_builtin_learns_a_trust_change_and_idle_builtin_workers_are_reaped(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_IDLE_TIMEOUT": "1"})
+    with daemon.client() as client:
+        assert client.call("workspace-info").structured["trusted"] is False
+        assert cli(env, "trust", "--sandbox").returncode == 0
+        assert client.call("workspace-info").structured["trusted"] is True
+        wait_for(lambda: not [m for m in builtin_modules(client) if m["worker"]], timeout=15,
+                 message="the idle built-in workers to be reaped")
+        assert client.call("workspace-info").structured["trusted"] is True
+
+
+def test_a_confined_worker_keeps_the_memory_limit_and_gains_no_privileges(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "hog.py", '''
+        import os
+        from atomictools import tool
+
+        @tool
+        def hog(mb: int) -> str:
+            return str(len(bytearray(mb * 1024 * 1024)))
+
+        @tool
+        def whoami() -> int:
+            return os.getpid()
+    ''')
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_MEMORY_LIMIT_MB": "200"})
+    with daemon.client() as client:
+        assert client.call("hog", mb=10).text == str(10 * 1024 * 1024)
+        result = client.call("hog", mb=400)
+        pid = json.loads(client.call("hog_whoami").text)["result"]
+    assert result.is_error and "past the worker memory limit of 200 MiB" in result.text, result.text
+    assert confined_by_the_kernel(pid)
+
+
+def test_a_confined_builtin_reads_your_git_config_as_it_is_now(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A Landlock rule binds the file there when the worker started; ~/.gitconfig made or rewritten
+    since (``git config --global`` writes a new file) is read by the next call all the same."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    make_repo(env.project, {"a.txt": "a\n"})
+    (env.project / "new.txt").write_text("new\n")
+    daemon: Daemon = make_daemon()
+    gitconfig = env.home / ".gitconfig"
+    with daemon.client() as client:
+        assert client.call("git-status").text == "?? new.txt\n"
+        gitconfig.write_text("[status]\n\tshowUntrackedFiles = no\n")
+        assert client.call("git-status").text.startswith("Clean"), "the new ~/.gitconfig was not read"
+        subprocess.run(["git", "config", "--global", "status.showUntrackedFiles", "normal"], env=env.vars, check=True)
+        assert client.call("git-status").text == "?? new.txt\n", "the rewritten ~/.gitconfig was not read"
+        assert all(m["confined"] for m in builtin_modules(client))

@@ -98,7 +98,7 @@ def test_a_slow_module_holds_no_listing_and_a_timed_out_one_is_remembered(env: E
     assert {t["name"] for t in listed["tools"]} == {"quick", "slow"}, listed
     assert not loading_files(listed.get("_meta")), listed
     stuck = next(m for m in status["modules"] if m["path"].endswith("stuck.py"))
-    assert stuck["state"] == "failed" and stuck["source"] == "cache" and stuck["spawns"] == 0, stuck
+    assert stuck["state"] == "failed" and stuck["definitionsFrom"] == "cache" and stuck["spawns"] == 0, stuck
     assert "load_timeout" in stuck["error"]["message"], stuck
     record(
         f"{CLIENTS} MCP clients' first tools/list answered in {max(e for e, _n, _l in first):.2f} s at most "

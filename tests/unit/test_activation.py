@@ -31,7 +31,7 @@ def test_capture_reads_and_removes_the_variables_meant_for_this_process() -> Non
     assert context.notify_socket == "@sd" and context.watchdog_usec == 2_000_000
     assert context.listen_fds == 1 and context.listen_fdnames == ("atomictoolsd",)
     assert environ == {"INVOCATION_ID": "abc", "PATH": "/bin"}, "children never see them"
-    assert context.info()["watchdog_sec"] == 2.0
+    assert context.info()["watchdogSec"] == 2.0
 
 
 def test_variables_meant_for_another_pid_are_ignored() -> None:

@@ -18,9 +18,10 @@ import atomictoolsd
 def test_public_names_are_exactly_the_intended_ones() -> None:
     assert atomictools.__all__ == sorted(atomictools.__all__)
     assert set(atomictools.__all__) == {
-        "AskError", "AsyncClient", "AtomicToolsError", "Audio", "Client", "ConnectError", "Context", "Elicitation",
-        "Field", "Image", "RPCError", "Resource", "ResourceLink", "Sample", "ToolError", "ToolResult", "__version__",
-        "tool",
+        "AskError", "AsyncClient", "AtomicToolsError", "Audio", "CallTimeout", "CannotConnect", "Client",
+        "ConnectError", "ConnectionLost", "Context", "Elicitation", "Field", "Image", "ProtocolError", "RPCError",
+        "Resource", "ResourceLink", "Sample", "ToolError", "ToolResult", "TransportError", "UnknownTool",
+        "__version__", "tool",
     }
     for name in atomictools.__all__:
         assert getattr(atomictools, name) is not None

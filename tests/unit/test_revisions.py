@@ -22,6 +22,7 @@ def test_each_revision_has_exactly_its_features() -> None:
     assert [r.server_title for r in (oldest, march, june, november)] == [False, False, True, True]
     assert oldest.asks == march.asks == {"sampling/createMessage"}
     assert june.asks == november.asks == {"sampling/createMessage", "elicitation/create"}
+    assert [r.elicitation_forms for r in (oldest, march, june, november)] == [False, False, False, True]
     assert not any(r.stateless for r in (oldest, march, june, november))
 
 
@@ -29,6 +30,7 @@ def test_the_stateless_revision_takes_everything() -> None:
     assert STATELESS_REVISION.version == "2026-07-28" and STATELESS_REVISION.stateless
     assert STATELESS_REVISION.full_results and not STATELESS_REVISION.tool_fields_dropped
     assert STATELESS_REVISION.asks == {"sampling/createMessage", "elicitation/create"}  # through input_required
+    assert STATELESS_REVISION.elicitation_forms
 
 
 def test_negotiation_answers_the_clients_revision_else_the_newest_stateful_one() -> None:

@@ -1,4 +1,4 @@
-"""Bridges: the agents' configuration shapes and the launcher scripts the daemon writes for them.
+"""Bridges: the agents' configuration shapes and the bridge scripts the daemon writes for them.
 
 - ``agents``: each agent's MCP configuration (file, format, entry) that ``connect`` and the bridges
   write; no daemon state.

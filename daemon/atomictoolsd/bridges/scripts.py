@@ -1,4 +1,4 @@
-"""Bridge scripts: generated launchers that run the stdio shim with everything baked in.
+"""Bridges: the scripts the daemon generates that run the stdio shim with everything baked in.
 
 ``atomic/bridges/create`` writes an executable script under ``<runtime dir>/bridges/`` that starts
 the shim with this daemon's interpreter (absolute path, ``-I -S``: no site, no user paths), its
@@ -154,7 +154,7 @@ class Bridges:
     def status(self) -> list[dict[str, Any]]:
         """One line per bridge for ``atomic/status`` (``atomic/bridges/list`` has the details)."""
         return [
-            {"id": b.id, "agent": b.agent, "directory": b.directory, "owner": b.ownerPid, "path": b.path}
+            {"id": b.id, "agent": b.agent, "directory": b.directory, "ownerPid": b.ownerPid, "path": b.path}
             for b in self.bridges.values()
         ]
 

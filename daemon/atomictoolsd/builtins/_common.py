@@ -36,7 +36,6 @@ import asyncio
 import os
 import re
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -45,7 +44,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from atomictools import Context, ToolError
-from atomictoolsd.config.discovery import git_worktree_root, project_root
+from atomictoolsd.config.discovery import (
+    Repository,
+    RepositoryRefused,
+    locate_repository,
+    project_root,
+    regular_file,
+    within,
+)
 
 __all__ = [
     "GIT_TIMEOUT",
@@ -99,16 +105,12 @@ def project_of(ctx: Context) -> Path:
     return project_root(Path(ctx.directory), home())
 
 
-def _within(path: Path, area: Path) -> bool:
-    return path == area or area in path.parents
-
-
 def inside(root: Path, relative: str) -> Path:
     """``relative`` resolved against ``root`` (symlinks followed), refused when it leaves ``root``."""
     if "\x00" in relative:
         raise ToolError("Refused: the path contains a NUL byte")
     target = (root / relative).resolve()
-    if not _within(target, root):
+    if not within(target, root):
         raise ToolError(f"Refused: {relative!r} is outside the project root {root}")
     return target
 
@@ -116,66 +118,11 @@ def inside(root: Path, relative: str) -> Path:
 # -- the repository -------------------------------------------------------------------------------
 
 
-class Repository(NamedTuple):
-    """A repository the built-ins may read: its work tree, its git dir, and its common dir (the
-    main repository's git dir for a linked worktree; the git dir itself otherwise)."""
-
-    worktree: Path
-    git_dir: Path
-    common_dir: Path
-
-    def holds(self, path: Path) -> bool:
-        return any(_within(path, area) for area in (self.worktree, self.git_dir, self.common_dir))
-
-
 def _regular(path: Path, what: str, limit: int | None = None) -> bool:
-    """Whether ``path`` is a regular file (False when absent); refused when it is anything else
-    (a FIFO or a device blocks or never ends) or larger than ``limit``."""
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise ToolError(f"Refused: {what} {path} cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ToolError(f"Refused: {what} {path} is not a regular file (a FIFO or a device would make git hang)")
-    if limit is not None and info.st_size > limit:
-        raise ToolError(f"Refused: {what} {path} is {info.st_size} bytes, more than the {limit} the built-ins read")
-    return True
-
-
-def _read_small(path: Path, what: str) -> str:
-    _regular(path, what, 4096)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        return os.read(fd, 4096).decode("utf-8", "surrogateescape")
-    finally:
-        os.close(fd)
-
-
-def _linked_dir(top: Path, dot_git: Path) -> Path:
-    """The git dir a ``.git`` file names, when it is one git made for this work tree: a linked
-    worktree's (it names this ``.git`` back) or a submodule's (in an enclosing repository's
-    ``.git/modules``). Anything else is refused: a ``.git`` file that came with a download can
-    point at any repository of yours."""
-    text = _read_small(dot_git, "the .git file")
-    if not text.startswith("gitdir:"):
-        raise ToolError(f"Refused: {dot_git} is not a .git file git wrote (no 'gitdir:' line)")
-    target = Path(text[len("gitdir:"):].strip())
-    git_dir = (top / target).resolve() if not target.is_absolute() else target.resolve()
-    if _within(git_dir, top):
-        return git_dir
-    back = git_dir / "gitdir"
-    if _regular(back, "the worktree's gitdir file") and Path(_read_small(back, "the gitdir file").strip()).resolve() == dot_git.resolve():
-        return git_dir
-    for enclosing in top.parents:
-        modules = enclosing / ".git" / "modules"
-        if (enclosing / ".git").is_dir() and _within(git_dir, modules.resolve()):
-            return git_dir
-    raise ToolError(
-        f"Refused: {dot_git} points git at {git_dir}, outside the project, and that is neither a "
-        f"worktree nor a submodule of this one; the built-ins read nothing outside the project"
-    )
+        return regular_file(path, what, limit)
+    except RepositoryRefused as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _owned(path: Path, worktree: Path) -> None:
@@ -216,33 +163,15 @@ def _vouched(worktree: Path) -> bool:
 
 def _repository(root: Path) -> Repository:
     """The repository of the project at ``root``, checked as the module docstring says."""
-    top = git_worktree_root(root)
-    if top is None:
+    try:
+        repository = locate_repository(root)
+    except RepositoryRefused as exc:
+        raise ToolError(str(exc)) from None
+    if repository is None:
         raise NotARepository(f"{root} is not inside a git repository")
-    dot_git = top / ".git"
-    info = os.lstat(dot_git)
-    if stat.S_ISLNK(info.st_mode):
-        git_dir = dot_git.resolve()
-        if not _within(git_dir, top):
-            raise ToolError(f"Refused: {dot_git} is a symlink to {git_dir}, outside the project")
-        info = os.stat(git_dir)
-    else:
-        git_dir = dot_git
-    if stat.S_ISREG(info.st_mode):
-        git_dir = _linked_dir(top, dot_git)
-    elif not stat.S_ISDIR(info.st_mode):
-        raise ToolError(f"Refused: {dot_git} is neither a directory nor a .git file")
-    if not git_dir.is_dir():
-        raise ToolError(f"{dot_git} names {git_dir}, which is not a directory: is the repository broken?")
-    common_dir = git_dir
-    if _regular(git_dir / "commondir", "the commondir file"):
-        named = Path(_read_small(git_dir / "commondir", "the commondir file").strip())
-        common_dir = (git_dir / named).resolve()
-        if not _within(common_dir, top) and (common_dir / "worktrees" / git_dir.name).resolve() != git_dir.resolve():
-            raise ToolError(f"Refused: {git_dir}/commondir points git at {common_dir}, a repository this one is not a worktree of")
+    top, common_dir = repository.worktree, repository.common_dir
     _owned(top, top)
     _owned(common_dir, top)
-    repository = Repository(top.resolve(), git_dir.resolve(), common_dir.resolve())
     for directory in {repository.git_dir, repository.common_dir}:
         for name in _GIT_DIR_FILES:
             _regular(directory / name, "the git file")

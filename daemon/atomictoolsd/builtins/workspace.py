@@ -12,6 +12,7 @@ from atomictools import Context, tool
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.builtins._common import GitCall, NotARepository, git_call, home, project_of
 from atomictoolsd.config.discovery import escape_path, global_tools_dir, local_tools_dir
+from atomictoolsd.registry.confinement import TRUSTED_ENV
 
 __all__ = ["ToolsDirInfo", "WorkspaceInfo", "workspace_info"]
 
@@ -89,7 +90,12 @@ async def _remote_url(call: GitCall) -> str | None:
 
 
 def _trusted(root: os.PathLike[str]) -> bool:
-    """Whether the daemon loads this project's own tools (same rule as the daemon: config, then store)."""
+    """Whether the daemon loads this project's own tools (same rule as the daemon: config, then store).
+
+    A confined worker (one per project) is told by the daemon: it cannot read the trust store."""
+    told = os.environ.get(TRUSTED_ENV)
+    if told is not None:
+        return told == "1"
     from atomictoolsd.config.paths import Paths  # lazy: the worker's start-up cost
     from atomictoolsd.config.settings import ConfigError, load_config  # lazy: the worker's start-up cost
     from atomictoolsd.registry.trust import TrustStore  # lazy: the worker's start-up cost

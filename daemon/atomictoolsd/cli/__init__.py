@@ -76,10 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         return shim_main(args[1:])
     parsed = build_parser().parse_args(args)
     from atomictools._paths import RuntimeDirError
+    from atomictoolsd.config.errors import SetupError  # lazy: after the shim's branch (its start-up budget)
 
     try:
         return parsed.func(parsed)
-    except RuntimeDirError as exc:  # any command that looks for the daemon: one message
+    except SetupError as exc:  # a bad setting, path, address: what to fix, in one line
+        print(f"atomictoolsd: {exc.report()}", file=sys.stderr)
+        return exc.exit_code
+    except RuntimeDirError as exc:  # the client's own check of the runtime dir (atomictools cannot know SetupError)
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

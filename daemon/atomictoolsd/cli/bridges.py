@@ -115,7 +115,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from atomictoolsd.bridges.agents import BRIDGE_AGENTS  # lazy: only this command pays for it (start-up cost)
 
-    bridge = commands.add_parser("bridge", help="generated launcher scripts for agents (deleted when the daemon stops)")
+    bridge = commands.add_parser("bridge", help="bridges: generated scripts that start the shim for an agent (deleted when the daemon stops)")
     actions = bridge.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     create = actions.add_parser("create", help="write a bridge script and print the agent's config snippet")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import time
 from typing import Any
 
+from atomictools._protocol import RENAMED
 from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, wait_gone, where
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
 
@@ -53,16 +55,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvloop
 
-    from atomictoolsd.config.paths import PathError, Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
-        ConfigError,
-        load_config,
-    )
+    from atomictoolsd.config.errors import SetupError  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.eventlog.writer import LOG_NAME, events  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.server.socketfile import AlreadyRunning  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.server.wiring import build_server  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.service.activation import (  # lazy: only this command pays for it (start-up cost)
-        ActivationError,
         inherited_listener,
     )
     from atomictoolsd.service.notify import Notifier  # lazy: only this command pays for it (start-up cost)
@@ -80,14 +79,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             notifier.notify(f"STATUS={message}")
         return code
 
-    paths = Paths.from_env()
-    paths.create_private_dirs()
     try:
+        paths = Paths.from_env()
+        paths.create_private_dirs()
         config = load_config(paths.config_file)
         if args.http is not None:
             config = _with_http(config, args.http)
-    except ConfigError as exc:
-        return fail(f"bad configuration: {exc}", 2)
+    except SetupError as exc:
+        return fail(exc.report(), exc.exit_code)
     _setup_logging(config.log_level)
     try:
         events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
@@ -95,8 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: no event log ({exc}); set ATOMICTOOLS_LOG_DIR to a writable directory", file=sys.stderr)
     try:
         listener = inherited_listener(service)
-    except ActivationError as exc:
-        return fail(str(exc), 1)
+    except SetupError as exc:
+        return fail(exc.report(), exc.exit_code)
 
     server = build_server(paths, config, service=service, listen_socket=listener, notifier=notifier)
 
@@ -111,8 +110,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return fail(f"{exc}, started outside the service manager; stop it with `{command_name()} stop`", 1)
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 0
-    except PathError as exc:
-        return fail(str(exc), 1)
+    except SetupError as exc:  # the runtime dir or the socket file, found unusable at start-up
+        return fail(exc.report(), exc.exit_code)
     finally:
         events.close()
     return 0
@@ -159,19 +158,13 @@ def cmd_start(args: argparse.Namespace) -> int:
     from atomictools._errors import ConnectError
     from atomictools._paths import socket_path
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
-        ConfigError,
-        load_config,
-    )
+    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
 
-    try:  # the same check the daemon makes, said here rather than from a log's tail
-        config = load_config(Paths.from_env().config_file)
-        http = getattr(args, "http", None)  # restart has no --http: the setting's value holds
-        if http is not None:
-            config = _with_http(config, http)
-    except ConfigError as exc:
-        print(f"atomictoolsd: bad configuration: {exc}", file=sys.stderr)
-        return 2
+    # The same checks the daemon makes, said here (by cli.main, as a SetupError) rather than from a log's tail.
+    config = load_config(Paths.from_env().config_file)
+    http = getattr(args, "http", None)  # restart has no --http: the setting's value holds
+    if http is not None:
+        config = _with_http(config, http)
     running = _running_pid(args)  # a daemon may serve already (or a service manager's socket start it)
     if running is not None:
         print(f"atomictoolsd is already running (pid {running}) on {socket_path()}")
@@ -200,7 +193,7 @@ def _print_http() -> int:
     if http.get("error"):
         print(f"atomictoolsd: HTTP not served: {http['error']}", file=sys.stderr)
         return 1
-    print(f"MCP over HTTP at {http['url']} (token in {http['token_file']})")
+    print(f"MCP over HTTP at {http['url']} (token in {http['tokenFile']})")
     return 0
 
 
@@ -214,7 +207,7 @@ def cmd_http_token(args: argparse.Namespace) -> int:
     path = Path(runtime_dir()) / TOKEN_NAME
     if args.rotate:
         reply = raw_request("atomic/http/rotate")
-        if not (isinstance(reply, dict) and "token_file" in reply):
+        if not (isinstance(reply, dict) and "tokenFile" in reply):
             new_token(path)  # no daemon serving HTTP: the next one to start reads this one
         print(f"a new token is in {path}; clients using the old one get 401 until they read it")
     token = read_token(path)
@@ -332,14 +325,14 @@ def print_status(status: dict[str, Any]) -> None:
     if manager != "none":
         unit = f" ({service['unit']})" if service.get("unit") else ""
         manager += unit + (", socket-activated" if service.get("activated") else "")
-        if service.get("watchdog_sec"):
-            manager += f", watchdog {service['watchdog_sec']:g} s"
+        if service.get("watchdogSec"):
+            manager += f", watchdog {service['watchdogSec']:g} s"
     fork = status["forkserver"]
     print(f"atomictoolsd {status['version']}  pid {status['pid']}  up {_duration(status['uptime'])}")
     print(f"socket    {status['socket']}")
     http = status.get("http")
     if http:
-        print(f"http      {http['url']}  (token in {http['token_file']})" if http.get("url") else f"http      not served: {http['error']}")
+        print(f"http      {http['url']}  (token in {http['tokenFile']})" if http.get("url") else f"http      not served: {http['error']}")
     print(f"service   {manager}")
     workers = fork["workers"]
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
@@ -355,15 +348,15 @@ def print_status(status: dict[str, Any]) -> None:
     if projects:
         print()
         table(["PROJECT", "TOOLS"], [[p["root"], p["tools"]] for p in projects])
-    modules = [{**m, "scope": f"{m['scope']} (confined)"} if m.get("confined") else m for m in status["modules"]]
+    modules = [{**m, "scope": _scope(m)} for m in status["modules"]]
     if modules:
         print()
         table(
-            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "ERRORS", "CANCELLED", "P50 MS", "P99 MS"],
+            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "FAILED", "CANCELLED", "P50 MS", "P99 MS"],
             [
                 [
                     m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
-                    m["calls"], m["errors"], m.get("cancelled", 0), _ms(m["p50_ms"]), _ms(m["p99_ms"]),
+                    m["calls"], m["failedCalls"], m.get("cancelled", 0), _ms(m["p50Ms"]), _ms(m["p99Ms"]),
                 ]
                 for m in modules
             ],
@@ -371,10 +364,10 @@ def print_status(status: dict[str, Any]) -> None:
         for m in modules:
             if m["error"]:
                 print(f"\n{where(m['error'])}: {m['error']['message']}")
-            elif m.get("last_error"):
-                print(f"\n{m['path']}: last error: {_first_lines(m['last_error'])}")
-            if m.get("blocked_reason"):
-                print(f"\n{m['path']}: blocked: {m['blocked_reason']}")
+            elif m.get("lastError"):
+                print(f"\n{m['path']}: last error: {_first_lines(m['lastError'])}")
+            if m.get("blockedReason"):
+                print(f"\n{m['path']}: blocked: {m['blockedReason']}")
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
@@ -386,7 +379,7 @@ def print_status(status: dict[str, Any]) -> None:
     for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
         if name not in _CORE_KEYS:
             _print_section(name, value)
-    sources = status.get("config_sources") or {}
+    sources = status.get("configSources") or {}
     print()
     if sources:
         table(
@@ -400,19 +393,36 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
-    "projects", "modules", "skipped", "config", "config_sources", "config_file", "log", "reload", "sandbox", "http",
+    "projects", "modules", "skipped", "config", "configSources", "configFile", "log", "reload", "sandbox", "http",
+    *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
 })
+# Keys a section carries only as the old name of another (until 0.3): not printed twice.
+_OLD_NAMES = frozenset(old for renames in RENAMED.values() for old in renames)
 
 
 def _print_sandbox(status: dict[str, Any]) -> None:
-    """What this kernel lets ``trust --sandbox`` enforce, or why it cannot."""
+    """What this kernel lets ``trust --sandbox`` enforce, or why it cannot; how the built-ins run."""
     sandbox = status.get("sandbox")
     if not sandbox:
         return
+    builtins = (status.get("config") or {}).get("builtins", True)
     if sandbox["available"]:
         print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
+        if builtins:
+            print("          built-in tools: confined to the project they are called for (read-only)")
     else:
         print(f"sandbox   unavailable: {sandbox['reason']}")
+        if builtins:
+            print("          built-in tools: not confined (atomictoolsd's own code, one worker for every project)")
+
+
+def _scope(module: dict[str, Any]) -> str:
+    """A module's scope as the table shows it: where it runs confined, and a built-in's project."""
+    if not module.get("confined"):
+        return str(module["scope"])
+    if module.get("project"):
+        return f"{module['scope']} (confined to {module['project']})"
+    return f"{module['scope']} (confined)"
 
 
 def _print_reload(status: dict[str, Any]) -> None:
@@ -421,8 +431,8 @@ def _print_reload(status: dict[str, Any]) -> None:
     if not reload:
         return
     at = time.strftime("%H:%M:%S", time.localtime(reload["at"]))
-    if reload.get("config_error"):
-        print(f"config    NOT reloaded at {at}, the previous configuration stays in force: {reload['config_error']}")
+    if reload.get("configError"):
+        print(f"config    NOT reloaded at {at}, the previous configuration stays in force: {reload['configError']}")
     else:
         print(f"config    reloaded at {at}")
     for key, value in (reload.get("waiting") or {}).items():
@@ -433,21 +443,27 @@ def _print_reload(status: dict[str, Any]) -> None:
 def _print_section(name: str, value: Any) -> None:
     print()
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        headers = list(dict.fromkeys(k for item in value for k in item))
-        table([h.upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value])
+        headers = list(dict.fromkeys(k for item in value for k in item if k not in _OLD_NAMES))
+        table([_label(h).upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value])
     elif isinstance(value, list) and not value:
         print(f"{name}: none")
     elif isinstance(value, dict):
         # One setting or counter a line, lists one item a line: a person reads down, not across.
         print(name)
+        value = {_label(k): v for k, v in value.items() if k not in _OLD_NAMES}
         width = max((len(k) for k in value), default=0)
         for key, item in value.items():
             items = item if isinstance(item, list) and item else (["none"] if item == [] else [item])
             for index, one in enumerate(items):
-                label = key.replace("_", " ") if index == 0 else ""
+                label = key if index == 0 else ""
                 print(f"  {label.ljust(width)}  {_cell(one)}".rstrip())
     else:
         print(f"{name}: {json.dumps(value)}")
+
+
+def _label(key: str) -> str:
+    """``debounceMs`` → ``debounce ms``: a key as words."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r" \1", key).replace("_", " ").lower()
 
 
 def _cell(value: Any) -> str:
@@ -457,7 +473,7 @@ def _cell(value: Any) -> str:
 
 
 def _state(module: dict[str, Any]) -> str:
-    worker = module.get("worker_state")
+    worker = module.get("workerState")
     if module["state"] == "ready" and worker and worker != "ready":
         return f"ready/{worker}"
     return module["state"] if module["state"] != "ready" or worker else "ready/idle"

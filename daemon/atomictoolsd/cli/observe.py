@@ -90,17 +90,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     """Print every setting's effective value and where it came from; exit 2 on a bad configuration."""
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
-        ConfigError,
-        load_config,
-    )
+    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
 
     config_file = Paths.from_env().config_file
-    try:
-        config = load_config(config_file)
-    except ConfigError as exc:
-        print(f"atomictoolsd: bad configuration: {exc}", file=sys.stderr)
-        return 2
+    config = load_config(config_file)  # a bad one is a SetupError: cli.main prints it, exit 2
     items = config.describe()
     if args.json:
         print_json({"file": str(config_file), "exists": config_file.exists(), "settings": items})

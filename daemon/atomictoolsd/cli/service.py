@@ -26,18 +26,13 @@ def cmd_install(args: argparse.Namespace) -> int:
     """Write the unit files (or plist) for this installation, then enable and start them."""
     from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
         Config,
-        ConfigError,
         env_name,
         load_config,
     )
     from atomictoolsd.service.install import install  # lazy: only this command pays for it (start-up cost)
 
     the_plan, paths = _plan(args)
-    try:  # a service that cannot start is worse than no service: say it now
-        load_config(paths.config_file)
-    except ConfigError as exc:
-        print(f"atomictoolsd: bad configuration: {exc}", file=sys.stderr)
-        return 2
+    load_config(paths.config_file)  # a service that cannot start is worse than none: a SetupError says it now
     settings = [env_name(f.name) for f in Config.settings() if env_name(f.name) in os.environ]
     if settings and not args.dry_run:
         print(f"note: {', '.join(settings)} set in this shell will not reach the service; "

@@ -14,7 +14,7 @@ __all__ = ["parse_call_arguments", "register"]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """List the tools visible from a directory, with their source; errors of modules that failed."""
+    """List the tools visible from a directory, with their scope; errors of modules that failed."""
     from atomictools._errors import ConnectError
 
     try:
@@ -33,17 +33,17 @@ def cmd_list(args: argparse.Namespace) -> int:
             out["shadowed"] = listing["shadowed"]
         print_json(out)
         return 0
-    rows = [[t["name"], _source(t), _first_line(t.get("description", ""))] for t in listing["tools"]]
+    rows = [[t["name"], _scope(t), _first_line(t.get("description", ""))] for t in listing["tools"]]
     if args.all:
         rows += [
-            [t["name"], f"{t['source']} (shadowed by {t['shadowedBy']['source']})", _first_line(t.get("description", ""))]
+            [t["name"], f"{t['scope']} (shadowed by {t['shadowedBy']['scope']})", _first_line(t.get("description", ""))]
             for t in listing["shadowed"]
         ]
     if rows:
-        table(["NAME", "SOURCE", "DESCRIPTION"], rows)
+        table(["NAME", "SCOPE", "DESCRIPTION"], rows)
     else:
         print(f"no tools (write one in {os.path.join(listing['root'] or '~', '.atomic', 'tools')}/)")
-    counts = ", ".join(f"{n} {source}" for source, n in sorted(listing["counts"].items()))
+    counts = ", ".join(f"{n} {scope}" for scope, n in sorted(listing["counts"].items()))
     if counts:
         print(f"\n{len(listing['tools'])} tools: {counts}")
     if listing["errors"]:
@@ -67,7 +67,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"to run them with all your rights instead, run: {blocked[0]['command']}")
         elif not reason:
             print(f"to load them confined (no network, nothing outside the project), run: {blocked[0]['command']}")
-            print(f"or, to load them with all your rights: {blocked[0]['full_command']}")
+            print(f"or, to load them with all your rights: {blocked[0]['fullCommand']}")
             _why_untrusted(blocked[0]["root"])
     return 0
 
@@ -84,9 +84,9 @@ def _why_untrusted(root: str) -> None:
         print(f"({replaced_message(root)})")
 
 
-def _source(tool: dict[str, Any]) -> str:
+def _scope(tool: dict[str, Any]) -> str:
     marks = (["json"] if tool.get("kind") == "declarative" else []) + (["confined"] if tool.get("confined") else [])
-    return f"{tool['source']} ({', '.join(marks)})" if marks else tool["source"]
+    return f"{tool['scope']} ({', '.join(marks)})" if marks else tool["scope"]
 
 
 def _first_line(text: str, width: int = 72) -> str:

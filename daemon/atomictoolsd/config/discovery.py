@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 __all__ = [
     "MODULE_KINDS",
     "ModuleFile",
+    "Repository",
+    "RepositoryRefused",
     "Skipped",
     "escape_path",
     "escape_strings",
@@ -28,8 +30,11 @@ __all__ = [
     "global_tools_dir",
     "list_module_files",
     "local_tools_dir",
+    "locate_repository",
     "project_root",
+    "regular_file",
     "scan_tools_dir",
+    "within",
 ]
 
 # File suffix → module kind (the worker loader that serves it).
@@ -269,3 +274,113 @@ def list_module_files(tools_dir: Path) -> list[ModuleFile]:
     """The tool modules in a tools directory, sorted by file name (``scan_tools_dir`` without the
     skipped entries)."""
     return scan_tools_dir(tools_dir)[0]
+
+
+# -- the repository a project is in -----------------------------------------------------------------
+
+
+class RepositoryRefused(Exception):
+    """A repository's ``.git`` (or a file git reads there) leads where nothing may be read."""
+
+
+class Repository(NamedTuple):
+    """A repository the built-ins may read: its work tree, its git dir, and its common dir (the
+    main repository's git dir for a linked worktree; the git dir itself otherwise)."""
+
+    worktree: Path
+    git_dir: Path
+    common_dir: Path
+
+    def holds(self, path: Path) -> bool:
+        return any(within(path, area) for area in (self.worktree, self.git_dir, self.common_dir))
+
+
+def within(path: Path, area: Path) -> bool:
+    return path == area or area in path.parents
+
+
+def regular_file(path: Path, what: str, limit: int | None = None) -> bool:
+    """Whether ``path`` is a regular file (False when absent); refused when it is anything else
+    (a FIFO or a device blocks or never ends) or larger than ``limit``."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise RepositoryRefused(f"Refused: {what} {path} cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise RepositoryRefused(f"Refused: {what} {path} is not a regular file (a FIFO or a device would make git hang)")
+    if limit is not None and info.st_size > limit:
+        raise RepositoryRefused(f"Refused: {what} {path} is {info.st_size} bytes, more than the {limit} the built-ins read")
+    return True
+
+
+def _read_small(path: Path, what: str) -> str:
+    regular_file(path, what, 4096)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096).decode("utf-8", "surrogateescape")
+    finally:
+        os.close(fd)
+
+
+def _linked_dir(top: Path, dot_git: Path) -> Path:
+    """The git dir a ``.git`` file names, when it is one git made for this work tree: a linked
+    worktree's (it names this ``.git`` back) or a submodule's (in an enclosing repository's
+    ``.git/modules``). Anything else is refused: a ``.git`` file that came with a download can
+    point at any repository of yours."""
+    text = _read_small(dot_git, "the .git file")
+    if not text.startswith("gitdir:"):
+        raise RepositoryRefused(f"Refused: {dot_git} is not a .git file git wrote (no 'gitdir:' line)")
+    target = Path(text[len("gitdir:"):].strip())
+    git_dir = (top / target).resolve() if not target.is_absolute() else target.resolve()
+    if within(git_dir, top):
+        return git_dir
+    back = git_dir / "gitdir"
+    if regular_file(back, "the worktree's gitdir file") and Path(_read_small(back, "the gitdir file").strip()).resolve() == dot_git.resolve():
+        return git_dir
+    for enclosing in top.parents:
+        modules = enclosing / ".git" / "modules"
+        if (enclosing / ".git").is_dir() and within(git_dir, modules.resolve()):
+            return git_dir
+    raise RepositoryRefused(
+        f"Refused: {dot_git} points git at {git_dir}, outside the project, and that is neither a "
+        f"worktree nor a submodule of this one; the built-ins read nothing outside the project"
+    )
+
+
+def locate_repository(root: Path) -> Repository | None:
+    """The repository of the project at ``root`` (None when there is none), found without running
+    git: a ``.git`` symlink only within the work tree, a ``.git`` file only to a worktree or
+    submodule git made for it, a ``commondir`` only to the repository this is a worktree of.
+
+    The built-ins run git on it, and the daemon lets their confined workers read it: what a
+    repository says here can lead to no other directory.
+    """
+    top = git_worktree_root(root)
+    if top is None:
+        return None
+    dot_git = top / ".git"
+    info = os.lstat(dot_git)
+    if stat.S_ISLNK(info.st_mode):
+        git_dir = dot_git.resolve()
+        if not within(git_dir, top):
+            raise RepositoryRefused(f"Refused: {dot_git} is a symlink to {git_dir}, outside the project")
+        info = os.stat(git_dir)
+    else:
+        git_dir = dot_git
+    if stat.S_ISREG(info.st_mode):
+        git_dir = _linked_dir(top, dot_git)
+    elif not stat.S_ISDIR(info.st_mode):
+        raise RepositoryRefused(f"Refused: {dot_git} is neither a directory nor a .git file")
+    if not git_dir.is_dir():
+        raise RepositoryRefused(f"{dot_git} names {git_dir}, which is not a directory: is the repository broken?")
+    common_dir = git_dir
+    if regular_file(git_dir / "commondir", "the commondir file"):
+        named = Path(_read_small(git_dir / "commondir", "the commondir file").strip())
+        common_dir = (git_dir / named).resolve()
+        if not within(common_dir, top) and (common_dir / "worktrees" / git_dir.name).resolve() != git_dir.resolve():
+            raise RepositoryRefused(
+                f"Refused: {git_dir}/commondir points git at {common_dir}, a repository this one is not a worktree of"
+            )
+    return Repository(top.resolve(), git_dir.resolve(), common_dir.resolve())

@@ -15,6 +15,7 @@ from pathlib import Path
 import platformdirs
 
 from atomictools._paths import APP_NAME, RuntimeDirError, runtime_dir, socket_path
+from atomictoolsd.config.errors import SetupError
 
 __all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path", "make_private", "make_private_dirs"]
 
@@ -22,7 +23,7 @@ __all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path", "make
 _SUN_PATH_MAX = 104 if sys.platform == "darwin" else 108
 
 
-class PathError(Exception):
+class PathError(SetupError):
     """A path the daemon needs is unusable; the message says how to fix it."""
 
 

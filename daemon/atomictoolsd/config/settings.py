@@ -16,13 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.levels import DAEMON_LOG_LEVELS
 
 __all__ = ["Config", "ConfigError", "load_config"]
 
 
-class ConfigError(Exception):
+class ConfigError(SetupError):
     """A configuration value is unusable; the message names the key and where it was set."""
+
+    what = "bad configuration"
+    exit_code = 2
 
 
 def _setting(default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = ()) -> Any:

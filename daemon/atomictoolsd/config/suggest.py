@@ -86,5 +86,5 @@ def unknown_tool(
             message += f"; this project's own tools are blocked: {blocked[0]['reason']}"
         else:
             message += (f"; this project's own tools are blocked until you trust it, confined: {blocked[0]['command']} "
-                        f"(or with all your rights: {blocked[0]['full_command']})")
+                        f"(or with all your rights: {blocked[0]['fullCommand']})")
     return message, data

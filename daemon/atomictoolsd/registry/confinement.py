@@ -7,6 +7,10 @@ configuration: both the user's, never a repository's) and what the kernel can en
 (``workers/runtime/sandbox.support``). A project trusted with ``--sandbox`` on a machine that cannot confine
 it is blocked with the reason: nothing here ever hands a worker less confinement than was chosen.
 
+The built-in tools are judged per project (each project has its own built-in tools dir where the
+sandbox is available, ``Registry.project``): confined to read that project and its repository, and
+to write nothing; where the sandbox is unavailable they run unconfined, as the product's own code.
+
 It never applies a confinement (the worker does, ``workers/runtime/sandbox.confine``) and never writes trust.
 """
 
@@ -16,12 +20,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
+
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
     from atomictoolsd.registry.model import Judgement, ToolsDir
     from atomictoolsd.registry.trust import TrustStore
 
-__all__ = ["judge", "policy"]
+__all__ = ["TRUSTED_ENV", "builtin_policy", "git_config_identity", "git_config_paths", "judge", "policy"]
+
+# How a confined built-in worker learns whether its project is trusted (``workspace-info`` says so):
+# it cannot read the trust store, which names every other project.
+TRUSTED_ENV = "ATOMICTOOLS_PROJECT_TRUSTED"
 
 _FULL: Judgement = (True, None, None)
 
@@ -53,7 +63,14 @@ def policy(read: list[str], write: list[str], allow: dict[str, Any], config: Con
 def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) -> Judgement:
     """``(loads, policy or None, why blocked or None)`` for ``tools_dir`` now."""
     if tools_dir.scope == "builtin":
-        return _FULL
+        from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a dir is to be confined
+
+        if not sandbox.support()["available"] or not _utf8(str(tools_dir.cwd)):
+            # The product's own code: it runs as before rather than not at all (a project whose
+            # path is not UTF-8 cannot reach the fork server: the shared workers serve it).
+            return _FULL
+        trusted = config.trust_all or store.is_trusted(tools_dir.cwd)
+        return (True, builtin_policy(tools_dir.cwd, home, trusted), None)
     if tools_dir.scope == "global":
         if not config.sandbox_global:
             return _FULL
@@ -76,3 +93,61 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
     if not support["available"]:
         return (False, None, f"{what}, but {support['reason']}: its tools do not run unconfined")
     return (True, policy(read, write, allow, config, home), None)
+
+
+def builtin_policy(root: Path, home: Path, trusted: bool) -> dict[str, Any]:
+    """What the built-in tools of the project at ``root`` may do: read the project and what git needs
+    of its repository and of your git configuration; write nothing (their temporary dir aside).
+
+    The repository is located as the built-ins locate it (``locate_repository``): a ``.git`` file or
+    ``commondir`` that leads anywhere else is refused there, so a repository cannot widen this.
+    """
+    root = Path(os.path.realpath(root))
+    read = [str(root)]
+    try:
+        repository = locate_repository(root)
+    except (RepositoryRefused, OSError):
+        repository = None  # the built-ins refuse it too, with the reason
+    if repository is not None:
+        read += [str(repository.git_dir), str(repository.common_dir)]
+        # A project inside a larger repository: git reads the ignore and attribute files on the way
+        # down to it, not the rest of the work tree.
+        for directory in (repository.worktree, *[p for p in root.parents if repository.worktree in p.parents]):
+            read += [str(directory / name) for name in (".gitignore", ".gitattributes")]
+    git_config = git_config_paths(home)
+    return {
+        # A path that is not UTF-8 cannot reach the fork server: left out (git goes without it).
+        "read": sorted({os.path.realpath(p) for p in (*read, *git_config) if _utf8(p)}), "write": [], "net": False,
+        "env": {TRUSTED_ENV: "1" if trusted else "0"},
+        "git_config": git_config_identity(git_config),
+    }
+
+
+def git_config_paths(home: Path) -> list[str]:
+    """Where git reads your configuration (and your ignore and attribute files)."""
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    paths = [str(home / ".gitconfig"), str(xdg / "git")]
+    return paths + [os.environ[name] for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM") if os.environ.get(name)]
+
+
+def git_config_identity(paths: list[str]) -> list[list[int] | None]:
+    """Which files ``paths`` are now (None: none there). A Landlock rule binds the file there when
+    the worker started: ``git config --global`` writes a new ~/.gitconfig, which the worker could not
+    read, so a built-in worker whose identity differs is replaced (``Registry._builtin_stale``)."""
+    identity: list[list[int] | None] = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except OSError:
+            identity.append(None)
+        else:
+            identity.append([info.st_dev, info.st_ino])
+    return identity
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

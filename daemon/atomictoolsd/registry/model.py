@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from atomictools._protocol import WRITTEN_SCHEMA
+from atomictools._protocol import WRITTEN_SCHEMA, with_old_names
 from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
 from atomictoolsd.registry.trust import trust_command
 from atomictoolsd.workers.pool import ModuleRunner
@@ -76,10 +76,11 @@ class ToolDef:
 
     def listing(self) -> dict[str, Any]:
         """The definition plus where it comes from, for ``atomictoolsd list --json``."""
-        return {
-            **self.definition, "source": self.module.scope, "kind": self.module.kind, "path": self.module.path,
+        listed = {
+            **self.definition, "scope": self.module.scope, "kind": self.module.kind, "path": self.module.path,
             "confined": self.module.tools_dir.sandbox is not None,
         }
+        return with_old_names(listed, "atomic/list tools[] and shadowed[], shadowedBy")
 
 
 class Module:
@@ -107,7 +108,7 @@ class Module:
         self.definitions: list[dict[str, Any]] = []  # as the worker reported them (for the cache)
         self.worker_problems: list[dict[str, Any]] = []  # the tools the worker reported skipping
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers it imported
-        self.source = ""  # where its definitions came from: "worker" or "cache"
+        self.definitions_from = ""  # "worker" (loaded in this daemon's life) or "cache" (the definition cache)
         # It failed for a reason outside the module (no worker could start, its worker died while
         # loading): never cached, and the next scan tries again.
         self.transient = False
@@ -143,20 +144,23 @@ class Module:
         ]
 
     def info(self) -> dict[str, Any]:
-        return {
+        info = {
             "path": self.path,
             "scope": self.scope,
             "state": self.state,
             "tools": sorted(self.tools),
-            "load_ms": round(self.load_ms, 2) if self.load_ms is not None else None,
-            "source": self.source,
+            "loadMs": round(self.load_ms, 2) if self.load_ms is not None else None,
+            "definitionsFrom": self.definitions_from,
             # Whether its workers run confined (``trust --sandbox``), and why it is blocked if it is.
             "confined": self.state != "blocked" and self.tools_dir.sandbox is not None,
-            **({"blocked_reason": self.tools_dir.blocked_reason} if self.state == "blocked" and self.tools_dir.blocked_reason else {}),
+            # A built-in module runs per project where it is confined: which one this row serves.
+            **({"project": str(self.tools_dir.cwd)} if self.scope == "builtin" and self.tools_dir.sandbox else {}),
+            **({"blockedReason": self.tools_dir.blocked_reason} if self.state == "blocked" and self.tools_dir.blocked_reason else {}),
             "error": self.error_entry() if self.error else None,
             "problems": self.error_entries() if self.error is None else [],
             **self.runner.info(),
         }
+        return with_old_names(info, "atomic/status modules[]")
 
 
 class ToolsDir:
@@ -204,7 +208,8 @@ class ToolsDir:
                 entry = {"file": path, "scope": self.scope, "root": str(self.cwd)}
                 if self.blocked_reason is None:
                     # The confined trust first: the safer of the two an agent may relay.
-                    entry.update(command=trust_command(self.cwd, sandbox=True), full_command=trust_command(self.cwd))
+                    entry.update(command=trust_command(self.cwd, sandbox=True), fullCommand=trust_command(self.cwd))
+                    with_old_names(entry, "blocked[] of atomic/attach, atomic/list, atomic/reload")
                 elif self.scope == "local":
                     entry.update(reason=self.blocked_reason, command=trust_command(self.cwd))
                 else:
@@ -222,6 +227,11 @@ class ToolsDir:
                 tools[name] = tool
         self._catalog = (self.version, tools, errors, blocked)
         return tools, errors, blocked
+
+    @property
+    def key(self) -> tuple[Path, Path]:
+        """What tells it from every other dir: its path, and for a built-in dir the project it serves."""
+        return (self.path, self.cwd)
 
     def info(self) -> dict[str, Any]:
         return {"path": str(self.path), "scope": self.scope, "modules": len(self.modules)}

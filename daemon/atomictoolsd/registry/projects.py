@@ -60,6 +60,7 @@ from atomictoolsd.config.discovery import (
     scan_tools_dir,
 )
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
+from atomictoolsd.registry.confinement import git_config_identity, git_config_paths
 from atomictoolsd.registry.model import (
     Change,
     DirListener,
@@ -102,9 +103,9 @@ def _reads(outcome: LoadOutcome) -> tuple[list[int] | None, list[list[Any]]]:
     """What a load's worker read: ``[size, crc32]`` of the module file, ``[path, size, crc32]`` of each helper."""
     match outcome:
         case Loaded(worker=worker):
-            return worker.source, worker.helpers
+            return worker.fingerprint, worker.helpers
         case NotLoaded(failure=failure):
-            return failure.info.get("source"), failure.info.get("helpers") or []
+            return failure.info.get("fingerprint"), failure.info.get("helpers") or []
         case _:
             return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
 
@@ -118,10 +119,10 @@ def _same_bytes(path: str, read: list[int]) -> bool:
     return read == [len(data), zlib.crc32(data)]
 
 
-def read_whole(path: str, source: list[int] | None, helpers: list[list[Any]]) -> bool:
-    """Whether the bytes a worker loaded from module ``path`` (``source``: None if it read none, when
-    the file did not matter) and from its ``helpers`` are the bytes on disk now."""
-    if source is not None and not _same_bytes(path, source):
+def read_whole(path: str, fingerprint: list[int] | None, helpers: list[list[Any]]) -> bool:
+    """Whether the bytes a worker loaded from module ``path`` (``fingerprint``: None if it read none,
+    when the file did not matter) and from its ``helpers`` are the bytes on disk now."""
+    if fingerprint is not None and not _same_bytes(path, fingerprint):
         return False
     return all(_same_bytes(helper, [size, crc]) for helper, size, crc in helpers)
 
@@ -197,9 +198,10 @@ class Registry:
         self.global_dir = ToolsDir(global_tools_dir(home), "global", home)
         self._judge(self.global_dir)
         self.builtin_dirs = list(builtin_dirs)
-        self.dirs: dict[Path, ToolsDir] = {self.global_dir.path: self.global_dir}
+        # By (path, cwd): a project's own built-in dir has the shared one's path (``_builtins``).
+        self.dirs: dict[tuple[Path, Path], ToolsDir] = {self.global_dir.key: self.global_dir}
         for tools_dir in self.builtin_dirs:
-            self.dirs[tools_dir.path] = tools_dir
+            self.dirs[tools_dir.key] = tools_dir
         self.projects: dict[Path, Project] = {}
         self.base = Project(None, [self.global_dir, *self.builtin_dirs])
         self._listeners: list[Listener] = []
@@ -237,11 +239,11 @@ class Registry:
         project = self.projects.get(root)
         if project is None:
             local_path = local_tools_dir(root)
-            dirs = [self.global_dir, *self.builtin_dirs]
+            dirs = [self.global_dir, *self._builtins(root)]
             if local_path != self.global_dir.path:
-                local = self.dirs.get(local_path)
+                local = self.dirs.get((local_path, root))
                 if local is None:
-                    local = self.dirs[local_path] = ToolsDir(local_path, "local", root)
+                    local = self.dirs[(local_path, root)] = ToolsDir(local_path, "local", root)
                     self._judge(local)
                 dirs.insert(0, local)
             project = self.projects[root] = Project(root, dirs)
@@ -250,6 +252,23 @@ class Registry:
         for tools_dir in project.dirs:
             self.ensure_scanned(tools_dir)
         return project
+
+    def _builtins(self, root: Path) -> list[ToolsDir]:
+        """The built-in dirs the project at ``root`` sees: a dir of its own for each, whose workers
+        run confined to the project, where the judge confines them; else the shared ones (one worker
+        per module serves every project, as where the sandbox is unavailable)."""
+        dirs = []
+        for shared in self.builtin_dirs:
+            own = self.dirs.get((shared.path, root))
+            if own is None:
+                own = ToolsDir(shared.path, "builtin", root)
+                self._judge(own)
+                if own.sandbox is None:
+                    dirs.append(shared)
+                    continue
+                self.dirs[own.key] = own
+            dirs.append(own)
+        return dirs
 
     def ensure_scanned(self, tools_dir: ToolsDir) -> None:
         """Start the first scan of ``tools_dir`` unless one has started; ``tools_dir.scanned`` tells
@@ -310,13 +329,15 @@ class Registry:
     async def forget(self, project: Project) -> bool:
         """Drop an unheld project: its entry, and its own tools dir with that dir's modules, cached
         definitions in memory and workers (they finish the calls they are running, then exit).
-        The global and built-in dirs stay. Returns False when it is held (again) or already gone."""
+        The global dir and the shared built-in dirs stay; the project's own built-in dirs go with
+        their workers. Returns False when it is held (again) or already gone."""
         root = project.root
         if root is None:  # the base project: always in use
             return False
         own = [
             d for d in project.dirs
-            if d.scope == "local" and not any(p is not project and p.sees(d) for p in self.projects.values())
+            if d.scope != "global" and d not in self.builtin_dirs
+            and not any(p is not project and p.sees(d) for p in (self.base, *self.projects.values()))
         ]
         for tools_dir in own:
             await tools_dir.lock.acquire()  # no scan of it is half done when it goes
@@ -326,15 +347,15 @@ class Registry:
             del self.projects[root]
             for tools_dir in own:
                 tools_dir.retired = True
-                if self.dirs.get(tools_dir.path) is tools_dir:
-                    del self.dirs[tools_dir.path]
+                if self.dirs.get(tools_dir.key) is tools_dir:
+                    del self.dirs[tools_dir.key]
                 for path in list(tools_dir.modules):
-                    self.pool.discard(path)
+                    self.pool.discard(path, str(tools_dir.cwd))
                 tools_dir.modules.clear()
                 for late in tools_dir.loading.values():
                     _settle(late)  # its finisher sees the dir retired and stops what it loaded
                 tools_dir.loading.clear()
-                if self.cache is not None:
+                if self.cache is not None and tools_dir.scope == "local":  # a built-in's entry is shared
                     self.cache.forget(tools_dir.path)
                 self._tell_dir_listeners(tools_dir, False)
         finally:
@@ -572,6 +593,9 @@ class Registry:
                 runner.verify = lambda worker, m=module: self._read_whole(m, worker)
                 if tools_dir.scope == "local":
                     runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
+                elif tools_dir.scope == "builtin":
+                    runner.stale = lambda d=tools_dir, r=runner: self._builtin_stale(d, r)
+                    runner.admit = lambda d=tools_dir, r=runner: self._builtin_admit(d, r)
                 if isinstance(outcome, Late):
                     module.state = "loading"
             elif isinstance(outcome, NoWorker) and module.state != "loading":
@@ -596,19 +620,19 @@ class Registry:
                         self._fail(module, {**entry.error, "deps": entry.deps})
                     else:
                         self._install(module, None, entry.definitions, entry.load_ms or 0.0, entry.deps, entry.problems)
-                    module.source = "cache"
+                    module.definitions_from = "cache"
                 case NoWorker(error=error):  # a module seen for the first time
                     loaded = True
-                    module.source = "worker"
+                    module.definitions_from = "worker"
                     self._fail(module, {"file": module.path, "line": None, "traceback": "",
                                         "message": f"no worker could be started to load it ({error})"}, transient=True)
                 case NotLoaded(failure=failure):
                     loaded = True
-                    module.source = "worker"
+                    module.definitions_from = "worker"
                     self._fail(module, failure.info, transient=not failure.by_module)
                 case Loaded(worker=worker, definitions=definitions, load_ms=load_ms):
                     loaded = True
-                    module.source = "worker"
+                    module.definitions_from = "worker"
                     self._install(module, worker, definitions, load_ms, worker.deps, worker.problems)
             if module.error is not None or module.problems:
                 failures.append(module)
@@ -617,7 +641,7 @@ class Registry:
             late = tools_dir.loading.pop(path, None)
             if late is not None:
                 settled.append(late)
-            self.pool.discard(path)
+            self.pool.discard(path, str(tools_dir.cwd))
             log.info("removed %s", path, extra={"event": "module.removed", "data": {"path": path, "scope": tools_dir.scope}})
         if tools_dir.scanned is None:
             tools_dir.scanned = asyncio.get_running_loop().create_future()
@@ -745,14 +769,14 @@ class Registry:
     async def _read_whole(self, module: Module, worker: Worker) -> bool:
         """Whether a worker started for a call read the module and its helpers whole (see ``_reload_torn``)."""
         await settle_helpers(helper[0] for helper in worker.helpers)
-        return read_whole(module.path, worker.source, worker.helpers)
+        return read_whole(module.path, worker.fingerprint, worker.helpers)
 
     def _lazy_load_failed(self, module: Module, failure: LoadFailure) -> None:
         """A worker started for a call could not load a module that had loaded before."""
         if module.tools_dir.modules.get(module.path) is not module:
             return
         self._fail(module, failure.info, transient=not failure.by_module)
-        module.source = "worker"
+        module.definitions_from = "worker"
         self._save_cache(module.tools_dir)
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module]))
@@ -768,7 +792,7 @@ class Registry:
         log.info("%s now defines other tools than listed: updating", module.path)
         self._set_tools(module, definitions, worker.problems)
         module.deps = deps
-        module.source = "worker"
+        module.definitions_from = "worker"
         self._save_cache(module.tools_dir)
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module] if module.problems else []))
@@ -839,6 +863,24 @@ class Registry:
                 return tools_dir.blocked_reason or "its project is not trusted (now)"
         runner.spec.sandbox = tools_dir.sandbox
         return None
+
+    def _builtin_stale(self, tools_dir: ToolsDir, runner: ModuleRunner) -> bool:
+        """Whether a confined built-in's worker was made for other git configuration files than
+        yours now (``confinement.git_config_identity``); if so, its next worker is made for these."""
+        made_for = runner.spec.sandbox
+        if made_for is None or "git_config" not in made_for:
+            return False
+        now = git_config_identity(git_config_paths(self.home))
+        if now == made_for["git_config"]:
+            return False
+        if tools_dir.sandbox is None or now != tools_dir.sandbox.get("git_config"):
+            self._judge(tools_dir)
+        runner.spec.sandbox = tools_dir.sandbox
+        return True
+
+    def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> None:
+        """Asked before a built-in's worker starts: it is made for your git configuration as it is."""
+        self._builtin_stale(tools_dir, runner)
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed."""

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from atomictools._protocol import with_old_names
 from atomictoolsd import __version__
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.config.settings import Config
@@ -387,7 +388,7 @@ class Server:
 
     def status(self) -> dict[str, Any]:
         registry = self.registry.info()
-        return {
+        status = {
             "pid": os.getpid(),
             "version": __version__,
             "python": sys.executable,
@@ -401,12 +402,26 @@ class Server:
             "modules": _with_rss(registry["modules"]),
             "skipped": registry["skipped"],
             "config": {item["key"]: item["value"] for item in self.config.describe()},
-            "config_sources": dict(self.config.sources),
-            "config_file": str(self.paths.config_file),
+            "configSources": dict(self.config.sources),
+            "configFile": str(self.paths.config_file),
             "log": {"file": str(events.path) if events.path else None, "level": self.config.log_level,
                     "written": events.written, "dropped": events.dropped},
             **{name: section() for name, section in self.status_sections.items()},
         }
+        return _with_old_names(status)
+
+
+def _with_old_names(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with the pre-0.2 names of its renamed keys beside the new ones, until 0.3."""
+    with_old_names(status, "atomic/status")
+    for name in ("watcher", "monitor", "service", "reload"):
+        if isinstance(status.get(name), dict):
+            status[name] = with_old_names(dict(status[name]), f"atomic/status {name}")
+    if isinstance(status.get("http"), dict):
+        status["http"] = with_old_names(dict(status["http"]), "atomic/status http, atomic/http/rotate")
+    for bridge in status.get("bridges") or []:
+        with_old_names(bridge, "atomic/status bridges[]")
+    return status
 
 
 def _with_rss(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:

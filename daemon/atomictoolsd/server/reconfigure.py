@@ -76,8 +76,8 @@ async def reload(server: Reconfigurable) -> dict[str, Any]:
         "changed": changed,
         "modules": len(modules),
         "tools": sum(len(m.tools) for m in modules),
-        "errors": sum(1 for m in modules if m.error is not None),
-        "config_error": error or None,
+        "failed": sum(1 for m in modules if m.error is not None),  # modules; "errors" are load-error entries
+        "configError": error or None,
     }
     log.info(
         "reloaded on SIGHUP in %.1f ms: %d tools in %d modules%s%s", result["ms"], result["tools"], result["modules"],
@@ -99,7 +99,7 @@ def _report_in_status(server: Reconfigurable, error: str, loaded: Config | None)
             key: getattr(loaded, key) for key in sorted(RESTART_SETTINGS)
             if getattr(loaded, key) != getattr(server.config, key)
         }
-    section = {"at": time.time(), "config_error": error or None, "waiting": waiting}
+    section = {"at": time.time(), "configError": error or None, "waiting": waiting}
     server.status_sections["reload"] = lambda: section
 
 

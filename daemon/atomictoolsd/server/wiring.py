@@ -28,7 +28,6 @@ from atomictoolsd.server.lifecycle import Server
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
-from atomictoolsd.transports.http import HttpTransport
 from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 
@@ -80,6 +79,8 @@ def build_server(
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:
+        from atomictoolsd.transports.http import HttpTransport  # lazy: start-up and memory with HTTP off
+
         http = HttpTransport(config.http)
         server.components.append(http)
         server.status_sections["http"] = http.info

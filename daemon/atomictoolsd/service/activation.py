@@ -18,6 +18,7 @@ import socket
 import sys
 from collections.abc import Callable
 
+from atomictoolsd.config.errors import SetupError
 from atomictoolsd.service.manager import ServiceContext
 
 __all__ = [
@@ -36,7 +37,7 @@ SYSTEMD_FD_NAME = "atomictoolsd"  # FileDescriptorName= in atomictoolsd.socket
 LAUNCHD_SOCKET_NAME = "Listeners"  # the key under Sockets in the plist
 
 
-class ActivationError(Exception):
+class ActivationError(SetupError):
     """The service manager passed something the daemon cannot serve on; the message says what."""
 
 

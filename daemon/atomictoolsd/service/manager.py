@@ -47,7 +47,7 @@ class ServiceContext:
             "manager": self.manager,
             "unit": self.unit,
             "notify": self.notify_socket is not None,
-            "watchdog_sec": self.watchdog_usec / 1e6 if self.watchdog_usec else None,
+            "watchdogSec": self.watchdog_usec / 1e6 if self.watchdog_usec else None,
         }
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from atomictoolsd.sessions.revisions import older_form
+
 if TYPE_CHECKING:
     from atomictoolsd.sessions.revisions import Revision
     from atomictoolsd.workers.worker import Call
@@ -53,6 +55,7 @@ class AskingHost(Protocol):
     agent: str
     revision: Revision | None  # None: the client never said (no initialize)
     client_capabilities: dict[str, Any]
+    call_capabilities: dict[bytes, dict[str, Any]]  # 2026-07-28: each call's, from its request's _meta
 
     calls: dict[bytes, Any]
 
@@ -72,8 +75,8 @@ class Asking:
         self.session = session
         self.waiting: dict[bytes, tuple[Call, int, str]] = {}
 
-    def refusal(self, method: str) -> str | None:
-        """Why this client cannot be sent ``method``, or None when it can."""
+    def refusal(self, method: str, call: Call | None = None) -> str | None:
+        """Why the client that made ``call`` cannot be sent ``method``, or None when it can."""
         session = self.session
         who = f"the client ({session.agent})" if session.agent else "the client"
         capability = CAPABILITY[method]
@@ -88,7 +91,10 @@ class Asking:
                 f"{who} cannot {_WHAT[method]}: its MCP revision {revision.version} has no {method}; "
                 f"go on without the answer"
             )
-        if capability not in session.client_capabilities:
+        declared = session.client_capabilities
+        if revision.stateless and call is not None:
+            declared = session.call_capabilities.get(call.request_id, declared)
+        if capability not in declared:
             return (
                 f"{who} cannot {_WHAT[method]}: it did not declare the '{capability}' capability when it "
                 f"connected; go on without the answer"
@@ -100,11 +106,19 @@ class Asking:
 
         The call's timeout stops while the client has the question, for at most ``wait`` seconds.
         """
-        why = self.refusal(method)
+        why = self.refusal(method, call)
+        session = self.session
+        if why is None and method == "elicitation/create" and session.revision is not None \
+                and not session.revision.elicitation_forms:
+            shaped = older_form(params)
+            if isinstance(shaped, str):
+                who = f"the client ({session.agent})" if session.agent else "the client"
+                why = f"{who} cannot be asked this: {shaped}; ask with single choices, or go on without the answer"
+            else:
+                params = shaped
         if why is not None:
             call.answer(ask_id, None, why)
             return
-        session = self.session
         if session.revision is not None and session.revision.stateless:
             self._park(call, ask_id, method, params, wait)
             return
@@ -120,6 +134,7 @@ class Asking:
         session = self.session
         if session.calls.get(call.request_id) is call:
             del session.calls[call.request_id]  # answered now: its id is free, a cancel of it is moot
+        session.call_capabilities.pop(call.request_id, None)  # the retry brings its own
         state = secrets.token_urlsafe(18)
         _parked[state] = (call, ask_id, method)
         call.hold(wait)
@@ -128,10 +143,11 @@ class Asking:
             + _encode(method) + b',"params":' + params + b'}},"requestState":' + _encode(state) + b"}"
         ))
 
-    def resume(self, id_json: bytes, name: str | None, state: str, responses: dict[str, Any] | None) -> str | None:
-        """The client's retry (request ``id_json`` calling ``name``) of a call it was answered
-        ``input_required``: the call now answers this request and its tool gets the response. The
-        reason it cannot be resumed, or None."""
+    def resume(self, id_json: bytes, name: str | None, state: str, responses: dict[str, Any] | None,
+               capabilities: dict[str, Any]) -> str | None:
+        """The client's retry (request ``id_json`` calling ``name``, declaring ``capabilities``) of a
+        call it was answered ``input_required``: the call now answers this request and its tool gets
+        the response. The reason it cannot be resumed, or None."""
         entry = _parked.get(state)
         if entry is None:
             return (
@@ -146,6 +162,7 @@ class Asking:
         call.owner = session  # the retry may come on another connection: the answer goes there
         call.request_id = id_json
         session.calls[id_json] = call
+        session.call_capabilities[id_json] = capabilities
         call.release()
         response = (responses or {}).get(_INPUT_KEY)
         if response is None:

@@ -15,7 +15,8 @@ the daemon that write what a client reads ask that value, never a revision strin
   ``serverInfo.title`` (2025-06-18);
 - ``asks``: what a tool may ask its client (``sampling/createMessage`` since 2024-11-05,
   ``elicitation/create`` since 2025-06-18), for ``sessions.asking``: as requests to the client, or
-  in the stateless revision, which takes none, as ``input_required`` results;
+  in the stateless revision, which takes none, as ``input_required`` results; ``elicitation_forms``:
+  the form fields of SEP-1034 (defaults) and SEP-1330 (titled and multi-select enums), 2025-11-25 on;
 - ``stateless``: 2026-07-28 (no handshake, ``_meta`` on each request, ``resultType`` on results,
   cache hints on lists, list changes only on a ``subscriptions/listen`` stream).
 
@@ -35,7 +36,7 @@ from atomictools._protocol import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VE
 
 __all__ = [
     "ALL", "BY_VERSION", "LATEST", "REMOVED", "REVISIONS", "STATELESS", "STATELESS_REVISION",
-    "ListenParams", "RequestMeta", "Revision", "missing_meta", "negotiate", "revision", "with_result_type",
+    "ListenParams", "RequestMeta", "Revision", "missing_meta", "negotiate", "older_form", "revision", "with_result_type",
 ]
 
 REVISIONS = SUPPORTED_PROTOCOL_VERSIONS  # through initialize, oldest first
@@ -61,6 +62,7 @@ _SINCE = {
     "serverInfo.title": "2025-06-18",
     "sampling/createMessage": "2024-11-05",
     "elicitation/create": "2025-06-18",
+    "elicitation forms": "2025-11-25",  # SEP-1034 defaults, SEP-1330 enum forms
 }
 _TOOL_FIELDS = ("annotations", "title", "outputSchema", "_meta", "icons", "execution")
 _BLOCKS = ("text", "image", "resource", "audio", "resource_link")
@@ -79,6 +81,7 @@ class Revision(msgspec.Struct, frozen=True):
     progress_message: bool
     server_title: bool
     asks: frozenset[str]
+    elicitation_forms: bool
 
 
 def _make(version: str) -> Revision:
@@ -97,6 +100,7 @@ def _make(version: str) -> Revision:
         progress_message=has("progress message"),
         server_title=has("serverInfo.title"),
         asks=frozenset(m for m in _ASKS if has(m)),
+        elicitation_forms=has("elicitation forms"),
     )
 
 
@@ -155,3 +159,26 @@ def with_result_type(result: bytes) -> bytes:
     if result.startswith(b"{") and b'"resultType"' not in result[:64]:
         return b'{"resultType":"complete"' + (b"," if result != b"{}" else b"") + result[1:]
     return result
+
+
+def older_form(params: bytes) -> bytes | str:
+    """``elicitation/create`` params for a client that predates SEP-1034 and SEP-1330 (2025-06-18):
+    defaults kept on booleans only, a titled single choice (``oneOf`` of ``const``/``title``) as
+    ``enum`` with ``enumNames``; or why the form cannot be asked (a multi-select has no older form)."""
+    value = msgspec.json.decode(params)
+    schema = value.get("requestedSchema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return params
+    for name, prop in properties.items():
+        if not isinstance(prop, dict):
+            continue
+        if prop.get("type") == "array":
+            return f"its form's field {name!r} is a multi-select, which MCP 2025-06-18 has no form for (SEP-1330 came in 2025-11-25)"
+        choices = prop.pop("oneOf", None) or prop.pop("anyOf", None)
+        if isinstance(choices, list) and all(isinstance(c, dict) and "const" in c for c in choices):
+            prop["enum"] = [c["const"] for c in choices]
+            prop["enumNames"] = [str(c.get("title", c["const"])) for c in choices]
+        if prop.get("type") != "boolean":
+            prop.pop("default", None)
+    return msgspec.json.encode(value)

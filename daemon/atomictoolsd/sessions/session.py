@@ -162,6 +162,9 @@ class Session(asyncio.Protocol):
         self.modern = False
         self.listens: dict[bytes, Any] = {}
         self.call_log_levels: dict[bytes, str] = {}  # 2026-07-28: the level each call asked for in _meta
+        # 2026-07-28: what each call's own request declared (_meta) it can be asked; over HTTP one session
+        # serves every stateless client of a URL, so the last request's capabilities are not the call's.
+        self.call_capabilities: dict[bytes, dict[str, Any]] = {}
         self.client_capabilities: dict[str, Any] = {}  # what the client declared at initialize
         self.asking = Asking(self)  # requests its tools sent this client (ctx.elicit, ctx.sample)
         self.initialized = False
@@ -492,6 +495,8 @@ class Session(asyncio.Protocol):
             call = self.calls.pop(_encode(params.requestId), None)
             if self.call_log_levels:
                 self.call_log_levels.pop(_encode(params.requestId), None)
+            if self.call_capabilities:
+                self.call_capabilities.pop(_encode(params.requestId), None)
             if call is not None:
                 call.cancel()
                 self.asking.call_ended(call)
@@ -663,7 +668,9 @@ class Session(asyncio.Protocol):
         if params.requestState is not UNSET:  # the retry of a call answered input_required
             name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
             responses = params.inputResponses if params.inputResponses is not UNSET else None
-            why = self.asking.resume(id_json, name, params.requestState, responses)
+            capabilities = params.meta.get(revisions.META_CAPABILITIES) if params.meta else None
+            why = self.asking.resume(id_json, name, params.requestState, responses,
+                                     capabilities if isinstance(capabilities, dict) else {})
             if why is not None:
                 raise ParamsError(why)
             return None
@@ -739,6 +746,8 @@ class Session(asyncio.Protocol):
                 level = meta.get(revisions.META_LOG_LEVEL)
                 if level in _LEVEL_RANK:
                     self.call_log_levels[id_json] = level
+                capabilities = meta.get(revisions.META_CAPABILITIES)
+                self.call_capabilities[id_json] = capabilities if isinstance(capabilities, dict) else {}
             message_id = meta.get("atomic/messageId")
             tool_use_id = meta.get("atomic/toolUseId") or meta.get("claudecode/toolUseId")
             if message_id or tool_use_id:
@@ -759,6 +768,8 @@ class Session(asyncio.Protocol):
             del self.calls[call.request_id]
         if self.call_log_levels:
             self.call_log_levels.pop(call.request_id, None)
+        if self.call_capabilities:
+            self.call_capabilities.pop(call.request_id, None)
         if self.asking.call_ended(call):
             self._close_if_done()
             return  # its request was answered input_required; the client did not come back
@@ -786,15 +797,15 @@ class Session(asyncio.Protocol):
         self.asking.ask(call, ask_id, method, params, limit if wait is None else min(wait, limit))
 
     async def on_atomic_list(self, id_json: bytes, raw: Any) -> None:
-        """Tools with their source and path, counts by source, errors; shadowed ones with ``all``."""
+        """Tools with their scope and path, counts by scope, errors; shadowed ones with ``all``."""
         params = decode_params(raw, AtomicListParams)
         await self.project.ready()
         view = self.project.view()
         tools = self.visible()
         counts: dict[str, int] = {}
-        for tool in tools:  # by source; tools of declarative files count apart, wherever they are
-            source = "declarative" if tool.module.kind == "declarative" else tool.module.scope
-            counts[source] = counts.get(source, 0) + 1
+        for tool in tools:  # by scope; tools of declarative files count apart, wherever they are
+            scope = "declarative" if tool.module.kind == "declarative" else tool.module.scope
+            counts[scope] = counts.get(scope, 0) + 1
         result: dict[str, Any] = {
             "root": str(self.project.root) if self.project.root else None,
             "trust": self.project.trust_level(),
@@ -806,7 +817,8 @@ class Session(asyncio.Protocol):
         }
         if params.all:
             result["shadowed"] = [
-                {**tool.listing(), "shadowedBy": {"source": winner.module.scope, "path": winner.module.path}}
+                {**tool.listing(), "shadowedBy": {"scope": winner.module.scope, "source": winner.module.scope,
+                                                  "path": winner.module.path}}
                 for tool, winner in view.shadowed
                 if self.allowed(tool.name)
             ]

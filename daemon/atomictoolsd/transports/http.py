@@ -47,9 +47,10 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
+from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
-from atomictoolsd.sessions.revisions import with_result_type
+from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION, with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
 from atomictoolsd.workers.periodic import Periodic
 
@@ -63,6 +64,7 @@ log = logging.getLogger("atomictoolsd.http")
 TOKEN_NAME = "http-token"
 ENDPOINT = "/mcp"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_WILDCARDS = frozenset({"0.0.0.0", "::", "*"})
 # A session nobody has used for this long, with no stream open, is ended (a client that vanished
 # without DELETE); its id then answers 404 and the client starts a new one, as the spec says.
 SESSION_IDLE = 1800.0
@@ -77,7 +79,7 @@ _encode = msgspec.json.encode
 _ids = itertools.count(1)
 
 
-class AddressError(ValueError):
+class AddressError(SetupError, ValueError):
     """The ``http`` setting names no usable address; the message says what to write."""
 
 
@@ -102,6 +104,13 @@ def parse_address(value: str) -> tuple[str, int]:
         raise AddressError(f"http address {value!r}: write PORT or HOST:PORT, e.g. 8765 or 127.0.0.1:8765") from None
     if not 0 <= port <= 65535 or not host:
         raise AddressError(f"http address {value!r}: the port must be 0-65535 (0: any free port) and the host not empty")
+    if host in _WILDCARDS:
+        # Every interface at once: no one name for the Host check to accept, so every request would
+        # be refused; and a user opening the port beyond loopback names the one address meant.
+        raise AddressError(
+            f"http address {value!r}: name one address of this machine (e.g. 192.168.1.5:8765), not every "
+            f"interface; a bare port serves loopback"
+        )
     return host, port
 
 
@@ -142,6 +151,7 @@ class _Envelope(msgspec.Struct):
 
 class _Name(msgspec.Struct):
     name: Any = None
+    meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
 
 
 class _Cancelled(msgspec.Struct):
@@ -477,7 +487,7 @@ class HttpTransport:
         return {
             "url": self.url() if self.port else None,
             "error": self.error or None,
-            "token_file": str(self.token_path) if self.token_path else None,
+            "tokenFile": str(self.token_path) if self.token_path else None,
             "sessions": len(self.sessions),
             "requests": self.requests,
             "refused": self.refused,
@@ -492,7 +502,8 @@ class HttpTransport:
             session.send_error(id_json, INVALID_REQUEST, "HTTP is not served by this daemon: nothing to rotate")
             return
         self._set_token(new_token(self.token_path))
-        session.send_result(id_json, _encode({"token_file": str(self.token_path)}))
+        token_file = str(self.token_path)  # "token_file": the name before 0.2 (docs/protocol.md#renamed)
+        session.send_result(id_json, _encode({"tokenFile": token_file, "token_file": token_file}))
 
     def _sweep(self) -> None:
         """Close idle connections; end the sessions nobody has used for ``SESSION_IDLE`` seconds
@@ -609,10 +620,14 @@ class HttpTransport:
             response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
             return
         version = headers.get(b"mcp-protocol-version")
+        modern = META_VERSION_BYTES in body and message.method is not UNSET
         if version is not None and version.decode("latin-1") not in REVISIONS:
-            response.send(*_refusal(400, INVALID_REQUEST, f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"))
+            text = f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"
+            error = {"code": UNSUPPORTED_VERSION, "message": text, "data": {"supported": list(REVISIONS), "requested": version.decode("latin-1")}} \
+                if modern else {"code": INVALID_REQUEST, "message": text}
+            response.send(400, _JSON_HEAD, _encode({"jsonrpc": "2.0", "id": None, "error": error}))
             return
-        mismatch = _header_mismatch(headers, message)
+        mismatch = _header_mismatch(headers, message, modern)
         if mismatch:
             response.send(*_refusal(400, HEADER_MISMATCH, mismatch))
             return
@@ -784,17 +799,31 @@ def _internal_id(exchanges: dict[bytes, Any]) -> bytes:
             return internal
 
 
-def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope) -> str:
-    """The 2026-07-28 routing headers must say what the body says (a proxy routes on them)."""
+def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bool) -> str:
+    """The 2026-07-28 routing headers must say what the body says (a proxy routes on them); a
+    request of that revision (``modern``: its ``_meta`` names it) must carry them: ``Mcp-Method``,
+    ``MCP-Protocol-Version`` equal to its ``_meta`` revision, and ``Mcp-Name`` on a ``tools/call``."""
     method_header = headers.get(b"mcp-method")
+    if method_header is None and modern:
+        return "Mcp-Method header missing: a 2026-07-28 request over HTTP names its method in it"
     if method_header is not None and message.method is not UNSET and method_header.decode("latin-1") != message.method:
         return f"Mcp-Method header {method_header.decode('latin-1')!r} does not match the body's method {message.method!r}"
     name_header = headers.get(b"mcp-name")
-    if name_header is not None and message.params is not UNSET:
+    if (name_header is not None or modern) and message.params is not UNSET:
         try:
-            name = msgspec.json.decode(message.params, type=_Name).name
+            params = msgspec.json.decode(message.params, type=_Name)
         except msgspec.MsgspecError:
-            name = None
-        if name_header.decode("latin-1") != name:
-            return f"Mcp-Name header {name_header.decode('latin-1')!r} does not match the body's name {name!r}"
+            params = _Name()
+        if name_header is None:
+            if message.method == "tools/call" and isinstance(params.name, str):
+                return "Mcp-Name header missing: a 2026-07-28 tools/call over HTTP names its tool in it"
+        elif name_header.decode("latin-1") != params.name:
+            return f"Mcp-Name header {name_header.decode('latin-1')!r} does not match the body's name {params.name!r}"
+        if modern:
+            asked = params.meta.get(META_VERSION)
+            version = headers.get(b"mcp-protocol-version")
+            if version is None:
+                return f"MCP-Protocol-Version header missing: a 2026-07-28 request over HTTP repeats its _meta revision ({asked!r}) in it"
+            if version.decode("latin-1") != asked:
+                return f"MCP-Protocol-Version header {version.decode('latin-1')!r} does not match the body's _meta revision {asked!r}"
     return ""

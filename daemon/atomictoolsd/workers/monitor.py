@@ -139,6 +139,6 @@ class WorkerMonitor:
 
     def info(self) -> dict[str, Any]:
         return {
-            "interval": self.interval, "killed_for_memory": self.killed, "reaped_idle": self.reaped,
-            "stopped_over_max_idle": self.capped,
+            "interval": self.interval, "killedForMemory": self.killed, "reapedIdle": self.reaped,
+            "stoppedOverMaxIdle": self.capped,
         }

@@ -104,8 +104,11 @@ class ModuleRunner:
         self.on_load_failure: Callable[[LoadFailure], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
-        # Set by the registry: why no worker may start now (its project is no longer trusted), or None.
+        # Set by the registry: why no worker may start now (its project is no longer trusted), or None;
+        # whether the current worker must be replaced before it takes a call (a confined built-in's
+        # rules no longer match your git configuration).
         self.admit: Callable[[], str | None] | None = None
+        self.stale: Callable[[], bool] | None = None
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -279,6 +282,9 @@ class ModuleRunner:
             events.tool_started(call.tool, self.spec.path, call_id, context.session_id, context.agent)
         self.pool.deadlines.add(call)
         worker = self.current
+        if worker is not None and self.stale is not None and self.stale():
+            self.retire()  # it finishes what it runs; this call waits for a worker made for things as they are
+            worker = None
         if worker is not None and worker.state == "ready":
             worker.send_call(call)
         else:
@@ -415,19 +421,19 @@ class ModuleRunner:
 
         return {
             "worker": self.current.pid if self.current is not None else None,
-            "worker_state": self.current.state if self.current is not None else None,
+            "workerState": self.current.state if self.current is not None else None,
             "retiring": sorted(w.pid for w in self.retiring),
-            "loading": self.loading,  # new generations being started
+            "starting": self.loading,  # new generations' workers being started (beside "retiring")
             "calls": self.calls,
-            "errors": self.errors,
+            "failedCalls": self.errors,
             "cancelled": self.cancelled,
             "inflight": self.inflight(),
-            "p50_ms": pct(0.5),
-            "p99_ms": pct(0.99),
+            "p50Ms": pct(0.5),
+            "p99Ms": pct(0.99),
             "spawns": self.spawns,
-            "last_error": self.last_error,
+            "lastError": self.last_error,
             "crashes": self.backoff.crashes,
-            "retry_in": round(self.backoff.remaining(), 3) if self.backoff.failing else None,
+            "retryIn": round(self.backoff.remaining(), 3) if self.backoff.failing else None,
         }
 
     async def close(self) -> None:
@@ -496,15 +502,16 @@ class WorkerPool:
         self.settings = settings
         self.spawner = Spawner()
         self.deadlines = Deadlines()
-        self.runners: dict[str, ModuleRunner] = {}
+        # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
+        self.runners: dict[tuple[str, str], ModuleRunner] = {}
         self.discarded: set[ModuleRunner] = set()  # runners of deleted modules, still draining
         self._ids = itertools.count(1)
 
     def runner(self, path: str, kind: str, cwd: str) -> ModuleRunner:
-        """The runner of the module at ``path`` (created on first use)."""
-        runner = self.runners.get(path)
+        """The runner of the module at ``path`` whose workers run in ``cwd`` (created on first use)."""
+        runner = self.runners.get((path, cwd))
         if runner is None:
-            runner = self.runners[path] = ModuleRunner(self, path, kind, cwd)
+            runner = self.runners[(path, cwd)] = ModuleRunner(self, path, kind, cwd)
         return runner
 
     def next_call_id(self) -> int:
@@ -520,9 +527,10 @@ class WorkerPool:
                 runner.spec = spec
                 runner.retire()
 
-    def discard(self, path: str) -> None:
-        """Forget the module at ``path`` (it was deleted); its workers retire in the background."""
-        runner = self.runners.pop(path, None)
+    def discard(self, path: str, cwd: str) -> None:
+        """Forget the module at ``path`` run in ``cwd`` (it was deleted, or its project forgotten);
+        its workers retire in the background."""
+        runner = self.runners.pop((path, cwd), None)
         if runner is not None:
             runner.retire("its module was removed")
             if runner.retiring:

@@ -115,7 +115,7 @@ class Loaded(_Message, tag="loaded"):
     load_ms: float
     problems: list[dict[str, Any]] = []
     deps: list[list[Any]] = []
-    source: list[Any] | None = None
+    fingerprint: list[Any] | None = None
     helpers: list[list[Any]] = []
 
 

@@ -238,7 +238,7 @@ class Worker(asyncio.Protocol):
         self.status: int | None = None  # its waitpid status once it ended (FORKSERVER_GONE: with the fork server)
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
-        self.source: list[int] | None = None  # [size, crc32] of the module file's bytes it loaded
+        self.fingerprint: list[int] | None = None  # [size, crc32] of the module file's bytes it loaded
         self.helpers: list[list[Any]] = []  # [path, size, crc32] of the bytes it loaded from each helper
         self.max_message = runner.pool.settings.max_result_bytes
         self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
@@ -293,7 +293,7 @@ class Worker(asyncio.Protocol):
                 self.state = "ready"
                 self.problems = message.problems
                 self.deps = [list(dep) for dep in message.deps]
-                self.source = message.source
+                self.fingerprint = message.fingerprint
                 self.helpers = [list(helper) for helper in message.helpers]
                 self.loaded.set_result((message.definitions, message.load_ms))
             elif kind is Failed:

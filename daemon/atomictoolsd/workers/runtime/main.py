@@ -15,12 +15,12 @@ daemon → worker
     (``result_json`` None and ``error`` why, when there is none).
 
 worker → daemon
-    ``["loaded", definitions, load_ms, problems, deps, source, helpers]`` once, when the module loaded;
+    ``["loaded", definitions, load_ms, problems, deps, fingerprint, helpers]`` once, when the module loaded;
     ``problems`` lists the tools it skipped (``{tool, line, message}``: a declarative file's malformed
     tools), else ``[]``; ``deps`` lists ``[path, size, mtime_ns]`` of the other files of its directory
-    it imported; ``source`` is ``[size, crc32]`` of the module file's bytes it loaded (None if it
+    it imported; ``fingerprint`` is ``[size, crc32]`` of the module file's bytes it loaded (None if it
     read none), ``helpers`` ``[path, size, crc32]`` of the bytes it loaded from each of those files.
-    ``["failed", {file, line, message, traceback, deps, source, helpers}]`` once, instead, when it did not; then
+    ``["failed", {file, line, message, traceback, deps, fingerprint, helpers}]`` once, instead, when it did not; then
     it exits.
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
@@ -721,7 +721,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         tools = {t.name: t for t in specs}
     except LoadFailure as failure:
         info = {
-            **failure.info, "deps": imported_from(directory, spec.path), "source": fingerprint(spec.path),
+            **failure.info, "deps": imported_from(directory, spec.path), "fingerprint": fingerprint(spec.path),
             "helpers": fingerprints(directory, spec.path),
         }
         if info["message"].startswith("MemoryError") and spec.memory_limit:

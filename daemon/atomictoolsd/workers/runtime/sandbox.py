@@ -47,6 +47,8 @@ __all__ = [
     "kernel_abi",
     "narrow",
     "open_shared_rules",
+    "prepare",
+    "forget_prepared",
     "runtime_read_paths",
     "support",
     "warm_up",
@@ -211,6 +213,18 @@ def _landlock(
     abi: int, read: Iterable[str], write: Iterable[str], net: bool, scope: bool = True,
     opened: Iterable[tuple[int, int]] = (),
 ) -> None:
+    ruleset = _ruleset(abi, read, write, net, scope, opened)
+    try:
+        _restrict(ruleset)
+    finally:
+        os.close(ruleset)
+
+
+def _ruleset(
+    abi: int, read: Iterable[str], write: Iterable[str], net: bool, scope: bool = True,
+    opened: Iterable[tuple[int, int]] = (),
+) -> int:
+    """A Landlock ruleset (its descriptor) holding these rules; not applied yet."""
     fs = _FS_BY_ABI.get(abi, _FS_ALL_LATEST)
     attr = _RulesetAttr(fs, 0, 0)
     size = 8
@@ -231,13 +245,21 @@ def _landlock(
             rights[path] = rights.get(path, 0) | _READ | _WRITE
         for path, access in rights.items():
             _add_path(ruleset, path, access & fs)
-        for fd, access in opened:
-            _add_fd(ruleset, fd, access & fs)
-        if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise SandboxError(f"cannot set no_new_privs: {os.strerror(ctypes.get_errno())}")
-        _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
-    finally:
+        if opened is _STATIC:
+            _add_shared(ruleset, fs)
+        else:
+            for fd, access in opened:
+                _add_fd(ruleset, fd, access & fs)
+    except BaseException:
         os.close(ruleset)
+        raise
+    return ruleset
+
+
+def _restrict(ruleset: int) -> None:
+    if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise SandboxError(f"cannot set no_new_privs: {os.strerror(ctypes.get_errno())}")
+    _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
 
 
 def _add_path(ruleset: int, path: str, access: int) -> None:
@@ -266,6 +288,30 @@ _STATIC: list[tuple[int, int]] = []
 _STATIC_FOR: list[str] = []
 
 
+# The shared rules' arguments to landlock_add_rule, by the access rights handled, built once: the
+# ruleset they go to is in _TO_RULESET. The fork server adds them for every confined worker.
+_STATIC_ARGS: dict[int, list[tuple[Any, ...]]] = {}
+_TO_RULESET: list[Any] = []
+
+
+def _add_shared(ruleset: int, fs: int) -> None:
+    args = _STATIC_ARGS.get(fs)
+    if args is None:
+        if not _TO_RULESET:
+            _TO_RULESET.append(ctypes.c_int(-1))
+        args = _STATIC_ARGS[fs] = [
+            (ctypes.c_long(_SYS_ADD_RULE), _TO_RULESET[0], ctypes.c_int(_RULE_PATH_BENEATH),
+             ctypes.byref(_PathBeneath(access & fs, fd)), ctypes.c_uint32(0))  # byref keeps the rule alive
+            for fd, access in _STATIC
+        ]
+    _TO_RULESET[0].value = ruleset
+    syscall = _libc().syscall
+    for arguments in args:
+        if syscall(*arguments) < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+
+
 def open_shared_rules(runtime: list[str]) -> None:
     """Open the paths every confined worker reads or writes, once (in the fork server)."""
     if _STATIC_FOR == runtime and _STATIC:
@@ -273,11 +319,20 @@ def open_shared_rules(runtime: list[str]) -> None:
     for fd, _ in _STATIC:
         os.close(fd)
     _STATIC.clear()
+    _STATIC_ARGS.clear()
     rights: dict[str, int] = {}
     for path in (*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime):
         rights[path] = rights.get(path, 0) | _READ
     for path in DEVICES_WRITE:
         rights[path] = rights.get(path, 0) | _READ | _WRITE
+    # A rule covers everything beneath it: one beneath another with no more rights adds nothing but
+    # a system call per worker (the runtime's paths: sys.prefix holds its lib dir and site-packages).
+    real = {path: os.path.realpath(path) for path in rights}
+    rights = {
+        path: access for path, access in rights.items()
+        if not any(other != path and real[path].startswith(real[other].rstrip("/") + "/")
+                   and access & ~rights[other] == 0 for other in rights)
+    }
     for path, access in rights.items():
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -291,12 +346,17 @@ def open_shared_rules(runtime: list[str]) -> None:
 
 def drop_shared_rules() -> None:
     """Close this process's copies of the shared rules' descriptors (a worker that is not confined)."""
-    for fd, _ in _STATIC:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    fds = sorted(fd for fd, _ in _STATIC)
+    if fds and fds[-1] - fds[0] + 1 == len(fds):
+        os.closerange(fds[0], fds[-1] + 1)  # one call: they were opened one after another
+    else:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
     _STATIC.clear()
+    _STATIC_ARGS.clear()
 
 
 # -- seccomp -------------------------------------------------------------------------------------
@@ -400,37 +460,152 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
 
     Args:
         policy: ``{"read": [dirs], "write": [dirs], "net": bool}`` from the daemon (the project root
-            is in both lists; the user's widening is in them too).
+            is in both lists; the user's widening is in them too), and ``"env"``: variables the
+            daemon tells the worker (a built-in's project trust, which it cannot read itself).
         runtime: the Python runtime's paths (``runtime_read_paths`` of the fork server).
         temp_dir: the worker's private temporary directory; it becomes ``TMPDIR``.
         spill_dir: where this worker may write the full text of truncated results.
     """
+    prepared = _PREPARED.pop((id(policy), temp_dir, spill_dir), None)
+    if prepared is not None:
+        # Made by the fork server for this very worker, right before the fork that made it: one
+        # thread (fork copies only the caller), the kernel checked, TMPDIR and the policy's
+        # variables set; what is left are its own /proc/PID and the system calls that apply it.
+        try:
+            prepared.apply()
+        except OSError as exc:
+            raise SandboxError(f"cannot confine the worker: {exc}") from None
+        finally:
+            prepared.close()
+            drop_shared_rules()  # this worker's copies; the fork server keeps its own
+        return
     abi = _abi()
     if abi < REQUIRED_ABI or os.uname().machine not in _ARCHES:
         raise SandboxError(support()["reason"] or "the sandbox is not available")
     if len(os.listdir("/proc/self/task")) != 1:
         # Landlock binds the calling thread only: a thread started before would stay free.
         raise SandboxError("a worker must be confined before it starts a thread")
+    os.environ.update(policy.get("env") or {})
     os.environ["TMPDIR"] = temp_dir
     import tempfile  # noqa: PLC0415 - already imported in the fork server; the cache must forget /tmp
 
     tempfile.tempdir = None
     runtime = list(runtime)
-    shared = _STATIC if _STATIC and _STATIC_FOR == runtime else []
-    read = [f"/proc/{os.getpid()}", *policy.get("read", ())]  # its own /proc/self, no one else's
-    write = [temp_dir, spill_dir, *policy.get("write", ())]
-    if not shared:
-        read += [*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime]
-        write += DEVICES_WRITE
+    read, write = _rules(policy, runtime, temp_dir, spill_dir, f"/proc/{os.getpid()}")  # its own /proc/self only
     try:
-        _landlock(abi, read, write, bool(policy.get("net")), opened=shared)
+        _landlock(abi, read, write, bool(policy.get("net")), opened=_STATIC if _STATIC_FOR == runtime else ())
         _seccomp(bool(policy.get("net")))
     except OSError as exc:
         raise SandboxError(f"cannot confine the worker: {exc}") from None
     finally:
-        for fd, _ in shared:
-            os.close(fd)  # this worker's copies; the fork server keeps its own
-        _STATIC.clear()
+        drop_shared_rules()  # this worker's copies; the fork server keeps its own
+
+
+def _rules(
+    policy: dict[str, Any], runtime: list[str], temp_dir: str, spill_dir: str, *extra_read: str,
+) -> tuple[list[str], list[str]]:
+    """The paths a confined worker reads and writes, but for the shared rules the fork server opened
+    (``open_shared_rules``) when they are open for this runtime."""
+    read = [*extra_read, *policy.get("read", ())]
+    write = [temp_dir, spill_dir, *policy.get("write", ())]
+    if not (_STATIC and _STATIC_FOR == runtime):
+        read += [*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime]
+        write += DEVICES_WRITE
+    return read, write
+
+
+class _Prepared:
+    """A worker's confinement made ready by the fork server before the fork: the ruleset with every
+    rule but the worker's own ``/proc/PID`` (its PID is not known yet), the system calls' arguments,
+    ``TMPDIR`` and the policy's variables.
+
+    After the fork, each first touch of a page of the worker's memory copies it (measured on this
+    machine: a first ctypes call ~150 µs there, ~2 µs again); so the worker runs as little Python as
+    it can: its own rule, no_new_privs, restrict_self, the seccomp filter.
+    """
+
+    def __init__(self, ruleset: int, abi: int, policy: dict[str, Any], temp_dir: str) -> None:
+        import tempfile  # noqa: PLC0415 - in the fork server, which has it imported already
+
+        libc = _libc()
+        self.syscall = libc.syscall
+        self.prctl = libc.prctl
+        self.ruleset = ruleset
+        self.rule = _PathBeneath(_READ & _FS_BY_ABI.get(abi, _FS_ALL_LATEST), -1)
+        self.add_rule = (ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                         ctypes.byref(self.rule), ctypes.c_uint32(0))
+        self.restrict = (ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0))
+        _filters, prog = _filter(bool(policy.get("net")))
+        self.seccomp = (ctypes.c_long(_ARCHES[os.uname().machine][4]), ctypes.c_uint(1), ctypes.c_uint(1),
+                        ctypes.byref(prog))
+        env = {**(policy.get("env") or {}), "TMPDIR": temp_dir}
+        self.saved_env = {name: os.environ.get(name) for name in env}
+        self.saved_tempdir = tempfile.tempdir
+        os.environ.update(env)  # the worker inherits it; the fork server puts its own back (close)
+        tempfile.tempdir = None  # the cache must forget /tmp
+
+    def apply(self) -> None:
+        """In the worker: its own /proc/PID, then apply it all."""
+        fd = os.open(f"/proc/{os.getpid()}", os.O_PATH | os.O_CLOEXEC)
+        try:
+            self.rule.parent_fd = fd
+            self._call(self.syscall(*self.add_rule))
+        finally:
+            os.close(fd)
+        if self.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise SandboxError(f"cannot set no_new_privs: {os.strerror(ctypes.get_errno())}")
+        self._call(self.syscall(*self.restrict))
+        # SECCOMP_SET_MODE_FILTER with SECCOMP_FILTER_FLAG_TSYNC: every thread, or none.
+        self._call(self.syscall(*self.seccomp))
+
+    @staticmethod
+    def _call(result: int) -> None:
+        if result < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno))
+
+    def close(self) -> None:
+        os.close(self.ruleset)
+
+    def restore(self) -> None:
+        """In the fork server, once the worker is forked: its own environment back."""
+        import tempfile  # noqa: PLC0415 - in the fork server, which has it imported already
+
+        self.close()
+        for name, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        tempfile.tempdir = self.saved_tempdir
+
+
+# The confinement the fork server made ready for the worker it forks next, by (the policy's id, the
+# temp dir, the spill dir): the worker's confine() with the same objects finds it.
+_PREPARED: dict[tuple[int, str, str], _Prepared] = {}
+
+
+def prepare(policy: dict[str, Any], runtime: list[str], temp_dir: str, spill_dir: str) -> None:
+    """Make the next worker's confinement ready, in the fork server, before the fork (``_Prepared``);
+    ``forget_prepared`` once forked. Where it cannot be made here, the worker makes it itself (and
+    says why it cannot, if it cannot either)."""
+    forget_prepared()
+    abi = _abi()
+    if abi < REQUIRED_ABI or os.uname().machine not in _ARCHES:
+        return
+    try:
+        ruleset = _ruleset(abi, *_rules(policy, runtime, temp_dir, spill_dir), bool(policy.get("net")),
+                           opened=_STATIC if _STATIC_FOR == runtime else ())
+    except OSError:
+        return
+    _PREPARED[(id(policy), temp_dir, spill_dir)] = _Prepared(ruleset, abi, policy, temp_dir)
+
+
+def forget_prepared() -> None:
+    """In the fork server, once the worker is forked (or the fork failed): close the prepared
+    ruleset and put the fork server's own environment back."""
+    while _PREPARED:
+        _PREPARED.popitem()[1].restore()
 
 
 def narrow(declared: Any, policy: dict[str, Any], temp_dir: str, spill_dir: str) -> list[str]:

@@ -1,0 +1,74 @@
+"""The keys renamed in 0.2 (docs/protocol.md#renamed): every result carries the new name and, until
+0.3, the old one beside it with the same value; the docs list exactly the table the code uses."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from atomictools._protocol import RENAMED
+from helpers import Env, RawConnection
+
+PROTOCOL_MD = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+GREET = "from atomictools import tool\n\n@tool\ndef greet(name: str) -> str:\n    return name\n"
+
+
+def test_the_docs_list_exactly_the_renamed_keys() -> None:
+    section = PROTOCOL_MD.split("\n## Renamed\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `?([^|`]+?)`? \| `(\w+)` \| `(\w+)` \|$", section, re.MULTILINE)
+    documented = {(where.replace("`", ""), old, new) for where, old, new in rows}
+    assert documented == {(where, old, new) for where, renames in RENAMED.items() for old, new in renames.items()}
+    assert all(re.fullmatch(r"[a-z][a-zA-Z0-9]*", new) for renames in RENAMED.values() for new in renames.values())
+
+
+def both(entry: dict[str, Any], where: str) -> set[str]:
+    """The renamed keys ``entry`` has, each checked to carry its old name with the same value."""
+    found = set()
+    for old, new in RENAMED[where].items():
+        if new in entry:
+            assert entry.get(old, "missing") == entry[new], (where, old, new, entry)
+            found.add(new)
+        assert not (old in entry and new not in entry), f"{where}: only the old {old!r}"
+    return found
+
+
+def test_each_result_carries_the_new_and_the_old_names(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    shared = env.root / "shared"
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    env.write_tool(shared / ".atomic" / "tools", "greet.py", GREET)  # trusted: shadows the global greet
+    env.write_tool(env.local_tools, "greet.py", GREET)  # untrusted: blocked
+    vars_ = {k: v for k, v in env.vars.items() if k != "ATOMICTOOLS_TRUST_ALL"}
+    subprocess.run([sys.executable, "-m", "atomictoolsd", "trust", str(shared)], env=vars_, check=True,
+                   capture_output=True)
+    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    with RawConnection(env.socket) as raw:
+        attach = raw.request("atomic/attach", {"directory": str(env.project)})["result"]
+        assert both(attach["blocked"][0], "blocked[] of atomic/attach, atomic/list, atomic/reload") == {"fullCommand"}
+        reload = raw.request("atomic/reload")["result"]
+        assert both(reload["blocked"][0], "blocked[] of atomic/attach, atomic/list, atomic/reload") == {"fullCommand"}
+        raw.request("atomic/attach", {"directory": str(shared)})
+        assert raw.request("tools/call", {"name": "greet", "arguments": {"name": "x"}})["result"]["content"]
+        listing = raw.request("atomic/list", {"all": True})["result"]
+        where = "atomic/list tools[] and shadowed[], shadowedBy"
+        assert both(listing["tools"][0], where) == {"scope"} and listing["tools"][0]["scope"] == "local"
+        (shadowed,) = listing["shadowed"]
+        assert both(shadowed, where) == {"scope"} and shadowed["scope"] == "global"
+        assert both(shadowed["shadowedBy"], where) == {"scope"} and shadowed["shadowedBy"]["scope"] == "local"
+        raw.request("atomic/bridges/create", {"agent": "claude", "ownerPid": daemon.pid})
+        status = raw.request("atomic/status")["result"]
+    assert both(status, "atomic/status") == {"configSources", "configFile"}
+    module = next(m for m in status["modules"] if m["path"].startswith(str(shared)))
+    assert both(module, "atomic/status modules[]") >= {
+        "definitionsFrom", "failedCalls", "workerState", "lastError", "retryIn", "p50Ms", "p99Ms", "loadMs", "starting",
+    }
+    assert module["definitionsFrom"] == "worker" and module["failedCalls"] == 0 and module["p50Ms"] is not None
+    blocked = next(m for m in status["modules"] if m["path"].startswith(str(env.project)))
+    assert "blockedReason" not in blocked or both(blocked, "atomic/status modules[]")
+    assert both(status["watcher"], "atomic/status watcher") == {"debounceMs", "stepMs"}
+    assert both(status["monitor"], "atomic/status monitor") == {"killedForMemory", "reapedIdle", "stoppedOverMaxIdle"}
+    assert both(status["service"], "atomic/status service") == {"watchdogSec"}
+    assert both(status["bridges"][0], "atomic/status bridges[]") == {"ownerPid"}
+    assert status["bridges"][0]["ownerPid"] == daemon.pid
