@@ -70,13 +70,13 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
         for mode in ("pinned", "unpinned"):
             lat = http[mode]["latency"]
             ours, fast = lat["atomictoolsd, HTTP"]["p50_us"], lat["fastmcp 4.1.0, HTTP"]["p50_us"]
-            floor = lat["floor: uvicorn + httptools, canned answer"]["p50_us"]
+            floor = next(v["p50_us"] for k, v in lat.items() if k.startswith("floor"))
             row(f"tools/call over HTTP, p50, {mode}", "≥ 10× faster than FastMCP 4's HTTP",
                 f"{ours:g} µs vs {fast:g} µs: {fast / ours:.1f}× (HTTP floor {floor:g} µs)",
                 fast / ours >= 10 if mode == "pinned" else None)
             rate = http[mode]["calls_per_s"]["atomictoolsd, HTTP"]
             row(f"calls/s over HTTP, 16 connections, {mode}", "≥ 10,000",
-                f"{rate:,.0f} (floor now {http[mode]['calls_per_s']['floor: uvicorn + httptools, canned answer']:,.0f})",
+                f"{rate:,.0f} (floor now {next(v for k, v in http[mode]['calls_per_s'].items() if k.startswith('floor')):,.0f})",
                 rate >= 10_000)
             on, off = lat["atomictoolsd, socket, HTTP on"]["p50_us"], lat["atomictoolsd, socket, HTTP off"]["p50_us"]
             row(f"the socket path with HTTP on, p50, {mode}", "no added cost",
