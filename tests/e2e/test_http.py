@@ -501,3 +501,15 @@ def test_a_head_that_never_ends_is_cut_off(served: tuple[Any, Http]) -> None:
         assert sent < 8 * 1024 * 1024, sent  # cut at about a MiB, not buffered on and on
     finally:
         wire.close()
+
+
+def test_an_argument_that_mentions_the_2026_revision_key_is_just_text(env: Env, served: tuple[Any, Http]) -> None:
+    """Whether a request is of the 2026-07-28 revision is read from its ``_meta``, not from its bytes:
+    a tool argument that quotes the key's name is an ordinary argument of a 2025-11-25 session."""
+    _, endpoint = served
+    session = endpoint.initialize(_project_path(env))
+    text = "see io.modelcontextprotocol/protocolVersion in the spec"
+    answer = endpoint.rpc("tools/call", {"name": "echo", "arguments": {"text": text}}, session=session,
+                          path=_project_path(env))
+    assert "result" in answer, answer
+    assert answer["result"]["content"][0]["text"] == text, answer

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import itertools
 import logging
 import os
@@ -64,7 +65,6 @@ log = logging.getLogger("atomictoolsd.http")
 TOKEN_NAME = "http-token"
 ENDPOINT = "/mcp"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-_WILDCARDS = frozenset({"0.0.0.0", "::", "*"})
 # A session nobody has used for this long, with no stream open, is ended (a client that vanished
 # without DELETE); its id then answers 404 and the client starts a new one, as the spec says.
 SESSION_IDLE = 1800.0
@@ -104,7 +104,7 @@ def parse_address(value: str) -> tuple[str, int]:
         raise AddressError(f"http address {value!r}: write PORT or HOST:PORT, e.g. 8765 or 127.0.0.1:8765") from None
     if not 0 <= port <= 65535 or not host:
         raise AddressError(f"http address {value!r}: the port must be 0-65535 (0: any free port) and the host not empty")
-    if host in _WILDCARDS:
+    if _every_interface(host):
         # Every interface at once: no one name for the Host check to accept, so every request would
         # be refused; and a user opening the port beyond loopback names the one address meant.
         raise AddressError(
@@ -112,6 +112,23 @@ def parse_address(value: str) -> tuple[str, int]:
             f"interface; a bare port serves loopback"
         )
     return host, port
+
+
+def _every_interface(host: str) -> bool:
+    """Whether binding ``host`` listens on every interface, in any spelling the resolver takes
+    (``0``, ``0.0.0.00``, ``[::0]``, ``[::ffff:0.0.0.0]``, as well as ``0.0.0.0`` and ``::``)."""
+    if host == "*":
+        return True
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        try:
+            return socket.inet_aton(host) == bytes(4)  # the resolver's own shorthand forms
+        except OSError:
+            return False  # a name: bound as the resolver says, checked in Host as written
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_unspecified
 
 
 def read_token(path: Path) -> str | None:
@@ -620,7 +637,15 @@ class HttpTransport:
             response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
             return
         version = headers.get(b"mcp-protocol-version")
-        modern = META_VERSION_BYTES in body and message.method is not UNSET
+        # A 2026-07-28 request is one whose params' _meta names a revision; the bytes test only
+        # spares the decode for every other request (an argument may contain the key's text too).
+        # A request in a stateful session (Mcp-Session-Id) is never one.
+        modern = (
+            META_VERSION_BYTES in body
+            and message.method is not UNSET
+            and b"mcp-session-id" not in headers
+            and _params(message).meta.get(META_VERSION) is not None
+        )
         if version is not None and version.decode("latin-1") not in REVISIONS:
             text = f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"
             error = {"code": UNSUPPORTED_VERSION, "message": text, "data": {"supported": list(REVISIONS), "requested": version.decode("latin-1")}} \
@@ -799,6 +824,16 @@ def _internal_id(exchanges: dict[bytes, Any]) -> bytes:
             return internal
 
 
+def _params(message: _Envelope) -> _Name:
+    """The request's ``name`` and ``_meta``, or empty ones where its params have neither."""
+    if message.params is UNSET:
+        return _Name()
+    try:
+        return msgspec.json.decode(message.params, type=_Name)
+    except msgspec.MsgspecError:
+        return _Name()
+
+
 def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bool) -> str:
     """The 2026-07-28 routing headers must say what the body says (a proxy routes on them); a
     request of that revision (``modern``: its ``_meta`` names it) must carry them: ``Mcp-Method``,
@@ -810,10 +845,7 @@ def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bo
         return f"Mcp-Method header {method_header.decode('latin-1')!r} does not match the body's method {message.method!r}"
     name_header = headers.get(b"mcp-name")
     if (name_header is not None or modern) and message.params is not UNSET:
-        try:
-            params = msgspec.json.decode(message.params, type=_Name)
-        except msgspec.MsgspecError:
-            params = _Name()
+        params = _params(message)
         if name_header is None:
             if message.method == "tools/call" and isinstance(params.name, str):
                 return "Mcp-Name header missing: a 2026-07-28 tools/call over HTTP names its tool in it"
