@@ -277,7 +277,7 @@ def endpoint(daemon: DaemonUnderTest) -> tuple[str, str]:
     """A daemon's HTTP URL and token, as a user finds them."""
     with RawConnection(daemon.socket) as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    return info["url"], Path(info["token_file"]).read_text().strip()
+    return info["url"], Path(info["tokenFile"]).read_text().strip()
 
 
 def extract(revision: str, into: Path) -> Path:
