@@ -45,11 +45,18 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from atomictoolsd.workers.protocol import Loaded
 from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
+from atomictoolsd.workers.runtime.sourceload import SourceOnlyLoader
 
-__all__ = ["main", "set_child_subreaper", "set_parent_death_signal"]
+__all__ = ["SPAWN_TIMES_ENV", "main", "set_child_subreaper", "set_parent_death_signal"]
+
+# bench/spawn.py only: a file to which every worker appends what its start cost (``_time_workers``).
+# Read once when the fork server starts and taken out of its environment; unset (always, but in the
+# bench), nothing is timed and the workers run the very same code.
+SPAWN_TIMES_ENV = "ATOMICTOOLS_SPAWN_TIMES"
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
@@ -366,6 +373,56 @@ def _children() -> set[int]:
     return pids
 
 
+def _time_workers(path: str) -> None:
+    """Have each worker append to ``path``, once it has sent ``loaded``, one line of integers: its
+    clock (``perf_counter_ns``), CPU time and minor page faults at its first line of Python after
+    the fork (the CPU time and the faults count from the fork: a child starts at zero), the time and
+    the faults its module's import took (``exec_module``: its code, and the helpers it imports), and
+    its clock, CPU time and faults as it sent ``loaded``. For the bench: the spawn target is the
+    worker's start after the fork, its module's import excluded."""
+    import resource  # lazy: the bench only (the runtime has it imported already: limits)
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def cpu() -> int:
+        return time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID)
+
+    clock = time.perf_counter_ns
+    record: list[int] = []
+    become, exec_module, send = _Server._become_worker, SourceOnlyLoader.exec_module, runtime.Runtime.send
+
+    def timed_become(self: _Server, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
+        record[:] = [clock(), cpu(), faults()]
+        become(self, channel_fd, spec)
+
+    def timed_exec_module(self: SourceOnlyLoader, module: Any) -> None:
+        if len(record) != 3:  # a helper the module imports: inside the module's own time
+            return exec_module(self, module)
+        started, faulted = clock(), faults()
+        try:
+            return exec_module(self, module)
+        finally:
+            record.extend((clock() - started, faults() - faulted))
+
+    def timed_send(self: runtime.Runtime, message: Any) -> None:
+        if not isinstance(message, Loaded) or len(record) not in (3, 5):
+            return send(self, message)
+        if len(record) == 3:
+            record.extend((0, 0))  # nothing imported (a declarative module)
+        record.extend((clock(), cpu(), faults()))
+        send(self, message)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (" ".join(map(str, record)) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    _Server._become_worker = timed_become  # type: ignore[method-assign]
+    SourceOnlyLoader.exec_module = timed_exec_module  # type: ignore[method-assign]
+    runtime.Runtime.send = timed_send  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
     control = socket.socket(fileno=int(args[0]))
@@ -375,6 +432,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
     runtime.warm_up()
+    times = os.environ.pop(SPAWN_TIMES_ENV, None)
+    if times:
+        _time_workers(times)
     _Server(control, int(args[2]) if len(args) > 2 else -1).run()
 
 
