@@ -31,6 +31,7 @@ nothing is left.
 
 from __future__ import annotations
 
+import _signal
 import functools
 import itertools
 import os
@@ -45,7 +46,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from atomictoolsd.workers.protocol import Loaded
+from atomictoolsd.workers.protocol import DaemonMessage, FrameReader, Loaded
 from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
@@ -179,8 +180,10 @@ class _Server:
             set_parent_death_signal(signal.SIGKILL)
             set_child_subreaper()  # what its tools start and abandon stays its own, to die with it
             signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in _HANDLED:
+                # _signal's own, on ints: signal.signal() makes enums of its arguments and result,
+                # whose objects are the fork server's pages (each first touch copies one).
+                _signal.signal(sig, _SIG_DFL)
             self.control.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
@@ -266,6 +269,9 @@ class _Server:
         os._exit(0)
 
 
+# The signals the fork server handles, which its workers put back to the default.
+_HANDLED = (int(signal.SIGCHLD), int(signal.SIGTERM), int(signal.SIGINT))
+_SIG_DFL = int(signal.SIG_DFL)
 _RUNTIME_PATHS: list[str] = []
 # Where the confined workers' private temporary dirs are made: one dir of the fork server's own
 # (private, made once), so that each worker's needs no random name.
@@ -432,6 +438,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
     runtime.warm_up()
+    # What every worker builds next (its channel's reader, ``Runtime``): built here once, msgspec
+    # keeps the message types' decoding information, and a worker's own costs ~0.1 ms, not ~0.4
+    # (measured, bench/spawn.py: half of it page copies after the fork).
+    FrameReader(type=DaemonMessage)
     times = os.environ.pop(SPAWN_TIMES_ENV, None)
     if times:
         _time_workers(times)
