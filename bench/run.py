@@ -118,7 +118,9 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
                 if key not in worker:  # the confined one only where the kernel has the sandbox
                     continue
                 start = worker[key]["p50_ms"]
-                measured = (f"{start:g} ms (p99 {worker[key]['p99_ms']:g})"
+                inside = spawn[mode]["after_fork"]["confined" if kind else "unconfined"]
+                measured = (f"{start:g} ms (p99 {worker[key]['p99_ms']:g}); its CPU {inside['cpu']['p50_ms']:g} ms "
+                            f"(import included), {inside['faults']} page faults"
                             + (f"; end to end, request → a one-line module loaded {loaded:g} ms, fork {forked:g}"
                                if not kind else
                                f"; end to end {worker['fork server, confined: request → module loaded']['p50_ms']:g} ms"))
