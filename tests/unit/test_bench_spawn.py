@@ -4,11 +4,10 @@ sees); a fork server started without it times nothing."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import uvloop
 
@@ -27,17 +26,9 @@ def tiny() -> str:
 """
 
 
-def load_spawn() -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_spawn", BENCH / "spawn.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_each_worker_times_its_start_after_the_fork_without_its_import(tmp_path: Path) -> None:
-    bench = load_spawn()
+    sys.path.insert(0, str(BENCH))  # bench/ is not a package: its modules import each other by name
+    bench = importlib.import_module("spawn")
     seen = tmp_path / "seen"
     module = tmp_path / "tiny.py"
     module.write_text(MODULE.format(seen=str(seen), name=SPAWN_TIMES_ENV))
