@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import psutil
 import pytest
 
 from atomictools import Client, RPCError
+from atomictoolsd.config.command import command_name
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 
@@ -355,6 +357,60 @@ def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[s
     assert not marker.exists(), "a module of a project that cannot be confined was imported"
     shown = cli(env, "list")
     assert "do not run unconfined" in shown.stdout, shown.stdout
+
+
+def instructions(daemon: Daemon, project: Path) -> str:
+    """What an agent is told when it connects through the shim (attach, then initialize)."""
+    with daemon.raw() as raw:
+        raw.send_bytes(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(project)}}).encode()
+            + b"\n"
+            + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+            + b"\n"
+        )
+        replies = {r["id"]: r for r in (raw.recv() for _ in range(2))}
+    return str(replies[2]["result"]["instructions"])
+
+
+@pytest.mark.parametrize("sandbox", ["available", "missing"])
+def test_a_blocked_project_is_offered_the_trust_this_kernel_can_give(env: Env, world: dict[str, Any], make_daemon, sandbox: str) -> None:  # type: ignore[no-untyped-def]
+    """Where the kernel has no sandbox, ``trust --sandbox`` would leave the project blocked: the agent
+    (its instructions, a call refused), the CLI and ``atomic/list`` are told so, with the reason, and
+    offered the full trust for what it is; the command offered unblocks the project."""
+    root = str(env.project.resolve())
+    confined, full = f"{command_name()} trust --sandbox {root}", f"{command_name()} trust {root}"
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": "0"} if sandbox == "missing" else {})
+    told = instructions(daemon, env.project)
+    with daemon.client() as client:
+        listing = client.request("atomic/list", {})
+        with pytest.raises(RPCError) as refused:
+            call(client, "read", "")
+    shown = cli(env, "list").stdout
+    offers = {(entry["command"], entry["fullCommand"], entry["message"]) for entry in listing["blocked"]}
+    assert len(offers) == 1 and len(listing["blocked"]) == 2, listing["blocked"]
+    command, full_command, message = offers.pop()
+    assert full_command == full
+    if sandbox == "missing":
+        assert command == full, "trust --sandbox is offered where it would leave the project blocked"
+        assert "no Landlock" in message and "trust --sandbox would leave them blocked" in message, message
+        assert f"run: {full} (their code then runs with all your rights)" in message, message
+        assert confined not in told and confined not in str(refused.value) and confined not in shown
+    else:
+        assert command == confined and message.startswith("to load them confined (no network, nothing outside the project)"), message
+        assert message.index(confined) < message.index(full), "the confined trust comes first where it works"
+    for where, text in (("instructions", told), ("the refused call", str(refused.value)), ("the CLI", shown)):
+        assert message in text, f"{where}: {text}"
+    if sandbox == "missing":
+        env.vars["ATOMICTOOLS_SANDBOX_ABI"] = "0"  # the CLI asks this kernel itself
+    hint = cli(env, "trust", "--list").stdout
+    env.vars.pop("ATOMICTOOLS_SANDBOX_ABI", None)
+    assert ("trust --sandbox" in hint) == (sandbox == "available"), hint
+
+    assert cli(env, *shlex.split(command)[1:]).returncode == 0  # what was offered works here
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == ("full" if sandbox == "missing" else "sandbox")
+        assert call(client, "read", str(env.project / "link-read")).startswith("done" if sandbox == "missing" else "refused")
 
 
 def test_trust_levels_switch_while_the_daemon_runs(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]

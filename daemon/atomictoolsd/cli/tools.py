@@ -66,8 +66,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         if reason and blocked[0].get("command"):
             print(f"to run them with all your rights instead, run: {blocked[0]['command']}")
         elif not reason:
-            print(f"to load them confined (no network, nothing outside the project), run: {blocked[0]['command']}")
-            print(f"or, to load them with all your rights: {blocked[0]['fullCommand']}")
+            print(blocked[0]["message"])
             _why_untrusted(blocked[0]["root"])
     return 0
 

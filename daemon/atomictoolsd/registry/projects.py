@@ -83,7 +83,7 @@ from atomictoolsd.registry.outcome import (
     NoWorker,
     load_outcome,
 )
-from atomictoolsd.registry.trust import trust_command
+from atomictoolsd.registry.trust import trust_offer
 from atomictoolsd.workers.pool import LoadFailure, ModuleRunner, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
@@ -852,7 +852,7 @@ class Registry:
     def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
         """Asked before a worker of a project's own module starts (and imports the file there now)."""
         if self._trust_lost(tools_dir) or not tools_dir.trusted:
-            return f"its project is not trusted (now); trust it with: {trust_command(tools_dir.cwd, sandbox=True)}"
+            return f"its project is not trusted (now); {trust_offer(tools_dir.cwd)['message']}"
         if self._judge(tools_dir):
             # Its level changed and no refresh told us (the CLI found no daemon to ask): the worker
             # starts as the store says now, and a scan brings the listing in step.

@@ -608,11 +608,11 @@ class Session(asyncio.Protocol):
             "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
             "The tool list changes when those files change."
         )
-        command = self.project.trust_command()  # the shim attaches first, so the project is known here
-        if command:
+        offer = self.project.trust_offer()  # the shim attaches first, so the project is known here
+        if offer:
             instructions += (
                 " This project's own tools are not loaded until the user trusts the project;"
-                f" if they want them, ask them to run: {command}"
+                f" if they want them, tell them: {offer['message']}"
             )
         return instructions
 
