@@ -124,3 +124,17 @@ def test_read_renamed_takes_the_new_name_else_the_old_one_of_that_place() -> Non
     # http-token --rotate: an older daemon that rotated the token answers with the old name.
     assert read_renamed({"token_file": "/run/t"}, "tokenFile", "atomic/status http, atomic/http/rotate") == "/run/t"
     assert read_renamed({}, "tokenFile", "atomic/status http, atomic/http/rotate") is None
+
+
+def test_the_version_is_the_one_the_renames_are_told_by() -> None:
+    # docs/protocol.md says "renamed in 0.2", old names "until 0.3": a client tells by the version
+    # atomic/status and initialize report, so every place that states it says the same 0.2.x.
+    import tomllib
+
+    import atomictools
+    import atomictoolsd
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    version = pyproject["project"]["version"]
+    assert atomictoolsd.__version__ == atomictools.__version__ == version
+    assert tuple(int(part) for part in version.split(".")[:2]) == (0, 2), "RENAMED's old names go in 0.3"
