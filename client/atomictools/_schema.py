@@ -309,7 +309,8 @@ def _as_msgspec(annotation: Any, default: Any, empty: Any) -> tuple[Any, Any]:
         constraints = [part for meta in metadata if (part := _part(meta, _CONSTRAINTS))]
         if constraints:
             values = [Annotated[(value, *constraints)] for value in values]
-        described, metadata = typing.Union[(*values, type(None))], outer
+        if metadata:  # else nothing moved: keep the type as written
+            described, metadata = typing.Union[(*values, type(None))], outer
     if described is base and metadata == list(extras):
         return annotation, default
     return (Annotated[(described, *metadata)] if metadata else described), default
