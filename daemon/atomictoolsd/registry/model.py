@@ -74,13 +74,17 @@ class ToolDef:
             found = self._variants[key] = _json(shaped)
         return found
 
-    def listing(self) -> dict[str, Any]:
-        """The definition plus where it comes from, for ``atomictoolsd list --json``."""
+    def listing(self, shadowed_by: ToolDef | None = None) -> dict[str, Any]:
+        """The definition plus where it comes from, for ``atomictoolsd list --json``; with
+        ``shadowed_by``, the tool of the same name that wins over this one."""
+        where = "atomic/list tools[] and shadowed[], shadowedBy"
         listed = {
             **self.definition, "scope": self.module.scope, "kind": self.module.kind, "path": self.module.path,
             "confined": self.module.tools_dir.sandbox is not None,
         }
-        return with_old_names(listed, "atomic/list tools[] and shadowed[], shadowedBy")
+        if shadowed_by is not None:
+            listed["shadowedBy"] = with_old_names({"scope": shadowed_by.module.scope, "path": shadowed_by.module.path}, where)
+        return with_old_names(listed, where)
 
 
 class Module:

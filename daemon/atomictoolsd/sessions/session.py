@@ -817,8 +817,7 @@ class Session(asyncio.Protocol):
         }
         if params.all:
             result["shadowed"] = [
-                {**tool.listing(), "shadowedBy": {"scope": winner.module.scope, "source": winner.module.scope,
-                                                  "path": winner.module.path}}
+                tool.listing(shadowed_by=winner)
                 for tool, winner in view.shadowed
                 if self.allowed(tool.name)
             ]
