@@ -19,6 +19,7 @@ from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
 from atomictoolsd.registry.confinement import builtin_policy
 from atomictoolsd.workers.runtime import sandbox
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.workers.runtime.truncate import remove_old_spills
 from helpers import Daemon, Env, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -181,3 +182,33 @@ def test_the_shared_builtins_run_unconfined_and_a_home_session_has_its_own(env: 
     home = [m for m in modules if m.get("project") == str(env.home.resolve())]
     assert shared and not any(m["confined"] for m in shared), modules
     assert home and all(m["confined"] for m in home), modules
+
+
+def test_confined_workers_spill_dirs_are_young_when_handed_out_and_gone_when_empty(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Each confined worker writes its results' full text in a spill dir of its own, made ahead of
+    time: handed out, it is made young, so the spill housekeeping (which removes empty old ones)
+    leaves it to its worker; the worker gone, an empty one goes too."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    git(env.project, "init", "-q", "-b", "main", env=env.vars)
+    (env.project / "big.txt").write_text("line\n" * 5000)
+    (env.project / "small.txt").write_text("small\n")
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_IDLE_TIMEOUT": "1"})
+
+    def own_workers(client: Any) -> list[int]:
+        return [m["worker"] for m in client.status()["modules"] if m.get("project") and m["worker"]]
+
+    with daemon.client() as client:
+        kept = Path(client.call("file-reader", path="big.txt").meta["atomic/fullOutput"])
+        mine = kept.parent
+        kept.unlink()
+        assert client.call("git-status").text
+        wait_for(lambda: not own_workers(client), timeout=15, message="the idle built-in workers to be reaped")
+        wait_for(lambda: not mine.exists(), message=f"{mine.name}, empty, removed with its worker")
+        spill = mine.parent
+        for spare in [d for d in spill.glob("sandbox-*") if not any(d.iterdir())]:  # as if made a day ago
+            os.utime(spare, (1, 1))
+        assert client.call("file-reader", path="small.txt").text == "small\n"  # a new worker: a spare
+        remove_old_spills(str(spill), 3600)  # what the daemon's housekeeping runs
+        big = client.call("file-reader", path="big.txt")
+    assert not big.is_error, big.text
+    assert Path(big.meta["atomic/fullOutput"]).read_text() == "line\n" * 5000
