@@ -201,3 +201,20 @@ def test_initialize_sent_with_the_attach_names_the_trust_command(untrusted: Env,
         )
         replies = {r["id"]: r for r in (raw.recv() for _ in range(2))}
     assert f"{command_name()} trust --sandbox {untrusted.project.resolve()}" in replies[2]["result"]["instructions"]
+
+
+def test_untrust_says_what_happened_with_the_builtins_on(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A project's own built-in dirs are judged again at every trust change and always load: the
+    daemon's answer names only the project's own tools, so untrust does not read "loaded"."""
+    env = untrusted
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    daemon = make_daemon()
+    with daemon.client() as client:
+        client.list_tools()
+        assert cli(env, "trust", "--sandbox").returncode == 0
+        untrusted_now = cli(env, "untrust")
+    assert untrusted_now.returncode == 0, untrusted_now.stderr
+    assert untrusted_now.stdout.splitlines()[-1] == (
+        "the running daemon withdrew the project's tools (calls in flight finish); attached agents were told"
+    )
+    assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}

@@ -92,6 +92,7 @@ class _Server:
         self.alive_fd = alive_fd
         self.children: set[int] = set()
         self.temp_dirs: dict[int, str] = {}  # confined workers' private TMPDIRs, removed when they end
+        self.spill_dirs: dict[int, str] = {}  # confined workers' own spill dirs, removed when they end empty
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.stopping = False
@@ -172,6 +173,8 @@ class _Server:
         self.children.add(pid)
         if spec.temp_dir:
             self.temp_dirs[pid] = spec.temp_dir
+        if spec.sandbox is not None and spec.spill_dir:
+            self.spill_dirs[pid] = spec.spill_dir
         self.send(["spawned", request_id, pid])
 
     def _become_worker(self, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
@@ -219,6 +222,12 @@ class _Server:
             if temp_dir is not None:
                 shutil.rmtree(temp_dir, ignore_errors=True)
                 _stock_dirs()
+            spill_dir = self.spill_dirs.pop(pid, None)
+            if spill_dir is not None:
+                try:
+                    os.rmdir(spill_dir)  # a spill file in it stays for the spill housekeeping
+                except OSError:
+                    pass
             if pid in self.children:
                 self.children.discard(pid)
                 self.send(["exited", pid, status])
@@ -310,8 +319,13 @@ def _new_dir(parent: str) -> str:
     spare = _SPARE.setdefault(parent, [])
     while spare:
         path = spare.pop()
-        if os.path.isdir(path):  # the spill housekeeping removes empty old ones
-            return path
+        try:
+            # Made a while ago: young again, or the spill housekeeping, which removes empty old
+            # ones, could remove it under the worker that has it now.
+            os.utime(path)
+        except OSError:
+            continue  # removed meanwhile
+        return path
     return _private_dir(parent)
 
 
