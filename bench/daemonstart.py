@@ -4,8 +4,8 @@
     python bench/daemonstart.py --quick
     python bench/daemonstart.py --before REV    # the tree before HTTP (default: b8a6c63)
 
-Serving Streamable HTTP must cost nothing while it is off: uvicorn and httptools are imported only
-when the ``http`` setting is on (tests/e2e/test_http_security.py checks that by ``-X importtime``).
+Serving Streamable HTTP must cost nothing while it is off: httptools and the transport's modules are
+imported only when the ``http`` setting is on (tests/e2e/test_http_security.py checks that by ``-X importtime``).
 This measures what that promise is about, side by side in one run, the three taken in turns: the
 daemon of this tree with HTTP off, the same with HTTP on, and the daemon of the tree before HTTP
 was added (``git archive`` of ``--before`` into a temporary dir, run with its ``client/`` and

@@ -1,14 +1,17 @@
 """tools/call over Streamable HTTP: atomictoolsd's endpoint against FastMCP 4's, with an HTTP floor.
 
-    python bench/httpcalls.py            # pinned to one core, then unpinned
-    python bench/httpcalls.py --quick    # fewer calls, for a smoke run
+    python bench/httpcalls.py                 # pinned to one core, then unpinned
+    python bench/httpcalls.py --quick         # fewer calls, for a smoke run
+    python bench/httpcalls.py --base HEAD~1   # also the endpoint of another revision, in the same turns
 
 Latency: sequential calls of the one-line echo tool with one raw HTTP/1.1 keep-alive client (a plain
 socket; no SDK) for every system, after ``initialize``, in turns: atomictoolsd's endpoint
 (``start --http``), the standalone FastMCP 4 package's Streamable HTTP server, and the HTTP floor
 (``peers/floor_http.py``: the daemon's own HTTP library answering a canned result, no session, no
 worker). Beside them, the Unix socket of a daemon with HTTP on and of one with HTTP off: the HTTP
-endpoint must cost the socket path nothing.
+endpoint must cost the socket path nothing. ``--base REV`` adds a daemon run from ``client/`` and
+``daemon/`` of another git revision, measured in the same turns: a before and after on a busy
+machine, with the same floor and peer.
 
 Calls/s: 16 keep-alive connections, each with its own session and one call in flight, driven by a
 uvloop load generator in this process (its capacity shows in the floor's row).
@@ -16,11 +19,14 @@ uvloop load generator in this process (its capacity shows in the floor's row).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,15 +50,15 @@ from common import (  # noqa: E402
     affinity,
     peer_python,
     percentile,
-    quick_main,
     ratio,
+    run_alone,
 )
 
 FASTMCP4 = "fastmcp 4.1.0"
 FASTMCP4_VENV = PEERS[FASTMCP4][:2]
 OURS_HTTP = "atomictoolsd, HTTP"
 FAST_HTTP = f"{FASTMCP4}, HTTP"
-FLOOR_HTTP = "floor: uvicorn + httptools, canned answer"
+FLOOR_HTTP = "floor: httptools, canned answer"
 SOCKET_ON = "atomictoolsd, socket, HTTP on"
 SOCKET_OFF = "atomictoolsd, socket, HTTP off"
 CALL = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hi"}}}'
@@ -66,6 +72,7 @@ class Settings:
         self.peer_calls = 60 if quick else 300
         self.warmup = 50 if quick else 200
         self.seconds = 1.0 if quick else 3.0
+        self.rate_rounds = 2 if quick else 3  # calls/s: the median of this many turns
         self.streams = 16
 
 
@@ -266,76 +273,107 @@ def distribution(stats: Stats) -> dict[str, float]:
     return {**stats.summary(), **{f"p{round(q * 100)}_us": round(percentile(stats.samples, q) * 1e6, 1) for q in PERCENTILES}}
 
 
-def measure(quick: bool = False) -> Report:
+def endpoint(daemon: DaemonUnderTest) -> tuple[str, str]:
+    """A daemon's HTTP URL and token, as a user finds them."""
+    with RawConnection(daemon.socket) as raw:
+        info = raw.request("atomic/status")["result"]["http"]
+    return info["url"], Path(info["tokenFile"]).read_text().strip()
+
+
+def extract(revision: str, into: Path) -> Path:
+    """``client/`` and ``daemon/`` of ``revision``, written under ``into``."""
+    archive = subprocess.run(["git", "-C", str(BENCH.parent), "archive", revision, "client", "daemon"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def measure(quick: bool = False, base: str | None = None) -> Report:
     settings = Settings(quick)
     python4 = str(peer_python(*FASTMCP4_VENV))
-    report = Report("httpcalls", data={"settings": vars(settings)})
+    report = Report("httpcalls", data={"settings": vars(settings), **({"base": base} if base else {})})
     latency_rows: list[list[Any]] = []
     rate_rows: list[list[Any]] = []
-    for mode, pinned in MODES:
-        with affinity(pinned):
-            ours = DaemonUnderTest(extra_env={"ATOMICTOOLS_HTTP": "127.0.0.1:0"}).start()
-            plain = DaemonUnderTest().start()
-            try:
-                with RawConnection(ours.socket) as raw:
-                    info = raw.request("atomic/status")["result"]["http"]
-                token = Path(info["token_file"]).read_text().strip()
-                fast_port, floor_port = free_port(), free_port()
-                with HttpServer([python4, str(BENCH / "peers" / "fastmcp4_echo.py"), "--http", str(fast_port)], fast_port) as fast, \
-                        HttpServer([sys.executable, str(BENCH / "peers" / "floor_http.py"), str(floor_port)], floor_port) as floor:
-                    channels = {OURS_HTTP: HttpChannel(info["url"], token), FAST_HTTP: HttpChannel(fast.url),
-                                FLOOR_HTTP: HttpChannel(floor.url)}
-                    for channel in channels.values():
-                        channel.initialize()
-                    sockets = {SOCKET_ON: socket_channel(str(ours.socket)), SOCKET_OFF: socket_channel(str(plain.socket))}
-                    for channel in sockets.values():
-                        channel.handshake()
-                    pooled = {name: Stats() for name in [*channels, *sockets]}
-                    for _ in range(settings.rounds):
-                        for name, channel in channels.items():
-                            peer = name == FAST_HTTP
-                            calls = settings.peer_calls if peer else settings.calls
-                            warmup = settings.warmup // 5 if peer else settings.warmup
-                            pooled[name].samples += http_latency(channel, calls, warmup).samples
-                        for name, socket_chan in sockets.items():
-                            pooled[name].samples += measure_latency(socket_chan, settings.calls, settings.warmup).samples
-                    for channel in channels.values():
-                        channel.close()
-                    for socket_chan in sockets.values():
-                        socket_chan.close()
-                    rates = {
-                        OURS_HTTP: http_throughput(info["url"], token, settings.streams, settings.seconds),
-                        FLOOR_HTTP: http_throughput(floor.url, None, settings.streams, settings.seconds),
-                    }
-            finally:
-                ours.stop()
-                plain.stop()
-        stats = {name: distribution(s) for name, s in pooled.items()}
-        fast_p50 = stats[FAST_HTTP]["p50_us"]
-        for name, s in stats.items():
-            latency_rows.append([name, mode, s["p50_us"], s["p90_us"], s["p99_us"],
-                                 ratio(fast_p50, s["p50_us"]) if name != FAST_HTTP else None])
-        for name, rate in rates.items():
-            rate_rows.append([name, mode, round(rate)])
-        report.data[mode] = {"latency": stats, "calls_per_s": {k: round(v) for k, v in rates.items()}}
+    base_http = f"atomictoolsd at {base}, HTTP"
+    with tempfile.TemporaryDirectory(prefix="atomictools-base-") as scratch:
+        source = extract(base, Path(scratch)) if base else None
+        for mode, pinned in MODES:
+            measure_mode(settings, mode, pinned, python4, source, base_http, report, latency_rows, rate_rows)
     report.tables.append(Table(
         "http-latency", "tools/call over Streamable HTTP (µs), sequential calls of a one-line echo tool",
-        ["system, transport", "mode", "p50 µs", "p90 µs", "p99 µs", "p50 × vs fastmcp 4 HTTP"], latency_rows,
+        ["system, transport", "mode", "p50 µs", "p90 µs", "p99 µs", "p50 × vs fastmcp 4 HTTP", "p50 × the floor"], latency_rows,
         [f"{settings.rounds} rounds taken in turns; per round {settings.calls} timed calls ({settings.peer_calls} to "
          "FastMCP), after a warm-up, one keep-alive connection each. The socket rows compare a daemon serving HTTP "
          "with one that does not."],
     ))
     report.tables.append(Table(
         "http-throughput", f"calls/s over HTTP, {settings.streams} keep-alive connections, one call in flight each",
-        ["system", "mode", "calls/s"], rate_rows,
-        [f"{settings.seconds:g} s after a warm-up; each connection has its own session. The floor's row is also the "
-         "load generator's capacity."],
+        ["system", "mode", "calls/s", "share of the floor's"], rate_rows,
+        [f"{settings.seconds:g} s after a warm-up, in turns; each connection has its own session. The floor's row is "
+         "also the load generator's capacity."],
     ))
     return report
 
 
+def measure_mode(settings: Settings, mode: str, pinned: bool, python4: str, source: Path | None, base_http: str,
+                 report: Report, latency_rows: list[list[Any]], rate_rows: list[list[Any]]) -> None:
+    with affinity(pinned):
+        daemons = {OURS_HTTP: DaemonUnderTest(extra_env={"ATOMICTOOLS_HTTP": "127.0.0.1:0"}).start()}
+        plain = DaemonUnderTest().start()
+        try:
+            if source is not None:
+                daemons[base_http] = DaemonUnderTest(extra_env={"ATOMICTOOLS_HTTP": "127.0.0.1:0"}, source=source).start()
+            endpoints = {name: endpoint(daemon) for name, daemon in daemons.items()}
+            ours = daemons[OURS_HTTP]
+            fast_port, floor_port = free_port(), free_port()
+            with HttpServer([python4, str(BENCH / "peers" / "fastmcp4_echo.py"), "--http", str(fast_port)], fast_port) as fast, \
+                    HttpServer([sys.executable, str(BENCH / "peers" / "floor_http.py"), str(floor_port)], floor_port) as floor:
+                channels = {**{name: HttpChannel(*ends) for name, ends in endpoints.items()}, FAST_HTTP: HttpChannel(fast.url),
+                            FLOOR_HTTP: HttpChannel(floor.url)}
+                for channel in channels.values():
+                    channel.initialize()
+                sockets = {SOCKET_ON: socket_channel(str(ours.socket)), SOCKET_OFF: socket_channel(str(plain.socket))}
+                for channel in sockets.values():
+                    channel.handshake()
+                pooled = {name: Stats() for name in [*channels, *sockets]}
+                for _ in range(settings.rounds):
+                    for name, channel in channels.items():
+                        peer = name == FAST_HTTP
+                        calls = settings.peer_calls if peer else settings.calls
+                        warmup = settings.warmup // 5 if peer else settings.warmup
+                        pooled[name].samples += http_latency(channel, calls, warmup).samples
+                    for name, socket_chan in sockets.items():
+                        pooled[name].samples += measure_latency(socket_chan, settings.calls, settings.warmup).samples
+                for channel in channels.values():
+                    channel.close()
+                for socket_chan in sockets.values():
+                    socket_chan.close()
+                turns: dict[str, list[float]] = {name: [] for name in [*endpoints, FLOOR_HTTP]}
+                for _ in range(settings.rate_rounds):
+                    for name, (url, token) in endpoints.items():
+                        turns[name].append(http_throughput(url, token, settings.streams, settings.seconds))
+                    turns[FLOOR_HTTP].append(http_throughput(floor.url, None, settings.streams, settings.seconds))
+                rates = {name: statistics.median(values) for name, values in turns.items()}
+        finally:
+            for daemon in [*daemons.values(), plain]:
+                daemon.stop()
+    stats = {name: distribution(s) for name, s in pooled.items()}
+    fast_p50, floor_p50, floor_rate = stats[FAST_HTTP]["p50_us"], stats[FLOOR_HTTP]["p50_us"], rates[FLOOR_HTTP]
+    for name, s in stats.items():
+        latency_rows.append([name, mode, s["p50_us"], s["p90_us"], s["p99_us"],
+                             ratio(fast_p50, s["p50_us"]) if name != FAST_HTTP else None,
+                             ratio(s["p50_us"], floor_p50) if name != FLOOR_HTTP else None])
+    for name, rate in rates.items():
+        rate_rows.append([name, mode, round(rate), f"{rate / floor_rate:.0%}" if name != FLOOR_HTTP else None])
+    report.data[mode] = {"latency": stats, "calls_per_s": {k: round(v) for k, v in rates.items()},
+                         "calls_per_s_turns": {k: [round(v) for v in values] for k, values in turns.items()}}
+
+
 def main() -> None:
-    quick_main(measure, __doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--base", metavar="REV", help="also measure the endpoint of this git revision, in the same turns")
+    args = parser.parse_args()
+    run_alone(measure(args.quick, args.base))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AskError",

@@ -136,7 +136,21 @@ def Field(  # noqa: N802 - reads like a type in annotations, as in pydantic and 
     The constraints are enforced before the tool runs and appear in its input schema. Without
     ``default`` this is ``msgspec.Meta`` under a friendlier name (``Meta`` itself works too, and so
     does it in a ``msgspec.Struct``'s fields); with it, a ``FieldDefault`` the tool's schema reads.
+
+    Unlike pydantic's, the first positional argument is the description: a default goes in
+    ``default=`` (``Field(default=5, ge=0)``), and a parameter without one is required.
     """
+    if description is not None and not isinstance(description, str):
+        # pydantic's Field(5, ge=0) or Field(..., ge=0): read as a description it would fail later,
+        # in msgspec's words ("`description` must be a str, got int").
+        if description is Ellipsis:
+            shown, fix = "...", "leave it out: a parameter without a default is required"
+        else:
+            shown, fix = repr(description), f"write Field(default={description!r}, …)"
+        raise TypeError(
+            f"Field's first argument is the description, a str, not {shown} "
+            f"(pydantic's positional default); {fix}"
+        )
     meta = msgspec.Meta(
         description=description,
         title=title,

@@ -140,8 +140,10 @@ class ClientBase:
         socket_path: the daemon's socket; by default ``ATOMICTOOLS_SOCKET`` or the runtime dir's.
         directory: the project directory whose tools to see (default: the current directory).
         autostart: start the daemon when none answers.
-        timeout: seconds to wait for any one answer (None waits as long as the call runs). When it
-            passes, the request is cancelled in the daemon and ``CallTimeout`` raised.
+        timeout: seconds each request may take in all, from sending it to its answer (None waits as
+            long as the call runs); notifications and questions meanwhile do not extend it. When it
+            passes, the request is cancelled in the daemon and ``CallTimeout`` raised. A request the
+            daemon does not even read within it closes the connection (``ConnectionLost``).
         agent: the name this client reports to the daemon (shown in status and in ``ctx.agent``).
         on_elicit: answers a tool's ``ctx.elicit``: called with the message and the requested
             schema, it returns the answer's content (a dict) to accept, None to decline, or an

@@ -116,6 +116,12 @@ class Client(ClientBase):
         except (BrokenPipeError, ConnectionResetError) as exc:
             self.close()
             raise ConnectionLost(LOST) from exc
+        except TimeoutError as exc:  # the socket's timeout: the daemon stopped reading
+            # Part of the line may have gone: whatever is sent next would be read as its rest.
+            self.close()
+            raise ConnectionLost(
+                f"the daemon did not take the request within {self.timeout:g} s; the connection was closed"
+            ) from exc
 
     def _read(self, timeout: float | None) -> dict[str, Any] | None:
         """The next message from the daemon, or None when ``timeout`` seconds (None: no limit) pass
@@ -147,6 +153,8 @@ class Client(ClientBase):
                 chunk = self._sock.recv(_CHUNK)
             except ConnectionResetError:
                 chunk = b""
+            except TimeoutError:  # the socket's timeout (for sendall) while watch() waits unbounded
+                continue
             if not chunk:
                 self.close()
                 raise ConnectionLost(LOST)
@@ -157,9 +165,12 @@ class Client(ClientBase):
         if self._sock is None:
             self.connect()
         request_id, message = self._request_message(method, params)
+        # One deadline for the whole request: a tool that logs or reports progress more often than
+        # the timeout must still time out, as with AsyncClient.
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         self._send(message)
         while True:
-            reply = self._read(self.timeout)
+            reply = self._read(None if deadline is None else deadline - time.monotonic())
             if reply is None:
                 cancel, error = self._timed_out(request_id, method)
                 self._send(cancel)  # a late answer is then never sent; one already on its way is skipped below

@@ -21,6 +21,7 @@ __all__ = [
     "RENAMED",
     "SUPPORTED_PROTOCOL_VERSIONS",
     "check_tool_name",
+    "read_renamed",
     "with_old_names",
 ]
 
@@ -101,3 +102,15 @@ def with_old_names(result: dict[str, Any], where: str) -> dict[str, Any]:
         if new in result:
             result[old] = result[new]
     return result
+
+
+_OLD_NAME: dict[str, dict[str, str]] = {where: {new: old for old, new in names.items()} for where, names in RENAMED.items()}
+
+
+def read_renamed(result: dict[str, Any], new: str, where: str, default: Any = None) -> Any:
+    """The value of the renamed key ``new`` of ``result`` (found ``where``, as ``RENAMED`` says),
+    read under its old name from a daemon older than 0.2 (a CLI newer than the running daemon);
+    ``default`` when it has neither."""
+    if new in result:
+        return result[new]
+    return result.get(_OLD_NAME[where][new], default)

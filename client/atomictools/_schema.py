@@ -194,7 +194,10 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
             raise SchemaError(f"{fn.__name__}: positional-only parameter {param.name!r} is not supported")
         if param.name not in hints:
             raise SchemaError(_unannotated(fn.__name__, param))
-        annotation, default = _as_msgspec(annotation, param.default, param.empty)
+        try:
+            annotation, default = _as_msgspec(annotation, param.default, param.empty)
+        except SchemaError as exc:
+            raise SchemaError(f"{fn.__name__}: parameter {param.name!r}: {exc}") from None
         if param.name in param_docs and not _has_description(annotation):
             annotation = Annotated[annotation, msgspec.Meta(description=param_docs[param.name])]
         if default is param.empty:
@@ -267,8 +270,16 @@ def _as_msgspec(annotation: Any, default: Any, empty: Any) -> tuple[Any, Any]:
       parameter's constraints, and the parameter is required (msgspec would try to encode the
       ``Meta`` as a default value, "Encoding objects of type msgspec.Meta is unsupported");
     - ``Field(..., default=x)``, there or in ``Annotated``, is the constraints and the default ``x``;
-    - a plain string in ``Annotated`` (``Annotated[str, "The path"]``) is the description
-      (msgspec ignores metadata it does not know, so it would vanish from the schema).
+    - a plain string in ``Annotated`` (``Annotated[str, "The path"]``) is the description, at any
+      depth (``list[Annotated[str, "A path"]]``): msgspec ignores metadata it does not know, so it
+      would vanish from the schema;
+    - for an optional parameter (``int | None``) the description is the parameter's and the
+      constraints its value's: msgspec refuses ``ge`` on a union ("Can only set `ge` on a numeric
+      type"), and an agent reads the description beside the parameter's name, not in an ``anyOf``.
+
+    Raises:
+        SchemaError: a pydantic ``Field`` (``FieldInfo``), whose description and constraints msgspec
+            would drop or refuse; the message says to use ``atomictools.Field``.
     """
     base, extras = annotation, ()
     if typing.get_origin(annotation) is Annotated:
@@ -276,25 +287,87 @@ def _as_msgspec(annotation: Any, default: Any, empty: Any) -> tuple[Any, Any]:
         extras = tuple(rest)
     metadata: list[Any] = []
     for extra in extras:
-        if isinstance(extra, str):
-            metadata.append(msgspec.Meta(description=extra))
-        elif isinstance(extra, FieldDefault):
-            metadata.append(extra.meta)
-            if default is empty:
-                default = extra.default
-        else:
-            metadata.append(extra)
+        metadata.append(_meta(extra))
+        if isinstance(extra, FieldDefault) and default is empty:
+            default = extra.default
+    _refuse_pydantic(default)
     if isinstance(default, msgspec.Meta):
         metadata.append(default)
         default = empty
     elif isinstance(default, FieldDefault):
         metadata.append(default.meta)
         default = default.default
-    if metadata == list(extras):
+    described = _described(base)
+    members = typing.get_args(described)
+    if typing.get_origin(described) in (typing.Union, types.UnionType) and type(None) in members:
+        values = [m for m in members if m is not type(None)]
+        if len(values) == 1 and typing.get_origin(values[0]) is Annotated:
+            # Annotated[int, "How many"] | None: the description is the parameter's too.
+            inner, *inner_metas = typing.get_args(values[0])
+            values, metadata = [inner], [*inner_metas, *metadata]
+        outer = [part for meta in metadata if (part := _part(meta, _OUTER))]
+        constraints = [part for meta in metadata if (part := _part(meta, _CONSTRAINTS))]
+        if constraints:
+            values = [Annotated[(value, *constraints)] for value in values]
+        if metadata:  # else nothing moved: keep the type as written
+            described, metadata = typing.Union[(*values, type(None))], outer
+    if described is base and metadata == list(extras):
         return annotation, default
-    for meta in metadata:  # Annotated[Annotated[T, a], b] is Annotated[T, a, b]
-        base = Annotated[base, meta]
-    return base, default
+    return (Annotated[(described, *metadata)] if metadata else described), default
+
+
+_CONSTRAINTS = ("gt", "ge", "lt", "le", "multiple_of", "pattern", "min_length", "max_length", "tz")
+_OUTER = ("title", "description", "examples", "extra_json_schema", "extra")
+
+
+def _part(meta: Any, keys: tuple[str, ...]) -> Any:
+    """The part of a ``msgspec.Meta`` with ``keys`` (a Meta), or None when it sets none of them;
+    metadata that is not a Meta goes with the parameter."""
+    if not isinstance(meta, msgspec.Meta):
+        return meta if keys is _OUTER else None
+    values = {key: getattr(meta, key) for key in keys if getattr(meta, key) is not None}
+    return msgspec.Meta(**values) if values else None
+
+
+def _meta(extra: Any) -> Any:
+    """One item of ``Annotated``'s metadata as msgspec reads it."""
+    _refuse_pydantic(extra)
+    if isinstance(extra, str):
+        return msgspec.Meta(description=extra)
+    if isinstance(extra, FieldDefault):
+        return extra.meta
+    return extra
+
+
+def _described(tp: Any) -> Any:
+    """``tp`` with the ``Annotated`` types nested in it (``list[Annotated[str, "A path"]]``,
+    ``Optional[Annotated[...]]``) rewritten by ``_meta``; ``tp`` itself when none needs it."""
+    origin = typing.get_origin(tp)
+    if origin is None or origin is typing.Literal:  # a Literal's arguments are values, not types
+        return tp
+    args = typing.get_args(tp)
+    if origin is Annotated:
+        inner, *extras = args
+        new = (_described(inner), *(_meta(extra) for extra in extras))
+        return tp if all(a is b for a, b in zip(new, args, strict=True)) else Annotated[new]
+    new = tuple(_described(arg) for arg in args)
+    if all(a is b for a, b in zip(new, args, strict=True)):
+        return tp
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[new]  # noqa: UP007 - from a tuple of members, which `|` cannot take
+    if isinstance(tp, types.GenericAlias):
+        return types.GenericAlias(origin, new)
+    return tp.copy_with(new)
+
+
+def _refuse_pydantic(value: Any) -> None:
+    # Told by the type's module, so that pydantic is never imported to ask.
+    if type(value).__module__.partition(".")[0] == "pydantic":
+        raise SchemaError(
+            f"pydantic's Field ({type(value).__module__}.{type(value).__name__}) is not read here: its description and "
+            f"constraints would be lost; use atomictools.Field (`from atomictools import Field`), "
+            f"which takes the same description, ge/le/min_length/… and default="
+        )
 
 
 def _default(value: Any) -> Any:

@@ -4,4 +4,4 @@ Kept free of imports: the worker runtime and the stdio shim live in this package
 without paying for the server's dependencies.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

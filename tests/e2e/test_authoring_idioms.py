@@ -1,8 +1,14 @@
 """What authors bring from FastMCP and pydantic works, through a real daemon: ``Field(...)`` as a
 parameter's default (its constraints, and its default when it has one), and a plain string in
-``Annotated`` as the description. The schema the client lists shows them and validation applies."""
+``Annotated`` as the description, also inside ``Optional``/``| None``/``list``, and constraints on an
+optional parameter. The schema the client lists shows them and validation applies; what would be
+misread (pydantic's positional default, ``pydantic.Field``) is the module's load error."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from helpers import Env
 
@@ -45,3 +51,98 @@ def test_field_as_a_default_and_a_string_in_annotated_reach_the_schema_and_valid
         assert refused.is_error and "count" in refused.text, refused.text
         refused = client.call("repeat", text="a", count=1, sep="")
         assert refused.is_error and "sep" in refused.text, refused.text
+
+
+VARIANTS = '''
+from typing import Annotated, Optional
+from atomictools import Field, tool
+
+@tool
+def find(
+    path: Annotated[str, "The path"] | None = None,
+    root: Optional[Annotated[str, "Where to start"]] = None,
+    names: list[Annotated[str, "A file name"]] = [],
+    limit: int | None = Field("At most this many", default=None, ge=1),
+    depth: Annotated[int, "How deep"] | None = Field(default=None, le=3),
+) -> str:
+    return f"{path} {root} {names} {limit} {depth}"
+'''
+
+
+def test_descriptions_and_constraints_reach_optional_and_nested_parameters(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "find.py", VARIANTS)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        listing = client.request("atomic/list")
+        assert listing["errors"] == [], listing["errors"]
+        (tool,) = client.list_tools()
+        props = tool["inputSchema"]["properties"]
+        assert props["path"]["description"] == "The path"
+        assert props["root"]["description"] == "Where to start"
+        assert props["names"]["items"] == {"type": "string", "description": "A file name"}
+        # The description is the parameter's; the constraint is its value's (None stays allowed).
+        assert props["limit"]["description"] == "At most this many"
+        assert {"type": "integer", "minimum": 1} in props["limit"]["anyOf"], props["limit"]
+        assert props["depth"]["description"] == "How deep"
+        assert {"type": "integer", "maximum": 3} in props["depth"]["anyOf"], props["depth"]
+
+        assert client.call("find", names=["a"], limit=2).text == "None None ['a'] 2 None"
+        assert client.call("find", limit=None, depth=3).text == "None None [] None 3"
+        refused = client.call("find", limit=0)
+        assert refused.is_error and "limit" in refused.text and ">= 1" in refused.text, refused.text
+        refused = client.call("find", depth=4)
+        assert refused.is_error and "depth" in refused.text, refused.text
+
+
+REFUSED = {
+    # pydantic's positional default: Field's first argument is the description here.
+    "positional.py": '''
+from atomictools import Field, tool
+
+@tool
+def positional(count: int = Field(5, ge=0)) -> str:
+    return str(count)
+''',
+    "pydantic_default.py": '''
+import pydantic
+from atomictools import tool
+
+@tool
+def pydantic_default(count: int = pydantic.Field(description="How many", ge=0)) -> str:
+    return str(count)
+''',
+    "pydantic_annotated.py": '''
+from typing import Annotated
+import pydantic
+from atomictools import tool
+
+@tool
+def pydantic_annotated(count: Annotated[int, pydantic.Field(description="How many", ge=0)] = 1) -> str:
+    return str(count)
+''',
+    "pydantic_nested.py": '''
+from typing import Annotated
+import pydantic
+from atomictools import tool
+
+@tool
+def pydantic_nested(counts: list[Annotated[int, pydantic.Field(ge=0)]]) -> str:
+    return str(counts)
+''',
+}
+
+
+def test_what_would_be_misread_is_refused_at_load_naming_the_form_to_write(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("pydantic")
+    for filename, source in REFUSED.items():
+        env.write_tool(env.local_tools, filename, source)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        listing = client.request("atomic/list")
+        assert client.list_tools() == []
+        errors = {Path(e["file"]).name: e["message"] for e in listing["errors"]}
+        assert set(errors) == set(REFUSED), listing["errors"]
+        assert "Field(default=5" in errors["positional.py"], errors
+        for name in ("pydantic_default.py", "pydantic_annotated.py", "pydantic_nested.py"):
+            assert "use atomictools.Field" in errors[name] and "pydantic" in errors[name], errors[name]
+            assert "'count" in errors[name] or "'counts'" in errors[name], errors[name]

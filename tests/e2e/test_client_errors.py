@@ -5,6 +5,9 @@ raises on request, and a client-side timeout cancels the call in the daemon."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -50,6 +53,18 @@ def patient(marker: str, ctx: Context) -> str:
         Path(marker).write_text("cancelled")
         return "cancelled"
     return "waited a minute"
+""",
+    "chatty.py": """
+from pathlib import Path
+from atomictools import Context, tool
+
+@tool
+def chatty(marker: str, ctx: Context) -> str:
+    # Logs far more often than the client's timeout, until cancelled.
+    while not ctx.cancel_event.wait(0.1):
+        ctx.log("info", "still working")
+    Path(marker).write_text("cancelled")
+    return "cancelled"
 """,
 }
 
@@ -127,3 +142,50 @@ def test_transport_errors_say_which_failure_it_was(env: Env, make_daemon) -> Non
     assert isinstance(lost.value, TransportError) and isinstance(lost.value, ConnectError)
     with pytest.raises(CannotConnect):
         client.status()  # the next request connects again: nobody listens
+
+
+def test_a_client_timeout_is_one_deadline_for_the_request_however_often_the_tool_logs(env: Env, tools_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Each ctx.log reaches the client as a notification: the wait for the answer must not start
+    # again with each, or a chatty tool never times out.
+    marker = tmp_path / "chatty-sync"
+    with tools_daemon.client(timeout=1.0) as client:
+        with pytest.raises(CallTimeout):
+            client.call("chatty", marker=str(marker))
+        assert wait_for(lambda: marker.exists(), timeout=10, message="the tool to see ctx.cancelled")
+        assert client.call("greet", name="again").text == "Hello, again"
+
+    marker = tmp_path / "chatty-async"
+
+    async def main() -> None:
+        async with AsyncClient(str(env.socket), directory=str(env.project), autostart=False, timeout=1.0) as client:
+            with pytest.raises(CallTimeout):
+                await client.call("chatty", marker=str(marker))
+            assert (await client.call("greet", name="again")).text == "Hello, again"
+
+    asyncio.run(main())
+    assert wait_for(lambda: marker.exists(), timeout=10, message="the tool to see ctx.cancelled")
+
+
+def test_a_request_the_daemon_does_not_read_in_time_loses_the_connection_not_a_bare_timeout(tools_daemon) -> None:  # type: ignore[no-untyped-def]
+    client = tools_daemon.client(timeout=1.0)
+    os.kill(tools_daemon.pid, signal.SIGSTOP)  # reads nothing: the socket's buffers fill
+    try:
+        with pytest.raises(ConnectionLost, match="did not take the request within 1 s"):
+            client.call("greet", name="x" * (16 * 1024 * 1024))
+    finally:
+        os.kill(tools_daemon.pid, signal.SIGCONT)
+    # The half-sent line went with the closed connection: the next request connects again.
+    assert client.call("greet", name="again").text == "Hello, again"
+    client.close()
+
+
+def test_watch_without_a_timeout_outlasts_the_clients_timeout(env: Env, tools_daemon) -> None:  # type: ignore[no-untyped-def]
+    with tools_daemon.client(timeout=0.5) as client:
+        notes = client.watch()
+        later = threading.Timer(1.5, env.write_tool, (env.local_tools, "added.py", TOOLS["greet.py"].replace("greet", "added")))
+        later.start()
+        try:
+            assert next(notes)["method"] == "notifications/tools/list_changed"
+        finally:
+            later.join()
+        assert client.status()["pid"] == tools_daemon.pid

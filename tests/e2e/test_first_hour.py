@@ -293,8 +293,9 @@ def test_new_writes_a_tool_that_loads_and_runs_as_its_printed_commands_say(env: 
 def test_new_outside_a_project_writes_a_global_tool_and_names_an_untrusted_project(env: Env) -> None:
     env.vars.pop("ATOMICTOOLS_TRUST_ALL")
     made = run(env, "new", "greet")
-    assert "not trusted yet, so its tools do not load; to load them confined to the project, run: " in made.stdout
-    offered = made.stdout.split("confined to the project, run: ", 1)[1].split("  (or, with your full rights: ")[0]
+    confined = "not trusted yet, so its tools do not load; to load them confined (no network, nothing outside the project), run: "
+    assert confined in made.stdout
+    offered = made.stdout.split(confined, 1)[1].split("; or, with all your rights: ")[0]
     trust = shlex.split(offered)
     assert trust[1:3] == ["trust", "--sandbox"], trust
     assert subprocess.run(trust, env=env.vars, capture_output=True, text=True, timeout=60).returncode == 0
@@ -342,7 +343,7 @@ def test_suggested_commands_run_as_printed_when_atomictoolsd_is_not_on_path(env:
     env.write_tool(env.local_tools, "probe.py", "def probe() -> str:\n    return 'ran'\n")
     make_daemon()  # type: ignore[operator]
     listing = run(env, "list")
-    command = listing.stdout.split("to load them confined (no network, nothing outside the project), run: ", 1)[1].splitlines()[0]
+    command = listing.stdout.split("to load them confined (no network, nothing outside the project), run: ", 1)[1].split(";")[0]
     assert command.startswith(str(Path(sys.executable).parent / "atomictoolsd") + " trust --sandbox "), command
     trusted = subprocess.run(shlex.split(command), env=env.vars, capture_output=True, text=True, timeout=60)
     assert trusted.returncode == 0, trusted.stderr

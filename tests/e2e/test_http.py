@@ -336,3 +336,180 @@ def test_start_http_option_and_status(env: Env) -> None:
         assert "http      http://127.0.0.1:" in status
     finally:
         subprocess.run([*cli, "stop"], env=environ, capture_output=True, timeout=60)
+
+
+class _Wire:
+    """One raw HTTP/1.1 connection to the endpoint: exact bytes out, responses read one by one."""
+
+    def __init__(self, endpoint: Http, target: str = "/mcp") -> None:
+        self.endpoint = endpoint
+        self.target = target
+        self.sock = socket.create_connection((endpoint.host, endpoint.port), timeout=10)
+        self.file = self.sock.makefile("rb")
+
+    def head(self, method: str = "POST", extra: str = "", first: str = "") -> bytes:
+        auth = f"Authorization: Bearer {self.endpoint.token}\r\n"
+        return (f"{method} {self.target} HTTP/1.1\r\n{first}Host: 127.0.0.1:{self.endpoint.port}\r\n{auth}"
+                f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{extra}").encode()
+
+    def post(self, body: dict[str, Any], extra: str = "") -> bytes:
+        data = json.dumps(body).encode()
+        return self.head(extra=extra + f"Content-Length: {len(data)}\r\n") + b"\r\n" + data
+
+    def response(self, to_head: bool = False) -> tuple[int, dict[str, str], bytes]:
+        status = self.file.readline()
+        assert status.startswith(b"HTTP/1.1 "), status
+        headers: dict[str, str] = {}
+        while (line := self.file.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if to_head:
+            body = b""
+        elif headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while size := int(self.file.readline().strip(), 16):
+                body += self.file.read(size + 2)[:size]
+            self.file.readline()
+        else:
+            body = self.file.read(int(headers.get("content-length", "0")))
+        return int(status.split()[1]), headers, body
+
+    def closed(self) -> bool:
+        return self.file.read(1) == b""
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+
+def test_http11_on_one_connection_keep_alive_pipelining_chunked_bodies_and_100_continue(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    wire = _Wire(endpoint, _project_path(env))
+    try:
+        wire.sock.sendall(wire.post(_initialize()))
+        status, headers, _ = wire.response()
+        assert status == 200
+        session = f"Mcp-Session-Id: {headers['mcp-session-id']}\r\n"
+        # Three requests in one write: answered in the order sent, on the same connection.
+        calls = [{"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": f"t{i}"}}}
+                 for i in (10, 11, 12)]
+        wire.sock.sendall(b"".join(wire.post(c, session) for c in calls))
+        answers = [json.loads(wire.response()[2]) for _ in calls]
+        assert [(a["id"], a["result"]["content"][0]["text"]) for a in answers] == [(10, "t10"), (11, "t11"), (12, "t12")]
+        # A chunked body, split across writes.
+        data = json.dumps({"jsonrpc": "2.0", "id": 13, "method": "tools/list"}).encode()
+        wire.sock.sendall(wire.head(extra=session + "Transfer-Encoding: chunked\r\n") + b"\r\n")
+        time.sleep(0.05)
+        wire.sock.sendall(b"%x\r\n%s\r\n" % (5, data[:5]))
+        time.sleep(0.05)
+        wire.sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data) - 5, data[5:]))
+        assert [t["name"] for t in json.loads(wire.response()[2])["result"]["tools"]] == ["echo", "slow", "touch"]
+        # Expect: 100-continue: the go-ahead comes before the body is sent.
+        data = json.dumps({"jsonrpc": "2.0", "id": 14, "method": "ping"}).encode()
+        wire.sock.sendall(wire.head(extra=session + f"Expect: 100-continue\r\nContent-Length: {len(data)}\r\n") + b"\r\n")
+        assert wire.file.readline() == b"HTTP/1.1 100 Continue\r\n" and wire.file.readline() == b"\r\n"
+        wire.sock.sendall(data)
+        assert json.loads(wire.response()[2]) == {"jsonrpc": "2.0", "id": 14, "result": {}}
+        # HEAD is not a method of the endpoint: 405, and no body follows the head.
+        wire.sock.sendall(wire.head("HEAD") + b"\r\n")
+        status, headers, _ = wire.response(to_head=True)
+        assert status == 405 and int(headers["content-length"]) > 0
+        wire.sock.sendall(wire.post({"jsonrpc": "2.0", "id": 15, "method": "ping"}, session + "Connection: close\r\n"))
+        status, headers, _ = wire.response()
+        assert status == 200 and headers["connection"] == "close" and wire.closed()
+    finally:
+        wire.close()
+
+
+@pytest.mark.parametrize("first", [
+    "Host: evil.example\r\n",  # a foreign Host, then the right one
+    "Authorization: Bearer x\r\n",  # a wrong token, then the right one
+    "X-Padding: " + "a" * 70_000 + "\r\n",  # headers past 64 KiB
+], ids=["two-hosts", "two-tokens", "huge-headers"])
+def test_a_doubled_security_header_or_oversized_headers_are_refused_and_nothing_runs(
+        env: Env, served: tuple[Any, Http], first: str) -> None:
+    _, endpoint = served
+    wire = _Wire(endpoint, _project_path(env))
+    try:
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "touch", "arguments": {"name": "doubled"}}}
+        data = json.dumps(call).encode()
+        wire.sock.sendall(wire.head(first=first, extra=f"Content-Length: {len(data)}\r\n") + b"\r\n" + data)
+        status, _, _ = wire.response()
+        assert status in (401, 403, 431), status
+    finally:
+        wire.close()
+    time.sleep(0.3)
+    assert not (env.project / "doubled").exists()
+
+
+def test_a_malformed_request_gets_400_and_the_connection_closes(served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    wire = _Wire(endpoint)
+    try:
+        wire.sock.sendall(wire.head(extra="Content-Length: 3\r\nContent-Length: 4\r\n") + b"\r\nabcd")
+        status, _, body = wire.response()
+        assert status == 400 and b"Content-Length" in body
+        assert wire.closed()
+    finally:
+        wire.close()
+
+
+def test_concurrent_requests_with_one_id_are_each_answered_with_it(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    path = _project_path(env)
+    session = endpoint.initialize(path)
+    slow, fast = _Wire(endpoint, path), _Wire(endpoint, path)
+    stateless = [_Wire(endpoint, path) for _ in range(2)]
+    try:
+        header = f"Mcp-Session-Id: {session}\r\n"
+        # The same id twice in flight in one session, and an id whose JSON has an escape in it.
+        slow.sock.sendall(slow.post({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                     "params": {"name": "slow", "arguments": {"seconds": 0.5, "marker": "m"}}}, header))
+        time.sleep(0.2)
+        fast.sock.sendall(fast.post({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                     "params": {"name": "echo", "arguments": {"text": "quick"}}}, header))
+        assert json.loads(fast.response()[2]) == {"jsonrpc": "2.0", "id": 5, "result": {"content": [{"type": "text", "text": "quick"}]}}
+        answer = json.loads(slow.response()[2])
+        assert answer["id"] == 5 and answer["result"]["content"][0]["text"] == "slept"
+        data = b'{"jsonrpc":"2.0","id":"a\\u0062\\n","method":"ping"}'
+        fast.sock.sendall(fast.head(extra=header + f"Content-Length: {len(data)}\r\n") + b"\r\n" + data)
+        assert json.loads(fast.response()[2]) == {"jsonrpc": "2.0", "id": "ab\n", "result": {}}
+        # Two clients of one stateless URL, both with id 1, at once.
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+        for i, wire in enumerate(stateless):
+            name = "slow" if i == 0 else "echo"
+            wire.sock.sendall(wire.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": name, "arguments": {"seconds": 0.3, "marker": "s"} if i == 0 else {"text": "other"}, "_meta": meta}},
+                f"Mcp-Method: tools/call\r\nMcp-Name: {name}\r\nMCP-Protocol-Version: 2026-07-28\r\n"))
+        answers = [json.loads(wire.response()[2]) for wire in reversed(stateless)]
+        assert [(a["id"], a["result"]["content"][0]["text"]) for a in answers] == [(1, "other"), (1, "slept")]
+    finally:
+        for wire in (slow, fast, *stateless):
+            wire.close()
+
+
+def test_a_head_that_never_ends_is_cut_off(served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    wire = _Wire(endpoint)
+    try:
+        wire.sock.sendall(wire.head() + b"X-Endless: ")
+        sent = 0
+        with pytest.raises(OSError):  # the daemon closes the connection; the writes then fail
+            while sent < 64 * 1024 * 1024:
+                wire.sock.sendall(b"a" * 65536)
+                sent += 65536
+        assert sent < 8 * 1024 * 1024, sent  # cut at about a MiB, not buffered on and on
+    finally:
+        wire.close()
+
+
+def test_an_argument_that_mentions_the_2026_revision_key_is_just_text(env: Env, served: tuple[Any, Http]) -> None:
+    """Whether a request is of the 2026-07-28 revision is read from its ``_meta``, not from its bytes:
+    a tool argument that quotes the key's name is an ordinary argument of a 2025-11-25 session."""
+    _, endpoint = served
+    session = endpoint.initialize(_project_path(env))
+    text = "see io.modelcontextprotocol/protocolVersion in the spec"
+    answer = endpoint.rpc("tools/call", {"name": "echo", "arguments": {"text": text}}, session=session,
+                          path=_project_path(env))
+    assert "result" in answer, answer
+    assert answer["result"]["content"][0]["text"] == text, answer

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from atomictools._protocol import RENAMED
+from atomictools._protocol import RENAMED, read_renamed
 from helpers import Env, RawConnection
 
 PROTOCOL_MD = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
@@ -72,3 +72,69 @@ def test_each_result_carries_the_new_and_the_old_names(env: Env, make_daemon) ->
     assert both(status["service"], "atomic/status service") == {"watchdogSec"}
     assert both(status["bridges"][0], "atomic/status bridges[]") == {"ownerPid"}
     assert status["bridges"][0]["ownerPid"] == daemon.pid
+
+
+def as_older_daemon(value: Any) -> Any:
+    """``value`` as a daemon older than 0.2 sent it: each renamed key under its old name only, where
+    the new one was (a result carries both now, with the same value)."""
+    if isinstance(value, list):
+        return [as_older_daemon(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    old_of = {new: old for renames in RENAMED.values() for old, new in renames.items()
+              if old in value and new in value and value[old] == value[new]}
+    return {old_of.get(k, k): as_older_daemon(v) for k, v in value.items() if k not in old_of.values()}
+
+
+def test_the_cli_prints_an_older_daemons_status_as_a_current_ones(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # A CLI newer than the daemon that runs (upgraded, not yet restarted) reads the old names.
+    import contextlib
+    import io
+    import time
+
+    from atomictoolsd.cli.daemon import print_status
+
+    env.write_tool(env.global_tools, "greet.py", GREET)
+    make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    with RawConnection(env.socket) as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        assert raw.request("tools/call", {"name": "greet", "arguments": {"name": "x"}})["result"]["content"]
+        status = raw.request("atomic/status")["result"]
+    status["reload"] = {"at": time.time(), "configError": "line 1: bad", "config_error": "line 1: bad"}
+    older = as_older_daemon(status)
+    assert "failedCalls" not in older["modules"][0] and older["modules"][0]["errors"] == 0
+    assert "tokenFile" not in older["http"] and "watchdogSec" not in older["service"]
+
+    def printed(status: dict[str, Any]) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            print_status(status)
+        return out.getvalue()
+
+    current = printed(status)
+    assert printed(older) == current
+    assert "NOT reloaded" in current and "line 1: bad" in current and str(status["http"]["tokenFile"]) in current
+
+
+def test_read_renamed_takes_the_new_name_else_the_old_one_of_that_place() -> None:
+    where = "atomic/list tools[] and shadowed[], shadowedBy"
+    assert read_renamed({"scope": "local", "source": "local"}, "scope", where) == "local"
+    assert read_renamed({"source": "global"}, "scope", where) == "global"  # "source" means the scope here
+    assert read_renamed({"source": "cache"}, "definitionsFrom", "atomic/status modules[]") == "cache"
+    # http-token --rotate: an older daemon that rotated the token answers with the old name.
+    assert read_renamed({"token_file": "/run/t"}, "tokenFile", "atomic/status http, atomic/http/rotate") == "/run/t"
+    assert read_renamed({}, "tokenFile", "atomic/status http, atomic/http/rotate") is None
+
+
+def test_the_version_is_the_one_the_renames_are_told_by() -> None:
+    # docs/protocol.md says "renamed in 0.2", old names "until 0.3": a client tells by the version
+    # atomic/status and initialize report, so every place that states it says the same 0.2.x.
+    import tomllib
+
+    import atomictools
+    import atomictoolsd
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    version = pyproject["project"]["version"]
+    assert atomictoolsd.__version__ == atomictools.__version__ == version
+    assert tuple(int(part) for part in version.split(".")[:2]) == (0, 2), "RENAMED's old names go in 0.3"

@@ -289,3 +289,52 @@ def test_a_call_whose_stateless_client_never_retries_ends_at_ask_timeout_and_sen
         assert stale["code"] == -32602 and "has ended" in stale["message"]
         status = raw.request("atomic/status")["result"]
         assert all(m.get("inflight", 0) == 0 for m in status["sessions"]), status["sessions"]
+
+
+PAIR = '''
+import threading
+import time
+from pathlib import Path
+from atomictools import AskError, Context, tool
+
+@tool
+def pair(marker: str, ctx: Context) -> str:
+    threading.Thread(target=ctx.elicit, args=("First?",), daemon=True).start()  # parks the call
+    deadline = time.monotonic() + 30
+    while not Path(marker + ".go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        ctx.elicit("Second?")
+        Path(marker).write_text("asked")
+    except AskError as exc:
+        Path(marker).write_text(f"refused: {exc}")
+    return "done"
+'''
+
+
+def test_a_second_question_while_one_is_parked_is_refused_not_asked_by_another_requests_capabilities(
+    env: Env, make_daemon: Any, tmp_path: Path,
+) -> None:
+    # A parked call's request is answered (input_required) and its capabilities forgotten; a second
+    # question it asks then must not be judged by the capabilities of the session's latest request.
+    from helpers import wait_for
+
+    env.write_tool(env.global_tools, "pair.py", PAIR)
+    env.write_tool(env.global_tools, "add.py", TOOL)
+    daemon = make_daemon()
+    marker = tmp_path / "pair"
+    meta = {**META, "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+    with daemon.raw() as raw:
+        first = raw.send_request("tools/call", {"name": "pair", "arguments": {"marker": str(marker)}, "_meta": meta})
+        assert raw.reply(first)["result"]["resultType"] == "input_required"
+        # Another call on the same connection, declaring elicitation: the session's latest capabilities.
+        assert raw.request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}, "_meta": meta})["result"]
+        Path(str(marker) + ".go").write_text("")
+        assert wait_for(marker.exists, timeout=15, message="the tool's second question to be answered")
+        said = marker.read_text()
+        assert said.startswith("refused:") and "already waits for the answer to another question" in said, said
+        ping = raw.send_request("ping")
+        seen = []
+        while (message := raw.recv()).get("id") != ping:
+            seen.append(message)
+        assert not [m for m in seen if m.get("id") == first], seen  # the answered request is not answered again

@@ -58,31 +58,28 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
     root = env.project.resolve()
     command = f"{command_name()} trust --sandbox {shlex.quote(str(root))}"  # the confined trust is offered first
     full = f"{command_name()} trust {shlex.quote(str(root))}"
+    offer = f"to load them confined (no network, nothing outside the project), run: {command}; or, with all your rights: {full}"
     daemon = make_daemon()
     with daemon.client() as client:
         listing = client.request("atomic/list")
         assert [t["name"] for t in listing["tools"]] == ["everywhere"], "the global dir is always trusted"
         assert listing["blocked"] == [
             {"file": str(env.local_tools / "decl.json"), "scope": "local", "root": str(root), "command": command,
-             "fullCommand": full, "full_command": full},
+             "fullCommand": full, "full_command": full, "message": offer},
             {"file": str(env.local_tools / "probe.py"), "scope": "local", "root": str(root), "command": command,
-             "fullCommand": full, "full_command": full},
+             "fullCommand": full, "full_command": full, "message": offer},
         ]
         assert listing["errors"] == []
         with pytest.raises(RPCError) as info:
             client.call("probe")
         assert info.value.code == -32602
-        assert info.value.message == (
-            f"Unknown tool: 'probe'; this project's own tools are blocked until you trust it, confined: {command} "
-            f"(or with all your rights: {full})"
-        )
+        assert info.value.message == f"Unknown tool: 'probe'; this project's own tools are blocked until you trust it: {offer}"
     assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
     assert not env.marker.exists(), "the module was never imported, not even to learn its tool names"  # type: ignore[attr-defined]
 
     shown = cli(env, "list").stdout
     assert f"blocked: 2 tool module(s) of {root}, not a trusted project" in shown
-    assert f"to load them confined (no network, nothing outside the project), run: {command}" in shown
-    assert f"or, to load them with all your rights: {full}" in shown
+    assert offer in shown
 
     with daemon.raw() as watcher:
         watcher.request("atomic/attach", {"directory": str(env.project)})
@@ -124,7 +121,9 @@ def test_an_agent_is_told_how_to_trust_the_project(untrusted: Env, make_daemon) 
         raw.request("atomic/attach", {"directory": str(untrusted.project)})
         init = raw.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}})
     command = f"{command_name()} trust --sandbox {shlex.quote(str(untrusted.project.resolve()))}"
-    assert init["result"]["instructions"].endswith(f"if they want them, ask them to run: {command}")
+    assert init["result"]["instructions"].endswith(f"if they want them, tell them: to load them confined (no network, "
+                                                   f"nothing outside the project), run: {command}; or, with all your "
+                                                   f"rights: {command.replace(' --sandbox', '')}")
 
 
 def test_trust_is_remembered_across_restarts_and_set_without_a_daemon(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
@@ -202,3 +201,20 @@ def test_initialize_sent_with_the_attach_names_the_trust_command(untrusted: Env,
         )
         replies = {r["id"]: r for r in (raw.recv() for _ in range(2))}
     assert f"{command_name()} trust --sandbox {untrusted.project.resolve()}" in replies[2]["result"]["instructions"]
+
+
+def test_untrust_says_what_happened_with_the_builtins_on(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A project's own built-in dirs are judged again at every trust change and always load: the
+    daemon's answer names only the project's own tools, so untrust does not read "loaded"."""
+    env = untrusted
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    daemon = make_daemon()
+    with daemon.client() as client:
+        client.list_tools()
+        assert cli(env, "trust", "--sandbox").returncode == 0
+        untrusted_now = cli(env, "untrust")
+    assert untrusted_now.returncode == 0, untrusted_now.stderr
+    assert untrusted_now.stdout.splitlines()[-1] == (
+        "the running daemon withdrew the project's tools (calls in flight finish); attached agents were told"
+    )
+    assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import psutil
 import pytest
 
 from atomictools import Client, RPCError
+from atomictoolsd.config.command import command_name
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 
@@ -357,6 +359,60 @@ def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[s
     assert "do not run unconfined" in shown.stdout, shown.stdout
 
 
+def instructions(daemon: Daemon, project: Path) -> str:
+    """What an agent is told when it connects through the shim (attach, then initialize)."""
+    with daemon.raw() as raw:
+        raw.send_bytes(
+            json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(project)}}).encode()
+            + b"\n"
+            + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+            + b"\n"
+        )
+        replies = {r["id"]: r for r in (raw.recv() for _ in range(2))}
+    return str(replies[2]["result"]["instructions"])
+
+
+@pytest.mark.parametrize("sandbox", ["available", "missing"])
+def test_a_blocked_project_is_offered_the_trust_this_kernel_can_give(env: Env, world: dict[str, Any], make_daemon, sandbox: str) -> None:  # type: ignore[no-untyped-def]
+    """Where the kernel has no sandbox, ``trust --sandbox`` would leave the project blocked: the agent
+    (its instructions, a call refused), the CLI and ``atomic/list`` are told so, with the reason, and
+    offered the full trust for what it is; the command offered unblocks the project."""
+    root = str(env.project.resolve())
+    confined, full = f"{command_name()} trust --sandbox {root}", f"{command_name()} trust {root}"
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": "0"} if sandbox == "missing" else {})
+    told = instructions(daemon, env.project)
+    with daemon.client() as client:
+        listing = client.request("atomic/list", {})
+        with pytest.raises(RPCError) as refused:
+            call(client, "read", "")
+    shown = cli(env, "list").stdout
+    offers = {(entry["command"], entry["fullCommand"], entry["message"]) for entry in listing["blocked"]}
+    assert len(offers) == 1 and len(listing["blocked"]) == 2, listing["blocked"]
+    command, full_command, message = offers.pop()
+    assert full_command == full
+    if sandbox == "missing":
+        assert command == full, "trust --sandbox is offered where it would leave the project blocked"
+        assert "no Landlock" in message and "trust --sandbox would leave them blocked" in message, message
+        assert f"run: {full} (their code then runs with all your rights)" in message, message
+        assert confined not in told and confined not in str(refused.value) and confined not in shown
+    else:
+        assert command == confined and message.startswith("to load them confined (no network, nothing outside the project)"), message
+        assert message.index(confined) < message.index(full), "the confined trust comes first where it works"
+    for where, text in (("instructions", told), ("the refused call", str(refused.value)), ("the CLI", shown)):
+        assert message in text, f"{where}: {text}"
+    if sandbox == "missing":
+        env.vars["ATOMICTOOLS_SANDBOX_ABI"] = "0"  # the CLI asks this kernel itself
+    hint = cli(env, "trust", "--list").stdout
+    env.vars.pop("ATOMICTOOLS_SANDBOX_ABI", None)
+    assert ("trust --sandbox" in hint) == (sandbox == "available"), hint
+
+    assert cli(env, *shlex.split(command)[1:]).returncode == 0  # what was offered works here
+    with daemon.client() as client:
+        assert client.request("atomic/list", {})["trust"] == ("full" if sandbox == "missing" else "sandbox")
+        assert call(client, "read", str(env.project / "link-read")).startswith("done" if sandbox == "missing" else "refused")
+
+
 def test_trust_levels_switch_while_the_daemon_runs(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
     daemon: Daemon = make_daemon()
     secret = str(world["secret"])
@@ -557,12 +613,11 @@ def test_a_builtin_cannot_read_another_project_or_the_home(env: Env, borrowed: d
     assert status.is_error and "b-secret-plans" not in status.text
     assert through_link.is_error and "secret" not in through_link.text.replace("home-secret", "")
     assert elsewhere.is_error and "project B's secret" not in elsewhere.text
-    workers = [m["worker"] for m in modules if m["worker"]]
-    assert workers and all(confined_by_the_kernel(pid) for pid in workers)
-    # Project A's own, and the home's (the shared dir, loaded at start): no other.
-    assert {m["project"] for m in modules if m["worker"]} <= {str(env.project.resolve()), str(env.home.resolve())}
-    assert len([m for m in modules if m.get("project") == str(env.project.resolve())]) == 3
-    assert all(m["confined"] for m in modules)
+    own = [m for m in modules if m.get("project") == str(env.project.resolve())]
+    assert len(own) == 3 and all(m["confined"] for m in own)
+    assert any(m["worker"] for m in own) and all(confined_by_the_kernel(m["worker"]) for m in own if m["worker"])
+    # Besides project A's own, only the shared ones (loaded at start, serving no project here).
+    assert all("project" not in m and not m["confined"] for m in modules if m not in own)
 
 
 def test_unconfined_the_same_trick_reads_the_other_project(env: Env, borrowed: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
@@ -610,9 +665,9 @@ def test_builtins_answer_right_confined_in_a_sandboxed_and_a_fully_trusted_proje
         assert client.call("workspace-info").structured["branch"] == "side"
         modules = builtin_modules(client)
     assert all(m["confined"] for m in root_modules if m.get("project") == str(env.project.resolve()))
-    projects = {m["project"] for m in modules if m["worker"]} - {str(env.home.resolve())}
+    projects = {m["project"] for m in modules if m["worker"] and "project" in m}
     assert projects == {str(env.project.resolve()), str(inner.resolve()), str(worktree.resolve())}
-    assert all(confined_by_the_kernel(m["worker"]) for m in modules if m["worker"])
+    assert all(confined_by_the_kernel(m["worker"]) for m in modules if m["worker"] and "project" in m)
     out = cli(env, "status").stdout
     assert "built-in tools: confined to the project they are called for" in out
     assert f"builtin (confined to {worktree.resolve()})" in out
@@ -665,7 +720,7 @@ def test_a_confined_builtin_reads_your_git_config_as_it_is_now(env: Env, make_da
     with daemon.client() as client:
         assert client.call("git-status").text == "?? new.txt\n"
         gitconfig.write_text("[status]\n\tshowUntrackedFiles = no\n")
-        assert client.call("git-status").text.startswith("Clean"), "the new ~/.gitconfig was not read"
+        wait_for(lambda: client.call("git-status").text.startswith("Clean"), timeout=15, message="the new ~/.gitconfig read")
         subprocess.run(["git", "config", "--global", "status.showUntrackedFiles", "normal"], env=env.vars, check=True)
-        assert client.call("git-status").text == "?? new.txt\n", "the rewritten ~/.gitconfig was not read"
-        assert all(m["confined"] for m in builtin_modules(client))
+        wait_for(lambda: client.call("git-status").text == "?? new.txt\n", timeout=15, message="the rewritten ~/.gitconfig read")
+        assert all(m["confined"] for m in builtin_modules(client) if "project" in m)

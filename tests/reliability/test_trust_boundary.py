@@ -474,5 +474,8 @@ def test_your_own_safe_directory_still_vouches_for_another_owners_repository(  #
         refused = client.call("git-status")
         assert refused.is_error and "safe.directory" in refused.text, refused.text
         (builtin_env.home / ".gitconfig").write_text(f"[safe]\n\tdirectory = {project}\n")
-        allowed = client.call("git-status")
+        # A confined built-in's worker is made for your git configuration as it was: the next one,
+        # within the daemon's look every GIT_CONFIG_INTERVAL seconds, for it as it is.
+        allowed = wait_for(lambda: (r := client.call("git-status")) and not r.is_error and r, timeout=15,
+                           message="a worker made for the new ~/.gitconfig")
     assert not allowed.is_error and "a.txt" in allowed.text, allowed.text

@@ -17,3 +17,14 @@ def test_every_setting_is_documented_with_its_default_and_variable() -> None:
         value = item["value"]
         shown = str(value).lower() if isinstance(value, bool) else f'"{value}"' if isinstance(value, str) else str(value)
         assert f"`{shown}`" in row and f"`{item['env']}`" in row, row
+
+
+def test_architecture_lists_each_component_file_once() -> None:
+    # One entry a file: two that drift apart say two different things about the same module.
+    import re
+    from collections import Counter
+
+    section = (DOCS / "architecture.md").read_text().split("\n## Components\n", 1)[1].split("\n## ", 1)[0]
+    entries = Counter(re.findall(r"^- `([^`]+\.py)`:", section, re.MULTILINE))
+    assert entries, "no component entries found"
+    assert not [path for path, n in entries.items() if n > 1], entries.most_common(3)

@@ -20,7 +20,11 @@ def test_a_bare_port_is_loopback_and_an_address_is_taken_as_named(value: str, ex
     assert parse_address(value) == expected
 
 
-@pytest.mark.parametrize("value", ["0.0.0.0:8765", "[::]:8765", "*:8765"])
+@pytest.mark.parametrize("value", [
+    "0.0.0.0:8765", "[::]:8765", "*:8765",
+    # the same, spelled as the resolver also takes it
+    "0:8765", "0.0.0.00:8765", "0.0:8765", "[::0]:8765", "[0:0:0:0:0:0:0:0]:8765", "[::ffff:0.0.0.0]:1",
+])
 def test_every_interface_is_refused_saying_to_name_one_address(value: str) -> None:
     with pytest.raises(AddressError, match="name one address"):
         parse_address(value)

@@ -45,8 +45,12 @@ from typing import NamedTuple
 
 from atomictools import Context, ToolError
 from atomictoolsd.config.discovery import (
+    GIT_INCLUDE_KEYS,
+    GIT_PATH_KEYS,
+    KEPT_GIT_VARS,
     Repository,
     RepositoryRefused,
+    git_config_path,
     locate_repository,
     project_root,
     regular_file,
@@ -81,12 +85,8 @@ _GIT_SAFETY = (
     "-c", "core.untrackedCache=false",
 )
 _GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
-# The caller's environment may choose your own config files; nothing else of git's.
-_KEPT_GIT_VARS = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 _REPO_SCOPES = ("local", "worktree")
 _FILTER_KEYS = re.compile(r"^filter\.(.+)\.(clean|smudge|process)$", re.DOTALL)
-_INCLUDE_KEYS = re.compile(r"^(include|includeif\..*)\.path$", re.DOTALL)
-_PATH_KEYS = ("core.excludesfile", "core.attributesfile", "diff.orderfile")
 _INCLUDE_DEPTH = 10  # git's own limit
 _GIT_DIR_FILES = (
     "HEAD", "config", "config.worktree", "index", "packed-refs", "commondir", "gitdir", "shallow",
@@ -118,13 +118,6 @@ def inside(root: Path, relative: str) -> Path:
 # -- the repository -------------------------------------------------------------------------------
 
 
-def _regular(path: Path, what: str, limit: int | None = None) -> bool:
-    try:
-        return regular_file(path, what, limit)
-    except RepositoryRefused as exc:
-        raise ToolError(str(exc)) from None
-
-
 def _owned(path: Path, worktree: Path) -> None:
     """Refuse a repository another user owns, as git does: only your own config may vouch for one
     (``safe.directory``); explicit ``GIT_DIR`` would skip git's own check."""
@@ -147,7 +140,7 @@ class NotARepository(ToolError):
 def _vouched(worktree: Path) -> bool:
     """Whether your own config (system, global; never the repository's) lists ``worktree`` as a
     ``safe.directory``, as git asks it. Asked only for a repository someone else owns."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in KEPT_GIT_VARS}
     try:
         listed = subprocess.run(
             ["git", "config", "--get-all", "safe.directory"], cwd="/", env={**env, "GIT_DIR": "/nonexistent"},
@@ -165,22 +158,22 @@ def _repository(root: Path) -> Repository:
     """The repository of the project at ``root``, checked as the module docstring says."""
     try:
         repository = locate_repository(root)
+        if repository is None:
+            raise NotARepository(f"{root} is not inside a git repository")
+        top, common_dir = repository.worktree, repository.common_dir
+        _owned(top, top)
+        _owned(common_dir, top)
+        for directory in {repository.git_dir, repository.common_dir}:
+            for name in _GIT_DIR_FILES:
+                regular_file(directory / name, "the git file")
+        # The ones at the top are read by every status and diff; deeper ones are left to the deadline
+        # (looking for them would mean walking the whole tree before git does).
+        for directory in {repository.worktree, root.resolve()}:
+            for name in (".gitignore", ".gitattributes"):
+                if os.path.lexists(directory / name):
+                    regular_file(directory / name, "the file")
     except RepositoryRefused as exc:
         raise ToolError(str(exc)) from None
-    if repository is None:
-        raise NotARepository(f"{root} is not inside a git repository")
-    top, common_dir = repository.worktree, repository.common_dir
-    _owned(top, top)
-    _owned(common_dir, top)
-    for directory in {repository.git_dir, repository.common_dir}:
-        for name in _GIT_DIR_FILES:
-            _regular(directory / name, "the git file")
-    # The ones at the top are read by every status and diff; deeper ones are left to the deadline
-    # (looking for them would mean walking the whole tree before git does).
-    for directory in {repository.worktree, root.resolve()}:
-        for name in (".gitignore", ".gitattributes"):
-            if os.path.lexists(directory / name):
-                _regular(directory / name, "the file")
     return repository
 
 
@@ -233,15 +226,18 @@ class GitCall:
     async def _environment(self) -> dict[str, str]:
         if self._env is None:
             repository = self.repository()
-            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in KEPT_GIT_VARS}
             env.update(_GIT_ENV)
             env["GIT_DIR"] = str(repository.git_dir)
             env["GIT_WORK_TREE"] = str(repository.worktree)
             self._env = env
             try:
                 await self._check_config(repository)
-            except BaseException:
+            except RepositoryRefused as exc:
                 self._env = None  # never a run with a repository that failed its check
+                raise ToolError(str(exc)) from None
+            except BaseException:
+                self._env = None
                 raise
         return self._env
 
@@ -255,24 +251,24 @@ class GitCall:
             if depth > _INCLUDE_DEPTH * 8:
                 raise ToolError("Refused: the repository's config includes too many files")
             config = files.pop()
-            if config in seen or not _regular(config, "the repository's config", MAX_CONFIG_BYTES):
+            if config in seen or not regular_file(config, "the repository's config", MAX_CONFIG_BYTES):
                 continue
             seen.add(config)
             for key, value in await self._config_entries(config):
                 lowered = key.lower()
-                if _INCLUDE_KEYS.match(lowered):
-                    target = _config_path(value, config.parent)
+                if GIT_INCLUDE_KEYS.match(lowered):
+                    target = git_config_path(value, config.parent, home())
                     if not repository.holds(target):
                         raise ToolError(
                             f"Refused: the repository's config ({config}) includes {target}, outside the "
                             f"repository; the built-ins read nothing outside the project"
                         )
                     files.append(target)
-                elif lowered in _PATH_KEYS and value:
-                    target = _config_path(value, repository.worktree)
+                elif lowered in GIT_PATH_KEYS and value:
+                    target = git_config_path(value, repository.worktree, home())
                     if not repository.holds(target):
                         raise ToolError(f"Refused: the repository's config sets {key} to {target}, outside the repository")
-                    _regular(target, f"{key}", MAX_CONFIG_BYTES)
+                    regular_file(target, f"{key}", MAX_CONFIG_BYTES)
 
     async def _config_entries(self, config: Path) -> Iterator[tuple[str, str]]:
         done = await self._run(["config", "--file", str(config), "--no-includes", "-z", "--list"], check_config=False)
@@ -367,12 +363,3 @@ async def git(root: Path, args: list[str], what: str, *, check: bool = True, fil
     """One git run as a whole built-in call (see ``git_call`` for several)."""
     async with git_call(root, what) as call:
         return await call.run(args, check=check, filters=filters)
-
-
-def _config_path(value: str, base: Path) -> Path:
-    """A path as git reads it from a config file: ``~`` is your home, a relative one is relative
-    to ``base``."""
-    if value.startswith("~/") or value == "~":
-        return Path(os.path.expanduser(value)).resolve()
-    path = Path(value)
-    return (base / path).resolve() if not path.is_absolute() else path.resolve()

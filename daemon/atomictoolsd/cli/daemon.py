@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from atomictools._protocol import RENAMED
+from atomictools._protocol import RENAMED, read_renamed
 from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, wait_gone, where
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
 
@@ -193,7 +193,7 @@ def _print_http() -> int:
     if http.get("error"):
         print(f"atomictoolsd: HTTP not served: {http['error']}", file=sys.stderr)
         return 1
-    print(f"MCP over HTTP at {http['url']} (token in {http['tokenFile']})")
+    print(f"MCP over HTTP at {http['url']} (token in {read_renamed(http, 'tokenFile', _HTTP)})")
     return 0
 
 
@@ -207,7 +207,7 @@ def cmd_http_token(args: argparse.Namespace) -> int:
     path = Path(runtime_dir()) / TOKEN_NAME
     if args.rotate:
         reply = raw_request("atomic/http/rotate")
-        if not (isinstance(reply, dict) and "tokenFile" in reply):
+        if not (isinstance(reply, dict) and read_renamed(reply, "tokenFile", _HTTP) is not None):
             new_token(path)  # no daemon serving HTTP: the next one to start reads this one
         print(f"a new token is in {path}; clients using the old one get 401 until they read it")
     token = read_token(path)
@@ -325,14 +325,16 @@ def print_status(status: dict[str, Any]) -> None:
     if manager != "none":
         unit = f" ({service['unit']})" if service.get("unit") else ""
         manager += unit + (", socket-activated" if service.get("activated") else "")
-        if service.get("watchdogSec"):
-            manager += f", watchdog {service['watchdogSec']:g} s"
+        watchdog = read_renamed(service, "watchdogSec", "atomic/status service")
+        if watchdog:
+            manager += f", watchdog {watchdog:g} s"
     fork = status["forkserver"]
     print(f"atomictoolsd {status['version']}  pid {status['pid']}  up {_duration(status['uptime'])}")
     print(f"socket    {status['socket']}")
     http = status.get("http")
     if http:
-        print(f"http      {http['url']}  (token in {http['tokenFile']})" if http.get("url") else f"http      not served: {http['error']}")
+        token_file = read_renamed(http, "tokenFile", _HTTP)
+        print(f"http      {http['url']}  (token in {token_file})" if http.get("url") else f"http      not served: {http['error']}")
     print(f"service   {manager}")
     workers = fork["workers"]
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
@@ -356,7 +358,8 @@ def print_status(status: dict[str, Any]) -> None:
             [
                 [
                     m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
-                    m["calls"], m["failedCalls"], m.get("cancelled", 0), _ms(m["p50Ms"]), _ms(m["p99Ms"]),
+                    m["calls"], _module(m, "failedCalls"), m.get("cancelled", 0),
+                    _ms(_module(m, "p50Ms")), _ms(_module(m, "p99Ms")),
                 ]
                 for m in modules
             ],
@@ -364,10 +367,10 @@ def print_status(status: dict[str, Any]) -> None:
         for m in modules:
             if m["error"]:
                 print(f"\n{where(m['error'])}: {m['error']['message']}")
-            elif m.get("lastError"):
-                print(f"\n{m['path']}: last error: {_first_lines(m['lastError'])}")
-            if m.get("blockedReason"):
-                print(f"\n{m['path']}: blocked: {m['blockedReason']}")
+            elif _module(m, "lastError"):
+                print(f"\n{m['path']}: last error: {_first_lines(_module(m, 'lastError'))}")
+            if _module(m, "blockedReason"):
+                print(f"\n{m['path']}: blocked: {_module(m, 'blockedReason')}")
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
@@ -379,7 +382,7 @@ def print_status(status: dict[str, Any]) -> None:
     for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
         if name not in _CORE_KEYS:
             _print_section(name, value)
-    sources = status.get("configSources") or {}
+    sources = read_renamed(status, "configSources", "atomic/status") or {}
     print()
     if sources:
         table(
@@ -396,8 +399,28 @@ _CORE_KEYS = frozenset({
     "projects", "modules", "skipped", "config", "configSources", "configFile", "log", "reload", "sandbox", "http",
     *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
 })
-# Keys a section carries only as the old name of another (until 0.3): not printed twice.
-_OLD_NAMES = frozenset(old for renames in RENAMED.values() for old in renames)
+_HTTP = "atomic/status http, atomic/http/rotate"
+# The new names of each old one (until 0.3), for the sections printed as they come (``_shown``).
+_NEW_NAMES: dict[str, set[str]] = {}
+for _renames in RENAMED.values():
+    for _old, _new in _renames.items():
+        _NEW_NAMES.setdefault(_old, set()).add(_new)
+
+
+def _module(module: dict[str, Any], key: str) -> Any:
+    return read_renamed(module, key, "atomic/status modules[]")
+
+
+def _shown(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` as a section shows it: an old name beside its new one is left out, and one alone
+    (a daemon older than 0.2) is shown under its new name, when it has only one."""
+    shown = {}
+    for key, value in item.items():
+        news = _NEW_NAMES.get(key, set())
+        if news & item.keys():
+            continue
+        shown[next(iter(news)) if len(news) == 1 else key] = value
+    return shown
 
 
 def _print_sandbox(status: dict[str, Any]) -> None:
@@ -431,8 +454,9 @@ def _print_reload(status: dict[str, Any]) -> None:
     if not reload:
         return
     at = time.strftime("%H:%M:%S", time.localtime(reload["at"]))
-    if reload.get("configError"):
-        print(f"config    NOT reloaded at {at}, the previous configuration stays in force: {reload['configError']}")
+    config_error = read_renamed(reload, "configError", "atomic/status reload")
+    if config_error:
+        print(f"config    NOT reloaded at {at}, the previous configuration stays in force: {config_error}")
     else:
         print(f"config    reloaded at {at}")
     for key, value in (reload.get("waiting") or {}).items():
@@ -443,14 +467,14 @@ def _print_reload(status: dict[str, Any]) -> None:
 def _print_section(name: str, value: Any) -> None:
     print()
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        headers = list(dict.fromkeys(k for item in value for k in item if k not in _OLD_NAMES))
+        headers = list(dict.fromkeys(k for item in value for k in _shown(item)))
         table([_label(h).upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value])
     elif isinstance(value, list) and not value:
         print(f"{name}: none")
     elif isinstance(value, dict):
         # One setting or counter a line, lists one item a line: a person reads down, not across.
         print(name)
-        value = {_label(k): v for k, v in value.items() if k not in _OLD_NAMES}
+        value = {_label(k): v for k, v in _shown(value).items()}
         width = max((len(k) for k in value), default=0)
         for key, item in value.items():
             items = item if isinstance(item, list) and item else (["none"] if item == [] else [item])
@@ -473,7 +497,7 @@ def _cell(value: Any) -> str:
 
 
 def _state(module: dict[str, Any]) -> str:
-    worker = module.get("workerState")
+    worker = _module(module, "workerState")
     if module["state"] == "ready" and worker and worker != "ready":
         return f"ready/{worker}"
     return module["state"] if module["state"] != "ready" or worker else "ready/idle"

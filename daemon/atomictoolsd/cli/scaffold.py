@@ -99,7 +99,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     from atomictools._protocol import check_tool_name
     from atomictoolsd.config.command import command_name  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import trust_command  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import trust_offer  # lazy: only this command pays for it (start-up cost)
 
     problem = check_tool_name(args.name)
     if problem is None and not args.json and not args.name.replace("-", "_").isidentifier():
@@ -124,10 +124,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     command = command_name()
     print(f"wrote {path} ({'the project ' + str(root) if root else 'your global tools, seen by every project'})")
     if root is not None and not _trusted(root):
-        print(
-            "this project is not trusted yet, so its tools do not load; to load them confined to the project, run: "
-            f"{trust_command(root, sandbox=True)}  (or, with your full rights: {trust_command(root)})"
-        )
+        print(f"this project is not trusted yet, so its tools do not load; {trust_offer(root)['message']}")
     example = "path=README.md" if args.json else "text=hello times=2"
     where = "" if root is None or Path(os.getcwd()).resolve().is_relative_to(root) else f" -C {_quote(root)}"
     print(f"list it:  {command} list{where}")

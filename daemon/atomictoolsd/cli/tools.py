@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from atomictools._protocol import read_renamed
 from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, connect, print_json, table, where
 
 __all__ = ["parse_call_arguments", "register"]
@@ -36,7 +37,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [[t["name"], _scope(t), _first_line(t.get("description", ""))] for t in listing["tools"]]
     if args.all:
         rows += [
-            [t["name"], f"{t['scope']} (shadowed by {t['shadowedBy']['scope']})", _first_line(t.get("description", ""))]
+            [t["name"], f"{_listed(t, 'scope')} (shadowed by {_listed(t['shadowedBy'], 'scope')})",
+             _first_line(t.get("description", ""))]
             for t in listing["shadowed"]
         ]
     if rows:
@@ -66,8 +68,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         if reason and blocked[0].get("command"):
             print(f"to run them with all your rights instead, run: {blocked[0]['command']}")
         elif not reason:
-            print(f"to load them confined (no network, nothing outside the project), run: {blocked[0]['command']}")
-            print(f"or, to load them with all your rights: {blocked[0]['fullCommand']}")
+            # The daemon's own offer (0.2); an older daemon sent only the command.
+            print(blocked[0].get("message") or f"to trust the project, run: {blocked[0]['command']}")
             _why_untrusted(blocked[0]["root"])
     return 0
 
@@ -86,7 +88,12 @@ def _why_untrusted(root: str) -> None:
 
 def _scope(tool: dict[str, Any]) -> str:
     marks = (["json"] if tool.get("kind") == "declarative" else []) + (["confined"] if tool.get("confined") else [])
-    return f"{tool['scope']} ({', '.join(marks)})" if marks else tool["scope"]
+    scope = _listed(tool, "scope")
+    return f"{scope} ({', '.join(marks)})" if marks else scope
+
+
+def _listed(tool: dict[str, Any], key: str) -> Any:
+    return read_renamed(tool, key, "atomic/list tools[] and shadowed[], shadowedBy")
 
 
 def _first_line(text: str, width: int = 72) -> str:

@@ -152,7 +152,14 @@ def _list(args: argparse.Namespace) -> int:
         print_json([{"root": root, "state": store.state(root), "level": "full", **info} for root, info in entries.items()])  # type: ignore[attr-defined]
         return 0
     if not entries:
-        print(f"no trusted projects (trust one with: {command_name()} trust --sandbox [DIR])")
+        from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
+
+        offered = support()
+        if offered["available"]:
+            print(f"no trusted projects (trust one with: {command_name()} trust --sandbox [DIR])")
+        else:  # trust --sandbox would leave it blocked here
+            print(f"no trusted projects (trust one with: {command_name()} trust [DIR], with all your rights: this "
+                  f"machine cannot confine it, {offered['reason']})")
         return 0
     notes = {"trusted": "", "missing": "  (missing)", "replaced": "  (replaced: not trusted; trust it again)"}
     states = {root: store.state(root) for root in entries}  # type: ignore[attr-defined]

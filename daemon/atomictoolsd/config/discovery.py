@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = [
+    "GIT_INCLUDE_KEYS",
+    "GIT_PATH_KEYS",
+    "KEPT_GIT_VARS",
     "MODULE_KINDS",
     "ModuleFile",
     "Repository",
@@ -26,6 +30,7 @@ __all__ = [
     "Skipped",
     "escape_path",
     "escape_strings",
+    "git_config_path",
     "git_worktree_root",
     "global_tools_dir",
     "list_module_files",
@@ -39,6 +44,22 @@ __all__ = [
 
 # File suffix → module kind (the worker loader that serves it).
 MODULE_KINDS = {".py": "python", ".json": "declarative"}
+
+# What git reads of a config file beyond its own lines, lower-cased as ``git config --list`` prints
+# them: the files it includes, and the files the built-ins' git runs (status, diff) read by name.
+GIT_INCLUDE_KEYS = re.compile(r"^(include|includeif\..*)\.path$", re.DOTALL)
+GIT_PATH_KEYS = ("core.excludesfile", "core.attributesfile", "diff.orderfile")
+# The environment may choose your own config files; nothing else of git's.
+KEPT_GIT_VARS = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
+
+
+def git_config_path(value: str, base: Path, home: Path) -> Path:
+    """A path as git reads it from a config file: ``~`` is your home, a relative one is relative
+    to ``base``."""
+    if value == "~" or value.startswith("~/"):
+        return (home / value[2:]).resolve()
+    path = Path(os.path.expanduser(value))
+    return (base / path).resolve() if not path.is_absolute() else path.resolve()
 
 
 def global_tools_dir(home: Path) -> Path:
@@ -315,11 +336,11 @@ def regular_file(path: Path, what: str, limit: int | None = None) -> bool:
     return True
 
 
-def _read_small(path: Path, what: str) -> str:
-    regular_file(path, what, 4096)
+def _read_small(path: Path, what: str, limit: int = 4096) -> str:
+    regular_file(path, what, limit)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        return os.read(fd, 4096).decode("utf-8", "surrogateescape")
+        return os.read(fd, limit).decode("utf-8", "surrogateescape")
     finally:
         os.close(fd)
 
@@ -327,8 +348,8 @@ def _read_small(path: Path, what: str) -> str:
 def _linked_dir(top: Path, dot_git: Path) -> Path:
     """The git dir a ``.git`` file names, when it is one git made for this work tree: a linked
     worktree's (it names this ``.git`` back) or a submodule's (in an enclosing repository's
-    ``.git/modules``). Anything else is refused: a ``.git`` file that came with a download can
-    point at any repository of yours."""
+    ``.git/modules``, its ``core.worktree`` naming this work tree). Anything else is refused: a
+    ``.git`` file that came with a download can point at any repository of yours."""
     text = _read_small(dot_git, "the .git file")
     if not text.startswith("gitdir:"):
         raise RepositoryRefused(f"Refused: {dot_git} is not a .git file git wrote (no 'gitdir:' line)")
@@ -341,12 +362,37 @@ def _linked_dir(top: Path, dot_git: Path) -> Path:
         return git_dir
     for enclosing in top.parents:
         modules = enclosing / ".git" / "modules"
-        if (enclosing / ".git").is_dir() and within(git_dir, modules.resolve()):
+        if (enclosing / ".git").is_dir() and within(git_dir, modules.resolve()) and _core_worktree(git_dir) == top.resolve():
             return git_dir
     raise RepositoryRefused(
         f"Refused: {dot_git} points git at {git_dir}, outside the project, and that is neither a "
         f"worktree nor a submodule of this one; the built-ins read nothing outside the project"
     )
+
+
+def _core_worktree(git_dir: Path) -> Path | None:
+    """The work tree a submodule's git dir names (``core.worktree``, which git writes there for
+    each submodule it checks out), read without running git; None when it names none.
+
+    Without it any git dir under an enclosing repository's ``.git/modules`` would do, another
+    submodule's among them; with it, only the one made for this work tree. Only the plain form git
+    writes is understood: anything else is no proof."""
+    config = git_dir / "config"
+    if not regular_file(config, "the submodule's config", 64 * 1024):
+        return None
+    section = ""
+    for line in _read_small(config, "the submodule's config", 64 * 1024).splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line.strip("[]").strip().lower()
+        elif section == "core" and "=" in line:
+            key, _, value = line.partition("=")
+            if key.strip().lower() == "worktree":
+                value = value.strip()
+                if len(value) > 1 and value[0] == value[-1] == '"':
+                    value = value[1:-1]
+                return (git_dir / value).resolve() if value else None
+    return None
 
 
 def locate_repository(root: Path) -> Repository | None:
@@ -379,7 +425,10 @@ def locate_repository(root: Path) -> Repository | None:
     if regular_file(git_dir / "commondir", "the commondir file"):
         named = Path(_read_small(git_dir / "commondir", "the commondir file").strip())
         common_dir = (git_dir / named).resolve()
-        if not within(common_dir, top) and (common_dir / "worktrees" / git_dir.name).resolve() != git_dir.resolve():
+        # Git's own layout (COMMON/worktrees/NAME), by the resolved path: a symlink at
+        # COMMON/worktrees/NAME back to this git dir would prove nothing about COMMON.
+        resolved = git_dir.resolve()
+        if not within(common_dir, top) and (resolved.parent.name != "worktrees" or resolved.parent.parent != common_dir):
             raise RepositoryRefused(
                 f"Refused: {git_dir}/commondir points git at {common_dir}, a repository this one is not a worktree of"
             )

@@ -85,6 +85,5 @@ def unknown_tool(
         if blocked[0].get("reason"):
             message += f"; this project's own tools are blocked: {blocked[0]['reason']}"
         else:
-            message += (f"; this project's own tools are blocked until you trust it, confined: {blocked[0]['command']} "
-                        f"(or with all your rights: {blocked[0]['fullCommand']})")
+            message += f"; this project's own tools are blocked until you trust it: {blocked[0]['message']}"
     return message, data

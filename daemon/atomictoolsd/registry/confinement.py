@@ -17,10 +17,19 @@ It never applies a confinement (the worker does, ``workers/runtime/sandbox.confi
 from __future__ import annotations
 
 import os
+import stat
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
+from atomictoolsd.config.discovery import (
+    GIT_INCLUDE_KEYS,
+    GIT_PATH_KEYS,
+    KEPT_GIT_VARS,
+    RepositoryRefused,
+    git_config_path,
+    locate_repository,
+)
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -100,7 +109,9 @@ def builtin_policy(root: Path, home: Path, trusted: bool) -> dict[str, Any]:
     of its repository and of your git configuration; write nothing (their temporary dir aside).
 
     The repository is located as the built-ins locate it (``locate_repository``): a ``.git`` file or
-    ``commondir`` that leads anywhere else is refused there, so a repository cannot widen this.
+    ``commondir`` that leads anywhere else is refused there. Nothing else a repository holds names
+    a path here: its ignore and attribute files are added as the paths they are, never through a
+    symlink, so a repository cannot widen this.
     """
     root = Path(os.path.realpath(root))
     read = [str(root)]
@@ -110,30 +121,92 @@ def builtin_policy(root: Path, home: Path, trusted: bool) -> dict[str, Any]:
         repository = None  # the built-ins refuse it too, with the reason
     if repository is not None:
         read += [str(repository.git_dir), str(repository.common_dir)]
-        # A project inside a larger repository: git reads the ignore and attribute files on the way
-        # down to it, not the rest of the work tree.
-        for directory in (repository.worktree, *[p for p in root.parents if repository.worktree in p.parents]):
-            read += [str(directory / name) for name in (".gitignore", ".gitattributes")]
-    git_config = git_config_paths(home)
+        if root != repository.worktree:
+            # A project inside a larger repository: git reads the ignore and attribute files on the
+            # way down to it, not the rest of the work tree.
+            for directory in (repository.worktree, *[p for p in root.parents if repository.worktree in p.parents]):
+                read += [str(directory / name) for name in (".gitignore", ".gitattributes") if _plain_file(directory / name)]
+    git_files = [p for p in git_config_paths(home) if _utf8(p)]  # the policy goes to the fork server as JSON
+    # Your own configuration's files are followed to where they are (a dotfiles repository's link):
+    # a Landlock rule binds the file, not the link.
+    mine = [os.path.realpath(p) for p in git_files if os.access(p, os.R_OK)]
     return {
         # A path that is not UTF-8 cannot reach the fork server: left out (git goes without it).
-        "read": sorted({os.path.realpath(p) for p in (*read, *git_config) if _utf8(p)}), "write": [], "net": False,
+        "read": sorted({p for p in (*read, *mine) if _utf8(p)}), "write": [], "net": False,
         "env": {TRUSTED_ENV: "1" if trusted else "0"},
-        "git_config": git_config_identity(git_config),
+        "git_files": git_files,
+        "git_config": git_config_identity(git_files),
     }
 
 
+def _plain_file(path: Path) -> bool:
+    """A regular file, not a symlink (whose target a repository chooses)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+_MAX_CONFIG_FILES = 80  # includes of includes: git stops at a depth of 10
+
+
 def git_config_paths(home: Path) -> list[str]:
-    """Where git reads your configuration (and your ignore and attribute files)."""
+    """Every file of your git configuration the built-ins' git may read, there or not (one made
+    later is noticed: ``git_config_identity``): your global and system config files, the files
+    they include (under any condition: an ``includeIf`` depends on the repository, whose config is
+    never run here), the files they name for status and diff (``GIT_PATH_KEYS``), and
+    ``$XDG_CONFIG_HOME/git`` (the default ignore and attributes files).
+
+    Each config file is read by git itself (``git config --file F --no-includes --list``), in the
+    built-ins' environment: only your ``GIT_CONFIG_*`` choices, no repository.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in KEPT_GIT_VARS}
+    env.update({"HOME": str(home), "GIT_DIR": "/nonexistent", "LC_ALL": "C"})
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
-    paths = [str(home / ".gitconfig"), str(xdg / "git")]
-    return paths + [os.environ[name] for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM") if os.environ.get(name)]
+    if env.get("GIT_CONFIG_GLOBAL"):
+        configs = [Path(env["GIT_CONFIG_GLOBAL"])]
+    else:
+        configs = [home / ".gitconfig", xdg / "git" / "config"]
+    if not env.get("GIT_CONFIG_NOSYSTEM"):
+        configs.append(Path(env.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"))
+    seen: list[Path] = []
+    named: list[Path] = []
+    while configs and len(seen) < _MAX_CONFIG_FILES:
+        config = configs.pop(0)
+        if config in seen:
+            continue
+        seen.append(config)
+        for key, value in _config_entries(config, env):
+            if GIT_INCLUDE_KEYS.match(key) and value:
+                configs.append(git_config_path(value, config.parent, home))
+            elif key in GIT_PATH_KEYS and value and (value.startswith("~") or os.path.isabs(value)):
+                named.append(git_config_path(value, home, home))  # a relative one is in the work tree
+    return [str(xdg / "git"), *dict.fromkeys(str(p) for p in (*seen, *named))]
+
+
+def _config_entries(config: Path, env: dict[str, str]) -> list[tuple[str, str]]:
+    if not os.path.isfile(config):
+        return []
+    try:
+        done = subprocess.run(
+            ["git", "config", "--file", str(config), "--no-includes", "-z", "--list"], cwd="/", env=env,
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="surrogateescape", timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    entries = []
+    for item in done.stdout.split("\0") if done.returncode == 0 else []:
+        key, _, value = item.partition("\n")
+        if key:
+            entries.append((key, value))
+    return entries
 
 
 def git_config_identity(paths: list[str]) -> list[list[int] | None]:
-    """Which files ``paths`` are now (None: none there). A Landlock rule binds the file there when
-    the worker started: ``git config --global`` writes a new ~/.gitconfig, which the worker could not
-    read, so a built-in worker whose identity differs is replaced (``Registry._builtin_stale``)."""
+    """Which files ``paths`` are now, and when last written (None: none there). A Landlock rule
+    binds the file there when the worker started (``git config --global`` writes a new
+    ~/.gitconfig, which the worker could not read), and an edit may include or name another file:
+    a built-in worker whose identity differs is replaced (``Registry._builtin_config_changed``)."""
     identity: list[list[int] | None] = []
     for path in paths:
         try:
@@ -141,7 +214,7 @@ def git_config_identity(paths: list[str]) -> list[list[int] | None]:
         except OSError:
             identity.append(None)
         else:
-            identity.append([info.st_dev, info.st_ino])
+            identity.append([info.st_dev, info.st_ino, info.st_mtime_ns])
     return identity
 
 

@@ -18,7 +18,7 @@ import msgspec
 
 from atomictools._protocol import WRITTEN_SCHEMA, with_old_names
 from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
-from atomictoolsd.registry.trust import trust_command
+from atomictoolsd.registry.trust import trust_offer
 from atomictoolsd.workers.pool import ModuleRunner
 
 __all__ = ["Change", "DirListener", "Judgement", "LateLoad", "Listener", "Module", "Project", "Scope", "ToolDef", "ToolsDir", "View"]
@@ -74,13 +74,17 @@ class ToolDef:
             found = self._variants[key] = _json(shaped)
         return found
 
-    def listing(self) -> dict[str, Any]:
-        """The definition plus where it comes from, for ``atomictoolsd list --json``."""
+    def listing(self, shadowed_by: ToolDef | None = None) -> dict[str, Any]:
+        """The definition plus where it comes from, for ``atomictoolsd list --json``; with
+        ``shadowed_by``, the tool of the same name that wins over this one."""
+        where = "atomic/list tools[] and shadowed[], shadowedBy"
         listed = {
             **self.definition, "scope": self.module.scope, "kind": self.module.kind, "path": self.module.path,
             "confined": self.module.tools_dir.sandbox is not None,
         }
-        return with_old_names(listed, "atomic/list tools[] and shadowed[], shadowedBy")
+        if shadowed_by is not None:
+            listed["shadowedBy"] = with_old_names({"scope": shadowed_by.module.scope, "path": shadowed_by.module.path}, where)
+        return with_old_names(listed, where)
 
 
 class Module:
@@ -207,11 +211,10 @@ class ToolsDir:
             if module.state == "blocked":
                 entry = {"file": path, "scope": self.scope, "root": str(self.cwd)}
                 if self.blocked_reason is None:
-                    # The confined trust first: the safer of the two an agent may relay.
-                    entry.update(command=trust_command(self.cwd, sandbox=True), fullCommand=trust_command(self.cwd))
+                    entry.update(trust_offer(self.cwd))
                     with_old_names(entry, "blocked[] of atomic/attach, atomic/list, atomic/reload")
                 elif self.scope == "local":
-                    entry.update(reason=self.blocked_reason, command=trust_command(self.cwd))
+                    entry.update(reason=self.blocked_reason, command=trust_offer(self.cwd)["fullCommand"])
                 else:
                     entry["reason"] = self.blocked_reason
                 blocked.append(entry)
@@ -323,15 +326,16 @@ class Project:
             if tools_dir.scanned is not None:
                 await asyncio.shield(tools_dir.scanned)
 
-    def trust_command(self) -> str | None:
-        """The command that trusts this project, when its own tools are blocked for want of trust.
+    def trust_offer(self) -> dict[str, str] | None:
+        """What unblocks this project's own tools (``registry.trust.trust_offer``), when they are
+        blocked for want of trust.
 
         Known without waiting for a scan: trust is decided when the project is created, and the
         dir listing is one ``scandir``.
         """
         for tools_dir in self.dirs:
             if tools_dir.scope == "local" and not tools_dir.trusted and list_module_files(tools_dir.path):
-                return trust_command(tools_dir.cwd, sandbox=tools_dir.blocked_reason is None)
+                return trust_offer(tools_dir.cwd)
         return None
 
     def trust_level(self) -> str | None:

@@ -60,7 +60,7 @@ from atomictoolsd.config.discovery import (
     scan_tools_dir,
 )
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
-from atomictoolsd.registry.confinement import git_config_identity, git_config_paths
+from atomictoolsd.registry.confinement import git_config_identity
 from atomictoolsd.registry.model import (
     Change,
     DirListener,
@@ -83,7 +83,8 @@ from atomictoolsd.registry.outcome import (
     NoWorker,
     load_outcome,
 )
-from atomictoolsd.registry.trust import trust_command
+from atomictoolsd.registry.trust import trust_offer
+from atomictoolsd.workers.periodic import Periodic
 from atomictoolsd.workers.pool import LoadFailure, ModuleRunner, WorkerPool
 from atomictoolsd.workers.worker import Worker
 
@@ -97,6 +98,7 @@ CONFIRM_SETTLE = 0.25  # seconds before a serving module's failed reload is trie
 # that truncates and then writes in several steps shows the same half-written bytes to the worker
 # and to a check made at once.
 HELPER_SETTLE = 0.2
+GIT_CONFIG_INTERVAL = 2.0  # seconds between looks whether your git configuration files changed
 
 
 def _reads(outcome: LoadOutcome) -> tuple[list[int] | None, list[list[Any]]]:
@@ -207,6 +209,10 @@ class Registry:
         self._listeners: list[Listener] = []
         self._dir_listeners: list[DirListener] = []
         self._tasks: set[asyncio.Future[Any]] = set()  # scans under way: kept until done
+        self._git_config_check = Periodic(
+            "checking your git configuration", self._check_git_config, GIT_CONFIG_INTERVAL,
+            while_=self._confined_builtins, logger=log,
+        )
 
     # -- listeners ------------------------------------------------------------------------------
 
@@ -267,6 +273,7 @@ class Registry:
                     dirs.append(shared)
                     continue
                 self.dirs[own.key] = own
+                self._git_config_check.start()
             dirs.append(own)
         return dirs
 
@@ -594,8 +601,11 @@ class Registry:
                 if tools_dir.scope == "local":
                     runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
                 elif tools_dir.scope == "builtin":
-                    runner.stale = lambda d=tools_dir, r=runner: self._builtin_stale(d, r)
-                    runner.admit = lambda d=tools_dir, r=runner: self._builtin_admit(d, r)
+                    # The policy its current worker was made for: a new one (a trust or git
+                    # configuration change, ``_check_git_config``) sends the next call to a new worker.
+                    made_for: list[dict[str, Any] | None] = [tools_dir.sandbox]
+                    runner.stale = lambda d=tools_dir, m=made_for: m[0] is not d.sandbox
+                    runner.admit = lambda d=tools_dir, r=runner, m=made_for: self._builtin_admit(d, r, m)
                 if isinstance(outcome, Late):
                     module.state = "loading"
             elif isinstance(outcome, NoWorker) and module.state != "loading":
@@ -852,7 +862,7 @@ class Registry:
     def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
         """Asked before a worker of a project's own module starts (and imports the file there now)."""
         if self._trust_lost(tools_dir) or not tools_dir.trusted:
-            return f"its project is not trusted (now); trust it with: {trust_command(tools_dir.cwd, sandbox=True)}"
+            return f"its project is not trusted (now); {trust_offer(tools_dir.cwd)['message']}"
         if self._judge(tools_dir):
             # Its level changed and no refresh told us (the CLI found no daemon to ask): the worker
             # starts as the store says now, and a scan brings the listing in step.
@@ -864,23 +874,37 @@ class Registry:
         runner.spec.sandbox = tools_dir.sandbox
         return None
 
-    def _builtin_stale(self, tools_dir: ToolsDir, runner: ModuleRunner) -> bool:
-        """Whether a confined built-in's worker was made for other git configuration files than
-        yours now (``confinement.git_config_identity``); if so, its next worker is made for these."""
-        made_for = runner.spec.sandbox
-        if made_for is None or "git_config" not in made_for:
-            return False
-        now = git_config_identity(git_config_paths(self.home))
-        if now == made_for["git_config"]:
-            return False
-        if tools_dir.sandbox is None or now != tools_dir.sandbox.get("git_config"):
-            self._judge(tools_dir)
-        runner.spec.sandbox = tools_dir.sandbox
-        return True
-
-    def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> None:
+    def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner, made_for: list[dict[str, Any] | None]) -> None:
         """Asked before a built-in's worker starts: it is made for your git configuration as it is."""
-        self._builtin_stale(tools_dir, runner)
+        policy = tools_dir.sandbox
+        if policy is not None and git_config_identity(policy["git_files"]) != policy["git_config"]:
+            self._judge(tools_dir)
+        runner.spec.sandbox = made_for[0] = tools_dir.sandbox
+        return None
+
+    def _check_git_config(self) -> None:
+        """Judge again each confined built-in dir whose git configuration files changed since its
+        policy was made (``confinement.git_config_identity``): a Landlock rule binds the file there
+        when a worker started, so ``git config --global``, which writes a new ~/.gitconfig, or an
+        edit that includes another file, needs a new worker. Looked at every
+        ``GIT_CONFIG_INTERVAL`` seconds, not on each call: a few ``stat``s, once for every project."""
+        now: dict[tuple[str, ...], list[list[int] | None]] = {}
+        for tools_dir in list(self.dirs.values()):
+            policy = tools_dir.sandbox
+            if tools_dir.scope != "builtin" or policy is None:
+                continue
+            files = tuple(policy["git_files"])
+            if files not in now:
+                now[files] = git_config_identity(list(files))
+            if now[files] != policy["git_config"]:
+                self._judge(tools_dir)
+
+    def close(self) -> None:
+        """Stop looking at your git configuration (the daemon is stopping)."""
+        self._git_config_check.cancel()
+
+    def _confined_builtins(self) -> bool:
+        return any(d.scope == "builtin" and d.sandbox is not None for d in self.dirs.values())
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed."""
@@ -890,6 +914,8 @@ class Registry:
 
     def _judge(self, tools_dir: ToolsDir) -> bool:
         """Ask again whether ``tools_dir`` may load, and how confined; True when that changed."""
+        if tools_dir.scope == "builtin" and any(tools_dir is shared for shared in self.builtin_dirs):
+            return False  # the shared ones serve where a project's own cannot: with full rights, as the product's code
         if self.judge is not None:
             loads, policy, reason = self.judge(tools_dir)
         elif tools_dir.scope == "local":
@@ -897,7 +923,8 @@ class Registry:
         else:
             return False
         changed = (loads, policy, reason) != (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason)
-        tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason = loads, policy, reason
+        if changed:  # the same policy stays the same object: a built-in's worker is replaced when it is not
+            tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason = loads, policy, reason
         return changed
 
     def info(self) -> dict[str, Any]:

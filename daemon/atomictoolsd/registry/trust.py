@@ -45,6 +45,7 @@ __all__ = [
     "dir_identity",
     "replaced_message",
     "trust_command",
+    "trust_offer",
 ]
 
 log = logging.getLogger("atomictoolsd.trust")
@@ -58,6 +59,34 @@ def trust_command(root: Path | str, sandbox: bool = False) -> str:
     from atomictoolsd.config.command import command_name  # lazy: for a message only (start-up cost)
 
     return f"{command_name()} trust {'--sandbox ' if sandbox else ''}{shlex.quote(str(root))}"
+
+
+def trust_offer(root: Path | str) -> dict[str, str]:
+    """What unblocks the tools of ``root``, a project not trusted (or trusted with ``--sandbox`` where
+    it cannot be): the one wording of it, for the ``blocked`` entries of ``atomic/list``, an agent's
+    instructions and errors, a worker refused, the CLI. ``command`` is the command to offer,
+    ``fullCommand`` the full trust, ``message`` the advice in words.
+
+    The confined trust comes first where this machine can enforce it: the safer of the two. Where it
+    cannot, ``trust --sandbox`` would leave the tools blocked: the message says why, and offers the
+    full trust for what it is.
+    """
+    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, for a message only (start-up cost)
+
+    full = trust_command(root)
+    offered = support()
+    if offered["available"]:
+        confined = trust_command(root, sandbox=True)
+        return {
+            "command": confined, "fullCommand": full,
+            "message": f"to load them confined (no network, nothing outside the project), run: {confined}; "
+                       f"or, with all your rights: {full}",
+        }
+    return {
+        "command": full, "fullCommand": full,
+        "message": f"this machine cannot confine them ({offered['reason']}), so trust --sandbox would leave them "
+                   f"blocked; to load them, run: {full} (their code then runs with all your rights)",
+    }
 
 
 class TrustError(Exception):

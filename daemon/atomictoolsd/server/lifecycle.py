@@ -200,6 +200,7 @@ class Server:
             self._listener.close()
         self._housekeeping.cancel()
         self._guard.cancel()
+        self.registry.close()
         deadline = time.monotonic() + self.config.shutdown_grace
         while self.pool.inflight() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)

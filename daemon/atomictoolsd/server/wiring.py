@@ -60,7 +60,10 @@ def build_server(
     registry = Registry(
         pool,
         paths.home,
-        builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", _worker_cwd(paths.home))] if config.builtins else [],
+        # The shared built-ins serve what has no confined dir of its own (no project, a path that is
+        # not UTF-8): they work on the directory each call names, never on their cwd. Not the
+        # home: a session at the home has its own, confined to it (``Registry._builtins``).
+        builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", Path("/"))] if config.builtins else [],
         trusted=trusted,
         judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
         cache=DefinitionCache(paths.cache_dir / "definitions"),
@@ -98,11 +101,3 @@ def _sandbox_support() -> dict[str, Any]:
     return support()
 
 
-def _worker_cwd(home: Path) -> Path:
-    """Where the built-ins' workers run: the home directory, unless its path is not UTF-8 and so could
-    not reach the fork server (the built-ins work on the directory each call names, never on their cwd)."""
-    try:
-        str(home).encode()
-    except UnicodeEncodeError:
-        return Path("/")
-    return home

@@ -91,9 +91,16 @@ class Asking:
                 f"{who} cannot {_WHAT[method]}: its MCP revision {revision.version} has no {method}; "
                 f"go on without the answer"
             )
-        declared = session.client_capabilities
+        declared = session.client_capabilities  # 2026-07-28: the session's latest request's
         if revision.stateless and call is not None:
-            declared = session.call_capabilities.get(call.request_id, declared)
+            # Each request declares its own. A call without one has had its request answered with a
+            # question (input_required) and waits for the retry: nothing declared lets it ask again.
+            declared = session.call_capabilities.get(call.request_id)
+            if declared is None:
+                return (
+                    f"{who} cannot {_WHAT[method]} now: this call already waits for the answer to "
+                    f"another question (one at a time); go on without the answer"
+                )
         if capability not in declared:
             return (
                 f"{who} cannot {_WHAT[method]}: it did not declare the '{capability}' capability when it "

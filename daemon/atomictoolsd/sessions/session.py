@@ -341,11 +341,11 @@ class Session(Connection):
             "Tools from this project's .atomic/tools/ and the user's ~/.atomic/tools/. "
             "The tool list changes when those files change."
         )
-        command = self.project.trust_command()  # the shim attaches first, so the project is known here
-        if command:
+        offer = self.project.trust_offer()  # the shim attaches first, so the project is known here
+        if offer:
             instructions += (
                 " This project's own tools are not loaded until the user trusts the project;"
-                f" if they want them, ask them to run: {command}"
+                f" if they want them, tell them: {offer['message']}"
             )
         return instructions
 
@@ -565,8 +565,7 @@ class Session(Connection):
         }
         if params.all:
             result["shadowed"] = [
-                {**tool.listing(), "shadowedBy": {"scope": winner.module.scope, "source": winner.module.scope,
-                                                  "path": winner.module.path}}
+                tool.listing(shadowed_by=winner)
                 for tool, winner in view.shadowed
                 if self.allowed(tool.name)
             ]

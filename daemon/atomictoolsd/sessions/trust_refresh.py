@@ -23,7 +23,9 @@ def trust_refresh_method(refresh_trust: Callable[[], Awaitable[Sequence[ToolsDir
 
     async def refresh(session: Session, id_json: bytes) -> None:
         changed = await refresh_trust()
-        result = {"changed": [{"root": str(d.cwd), "trusted": d.trusted} for d in changed]}
+        # A project's own tools only: its built-in dirs are re-judged at every trust change too,
+        # but always load, and would say "trusted" for a project just untrusted.
+        result = {"changed": [{"root": str(d.cwd), "trusted": d.trusted} for d in changed if d.scope == "local"]}
         session.send_result(id_json, msgspec.json.encode(result))
 
     def on_refresh(session: Session, id_json: bytes, raw: Any) -> Awaitable[None]:

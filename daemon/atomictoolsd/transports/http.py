@@ -14,14 +14,17 @@ owns is what HTTP adds:
   answer; GET opens its stream for list changes; DELETE ends it. A request without a session id is
   stateless (the 2026-07-28 revision): it is served by a session kept per URL, whose state is only
   what the URL chose.
-- **Routing.** Each request gets an id of the daemon's own (``"h<n>"``) before the session sees it,
-  so two clients' ids never collide and each answer finds its HTTP exchange by a dict lookup; the
-  client's id is put back in the answer.
+- **Routing.** Each answer finds its HTTP exchange by a dict lookup on the request's id. In a
+  stateful session a request keeps its client's id (the body is handed over as it came) unless a
+  request in flight has it; else, and always in a stateless session, which every client of its URL
+  shares, it gets an id of the daemon's own (``"h<n>"``), so two clients' ids never collide, and
+  the client's id is put back in the answer. The answer is written to the request's connection
+  when it comes (no task or future waits for it).
 - **The project.** The URL picks it as the shim's ``--directory`` does:
   ``/mcp?directory=/abs/path&allow=glob&deny=glob&dispatcher=1``; the session is locked to it.
 
-The server is uvicorn (httptools' parser) with a raw ASGI app, in the daemon's own event loop; it is
-imported only when HTTP is on (see ``HttpTransport.start``).
+HTTP/1.1 itself (httptools' parser on an asyncio Protocol, in the daemon's own event loop) is in
+``transports/http1.py``, imported only when HTTP is on (see ``HttpTransport.start``).
 """
 
 from __future__ import annotations
@@ -29,16 +32,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
 import itertools
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qs, unquote_to_bytes, urlsplit
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -51,6 +55,9 @@ from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UN
 from atomictoolsd.sessions.session import Session, SessionHost
 from atomictoolsd.workers.periodic import Periodic
 
+if TYPE_CHECKING:
+    from atomictoolsd.transports.http1 import Http1Connection, Refusal, Request, Response
+
 __all__ = ["TOKEN_NAME", "HttpTransport", "parse_address", "read_token"]
 
 log = logging.getLogger("atomictoolsd.http")
@@ -58,14 +65,12 @@ log = logging.getLogger("atomictoolsd.http")
 TOKEN_NAME = "http-token"
 ENDPOINT = "/mcp"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-_WILDCARDS = frozenset({"0.0.0.0", "::", "*"})
 # A session nobody has used for this long, with no stream open, is ended (a client that vanished
 # without DELETE); its id then answers 404 and the client starts a new one, as the spec says.
 SESSION_IDLE = 1800.0
-_SWEEP_EVERY = 60.0
-# How late an answer may be before a task starts watching for its client to go away (see _answer).
-_WATCH_AFTER = 0.02
-_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_SWEEP_EVERY = 5.0  # idle connections (http1.IDLE) and sessions
+_SSE_HEAD = b"content-type: text/event-stream\r\ncache-control: no-cache\r\n"
+_JSON_HEAD = b"content-type: application/json\r\n"
 _JSON = b"application/json"
 
 HEADER_MISMATCH = -32020  # 2026-07-28: a routing header that disagrees with the body
@@ -99,7 +104,7 @@ def parse_address(value: str) -> tuple[str, int]:
         raise AddressError(f"http address {value!r}: write PORT or HOST:PORT, e.g. 8765 or 127.0.0.1:8765") from None
     if not 0 <= port <= 65535 or not host:
         raise AddressError(f"http address {value!r}: the port must be 0-65535 (0: any free port) and the host not empty")
-    if host in _WILDCARDS:
+    if _every_interface(host):
         # Every interface at once: no one name for the Host check to accept, so every request would
         # be refused; and a user opening the port beyond loopback names the one address meant.
         raise AddressError(
@@ -107,6 +112,23 @@ def parse_address(value: str) -> tuple[str, int]:
             f"interface; a bare port serves loopback"
         )
     return host, port
+
+
+def _every_interface(host: str) -> bool:
+    """Whether binding ``host`` listens on every interface, in any spelling the resolver takes
+    (``0``, ``0.0.0.00``, ``[::0]``, ``[::ffff:0.0.0.0]``, as well as ``0.0.0.0`` and ``::``)."""
+    if host == "*":
+        return True
+    try:
+        address = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        try:
+            return socket.inet_aton(host) == bytes(4)  # the resolver's own shorthand forms
+        except OSError:
+            return False  # a name: bound as the resolver says, checked in Host as written
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_unspecified
 
 
 def read_token(path: Path) -> str | None:
@@ -154,60 +176,91 @@ class _Cancelled(msgspec.Struct):
 
 
 class _Exchange:
-    """One POST waiting for its answer: the messages for it, in order, the last one the answer."""
+    """One POST waiting for its answer. What comes for it is written to its response at once: the
+    answer alone as JSON, or, once a notification or a question of the tool's comes first, an SSE
+    stream of them with the answer last."""
 
-    __slots__ = ("client_id", "done", "items", "method", "waiter")
+    __slots__ = ("client_id", "extra", "internal", "method", "response", "session")
 
-    def __init__(self, client_id: bytes, method: str) -> None:
+    def __init__(self, session: HttpSession, internal: bytes, client_id: bytes, method: str, response: Response,
+                 extra: bytes) -> None:
+        self.session = session
+        self.internal = internal  # the id the session knows the request by
         self.client_id = client_id
         self.method = method
-        self.items: list[bytes] = []
-        self.done = False
-        self.waiter: asyncio.Future[None] | None = None
+        self.response = response
+        self.extra = extra  # header lines of this answer (Mcp-Session-Id after initialize)
 
     def push(self, message: bytes, final: bool = False) -> None:
-        self.items.append(message)
-        self.done = self.done or final
-        self.wake()
-
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self) -> None:
-        """Until a message comes, or ``wake`` (the client went away)."""
-        if self.items or self.done:
+        response = self.response
+        if final:
+            session = self.session
+            session.exchanges.pop(self.internal, None)
+            session.used = time.monotonic()
+            if response.started:
+                response.end(_sse(message))
+            else:
+                response.send(200, _JSON_HEAD + self.extra, message)
             return
-        self.waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self.waiter
-        finally:
-            self.waiter = None
+        if not response.started:
+            response.start(200, _SSE_HEAD + self.extra)
+        response.write(_sse(message))
+
+    def gone(self) -> None:
+        """The client went away before the answer: its call stops, as a socket client's does."""
+        session = self.session
+        if session.exchanges.pop(self.internal, None) is not None:
+            session.used = time.monotonic()
+            session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + self.internal + b"}"))
+
+    def drop(self) -> None:
+        """No answer will come (the client cancelled, the session ended): end the POST as it stands."""
+        self.session.exchanges.pop(self.internal, None)
+        if self.response.started:
+            self.response.end()
+        else:
+            self.response.send(200, _JSON_HEAD + self.extra, b"")
+
+
+class _Attaching:
+    """The answer to the ``atomic/attach`` a new session sends for its URL's directory."""
+
+    __slots__ = ("answer", "client_id", "method")
+
+    def __init__(self) -> None:
+        self.client_id = b"null"
+        self.method = "atomic/attach"
+        self.answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    def push(self, message: bytes, final: bool = False) -> None:
+        if final and not self.answer.done():
+            self.answer.set_result(message)
+
+    def drop(self) -> None:
+        if not self.answer.done():
+            self.answer.set_result(b'{"error":{"message":"the session ended"}}')
 
 
 class _Stream:
     """A GET stream: the session's messages that belong to no request (list changes)."""
 
-    __slots__ = ("closed", "items", "waiter")
+    __slots__ = ("response", "session")
 
-    def __init__(self) -> None:
-        self.items: list[bytes] = []
-        self.closed = False
-        self.waiter: asyncio.Future[None] | None = None
+    def __init__(self, session: HttpSession, response: Response) -> None:
+        self.session = session
+        self.response = response
 
     def push(self, message: bytes) -> None:
-        self.items.append(message)
-        self.wake()
+        self.response.write(_sse(message))
 
     def close(self) -> None:
-        self.closed = True
-        self.wake()
+        self.gone()
+        self.response.end()
 
-    def wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def gone(self) -> None:
+        if self.session.stream is self:
+            self.session.stream = None
+            self.session.used = time.monotonic()
 
 
 class _NoWire(asyncio.Transport):
@@ -249,14 +302,15 @@ class HttpSession(Session):
         super().__init__(server)
         self.key = key  # the Mcp-Session-Id, or the URL of a stateless session
         self.stateful = stateful
-        self.exchanges: dict[bytes, _Exchange] = {}
+        self.exchanges: dict[bytes, _Exchange | _Attaching] = {}
         self.stream: _Stream | None = None
         self.used = time.monotonic()
         self._route: bytes | None = None  # the request a call's message belongs to, while it is sent
 
     def backlog(self) -> int:
-        queued = sum(len(m) for e in self.exchanges.values() for m in e.items)
-        return queued + (sum(len(m) for m in self.stream.items) if self.stream else 0)
+        """Bytes written to this session's clients that they have not read yet."""
+        queued = sum(e.response.buffered() for e in self.exchanges.values() if isinstance(e, _Exchange))
+        return queued + (self.stream.response.buffered() if self.stream else 0)
 
     # -- where each message goes -----------------------------------------------------------------
 
@@ -309,7 +363,7 @@ class HttpSession(Session):
         if exchange is not None:
             exchange.push(message)
 
-    def _target(self) -> _Exchange | _Stream | None:
+    def _target(self) -> _Exchange | _Attaching | _Stream | None:
         """The call's own exchange when a call's message is being sent, else the latest request's,
         else the GET stream."""
         if self._route is not None:
@@ -343,21 +397,21 @@ class HttpSession(Session):
             self._route = None
 
     def end(self) -> None:
-        """End the session: its calls are cancelled, its streams closed."""
-        for exchange in self.exchanges.values():
-            exchange.done = True
-            exchange.push(b"")  # wakes the waiting request, which then answers with what it has
+        """End the session: its calls are cancelled, its requests and streams ended."""
+        for exchange in list(self.exchanges.values()):
+            exchange.drop()
         if self.stream is not None:
             self.stream.close()
         if self.transport is not None:
             self.transport.close()
 
 
-Reply = tuple[int, list[tuple[bytes, bytes]], bytes]
-
-
 def _jsonrpc_error(code: int, message: str) -> bytes:
     return _encode({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+
+
+def _refusal(status: int, code: int, message: str, headers: bytes = b"") -> Refusal:
+    return status, _JSON_HEAD + headers, _jsonrpc_error(code, message)
 
 
 def _sse(message: bytes) -> bytes:
@@ -365,7 +419,12 @@ def _sse(message: bytes) -> bytes:
 
 
 class HttpTransport:
-    """The Streamable HTTP endpoint: a daemon component, started when the ``http`` setting is set."""
+    """The Streamable HTTP endpoint: a daemon component, started when the ``http`` setting is set.
+
+    It is the handler of ``transports/http1.py``'s connections: ``head`` judges each request on its
+    headers (the token, Host, Origin, the path, the method, the media type and length) before its
+    body is read, ``handle`` answers it.
+    """
 
     def __init__(self, address: str) -> None:
         self.address = address
@@ -375,12 +434,16 @@ class HttpTransport:
         self.token = ""
         self.token_path: Path | None = None
         self.server: HttpHost | None = None
-        self.sessions: dict[str, HttpSession] = {}  # stateful, by Mcp-Session-Id
-        self.stateless: dict[str, HttpSession] = {}  # by the URL's query: the project and lists it chose
+        self.sessions: dict[bytes, HttpSession] = {}  # stateful, by Mcp-Session-Id
+        self.stateless: dict[bytes, HttpSession] = {}  # by the URL's query: the project and lists it chose
         self._allowed_hosts: frozenset[str] = frozenset()
-        self._uvicorn: Any = None
-        self._serving: asyncio.Task[None] | None = None
+        self._our_hosts: frozenset[bytes] = frozenset()  # the Host values that pass as sent, for a set lookup
+        self._bearer = b""  # the Authorization value that passes as sent
+        self._listener: asyncio.AbstractServer | None = None
+        self._connections: set[Http1Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: Periodic | None = None
+        self._sweep_connections: Callable[[set[Http1Connection]], None] | None = None  # http1.sweep, once loaded
         self.requests = 0
         self.refused = 0
 
@@ -396,7 +459,7 @@ class HttpTransport:
             log.error("HTTP not served: %s", exc)
             return
         self.token_path = Path(server.paths.runtime_dir) / TOKEN_NAME
-        self.token = read_token(self.token_path) or new_token(self.token_path)
+        self._set_token(read_token(self.token_path) or new_token(self.token_path))
         try:
             sock = socket.create_server((self.host, port), family=socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         except OSError as exc:
@@ -405,25 +468,15 @@ class HttpTransport:
             return
         sock.set_inheritable(False)
         self.port = sock.getsockname()[1]
-        names = set(LOOPBACK_NAMES) if self.host in LOOPBACK_NAMES or self.host == "localhost" else set()
+        names = set(LOOPBACK_NAMES) if self.host in LOOPBACK_NAMES else set()
         names.add(self.host)
         self._allowed_hosts = frozenset(names)
-        # Lazy: the HTTP server and its parser load only when HTTP is on (start-up time and memory).
-        import uvicorn
+        self._our_hosts = frozenset(f"{f'[{n}]' if ':' in n else n}:{self.port}".encode() for n in names)
+        from atomictoolsd.transports import http1  # lazy: httptools loads only when HTTP is on (start-up, memory)
 
-        class _Server(uvicorn.Server):
-            def capture_signals(self) -> contextlib.AbstractContextManager[None]:
-                return contextlib.nullcontext()  # the daemon's own SIGINT/SIGTERM/SIGHUP handlers stay
-
-        config = uvicorn.Config(
-            self, http="httptools", ws="none", lifespan="off", interface="asgi3", log_config=None,
-            access_log=False, server_header=False, date_header=False, proxy_headers=False,
-            timeout_graceful_shutdown=1, timeout_keep_alive=30,
-        )
-        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-        self._uvicorn = _Server(config)
-        self._serving = asyncio.get_running_loop().create_task(self._uvicorn.serve(sockets=[sock]))
-        self._sweeper = Periodic("HTTP session sweep", self._sweep, _SWEEP_EVERY, logger=log)
+        self._listener = await asyncio.get_running_loop().create_server(http1.listen(self, self._connections), sock=sock)
+        self._sweep_connections = http1.sweep
+        self._sweeper = Periodic("HTTP sweep", self._sweep, _SWEEP_EVERY, logger=log)
         self._sweeper.start()
         log.info("serving MCP over HTTP on %s", self.url())
 
@@ -432,12 +485,16 @@ class HttpTransport:
             session.end()
         self.sessions.clear()
         self.stateless.clear()
+        for task in list(self._tasks):
+            task.cancel()
         if self._sweeper is not None:
             await self._sweeper.stop()
-        if self._uvicorn is not None and self._serving is not None:
-            self._uvicorn.should_exit = True
+        if self._listener is not None:
+            self._listener.close()
+            for connection in list(self._connections):
+                connection.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._serving, 5)
+                await asyncio.wait_for(self._listener.wait_closed(), 1)
 
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -453,16 +510,23 @@ class HttpTransport:
             "refused": self.refused,
         }
 
+    def _set_token(self, token: str) -> None:
+        self.token = token
+        self._bearer = b"Bearer " + token.encode()
+
     def _rotate_method(self, session: Session, id_json: bytes, raw: Any) -> None:
         if self.token_path is None:
             session.send_error(id_json, INVALID_REQUEST, "HTTP is not served by this daemon: nothing to rotate")
             return
-        self.token = new_token(self.token_path)
+        self._set_token(new_token(self.token_path))
         token_file = str(self.token_path)  # "token_file": the name before 0.2 (docs/protocol.md#renamed)
         session.send_result(id_json, _encode({"tokenFile": token_file, "token_file": token_file}))
 
     def _sweep(self) -> None:
-        """End the sessions nobody has used for ``SESSION_IDLE`` seconds and that have no stream open."""
+        """Close idle connections; end the sessions nobody has used for ``SESSION_IDLE`` seconds
+        and that have no stream open."""
+        if self._sweep_connections is not None:
+            self._sweep_connections(self._connections)
         now = time.monotonic()
         for table in (self.sessions, self.stateless):
             for key, session in list(table.items()):
@@ -470,56 +534,78 @@ class HttpTransport:
                     del table[key]
                     session.end()
 
-    # -- the ASGI app ---------------------------------------------------------------------------
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
-                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        if scope["type"] != "http":
-            return
+    # -- what http1 asks -------------------------------------------------------------------------
+
+    @property
+    def max_body(self) -> int:
+        assert self.server is not None
+        return self.server.config.max_message_bytes
+
+    def head(self, request: Request) -> Refusal | None:
+        """Refused on its headers, before its body is read: Host, Origin, the token, then the
+        path, the method, and for a POST its media type and length."""
         self.requests += 1
-        headers = dict(scope["headers"])
+        headers = request.headers
         refusal = self._refuse(headers)
-        if refusal is None and scope["path"] != ENDPOINT:
-            refusal = (404, [], _jsonrpc_error(INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}"))
-        if refusal is None:
-            method = scope["method"]
-            if method == "POST":
-                await self._post(scope, headers, receive, send)
-                return
-            if method == "GET":
-                await self._get(scope, headers, receive, send)
-                return
-            if method == "DELETE":
-                refusal = self._delete(headers)
-            else:
-                refusal = (405, [(b"allow", b"GET, POST, DELETE")], _jsonrpc_error(INVALID_REQUEST, f"Method {method} not allowed"))
-        await _reply(send, *refusal)
-
-    def _refuse(self, headers: dict[bytes, bytes]) -> Reply | None:
-        """403 for a Host or Origin that is not this server, 401 without the right token."""
-        host = headers.get(b"host", b"").decode("latin-1")
-        if not self._our_host(host, scheme_port=None):
+        if refusal is not None:
             self.refused += 1
-            return 403, [], _jsonrpc_error(INVALID_REQUEST, f"Forbidden: Host {host!r} is not this server (DNS rebinding protection)")
+            return refusal
+        path = request.path
+        if path != b"/mcp" and (b"%" not in path or unquote_to_bytes(path) != b"/mcp"):
+            return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}")
+        method = request.method
+        if method == b"POST":
+            content_type = headers.get(b"content-type", b"")
+            if content_type != _JSON and content_type.split(b";")[0].strip().lower() != _JSON:
+                return _refusal(415, INVALID_REQUEST, "Unsupported media type: send Content-Type: application/json")
+            length = headers.get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_body:
+                return self._too_large()
+            return None
+        if method == b"GET" or method == b"DELETE":
+            return None
+        return _refusal(405, INVALID_REQUEST, f"Method {method.decode('latin-1')} not allowed", b"allow: GET, POST, DELETE\r\n")
+
+    def handle(self, request: Request, response: Response) -> None:
+        if request.too_large:
+            response.send(*self._too_large())
+        elif request.method == b"POST":
+            self._post(request, response)
+        elif request.method == b"GET":
+            self._get(request, response)
+        else:
+            response.send(*self._delete(request.headers))
+
+    def _too_large(self) -> Refusal:
+        return _refusal(413, INVALID_REQUEST, f"Message too large: the limit is {self.max_body} bytes (ATOMICTOOLS_MAX_MESSAGE_BYTES)")
+
+    def _refuse(self, headers: dict[bytes, bytes]) -> Refusal | None:
+        """403 for a Host or Origin that is not this server, 401 without the right token."""
+        host = headers.get(b"host", b"")
+        if host not in self._our_hosts and not self._our_host(host.decode("latin-1"), scheme_port=None):
+            return _refusal(403, INVALID_REQUEST, f"Forbidden: Host {host.decode('latin-1')!r} is not this server (DNS rebinding protection)")
         origin = headers.get(b"origin")
-        if origin is not None and origin != b"null":
+        if origin is not None:
+            if origin == b"null":
+                return _refusal(403, INVALID_REQUEST, "Forbidden: an opaque Origin (null) is not this server")
             parts = urlsplit(origin.decode("latin-1"))
             if parts.scheme not in ("http", "https") or not self._our_host(parts.netloc, scheme_port=80 if parts.scheme == "http" else 443):
-                self.refused += 1
-                return 403, [], _jsonrpc_error(INVALID_REQUEST, f"Forbidden: Origin {origin.decode('latin-1')!r} is not this server")
-        elif origin == b"null":
-            self.refused += 1
-            return 403, [], _jsonrpc_error(INVALID_REQUEST, "Forbidden: an opaque Origin (null) is not this server")
+                return _refusal(403, INVALID_REQUEST, f"Forbidden: Origin {origin.decode('latin-1')!r} is not this server")
         given = headers.get(b"authorization", b"")
+        if hmac.compare_digest(given, self._bearer):
+            return None  # as every client sends it; else the same compare, after the parsing HTTP allows
         scheme, _, credential = given.partition(b" ")
         if scheme.lower() != b"bearer" or not credential:
-            self.refused += 1
-            return 401, [(b"www-authenticate", b'Bearer realm="atomictoolsd"')], _jsonrpc_error(
-                INVALID_REQUEST, f"Unauthorized: send Authorization: Bearer <the token in {self.token_path}>")
-        if not hmac.compare_digest(credential.strip(), self.token.encode()):
-            self.refused += 1
-            return 401, [(b"www-authenticate", b'Bearer realm="atomictoolsd", error="invalid_token"')], _jsonrpc_error(
-                INVALID_REQUEST, f"Unauthorized: the token is not this daemon's (it may have been rotated: read {self.token_path})")
+            return _refusal(401, INVALID_REQUEST, f"Unauthorized: send Authorization: Bearer <the token in {self.token_path}>",
+                            b'www-authenticate: Bearer realm="atomictoolsd"\r\n')
+        if not hmac.compare_digest(credential.strip(), self._bearer[7:]):
+            return _refusal(401, INVALID_REQUEST, f"Unauthorized: the token is not this daemon's (it may have been rotated: read {self.token_path})",
+                            b'www-authenticate: Bearer realm="atomictoolsd", error="invalid_token"\r\n')
         return None
 
     def _our_host(self, netloc: str, scheme_port: int | None) -> bool:
@@ -537,123 +623,104 @@ class HttpTransport:
 
     # -- POST: one JSON-RPC message --------------------------------------------------------------
 
-    async def _post(self, scope: dict[str, Any], headers: dict[bytes, bytes], receive: Any, send: Any) -> None:
-        assert self.server is not None
-        content_type = headers.get(b"content-type", b"")
-        if not content_type.split(b";")[0].strip().lower() == _JSON:
-            await _reply(send, 415, [], _jsonrpc_error(INVALID_REQUEST, "Unsupported media type: send Content-Type: application/json"))
-            return
-        limit = self.server.config.max_message_bytes
-        body = await _read_body(receive, limit)
-        if body is None:
-            await _reply(send, 413, [], _jsonrpc_error(INVALID_REQUEST, f"Message too large: the limit is {limit} bytes (ATOMICTOOLS_MAX_MESSAGE_BYTES)"))
-            return
+    def _post(self, request: Request, response: Response) -> None:
+        body = request.body
+        headers = request.headers
         try:
             message = msgspec.json.decode(body, type=_Envelope)
         except msgspec.ValidationError:
             text = body.lstrip()[:1]
             note = "Batches are not supported: send one JSON-RPC message per request" if text == b"[" else "Invalid request: expected a JSON-RPC object"
-            await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, note))
+            response.send(*_refusal(400, INVALID_REQUEST, note))
             return
         except (msgspec.DecodeError, RecursionError) as exc:
-            await _reply(send, 400, [], _jsonrpc_error(PARSE_ERROR, f"Parse error: {exc}"))
+            response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
             return
         version = headers.get(b"mcp-protocol-version")
-        modern = META_VERSION_BYTES in body and message.method is not UNSET
+        # A 2026-07-28 request is one whose params' _meta names a revision; the bytes test only
+        # spares the decode for every other request (an argument may contain the key's text too).
+        # A request in a stateful session (Mcp-Session-Id) is never one.
+        modern = (
+            META_VERSION_BYTES in body
+            and message.method is not UNSET
+            and b"mcp-session-id" not in headers
+            and _params(message).meta.get(META_VERSION) is not None
+        )
         if version is not None and version.decode("latin-1") not in REVISIONS:
             text = f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"
             error = {"code": UNSUPPORTED_VERSION, "message": text, "data": {"supported": list(REVISIONS), "requested": version.decode("latin-1")}} \
                 if modern else {"code": INVALID_REQUEST, "message": text}
-            await _reply(send, 400, [], _encode({"jsonrpc": "2.0", "id": None, "error": error}))
+            response.send(400, _JSON_HEAD, _encode({"jsonrpc": "2.0", "id": None, "error": error}))
             return
-        method = message.method
         mismatch = _header_mismatch(headers, message, modern)
         if mismatch:
-            await _reply(send, 400, [], _jsonrpc_error(HEADER_MISMATCH, mismatch))
+            response.send(*_refusal(400, HEADER_MISMATCH, mismatch))
             return
         session_id = headers.get(b"mcp-session-id")
-        extra: list[tuple[bytes, bytes]] = []
         if session_id is not None:
-            session = self.sessions.get(session_id.decode("latin-1"))
+            session = self.sessions.get(session_id)
             if session is None:
-                await _reply(send, 404, [], _jsonrpc_error(INVALID_REQUEST, "Session not found: it ended or the daemon restarted; initialize again"))
+                response.send(*_refusal(404, INVALID_REQUEST, "Session not found: it ended or the daemon restarted; initialize again"))
                 return
+            self._deliver(session, message, body, response, b"")
+            return
+        if message.method == "initialize":
+            self._spawn(self._open(request, message, response))
+            return
+        session = self.stateless.get(request.query)
+        if session is not None and session.transport is not None:
+            self._deliver(session, message, body, response, b"")
+            return
+        self._spawn(self._open(request, message, response))
+
+    async def _open(self, request: Request, message: _Envelope, response: Response) -> None:
+        """A new session for this request (``initialize``, or the first stateless request of a URL)."""
+        stateful = message.method == "initialize"
+        made = await self._new_session(request.query, stateful)
+        if isinstance(made, str):
+            response.send(*_refusal(400, INVALID_REQUEST, made))
+            return
+        extra = b""
+        if stateful:
+            self.sessions[made.key.encode()] = made
+            extra = b"mcp-session-id: " + made.key.encode() + b"\r\n"
         else:
-            made = await (self._new_session(scope, stateful=True) if method == "initialize" else self._stateless_session(scope))
-            if isinstance(made, str):
-                await _reply(send, 400, [], _jsonrpc_error(INVALID_REQUEST, made))
-                return
-            session = made
-            if method == "initialize":
-                extra.append((b"mcp-session-id", session.key.encode()))
+            existing = self.stateless.get(request.query)
+            if existing is not None and existing.transport is not None:
+                made.end()  # another request for this URL made one while this one attached
+                made = existing
+            else:
+                self.stateless[request.query] = made
+        self._deliver(made, message, request.body, response, extra)
+
+    def _deliver(self, session: HttpSession, message: _Envelope, body: bytes, response: Response, extra: bytes) -> None:
+        """Hand the message to its session; its answer goes to ``response`` (see ``_Exchange``)."""
+        if response.done:
+            return  # the client went away while its session was being made
         session.used = time.monotonic()
+        method = message.method
         if method is UNSET or message.id is UNSET:
             if method == "notifications/cancelled":
                 self._cancel_by_client_id(session, message.params)
             else:
                 session.handle_line(body)  # a notification, or the client's answer to a tool's question
-            await _reply(send, 202, extra, b"")
+            response.send(202, extra, b"")
             return
-        internal = b'"h%d"' % next(_ids)
-        exchange = _Exchange(bytes(message.id), method)
-        session.exchanges[internal] = exchange
+        client_id = bytes(message.id)
+        exchanges = session.exchanges
+        if session.stateful and client_id not in exchanges and _canonical(client_id):
+            # One client's session, whose ids it must not reuse (MCP says so), and this one reads
+            # back as sent: the body goes to the session as it came. A stateless session is every
+            # client's of its URL: there ids are always the daemon's own.
+            exchange = exchanges[client_id] = _Exchange(session, client_id, client_id, method, response, extra)
+            response.on_gone = exchange.gone
+            session.handle_line(body)
+            return
+        internal = _internal_id(exchanges)
+        exchange = exchanges[internal] = _Exchange(session, internal, client_id, method, response, extra)
+        response.on_gone = exchange.gone
         params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
-        try:
-            session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
-            await self._answer(session, internal, exchange, extra, receive, send)
-        finally:
-            session.exchanges.pop(internal, None)
-            session.used = time.monotonic()
-
-    async def _answer(self, session: HttpSession, internal: bytes, exchange: _Exchange, extra: list[tuple[bytes, bytes]],
-                      receive: Any, send: Any) -> None:
-        """JSON when the answer comes first; else an SSE stream of what comes, the answer last.
-
-        A task watches for the client going away (ASGI says so only through ``receive``) and wakes
-        the exchange as an answer would; it starts only once the answer is ``_WATCH_AFTER`` late,
-        so a quick call pays a timer, not a task (most of a call's cost over HTTP, measured).
-        """
-        loop = asyncio.get_running_loop()
-        gone: list[asyncio.Task[None]] = []
-
-        def watch() -> None:
-            task = loop.create_task(_disconnected(receive))
-            task.add_done_callback(lambda _task: exchange.wake())
-            gone.append(task)
-
-        timer = None
-        try:
-            if not exchange.items and not exchange.done:
-                timer = loop.call_later(_WATCH_AFTER, watch)
-                await exchange.wait()
-                if not exchange.items:
-                    self._cancel(session, internal)  # the client went away first
-                    return
-            if exchange.done and len(exchange.items) == 1:
-                await _reply(send, 200, [(b"content-type", _JSON), *extra], exchange.items[0])
-                return
-            await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *extra]})
-            if timer is not None:
-                timer.cancel()
-            if not gone:
-                watch()
-            while True:
-                items, exchange.items = exchange.items, []
-                chunk = b"".join(_sse(m) for m in items if m)
-                if chunk:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if exchange.done:
-                    break
-                await exchange.wait()
-                if gone[0].done() and not exchange.items:
-                    self._cancel(session, internal)
-                    return
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            if timer is not None:
-                timer.cancel()
-            for task in gone:
-                task.cancel()
+        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
 
     def _cancel_by_client_id(self, session: HttpSession, raw: msgspec.Raw | UnsetType) -> None:
         """``notifications/cancelled`` names the client's id; the session knows the call by ours."""
@@ -663,25 +730,20 @@ class HttpTransport:
             return  # notifications get no answer, not even an error
         for internal, exchange in list(session.exchanges.items()):
             if exchange.client_id == request_id:
-                exchange.done = True
-                exchange.push(b"")
-                self._cancel(session, internal)
-
-    def _cancel(self, session: HttpSession, internal: bytes) -> None:
-        """The client went away before the answer: its call stops, as a socket client's does."""
-        session.exchanges.pop(internal, None)
-        session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + internal + b"}"))
+                exchange.drop()
+                session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + internal + b"}"))
 
     # -- sessions ---------------------------------------------------------------------------------
 
-    async def _new_session(self, scope: dict[str, Any], stateful: bool, key: str | None = None) -> HttpSession | str:
+    async def _new_session(self, query_string: bytes, stateful: bool) -> HttpSession | str:
         """A session for the URL's project and lists, or why there is none (said to this request only)."""
         assert self.server is not None
-        session = HttpSession(self.server, key or secrets.token_urlsafe(24), stateful)
+        query_text = query_string.decode("latin-1")
+        session = HttpSession(self.server, secrets.token_urlsafe(24) if stateful else query_text, stateful)
         session.connection_made(_NoWire(session))
         if session.transport is None:
             return "Too many connections: the daemon takes no more sessions now (max_connections)"
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        query = parse_qs(query_text)
         params: dict[str, Any] = {
             "lock": True,
             "agent": "http",
@@ -695,82 +757,81 @@ class HttpTransport:
             # No project: the global and built-in tools, with the URL's lists, locked like the shim's.
             session.allow, session.deny = tuple(params["allow"]), tuple(params["deny"])
             session.dispatcher, session.locked, session.agent = params["dispatcher"], True, "http"
-        else:
-            params["directory"] = directory
-            internal = b'"h%d"' % next(_ids)
-            exchange = _Exchange(b"null", "atomic/attach")
-            session.exchanges[internal] = exchange
-            session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":"atomic/attach","params":' + _encode(params) + b"}")
-            while not exchange.done:
-                await exchange.wait()
+            return session
+        params["directory"] = directory
+        internal = _internal_id(session.exchanges)
+        attaching = session.exchanges[internal] = _Attaching()
+        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":"atomic/attach","params":' + _encode(params) + b"}")
+        try:
+            reply = msgspec.json.decode(await attaching.answer)
+        finally:
             session.exchanges.pop(internal, None)
-            reply = msgspec.json.decode(exchange.items[-1])
-            if "error" in reply:
-                session.end()
-                return f"directory in the URL: {reply['error']['message']}"
-        if stateful:
-            self.sessions[session.key] = session
+        if "error" in reply:
+            session.end()
+            return f"directory in the URL: {reply['error']['message']}"
         return session
 
-    async def _stateless_session(self, scope: dict[str, Any]) -> HttpSession | str:
-        key = scope.get("query_string", b"").decode("latin-1")
-        session = self.stateless.get(key)
-        if session is None or session.transport is None:
-            made = await self._new_session(scope, stateful=False, key=key)
-            if isinstance(made, str):
-                return made
-            session = self.stateless[key] = made
-        return session
-
-    def _delete(self, headers: dict[bytes, bytes]) -> Reply:
+    def _delete(self, headers: dict[bytes, bytes]) -> Refusal:
         session_id = headers.get(b"mcp-session-id")
         if session_id is None:
-            return 400, [], _jsonrpc_error(INVALID_REQUEST, "DELETE needs the Mcp-Session-Id of the session to end")
-        session = self.sessions.pop(session_id.decode("latin-1"), None)
+            return _refusal(400, INVALID_REQUEST, "DELETE needs the Mcp-Session-Id of the session to end")
+        session = self.sessions.pop(session_id, None)
         if session is None:
-            return 404, [], _jsonrpc_error(INVALID_REQUEST, "Session not found")
+            return _refusal(404, INVALID_REQUEST, "Session not found")
         session.end()
-        return 200, [], b""
+        return 200, b"", b""
 
     # -- GET: the session's stream ----------------------------------------------------------------
 
-    async def _get(self, scope: dict[str, Any], headers: dict[bytes, bytes], receive: Any, send: Any) -> None:
+    def _get(self, request: Request, response: Response) -> None:
+        headers = request.headers
         if b"text/event-stream" not in headers.get(b"accept", b""):
-            await _reply(send, 406, [], _jsonrpc_error(INVALID_REQUEST, "Not acceptable: GET opens an SSE stream; send Accept: text/event-stream"))
+            response.send(*_refusal(406, INVALID_REQUEST, "Not acceptable: GET opens an SSE stream; send Accept: text/event-stream"))
             return
         session_id = headers.get(b"mcp-session-id")
         if session_id is None:
-            await _reply(send, 405, [(b"allow", b"POST, DELETE")], _jsonrpc_error(
-                INVALID_REQUEST, "GET needs an Mcp-Session-Id (initialize first); stateless clients listen with subscriptions/listen"))
+            response.send(*_refusal(405, INVALID_REQUEST, "GET needs an Mcp-Session-Id (initialize first); stateless clients "
+                                    "listen with subscriptions/listen", b"allow: POST, DELETE\r\n"))
             return
-        session = self.sessions.get(session_id.decode("latin-1"))
+        session = self.sessions.get(session_id)
         if session is None:
-            await _reply(send, 404, [], _jsonrpc_error(INVALID_REQUEST, "Session not found: initialize again"))
+            response.send(*_refusal(404, INVALID_REQUEST, "Session not found: initialize again"))
             return
         if session.stream is not None:
-            await _reply(send, 409, [], _jsonrpc_error(INVALID_REQUEST, "Conflict: this session already has its GET stream open"))
+            response.send(*_refusal(409, INVALID_REQUEST, "Conflict: this session already has its GET stream open"))
             return
-        stream = session.stream = _Stream()
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-        await send({"type": "http.response.body", "body": b": stream open\n\n", "more_body": True})
-        gone = asyncio.ensure_future(_disconnected(receive))
-        try:
-            while not stream.closed:
-                if stream.items:
-                    items, stream.items = stream.items, []
-                    await send({"type": "http.response.body", "body": b"".join(_sse(m) for m in items), "more_body": True})
-                    continue
-                stream.waiter = asyncio.get_running_loop().create_future()
-                await asyncio.wait((gone, stream.waiter), return_when=asyncio.FIRST_COMPLETED)
-                stream.waiter = None
-                if gone.done():
-                    return
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            gone.cancel()
-            if session.stream is stream:
-                session.stream = None
-            session.used = time.monotonic()
+        stream = session.stream = _Stream(session, response)
+        response.on_gone = stream.gone
+        response.start(200, _SSE_HEAD)
+        response.write(b": stream open\n\n")
+
+
+def _canonical(id_json: bytes) -> bool:
+    """Whether the session, re-encoding this id, gets these very bytes: a plain integer, or a string
+    without escapes (it keys calls and answers by its own encoding of the id)."""
+    if id_json[:1] == b'"':
+        return b"\\" not in id_json
+    return id_json.isdigit() and (id_json[:1] != b"0" or id_json == b"0")
+
+
+def _internal_id(exchanges: dict[bytes, Any]) -> bytes:
+    """An id of the daemon's own for a request whose client id cannot be used as it is: taken by a
+    request in flight in the same session (two clients of one stateless URL), or re-encoded
+    differently; never one a client's own id in flight already has."""
+    while True:
+        internal = b'"h%d"' % next(_ids)
+        if internal not in exchanges:
+            return internal
+
+
+def _params(message: _Envelope) -> _Name:
+    """The request's ``name`` and ``_meta``, or empty ones where its params have neither."""
+    if message.params is UNSET:
+        return _Name()
+    try:
+        return msgspec.json.decode(message.params, type=_Name)
+    except msgspec.MsgspecError:
+        return _Name()
 
 
 def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bool) -> str:
@@ -784,10 +845,7 @@ def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bo
         return f"Mcp-Method header {method_header.decode('latin-1')!r} does not match the body's method {message.method!r}"
     name_header = headers.get(b"mcp-name")
     if (name_header is not None or modern) and message.params is not UNSET:
-        try:
-            params = msgspec.json.decode(message.params, type=_Name)
-        except msgspec.MsgspecError:
-            params = _Name()
+        params = _params(message)
         if name_header is None:
             if message.method == "tools/call" and isinstance(params.name, str):
                 return "Mcp-Name header missing: a 2026-07-28 tools/call over HTTP names its tool in it"
@@ -801,32 +859,3 @@ def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bo
             if version.decode("latin-1") != asked:
                 return f"MCP-Protocol-Version header {version.decode('latin-1')!r} does not match the body's _meta revision {asked!r}"
     return ""
-
-
-async def _read_body(receive: Any, limit: int) -> bytes | None:
-    """The request body, or None when it passes ``limit`` (the rest is not read)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = await receive()
-        if event["type"] == "http.disconnect":
-            return b""
-        chunk = event.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not event.get("more_body"):
-            return b"".join(chunks) if len(chunks) != 1 else chunks[0]
-
-
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _reply(send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    if body and not any(name == b"content-type" for name, _ in headers):
-        headers = [(b"content-type", _JSON), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})

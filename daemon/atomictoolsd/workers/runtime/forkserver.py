@@ -31,6 +31,7 @@ nothing is left.
 
 from __future__ import annotations
 
+import _signal
 import functools
 import itertools
 import os
@@ -45,11 +46,18 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from atomictoolsd.workers.protocol import DaemonMessage, FrameReader, Loaded
 from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
+from atomictoolsd.workers.runtime.sourceload import SourceOnlyLoader
 
-__all__ = ["main", "set_child_subreaper", "set_parent_death_signal"]
+__all__ = ["SPAWN_TIMES_ENV", "main", "set_child_subreaper", "set_parent_death_signal"]
+
+# bench/spawn.py only: a file to which every worker appends what its start cost (``_time_workers``).
+# Read once when the fork server starts and taken out of its environment; unset (always, but in the
+# bench), nothing is timed and the workers run the very same code.
+SPAWN_TIMES_ENV = "ATOMICTOOLS_SPAWN_TIMES"
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
@@ -84,6 +92,7 @@ class _Server:
         self.alive_fd = alive_fd
         self.children: set[int] = set()
         self.temp_dirs: dict[int, str] = {}  # confined workers' private TMPDIRs, removed when they end
+        self.spill_dirs: dict[int, str] = {}  # confined workers' own spill dirs, removed when they end empty
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.stopping = False
@@ -164,6 +173,8 @@ class _Server:
         self.children.add(pid)
         if spec.temp_dir:
             self.temp_dirs[pid] = spec.temp_dir
+        if spec.sandbox is not None and spec.spill_dir:
+            self.spill_dirs[pid] = spec.spill_dir
         self.send(["spawned", request_id, pid])
 
     def _become_worker(self, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
@@ -172,8 +183,10 @@ class _Server:
             set_parent_death_signal(signal.SIGKILL)
             set_child_subreaper()  # what its tools start and abandon stays its own, to die with it
             signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in _HANDLED:
+                # _signal's own, on ints: signal.signal() makes enums of its arguments and result,
+                # whose objects are the fork server's pages (each first touch copies one).
+                _signal.signal(sig, _SIG_DFL)
             self.control.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
@@ -209,6 +222,12 @@ class _Server:
             if temp_dir is not None:
                 shutil.rmtree(temp_dir, ignore_errors=True)
                 _stock_dirs()
+            spill_dir = self.spill_dirs.pop(pid, None)
+            if spill_dir is not None:
+                try:
+                    os.rmdir(spill_dir)  # a spill file in it stays for the spill housekeeping
+                except OSError:
+                    pass
             if pid in self.children:
                 self.children.discard(pid)
                 self.send(["exited", pid, status])
@@ -259,6 +278,9 @@ class _Server:
         os._exit(0)
 
 
+# The signals the fork server handles, which its workers put back to the default.
+_HANDLED = (int(signal.SIGCHLD), int(signal.SIGTERM), int(signal.SIGINT))
+_SIG_DFL = int(signal.SIG_DFL)
 _RUNTIME_PATHS: list[str] = []
 # Where the confined workers' private temporary dirs are made: one dir of the fork server's own
 # (private, made once), so that each worker's needs no random name.
@@ -297,8 +319,13 @@ def _new_dir(parent: str) -> str:
     spare = _SPARE.setdefault(parent, [])
     while spare:
         path = spare.pop()
-        if os.path.isdir(path):  # the spill housekeeping removes empty old ones
-            return path
+        try:
+            # Made a while ago: young again, or the spill housekeeping, which removes empty old
+            # ones, could remove it under the worker that has it now.
+            os.utime(path)
+        except OSError:
+            continue  # removed meanwhile
+        return path
     return _private_dir(parent)
 
 
@@ -366,6 +393,56 @@ def _children() -> set[int]:
     return pids
 
 
+def _time_workers(path: str) -> None:
+    """Have each worker append to ``path``, once it has sent ``loaded``, one line of integers: its
+    clock (``perf_counter_ns``), CPU time and minor page faults at its first line of Python after
+    the fork (the CPU time and the faults count from the fork: a child starts at zero), the time and
+    the faults its module's import took (``exec_module``: its code, and the helpers it imports), and
+    its clock, CPU time and faults as it sent ``loaded``. For the bench: the spawn target is the
+    worker's start after the fork, its module's import excluded."""
+    import resource  # lazy: the bench only (the runtime has it imported already: limits)
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def cpu() -> int:
+        return time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID)
+
+    clock = time.perf_counter_ns
+    record: list[int] = []
+    become, exec_module, send = _Server._become_worker, SourceOnlyLoader.exec_module, runtime.Runtime.send
+
+    def timed_become(self: _Server, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
+        record[:] = [clock(), cpu(), faults()]
+        become(self, channel_fd, spec)
+
+    def timed_exec_module(self: SourceOnlyLoader, module: Any) -> None:
+        if len(record) != 3:  # a helper the module imports: inside the module's own time
+            return exec_module(self, module)
+        started, faulted = clock(), faults()
+        try:
+            return exec_module(self, module)
+        finally:
+            record.extend((clock() - started, faults() - faulted))
+
+    def timed_send(self: runtime.Runtime, message: Any) -> None:
+        if not isinstance(message, Loaded) or len(record) not in (3, 5):
+            return send(self, message)
+        if len(record) == 3:
+            record.extend((0, 0))  # nothing imported (a declarative module)
+        record.extend((clock(), cpu(), faults()))
+        send(self, message)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (" ".join(map(str, record)) + "\n").encode())
+        finally:
+            os.close(fd)
+
+    _Server._become_worker = timed_become  # type: ignore[method-assign]
+    SourceOnlyLoader.exec_module = timed_exec_module  # type: ignore[method-assign]
+    runtime.Runtime.send = timed_send  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     args = sys.argv[1:] if argv is None else argv
     control = socket.socket(fileno=int(args[0]))
@@ -375,6 +452,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
     runtime.warm_up()
+    # What every worker builds next (its channel's reader, ``Runtime``): built here once, msgspec
+    # keeps the message types' decoding information, and a worker's own costs ~0.1 ms, not ~0.4
+    # (measured, bench/spawn.py: half of it page copies after the fork).
+    FrameReader(type=DaemonMessage)
+    times = os.environ.pop(SPAWN_TIMES_ENV, None)
+    if times:
+        _time_workers(times)
     _Server(control, int(args[2]) if len(args) > 2 else -1).run()
 
 

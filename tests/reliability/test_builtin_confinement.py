@@ -1,0 +1,214 @@
+"""What a project's confined built-ins may read (docs/sandbox.md, "The built-in tools"): your git
+configuration as it really is, and nothing a repository names outside itself.
+
+Real files, real git, a real daemon, and processes confined by the kernel with the very policy the
+daemon computes (``builtin_policy``), so a refusal is Landlock's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
+from atomictoolsd.registry.confinement import builtin_policy
+from atomictoolsd.workers.runtime import sandbox
+from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.workers.runtime.truncate import remove_old_spills
+from helpers import Daemon, Env, wait_for
+
+pytestmark = pytest.mark.skipif(
+    kernel_abi() < REQUIRED_ABI,
+    reason=f"this machine's kernel offers Landlock ABI {kernel_abi()}; confining workers needs ABI {REQUIRED_ABI}",
+)
+
+
+def git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout
+
+
+def read_confined(policy: dict[str, Any], path: Path) -> str:
+    """What a process confined by ``policy`` gets when it reads ``path``."""
+    temp = tempfile.mkdtemp()
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(reader)
+        try:
+            sandbox.confine(policy, sandbox.runtime_read_paths(), temp, temp)
+            try:
+                with open(path) as f:
+                    answer = "read: " + f.read()
+            except OSError as exc:
+                answer = f"refused: errno {exc.errno}"
+            os.write(writer, answer.encode())
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as f:
+        answer = f.read()
+    os.waitpid(pid, 0)
+    os.rmdir(temp)
+    return answer
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    (home / "secret.txt").write_text("TOP SECRET\n")
+    return home
+
+
+def allows(policy: dict[str, Any], target: Path) -> bool:
+    """Whether a read rule of ``policy`` covers ``target`` (the file, or a directory above it)."""
+    target = target.resolve()
+    return any(target == Path(p) or Path(p) in target.parents for p in policy["read"])
+
+
+def test_a_repository_cannot_widen_its_builtins_reads(tmp_path: Path, home: Path) -> None:
+    """Symlinked .gitignore and .gitattributes on the way down to a project inside a larger
+    repository, a .git file and a commondir that lead into the home: none puts the home into the
+    policy, and a process confined by it cannot read the targets."""
+    outer = tmp_path / "outer"
+    git(tmp_path, "init", "-q", str(outer))
+    project = outer / "mid" / "pkg"
+    project.mkdir(parents=True)
+    (outer / ".gitignore").symlink_to(home / "secret.txt")
+    (outer / "mid" / ".gitattributes").symlink_to(home / "secret.txt")
+    (outer / "mid" / ".gitignore").write_text("*.log\n")
+    policy = builtin_policy(project, home, True)
+    assert not allows(policy, home / "secret.txt")
+    assert str((outer / "mid" / ".gitignore").resolve()) in policy["read"], "a plain ignore file is read"
+    assert read_confined(policy, home / "secret.txt") == "refused: errno 13"
+    assert read_confined(policy, outer / "mid" / ".gitignore") == "read: *.log\n"
+
+    # The work tree's own, when the project is the work tree: the project's rule covers it, no other.
+    (project / ".gitignore").symlink_to(home / "secret.txt")
+    git(project, "init", "-q")
+    policy = builtin_policy(project, home, True)
+    assert not allows(policy, home / "secret.txt") and read_confined(policy, home / "secret.txt") == "refused: errno 13"
+
+    # A .git file naming a git dir in the home.
+    fake = home / "fake-git"
+    git(home, "init", "-q", "--bare", str(fake))
+    (fake / "gitdir").write_text(f"{tmp_path / 'elsewhere' / '.git'}\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".git").write_text(f"gitdir: {fake}\n")
+    policy = builtin_policy(other, home, True)
+    assert not allows(policy, fake / "HEAD") and read_confined(policy, fake / "HEAD") == "refused: errno 13"
+
+    # A commondir naming a directory in the home that holds worktrees/NAME, a symlink back here.
+    third = tmp_path / "third"
+    git(tmp_path, "init", "-q", str(third))
+    (third / ".git" / "commondir").write_text(f"{home}\n")
+    (home / "worktrees").mkdir()
+    (home / "worktrees" / ".git").symlink_to(third / ".git")
+    with pytest.raises(RepositoryRefused):
+        locate_repository(third)
+    policy = builtin_policy(third, home, True)
+    assert not allows(policy, home / "secret.txt") and read_confined(policy, home / "secret.txt") == "refused: errno 13"
+
+
+def test_a_submodule_git_dir_must_name_this_work_tree(tmp_path: Path, home: Path) -> None:
+    """A .git file may lead into an enclosing repository's .git/modules only to the git dir made for
+    this work tree (its core.worktree), not to another submodule's."""
+    enclosing = tmp_path / "enclosing"
+    git(tmp_path, "init", "-q", str(enclosing))
+    modules = enclosing / ".git" / "modules"
+    modules.mkdir()
+    git(tmp_path, "init", "-q", "--separate-git-dir", str(modules / "a"), str(enclosing / "a"))
+    git(enclosing / "a", "config", "core.worktree", "../../../a")  # as git submodule writes it
+    (enclosing / "b").mkdir()
+    (enclosing / "b" / ".git").write_text("gitdir: ../.git/modules/a\n")
+    assert locate_repository(enclosing / "a").git_dir == (modules / "a").resolve()
+    with pytest.raises(RepositoryRefused, match="neither a worktree nor a submodule"):
+        locate_repository(enclosing / "b")
+    assert str((modules / "a").resolve()) not in builtin_policy(enclosing / "b", home, True)["read"]
+    # Without core.worktree nothing proves whose it is.
+    git(enclosing / "a", "config", "--unset", "core.worktree")
+    with pytest.raises(RepositoryRefused):
+        locate_repository(enclosing / "a")
+
+
+def test_confined_builtins_read_the_files_your_git_config_names(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An included ~/.gitconfig.local and a core.excludesFile in the home (common dotfiles) work
+    confined; an edit that names another file is followed by the next worker."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    git(env.project, "init", "-q", "-b", "main", env=env.vars)
+    (env.project / "a.swp").write_text("x\n")
+    (env.project / "b.txt").write_text("x\n")
+    (env.home / ".gitconfig").write_text("[include]\n\tpath = ~/.gitconfig.local\n")
+    local = env.home / ".gitconfig.local"
+    local.write_text("[core]\n\texcludesfile = ~/.gitignore_global\n\tattributesfile = ~/absent\n")
+    (env.home / ".gitignore_global").write_text("*.swp\n")
+    (env.home / ".other_ignore").write_text("*.txt\n")
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        status = client.call("git-status")
+        assert (status.is_error, status.text) == (False, "?? b.txt\n")
+        info = client.call("workspace-info")
+        assert not info.is_error and info.structured["branch"] == "main", info.text
+        assert all(m["confined"] for m in client.status()["modules"] if m.get("project"))
+        with open(local, "a") as f:  # in place: the same file, now naming another
+            f.write("[core]\n\texcludesfile = ~/.other_ignore\n")
+        wait_for(lambda: client.call("git-status").text == "?? a.swp\n", timeout=15,
+                 message="a built-in worker made for the edited git configuration")
+
+
+def test_the_shared_builtins_run_unconfined_and_a_home_session_has_its_own(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """The shared built-ins (what has no confined dir of its own: a path that is not UTF-8, no
+    project) run with full rights, as docs/sandbox.md says; a session at the home gets its own,
+    confined to the home."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    daemon: Daemon = make_daemon()
+    with daemon.client(directory=env.home) as client:
+        (env.home / "note.txt").write_text("at home\n")
+        assert client.call("file-reader", path="note.txt").text == "at home\n"
+        modules = wait_for(lambda: [m for m in client.status()["modules"] if m["scope"] == "builtin"][5:] and [
+            m for m in client.status()["modules"] if m["scope"] == "builtin"], message="the shared built-ins' scan")
+    shared = [m for m in modules if "project" not in m]
+    home = [m for m in modules if m.get("project") == str(env.home.resolve())]
+    assert shared and not any(m["confined"] for m in shared), modules
+    assert home and all(m["confined"] for m in home), modules
+
+
+def test_confined_workers_spill_dirs_are_young_when_handed_out_and_gone_when_empty(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Each confined worker writes its results' full text in a spill dir of its own, made ahead of
+    time: handed out, it is made young, so the spill housekeeping (which removes empty old ones)
+    leaves it to its worker; the worker gone, an empty one goes too."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    git(env.project, "init", "-q", "-b", "main", env=env.vars)
+    (env.project / "big.txt").write_text("line\n" * 5000)
+    (env.project / "small.txt").write_text("small\n")
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_IDLE_TIMEOUT": "1"})
+
+    def own_workers(client: Any) -> list[int]:
+        return [m["worker"] for m in client.status()["modules"] if m.get("project") and m["worker"]]
+
+    with daemon.client() as client:
+        kept = Path(client.call("file-reader", path="big.txt").meta["atomic/fullOutput"])
+        mine = kept.parent
+        kept.unlink()
+        assert client.call("git-status").text
+        wait_for(lambda: not own_workers(client), timeout=15, message="the idle built-in workers to be reaped")
+        wait_for(lambda: not mine.exists(), message=f"{mine.name}, empty, removed with its worker")
+        spill = mine.parent
+        for spare in [d for d in spill.glob("sandbox-*") if not any(d.iterdir())]:  # as if made a day ago
+            os.utime(spare, (1, 1))
+        assert client.call("file-reader", path="small.txt").text == "small\n"  # a new worker: a spare
+        remove_old_spills(str(spill), 3600)  # what the daemon's housekeeping runs
+        big = client.call("file-reader", path="big.txt")
+    assert not big.is_error, big.text
+    assert Path(big.meta["atomic/fullOutput"]).read_text() == "line\n" * 5000
