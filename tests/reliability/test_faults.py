@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import stat
 import subprocess
@@ -77,10 +78,13 @@ HIDE = '''
         return "never"
 '''
 
-# A declarative tool whose command the shell handler starts in a session of its own.
+# A declarative tool whose command the shell handler starts in a session of its own. Its duration
+# is this run's own, so the test finds (and at the end stops) only the command it started, never
+# another process that happens to run `sleep 300` on the machine.
+SNOOZE_SECONDS = f"300.{random.randrange(10**6):06d}"
 SNOOZE = json.dumps({"tools": [{
     "name": "snooze", "description": "Sleep for a long time.",
-    "handler": {"type": "shell", "command": "sleep 300", "timeout": 600_000},
+    "handler": {"type": "shell", "command": f"sleep {SNOOZE_SECONDS}", "timeout": 600_000},
 }]})
 
 
@@ -156,7 +160,7 @@ def test_kill_9_under_load_then_restart(env: Env, make_daemon, record, pid_file:
         busy[1].send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "snooze", "arguments": {}}})
         hidden = wait_for(lambda: (lambda p: p if "daemonized" in p else None)(noted(pid_file)), message="hidden children")
         command = wait_for(
-            lambda: [p for p in sleepers(["sleep", "300"]) if p.pid not in hidden.values() and p.pid != owner.pid],
+            lambda: sleepers(["sleep", SNOOZE_SECONDS]),
             message="the shell command to run",
         )
 
