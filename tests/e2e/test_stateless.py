@@ -6,7 +6,6 @@ rules a client of another SDK relies on, byte by byte."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -116,7 +115,7 @@ def test_the_stateless_wire(env: Env, make_daemon: Any) -> None:
         assert "2026-07-28" in refused["error"]["data"]["supported"] and refused["error"]["data"]["requested"] == "2031-01-01"
 
 
-def test_only_a_listening_session_is_told_of_changes(env: Env, make_daemon: Any) -> None:
+def test_a_listening_session_is_acknowledged_and_told_of_changes(env: Env, make_daemon: Any) -> None:
     env.write_tool(env.global_tools, "add.py", TOOL)
     daemon = make_daemon()
     with daemon.raw() as quiet, daemon.raw() as listener:
@@ -131,14 +130,8 @@ def test_only_a_listening_session_is_told_of_changes(env: Env, make_daemon: Any)
         change = listener.recv()
         assert change["method"] == "notifications/tools/list_changed"
         assert change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "l1"
-        # The session that did not listen got nothing: its next message is the answer to this ping.
-        quiet.sock.settimeout(1.0)
-        assert quiet.request("server/discover", {"_meta": META})["result"]["resultType"] == "complete"
-        # Cancelling the listen ends it: no more changes on it.
-        listener.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "l1"}})
-        env.write_tool(env.global_tools, "third.py", LATER.replace("later", "third"))
-        assert listener.request("tools/list", {"_meta": META})["result"]["resultType"] == "complete"
-        json.dumps(change)
+        # That a session that did not listen, or cancelled its listen, is sent nothing is read line by
+        # line in tests/e2e/test_listen.py (request() here skips notifications, so it could not tell).
 
 
 ASK = (
