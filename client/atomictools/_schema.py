@@ -30,6 +30,7 @@ class SchemaError(Exception):
     """A tool cannot be served as written; the message says what to change."""
 
 
+_asdict = msgspec.structs.asdict
 _NO_OUTPUT = (str, type(None), Any, inspect.Signature.empty)
 
 
@@ -90,8 +91,7 @@ class ToolSpec:
 
     def parse_arguments(self, raw: bytes) -> dict[str, Any]:
         """Validate JSON arguments and return keyword arguments; raises ``msgspec.ValidationError``."""
-        args = self.decoder.decode(raw)
-        return {name: getattr(args, name) for name in self.param_names}
+        return _asdict(self.decoder.decode(raw))  # the struct's fields are the parameters, in order
 
 
 def tool_name(stem: str, function_name: str, override: str | None = None) -> str:

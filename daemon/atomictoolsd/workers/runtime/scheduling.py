@@ -77,19 +77,22 @@ class Runtime:
         self.sock = sock
         self.tools = tools
         self.worker = worker
-        self.calls: dict[int, Context | None] = {}
+        # The sync tools without a ctx parameter: most tools, and the ones run from ``run`` directly.
+        self._plain = {name: spec for name, spec in tools.items() if not spec.is_async and spec.context_param is None}
+        self.calls: dict[int, Context] = {}  # the running calls that have a ctx, until they answer
         self._send_lock = send_lock or threading.Lock()  # shared with whatever else sends on the channel
         self._frames = FrameReader(type=DaemonMessage)
         self._inbox: collections.deque[DaemonMessage] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
         self._reader_gen = 0  # which thread may read: the one started for this generation
-        self._inline: tuple[int, float, str] | None = None  # (reader generation, start, tool) inline
+        self._inline: tuple[int, float, str] | None = None  # (reader generation, perf_counter start, tool) inline
         self._slow: dict[str, int] = {}  # slow tools → quick calls still to see before they are quick
         self._running = 0  # sync calls running, inline or on the pool
         self._idle = 0  # pool threads waiting for a job
         self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
         self._watching = threading.Event()
+        self._watched = False  # whether the watchdog watches (set and cleared under _lock with _watching)
         self._watchdog: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
@@ -105,6 +108,10 @@ class Runtime:
         except OSError:
             exit_worker()  # the daemon is gone
 
+    # The call path below (run → start_call → _run_inline → _run → finish_call) is written for few
+    # Python calls and one lock on each side of a call: run pinned to one core with the daemon and
+    # its client, every step it takes costs several times what it does in a tight loop.
+
     # reading
 
     def run(self, generation: int = 0) -> None:
@@ -112,13 +119,32 @@ class Runtime:
 
         Returns when the role has moved on; the process exits (``_exit``) when the channel closes.
         """
+        inbox = self._inbox
+        recv = self.sock.recv
+        feed = self._frames.feed
+        plain = self._plain
         while self._reader_gen == generation:
-            message = self._next_message()
+            while not inbox:
+                try:
+                    data = recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    exit_worker()
+                inbox.extend(feed(data))
+            message = inbox.popleft()
             if type(message) is CallTool:
-                job = self.start_call(message)
+                spec = plain.get(message.tool)
+                if spec is None:
+                    job = self.start_call(message)
+                else:  # start_call's work for a sync tool without ctx, when its arguments are valid
+                    try:
+                        job = (message.call_id, spec, spec.parse_arguments(message.arguments or b"{}"))
+                    except (msgspec.ValidationError, msgspec.DecodeError):
+                        job = self.start_call(message)
                 if job is None:
                     continue
-                if self._inbox and job[1].name in self._slow:
+                if inbox and job[1].name in self._slow:
                     self._dispatch(job)  # more is waiting to be read: do not sit on it
                 else:
                     self._run_inline(job, generation)
@@ -127,26 +153,46 @@ class Runtime:
             else:
                 self.cancel_call(message.call_id)
 
-    def _next_message(self) -> DaemonMessage:
-        inbox = self._inbox
-        while not inbox:
-            try:
-                data = self.sock.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                exit_worker()
-            inbox.extend(self._frames.feed(data))
-        return inbox.popleft()
-
     def _run_inline(self, job: tuple[int, ToolSpec, dict[str, Any]], generation: int) -> None:
-        self._inline = (generation, time.monotonic(), job[1].name)
-        if not self._watching.is_set():
+        """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
+        call_id, spec, kwargs = job
+        lock = self._lock
+        started = time.perf_counter()
+        with lock:
+            if self._running >= self.worker.threads:
+                self._backlog.append(job)  # a finishing call picks it up
+                return
+            self._running += 1
+            self._inline = (generation, started, spec.name)
+            watched = self._watched
+            self._watched = True
+        if not watched:
             self._start_watching()
-        self._run(job)
-        with self._lock:
-            if self._inline is not None and self._inline[0] == generation:
-                self._inline = None
+        try:
+            result = make_result(spec, spec.fn(**kwargs), self.worker)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
+            result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
+        seconds = time.perf_counter() - started
+        if seconds >= self.QUICK_CALL or spec.name in self._slow:
+            self._timed(spec.name, seconds)
+        if spec.context_param is None:
+            # finish_call's last step only: without a ctx, the call asked nothing and sent nothing.
+            frame = encode_frame(Result(call_id, result))
+            try:
+                with self._send_lock:
+                    self.sock.sendall(frame)
+            except OSError:
+                exit_worker()  # the daemon is gone
+        else:
+            self.finish_call(call_id, result)
+        with lock:
+            job = self._backlog.popleft() if self._backlog else None  # type: ignore[assignment]
+            if job is None:
+                self._running -= 1
+                if self._inline is not None and self._inline[0] == generation:
+                    self._inline = None
+                return
+        self._run(job, generation)  # still marked inline: the watchdog hands the reading role on if it lasts
 
     def _start_watching(self) -> None:
         if self._watchdog is None:
@@ -156,11 +202,11 @@ class Runtime:
 
     def _watch(self) -> None:
         """While calls run inline, hand the reading role on when one overstays its budget."""
-        last_busy = time.monotonic()
+        last_busy = time.perf_counter()
         while True:
             self._watching.wait()
             time.sleep(self.INLINE_BUDGET)
-            now = time.monotonic()
+            now = time.perf_counter()
             with self._lock:
                 inline = self._inline
                 if inline is not None:
@@ -171,12 +217,14 @@ class Runtime:
                         self._inline = None
                         threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
                 elif now - last_busy > 1.0:
+                    self._watched = False
                     self._watching.clear()  # idle: park until the next inline call
 
     # running sync calls
 
-    def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None) -> None:
-        """Run a sync call on this thread, then any the backlog holds."""
+    def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None, inline: int | None = None) -> None:
+        """Run a sync call on this thread, then any the backlog holds; the calls of reader
+        ``inline`` stay marked inline (``_inline``) until the backlog is empty."""
         while job is not None:
             call_id, spec, kwargs = job
             started = time.perf_counter()
@@ -184,12 +232,16 @@ class Runtime:
                 result = make_result(spec, spec.fn(**kwargs), self.worker)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
                 result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
-            self._timed(spec.name, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            if seconds >= self.QUICK_CALL or spec.name in self._slow:
+                self._timed(spec.name, seconds)
             self.finish_call(call_id, result)
             with self._lock:
                 job = self._backlog.popleft() if self._backlog else None
                 if job is None:
                     self._running -= 1
+                    if inline is not None and self._inline is not None and self._inline[0] == inline:
+                        self._inline = None
 
     def _timed(self, tool: str, seconds: float) -> None:
         """Keep count of which tools are slow (a race between threads only blurs the count)."""
@@ -204,6 +256,10 @@ class Runtime:
 
     def _dispatch(self, job: tuple[int, ToolSpec, dict[str, Any]]) -> None:
         with self._lock:
+            if self._running >= self.worker.threads:
+                self._backlog.append(job)  # a finishing call picks it up
+                return
+            self._running += 1
             grow = self._idle == 0
             if not grow:
                 self._idle -= 1
@@ -222,7 +278,7 @@ class Runtime:
     # calls
 
     def start_call(self, call: CallTool) -> tuple[int, ToolSpec, dict[str, Any]] | None:
-        """Validate a call; return the job to run, or None when it is answered, queued or async."""
+        """Validate a call; return the job to run, or None when it is answered or async."""
         call_id = call.call_id
         name = call.tool
         spec = self.tools.get(name)
@@ -235,7 +291,6 @@ class Runtime:
             kwargs = self._without_undeclared(call_id, spec, call.arguments, exc)
             if kwargs is None:
                 return None
-        ctx = None
         if spec.context_param is not None:
             context = call.context
             ctx = kwargs[spec.context_param] = Context(
@@ -248,17 +303,11 @@ class Runtime:
                 emit=self._emitter(call_id, call.progress, name),
                 ask=self._asker(call_id),
             )
-        self.calls[call_id] = ctx
+            self.calls[call_id] = ctx
         if spec.is_async:
             self._event_loop().call_soon_threadsafe(self._start_task, call_id, spec, kwargs)
             return None
-        job = (call_id, spec, kwargs)
-        with self._lock:
-            if self._running >= self.worker.threads:
-                self._backlog.append(job)  # a finishing call picks it up
-                return None
-            self._running += 1
-        return job
+        return (call_id, spec, kwargs)  # run inline or on the pool, or kept in the backlog (at ``threads``)
 
     def _without_undeclared(
         self, call_id: int, spec: ToolSpec, arguments: bytes, error: Exception
@@ -279,18 +328,24 @@ class Runtime:
         return kwargs
 
     def finish_call(self, call_id: int, result: bytes | None) -> None:
-        self.calls.pop(call_id, None)
+        if self.calls:
+            self.calls.pop(call_id, None)
         if self._asks:
             self._drop_asks(call_id, "the call has ended")
         refused = self._refused.pop(call_id, None) if self._refused else None
         if refused is not None and result is not None:
             result = error_result(refused)
-        self.send(Result(call_id, result))
+        frame = encode_frame(Result(call_id, result))  # send(), inline: this is every call's last step
+        try:
+            with self._send_lock:
+                self.sock.sendall(frame)
+        except OSError:
+            exit_worker()  # the daemon is gone
 
     def cancel_call(self, call_id: int) -> None:
-        if call_id not in self.calls:
-            return
-        ctx = self.calls[call_id]
+        """Stop a call: set its ctx's cancel event, take it out of the backlog, cancel its task.
+        A call that has answered is none of these: nothing happens."""
+        ctx = self.calls.get(call_id)
         if ctx is not None:
             ctx._cancel()
         if self._asks:
