@@ -73,3 +73,41 @@ def test_a_tool_that_was_slow_runs_inline_again_after_quick_calls(env: Env, make
     print(f"64 quick calls right after a slow one ran on {dict(after_slow)}; the next 64 on {dict(later)}")
     assert after_slow["tool"] >= 1, after_slow
     assert sum(n for name, n in later.items() if name != "tool") >= 16, later
+
+
+MARKS = """
+    import time
+
+    def mark(name: str, log: str, sleep: float = 0.0) -> str:
+        with open(log, "a") as ran:
+            ran.write(name + "\\n")
+        time.sleep(sleep)
+        return name
+"""
+
+
+def test_a_call_cancelled_while_it_waits_for_a_thread_never_runs(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # One thread: a call that comes while the first runs waits in the worker's backlog. Cancelled
+    # there, it is taken out: it never runs, is never answered, and the next call runs as usual.
+    env.write_tool(env.global_tools, "mark.py", MARKS)
+    ran = env.project / "ran.txt"
+
+    def mark(name: str, sleep: float = 0.0) -> int:
+        return raw.send_request("tools/call", {"name": "mark", "arguments": {"name": name, "log": str(ran), "sleep": sleep}})
+
+    with make_daemon({"ATOMICTOOLS_WORKER_THREADS": "1"}).raw() as raw:
+        assert raw.answer(mark("warm"))
+        first = mark("first", sleep=1.5)
+        deadline = time.monotonic() + 10
+        while "first" not in (ran.read_text() if ran.exists() else ""):
+            assert time.monotonic() < deadline, "the first call did not start"
+            time.sleep(0.01)
+        time.sleep(0.1)  # past the inline budget: the reading role has moved on, so the next is read
+        waiting = mark("waiting")
+        time.sleep(0.2)
+        raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": waiting}})
+        assert raw.reply(first)["result"]["content"][0]["text"] == "first"
+        last = mark("last")
+        reply = raw.recv()
+        assert reply["id"] == last, f"the cancelled call was answered: {reply}"
+    assert ran.read_text().split() == ["warm", "first", "last"]

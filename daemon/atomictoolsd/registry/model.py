@@ -271,17 +271,20 @@ class Project:
         self.dirs = dirs
         self.holders = 0  # acquire() minus release()
         self.idle_since: float | None = time.monotonic()  # when holders last dropped to 0 (monotonic)
-        self._view: View | None = None
-        self._ready = False
+        # What the call path reads without a method call: ``built`` is the view as last built (None
+        # once one of its dirs changed: ``view()`` builds it again); ``scanned`` turns True once
+        # ``is_ready()`` has seen every dir scanned, and stays so.
+        self.built: View | None = None
+        self.scanned = False
 
     def is_ready(self) -> bool:
-        """Whether every dir has been scanned once (cheap: it is asked on every call)."""
-        if not self._ready:
-            self._ready = all(d.scanned is not None and d.scanned.done() for d in self.dirs)
-        return self._ready
+        """Whether every dir has been scanned once."""
+        if not self.scanned:
+            self.scanned = all(d.scanned is not None and d.scanned.done() for d in self.dirs)
+        return self.scanned
 
     def view(self) -> View:
-        view = self._view
+        view = self.built
         if view is not None:
             return view  # the registry drops it whenever one of our dirs changes
         key = tuple(d.version for d in self.dirs)
@@ -301,8 +304,8 @@ class Project:
                     tools[name] = tool
                 else:
                     shadowed.append((tool, winner))
-        self._view = View(key, dict(sorted(tools.items())), shadowed, errors, blocked, loading)
-        return self._view
+        self.built = View(key, dict(sorted(tools.items())), shadowed, errors, blocked, loading)
+        return self.built
 
     def loads_under_way(self) -> list[asyncio.Future[None]]:
         """When each load that outlived its scan's ``load_wait`` in this project's dirs is done.
@@ -318,7 +321,7 @@ class Project:
             await asyncio.wait(pending)
 
     def invalidate(self) -> None:
-        self._view = None
+        self.built = None
 
     async def ready(self) -> None:
         """Wait until every dir of this project has been scanned once."""

@@ -399,8 +399,14 @@ class Session(Connection):
     def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
         return self.start_call(id_json, decode_params(raw, CallParams))
 
-    def start_call(self, id_json: bytes, params: CallParams) -> Awaitable[None] | None:
-        """``tools/call`` with its params decoded (raises ``ParamsError`` for a retry it refuses)."""
+    def start_call(self, id_json: bytes, params: CallParams, waited: bool = False) -> Awaitable[None] | None:
+        """``tools/call`` with its params decoded (raises ``ParamsError`` for a retry it refuses).
+
+        The hot path: no closures, no tasks, as few Python calls as it takes (pinned to one core with
+        its client and the worker, each costs several times what it does in a tight loop); the
+        call reports back through ``call_result()``. ``waited``: the modules still loading when it
+        first came have loaded since (``_call_when_loaded``).
+        """
         if params.requestState is not UNSET:  # the retry of a call answered input_required
             name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
             responses = params.inputResponses if params.inputResponses is not UNSET else None
@@ -410,57 +416,27 @@ class Session(Connection):
             if why is not None:
                 raise ParamsError(why)
             return None
-        if not self.project.is_ready():
+        project = self.project
+        if not (project.scanned or project.is_ready()):
             # Registered now, in message order, so that a cancel right behind it finds it.
             waiting = self.calls[id_json] = _WaitingCall()
             return self._call_when_ready(id_json, params, waiting)
-        self._call(id_json, params)
-        return None
-
-    async def _call_when_ready(self, id_json: bytes, params: CallParams, waiting: _WaitingCall) -> None:
-        await self.project.ready()
-        if waiting.cancelled or self.calls.get(id_json) is not waiting:
-            return  # cancelled while its project loaded: never answered
-        del self.calls[id_json]  # _call registers the call it starts; one it answers at once is not in flight
-        self._call(id_json, params)
-
-    async def _call_when_loaded(
-        self, id_json: bytes, params: CallParams, waiting: _WaitingCall, loads: list[asyncio.Future[None]]
-    ) -> None:
-        config = self.server.config
-        timeout = config.call_timeout
-        if params.meta is not UNSET:
-            timeout = _asked_timeout(params.meta.timeout, timeout, config.max_call_timeout)
-        deadline = asyncio.get_running_loop().time() + timeout
-        while loads and params.name not in self.project.view().tools:  # each load may bring it
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                break
-            await asyncio.wait(loads, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            loads = self.project.loads_under_way()
-        if waiting.cancelled or self.calls.get(id_json) is not waiting:
-            return  # cancelled while the modules loaded: never answered
-        del self.calls[id_json]
-        self._call(id_json, params, waited=True)
-
-    def _call(self, id_json: bytes, params: CallParams, waited: bool = False) -> None:
-        # The hot path: no closures, no tasks; the call reports back through call_result().
         name = params.name
         arguments = params.arguments
         if self.dispatcher and name in dispatcher.META_NAMES:
             raw_arguments = b"{}" if arguments is UNSET else bytes(arguments)
             inner = dispatcher.handle(self, id_json, name, raw_arguments)
             if inner is None:
-                return
+                return None
             name, arguments = inner[0], msgspec.Raw(inner[1])
-        view = self.project.view()
+        view = project.built or project.view()
         seen = self._visible
         if seen[0] is not view or seen[1] is not self.allow or seen[2] is not self.deny:
             seen = self._see(view)
         tool = seen[3].get(name)
         if tool is None:
             self._not_callable(id_json, name, arguments, params.meta, waited)
-            return
+            return None
         config = self.server.config
         timeout = tool.timeout or config.call_timeout
         context = self._context
@@ -483,9 +459,36 @@ class Session(Connection):
         arguments = b"{}" if arguments is UNSET else bytes(arguments)
         if arguments == b"null":
             arguments = b"{}"
-        self.calls[id_json] = tool.module.runner.call(
-            self.server.pool.next_call_id(), name, arguments, context, timeout, self, id_json, token
-        )
+        self.calls[id_json] = tool.module.runner.call(name, arguments, context, timeout, self, id_json, token)
+        return None
+
+    async def _call_when_ready(self, id_json: bytes, params: CallParams, waiting: _WaitingCall) -> None:
+        await self.project.ready()
+        if waiting.cancelled or self.calls.get(id_json) is not waiting:
+            return  # cancelled while its project loaded: never answered
+        del self.calls[id_json]  # start_call registers the call it starts; one it answers at once is not in flight
+        outcome = self.start_call(id_json, params)
+        if outcome is not None:
+            await outcome
+
+    async def _call_when_loaded(
+        self, id_json: bytes, params: CallParams, waiting: _WaitingCall, loads: list[asyncio.Future[None]]
+    ) -> None:
+        config = self.server.config
+        timeout = config.call_timeout
+        if params.meta is not UNSET:
+            timeout = _asked_timeout(params.meta.timeout, timeout, config.max_call_timeout)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while loads and params.name not in self.project.view().tools:  # each load may bring it
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await asyncio.wait(loads, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            loads = self.project.loads_under_way()
+        if waiting.cancelled or self.calls.get(id_json) is not waiting:
+            return  # cancelled while the modules loaded: never answered
+        del self.calls[id_json]
+        self.start_call(id_json, params, waited=True)
 
     def _not_callable(
         self, id_json: bytes, name: str, arguments: msgspec.Raw | UnsetType, meta: CallMeta | UnsetType, waited: bool
@@ -514,7 +517,9 @@ class Session(Connection):
             self.call_log_levels.pop(call.request_id, None)
         if self.call_capabilities:
             self.call_capabilities.pop(call.request_id, None)
-        if self.asking.call_ended(call):
+        # A call holds a question at its client (Call.asking) for as long as one waits for an answer
+        # or a retry: one that holds none has nothing for call_ended to clear.
+        if call.asking and self.asking.call_ended(call):
             self._close_if_done()
             return  # its request was answered input_required; the client did not come back
         revision = self.revision

@@ -346,7 +346,13 @@ class _Relay:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    try:
+        written = os.write(fd, data)
+    except (BlockingIOError, InterruptedError):
+        written = 0
+    if written == len(data):
+        return  # the common case: all of it in one write
+    view = memoryview(data)[written:]
     while view:
         try:
             view = view[os.write(fd, view):]

@@ -262,7 +262,6 @@ class ModuleRunner:
 
     def call(
         self,
-        call_id: int,
         tool: str,
         arguments: bytes,
         context: CallContext,
@@ -277,6 +276,7 @@ class ModuleRunner:
             context: who asked (``CallContext``): what the tool's ``ctx`` says.
             progress_token: the caller's ``_meta.progressToken``; progress is forwarded only with one.
         """
+        call_id = next(self.pool.call_ids)
         call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
         if events.calls_on:
             events.tool_started(call.tool, self.spec.path, call_id, context.session_id, context.agent)
@@ -505,7 +505,7 @@ class WorkerPool:
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
         self.discarded: set[ModuleRunner] = set()  # runners of deleted modules, still draining
-        self._ids = itertools.count(1)
+        self.call_ids = itertools.count(1)  # a call's id, unique among every worker's calls
 
     def runner(self, path: str, kind: str, cwd: str) -> ModuleRunner:
         """The runner of the module at ``path`` whose workers run in ``cwd`` (created on first use)."""
@@ -513,9 +513,6 @@ class WorkerPool:
         if runner is None:
             runner = self.runners[(path, cwd)] = ModuleRunner(self, path, kind, cwd)
         return runner
-
-    def next_call_id(self) -> int:
-        return next(self._ids)
 
     def reconfigure(self, settings: PoolSettings) -> None:
         """Apply new limits. When what workers are told changed, every module's worker retires: calls

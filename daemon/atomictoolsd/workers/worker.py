@@ -392,7 +392,8 @@ class Worker(asyncio.Protocol):
 
     def _on_result(self, call_id: int, result: bytes | None) -> None:
         call = self.pending.pop(call_id, None)
-        self.abandoned.discard(call_id)
+        if self.abandoned:
+            self.abandoned.discard(call_id)
         self.last_used = time.monotonic()
         if call is None:
             # The runtime answers each call it was given once: this one it was never given, or has
