@@ -257,3 +257,13 @@ def test_a_stateless_request_naming_an_agent_that_rejects_defs_gets_the_portable
         assert _portable(_where_stateless(raw, "qwen-code"))
         assert not _portable(_where_stateless(raw, None))  # no name: the session's own (claude-code)
 
+
+def test_the_agent_the_shim_attached_as_gets_the_portable_schema_in_the_stateless_revision(kit: Daemon, env: Env) -> None:
+    # `atomictoolsd connect gemini` runs the shim with --agent gemini: that names the client for every
+    # request of the session, whether or not a request names it again.
+    with ShimConnection(env, "--agent", "gemini") as raw:
+        assert _portable(_where_stateless(raw, None))
+        assert _portable(_where_stateless(raw, "gemini-cli"))
+    with ShimConnection(env, "--agent", "claude") as raw:
+        assert not _portable(_where_stateless(raw, None))
+        assert _portable(_where_stateless(raw, "gemini-cli"))

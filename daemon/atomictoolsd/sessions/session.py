@@ -608,6 +608,7 @@ class Session(Connection):
         self.directory = str(directory)
         self.worktree = str(git_worktree_root(directory) or self.project.root or directory)
         self.agent = params.agent or self.agent
+        self.portable_schemas = self.portable_schemas or portable_only(self.agent)
         self.session_id = params.sessionId or self.session_id or f"s{self.id}"
         self.allow = tuple(params.allow)
         self.deny = tuple(params.deny)
