@@ -265,6 +265,21 @@ def test_each_client_of_one_url_gets_the_schema_form_it_accepts(endpoint: Endpoi
         assert called["result"]["content"][0]["text"] == "http", called
 
 
+@pytest.mark.parametrize(("client", "portable"), [("gemini-cli-mcp-client", True), ("claude-code", False)])
+def test_a_stateful_session_of_the_same_url_gets_its_initialize_clients_form(endpoint: Endpoint, client: str, portable: bool) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}}
+    response = endpoint.open(init, {})
+    response.read()
+    session = response.getheader("mcp-session-id")
+    assert response.status == 200 and session
+    headers = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+    endpoint.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
+    status, [listed] = endpoint.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers)
+    schema = next(t for t in listed["result"]["tools"] if t["name"] == "where")["inputSchema"]
+    assert ("$defs" not in json.dumps(schema)) == portable, schema
+
+
 def test_ctx_sample_asks_a_stateless_client_through_input_required_and_its_retry_answers(endpoint: Endpoint) -> None:
     samples = {**META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
     status, [first] = endpoint.post(request(1, "tools/call", {"name": "sample", "arguments": {"prompt": "hi"}}, samples))
