@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+from e2e.test_revisions import SCHEMA as WHERE  # a declarative tool "where" whose schema uses $defs
 from helpers import Env
 
 pytestmark = pytest.mark.slow
@@ -65,22 +66,6 @@ def who(ctx: Context) -> str:
     """The agent the call's session is attached as."""
     return ctx.agent
 '''
-
-# A declarative tool whose schema uses $defs: served as written, or portable to the agents that
-# reject $defs (see sessions.session.PORTABLE_ONLY_CLIENTS). A Python tool's schema is inlined already.
-WHERE = {
-    "name": "schemas", "version": "1", "description": "2020-12 keywords",
-    "tools": [{
-        "name": "where", "description": "A tool whose schema uses $defs.",
-        "inputSchema": {
-            "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-            "$defs": {"place": {"type": "object", "properties": {"city": {"type": "string"}}}},
-            "properties": {"place": {"$ref": "#/$defs/place"}}, "additionalProperties": False,
-        },
-        "handler": {"type": "shell", "command": "echo ok"},
-    }],
-}
-
 
 class Endpoint:
     """The daemon's endpoint for one project, without a session id: every POST is stateless."""
