@@ -1,7 +1,7 @@
 """The stateless revision (2026-07-28) over the daemon's HTTP endpoint, spoken byte by byte: the
 routing headers each request must carry, the result fields and the stable order, a listening
 request that gets list changes while one that does not listen gets none, and two clients of the
-same URL (one session on the daemon's side) that never see each other's capabilities.
+same URL (one session on the daemon's side) that never see each other's capabilities or schema forms.
 
 The SDK client's view of the same (``mcp.Client`` in modern mode) is in test_stateless.py."""
 
@@ -17,6 +17,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+from e2e.test_revisions import SCHEMA as WHERE  # a declarative tool "where" whose schema uses $defs
 from helpers import Env
 
 pytestmark = pytest.mark.slow
@@ -57,6 +58,14 @@ async def sample(prompt: str, ctx: Context) -> str:
     return "model says: " + (await ctx.asample(prompt, max_tokens=20)).text
 '''
 
+
+WHO = '''
+from atomictools import Context
+
+def who(ctx: Context) -> str:
+    """The agent the call's session is attached as."""
+    return ctx.agent
+'''
 
 class Endpoint:
     """The daemon's endpoint for one project, without a session id: every POST is stateless."""
@@ -102,6 +111,8 @@ def endpoint(env: Env, make_daemon: Any) -> Endpoint:
     env.write_tool(env.local_tools, "touch.py", TOUCH)
     env.write_tool(env.local_tools, "late_ask.py", LATE_ASK)
     env.write_tool(env.local_tools, "sample.py", SAMPLE)
+    env.write_tool(env.local_tools, "schemas.json", json.dumps(WHERE))
+    env.write_tool(env.local_tools, "who.py", WHO)
     for name in ("zeta", "alpha", "mid"):
         env.write_tool(env.local_tools, f"{name}.py", f'def {name}() -> str:\n    """{name}."""\n    return "{name}"\n')
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
@@ -210,6 +221,48 @@ def test_two_clients_of_one_url_keep_their_own_capabilities(endpoint: Endpoint) 
     status, [answer] = outcome["answer"]
     assert answer["result"]["resultType"] == "complete"
     assert "'elicitation' capability" in answer["result"]["content"][0]["text"], answer
+
+
+def test_each_client_of_one_url_gets_the_schema_form_it_accepts(endpoint: Endpoint) -> None:
+    # One session serves every client of the URL: the name one request gives in _meta decides what
+    # that request is sent, and nothing another client of the URL is sent, before or after it.
+    def where_schema(id_: int, client: str | None) -> dict[str, Any]:
+        meta = {k: v for k, v in META.items() if k != "io.modelcontextprotocol/clientInfo"}
+        if client is not None:
+            meta["io.modelcontextprotocol/clientInfo"] = {"name": client, "version": "1"}
+        status, [listed] = endpoint.post(request(id_, "tools/list", meta=meta))
+        assert status == 200, listed
+        return next(t for t in listed["result"]["tools"] if t["name"] == "where")["inputSchema"]
+
+    written = WHERE["tools"][0]["inputSchema"]  # type: ignore[index]
+    for id_, client, portable in [(1, "gemini-cli", True), (2, "claude-code", False), (3, "qwen-code", True),
+                                  (4, None, False), (5, "gemini-cli-mcp-client", True), (6, "raw", False)]:
+        schema = where_schema(id_, client)
+        if portable:
+            assert "$defs" not in json.dumps(schema) and "$ref" not in json.dumps(schema), (client, schema)
+            assert schema["properties"]["place"]["properties"]["city"] == {"type": "string"}
+        else:
+            assert schema["$defs"] == written["$defs"] and schema["properties"]["place"] == {"$ref": "#/$defs/place"}, (client, schema)
+    # Nor does the name become the session's: every client of the URL is "http" to its tools (ctx.agent).
+    for id_, client in [(7, "gemini-cli"), (8, "claude-code")]:
+        meta = {**META, "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"}}
+        status, [called] = endpoint.post(request(id_, "tools/call", {"name": "who", "arguments": {}}, meta))
+        assert called["result"]["content"][0]["text"] == "http", called
+
+
+@pytest.mark.parametrize(("client", "portable"), [("gemini-cli-mcp-client", True), ("claude-code", False)])
+def test_a_stateful_session_of_the_same_url_gets_its_initialize_clients_form(endpoint: Endpoint, client: str, portable: bool) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}}
+    response = endpoint.open(init, {})
+    response.read()
+    session = response.getheader("mcp-session-id")
+    assert response.status == 200 and session
+    headers = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+    endpoint.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
+    status, [listed] = endpoint.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers)
+    schema = next(t for t in listed["result"]["tools"] if t["name"] == "where")["inputSchema"]
+    assert ("$defs" not in json.dumps(schema)) == portable, schema
 
 
 def test_ctx_sample_asks_a_stateless_client_through_input_required_and_its_retry_answers(endpoint: Endpoint) -> None:

@@ -125,9 +125,9 @@ def _check_block(version: str, block: dict[str, Any]) -> None:
 class ShimConnection(RawConnection):
     """The stdio shim as an agent runs it, read and written line by line like the socket."""
 
-    def __init__(self, env: Env) -> None:
+    def __init__(self, env: Env, *args: str) -> None:
         self.process = subprocess.Popen(
-            [SHIM, "mcp"], env=env.vars, cwd=env.project, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [SHIM, "mcp", *args], env=env.vars, cwd=env.project, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
         assert self.process.stdout is not None
@@ -226,3 +226,44 @@ def test_agents_that_reject_defs_get_the_portable_schema_others_get_it_as_writte
         where = next(t for t in raw.request("tools/list")["result"]["tools"] if t["name"] == "where")
         assert "$defs" not in json.dumps(where["inputSchema"]) and "$ref" not in json.dumps(where["inputSchema"])
         assert where["inputSchema"]["properties"]["place"]["properties"]["city"] == {"type": "string"}
+
+
+STATELESS = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def _where_stateless(raw: Any, client: str | None) -> dict[str, Any]:
+    """The "where" tool's schema as a 2026-07-28 ``tools/list`` naming ``client`` (or no client) gets it."""
+    meta = dict(STATELESS)
+    if client is not None:
+        meta["io.modelcontextprotocol/clientInfo"] = {"name": client, "version": "1"}
+    listed = raw.request("tools/list", {"_meta": meta})["result"]
+    return next(t for t in listed["tools"] if t["name"] == "where")["inputSchema"]
+
+
+def _portable(schema: dict[str, Any]) -> bool:
+    text = json.dumps(schema)
+    if "$defs" in text or "$ref" in text:
+        return False
+    assert schema["properties"]["place"]["properties"]["city"] == {"type": "string"}
+    return True
+
+
+def test_a_stateless_request_naming_an_agent_that_rejects_defs_gets_the_portable_schema(kit: Daemon) -> None:
+    # Each 2026-07-28 request may name its client: the one that names an agent that rejects $defs is
+    # sent the portable form even after another name (the session's first) took the schema as written.
+    with kit.raw() as raw:
+        assert not _portable(_where_stateless(raw, "claude-code"))
+        assert _portable(_where_stateless(raw, "gemini-cli"))
+        assert _portable(_where_stateless(raw, "qwen-code"))
+        assert not _portable(_where_stateless(raw, None))  # no name: the session's own (claude-code)
+
+
+def test_the_agent_the_shim_attached_as_gets_the_portable_schema_in_the_stateless_revision(kit: Daemon, env: Env) -> None:
+    # `atomictoolsd connect gemini` runs the shim with --agent gemini: that names the client for every
+    # request of the session, whether or not a request names it again.
+    with ShimConnection(env, "--agent", "gemini") as raw:
+        assert _portable(_where_stateless(raw, None))
+        assert _portable(_where_stateless(raw, "gemini-cli"))
+    with ShimConnection(env, "--agent", "claude") as raw:
+        assert not _portable(_where_stateless(raw, None))
+        assert _portable(_where_stateless(raw, "gemini-cli"))

@@ -74,6 +74,9 @@ class InitializeParams(msgspec.Struct):
 
 class ListParams(msgspec.Struct):
     cursor: str | None = None
+    # Read for the client it names (revisions.client_name): a shared stateless session lists each
+    # request's tools in the schema form its own client accepts. Any: a malformed one names nobody.
+    meta: Any = msgspec.field(default=None, name="_meta")
 
 
 class AttachParams(msgspec.Struct):

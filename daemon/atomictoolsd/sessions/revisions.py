@@ -150,6 +150,13 @@ class RequestMeta(msgspec.Struct):
     meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
 
 
+def client_name(meta: Any) -> str:
+    """The client a request's ``_meta`` names (``io.modelcontextprotocol/clientInfo``), or ""."""
+    client = meta.get(META_CLIENT) if isinstance(meta, dict) else None
+    name = client.get("name") if isinstance(client, dict) else None
+    return str(name) if name else ""
+
+
 class ListenParams(msgspec.Struct):
     notifications: dict[str, Any] = {}
 

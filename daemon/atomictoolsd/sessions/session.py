@@ -85,9 +85,18 @@ class _WaitingCall:
 
 
 
-# Clients (by the name they give at initialize, or the agent the shim attached as) that reject a tool
-# schema with $defs/$ref or an untyped enum: they get the portable form of every schema.
+# Clients (by the name they give at initialize or in a request's _meta, or the agent the shim attached
+# as) that reject a tool schema with $defs/$ref or an untyped enum: they get the portable form of
+# every schema (which every client accepts, so a name that matches by mistake loses nothing but the
+# schema's form as written).
 PORTABLE_ONLY_CLIENTS = ("gemini", "qwen")
+
+
+def portable_only(*names: str) -> bool:
+    """Whether any of ``names`` is a client that takes only portable schemas (PORTABLE_ONLY_CLIENTS)."""
+    text = " ".join(names).lower()
+    return any(name in text for name in PORTABLE_ONLY_CLIENTS)
+
 
 class SessionHost(ConnectionHost, Protocol):
     """What a session uses of the daemon that accepted it (``server.lifecycle.Server``): besides
@@ -129,6 +138,11 @@ class Session(Connection):
         self.protocol_version: str | None = None
         # Tool schemas with $defs/$ref inlined and enums typed, for agents that reject JSON Schema
         # 2020-12 as written (Gemini CLI, Qwen Code); other clients get each schema as its author wrote it.
+        # This is the session's own client's: the agent it attached as, its initialize, or on a session
+        # of its own that neither named, the first client a request's _meta names. A list whose request
+        # names a client that takes only portable schemas gets them besides (_list): a stateless HTTP
+        # session serves every client of its URL and attaches as "http", so there each request's own
+        # name decides what it is sent, and no request's name changes what another's is.
         self.portable_schemas = False
         self._tool_shape: frozenset[str] = frozenset()  # tool fields this client's revision lacks
         self.call_log_levels: dict[bytes, str] = {}  # 2026-07-28: the level each call asked for in _meta
@@ -245,8 +259,7 @@ class Session(Connection):
         if not self.agent:
             self.agent = str(params.clientInfo.get("name", ""))
             self._context = msgspec.structs.replace(self._context, agent=self.agent)
-        client = f"{self.agent} {params.clientInfo.get('name', '')}".lower()
-        self.portable_schemas = any(name in client for name in PORTABLE_ONLY_CLIENTS)
+        self.portable_schemas = portable_only(self.agent, str(params.clientInfo.get("name", "")))
         instructions = self._instructions()
         result = {
             "protocolVersion": revision.version,
@@ -302,11 +315,12 @@ class Session(Connection):
         if not self.modern:
             self.adopt(revisions.STATELESS_REVISION)
         self.client_capabilities = capabilities
-        client = meta.get(revisions.META_CLIENT)
-        if isinstance(client, dict) and client.get("name") and not self.agent:
-            self.agent = str(client["name"])
-            self._context = msgspec.structs.replace(self._context, agent=self.agent)
-            self.portable_schemas = any(name in self.agent.lower() for name in PORTABLE_ONLY_CLIENTS)
+        if not self.agent:  # never on a shared session: HTTP attaches every session as "http"
+            client = revisions.client_name(meta)
+            if client:
+                self.agent = client
+                self._context = msgspec.structs.replace(self._context, agent=self.agent)
+                self.portable_schemas = portable_only(client)
         return True
 
     def on_discover(self, id_json: bytes, raw: Any) -> None:
@@ -381,7 +395,8 @@ class Session(Connection):
             if start is None or start > len(tools):
                 raise ParamsError(f"Invalid params: unknown cursor {clip(params.cursor)!r}; list again without one")
         page = tools[start : start + size]
-        dropped, written = self._tool_shape, not self.portable_schemas
+        written = not (self.portable_schemas or portable_only(revisions.client_name(params.meta)))
+        dropped = self._tool_shape
         body = b'{"tools":[' + b",".join(
             t.encoded_for(dropped, written) if hasattr(t, "encoded_for") else t.encoded for t in page
         ) + b"]"
@@ -593,6 +608,7 @@ class Session(Connection):
         self.directory = str(directory)
         self.worktree = str(git_worktree_root(directory) or self.project.root or directory)
         self.agent = params.agent or self.agent
+        self.portable_schemas = self.portable_schemas or portable_only(self.agent)
         self.session_id = params.sessionId or self.session_id or f"s{self.id}"
         self.allow = tuple(params.allow)
         self.deny = tuple(params.deny)
