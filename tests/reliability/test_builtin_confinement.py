@@ -8,8 +8,12 @@ daemon computes (``builtin_policy``), so a refusal is Landlock's.
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +216,68 @@ def test_confined_workers_spill_dirs_are_young_when_handed_out_and_gone_when_emp
         big = client.call("file-reader", path="big.txt")
     assert not big.is_error, big.text
     assert Path(big.meta["atomic/fullOutput"]).read_text() == "line\n" * 5000
+
+
+def test_judging_a_projects_builtins_freezes_no_other_client(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A project's built-ins are judged by running git on each file of your git configuration
+    (``builtin_policy``): a git that takes seconds (a network file system, a huge file) holds up
+    that project's built-ins and nothing else. Another client's listing and call on its own
+    connection answer at once while it runs, and a built-in called meanwhile waits for the
+    judgement and runs confined."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    real_git = shutil.which("git")
+    assert real_git is not None
+    runs = env.root / "git-config-runs"
+    bin_dir = env.root / "bin"
+    bin_dir.mkdir()
+    slow_git = bin_dir / "git"
+    slow_git.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" config --file "*) echo "$$" >> ' + shlex.quote(str(runs)) + "; sleep 3;; esac\n"
+        "exec " + shlex.quote(real_git) + ' "$@"\n'
+    )
+    slow_git.chmod(0o755)
+    (env.home / ".gitconfig").write_text("[core]\n\tquotepath = false\n")  # a file for git to read
+    env.write_tool(env.global_tools, "clock.py", """
+        from atomictools import tool
+
+        @tool
+        def clock() -> str:
+            return "tick"
+    """)
+    (env.project / "note.txt").write_text("judged\n")
+    other = env.root / "other"
+    other.mkdir()
+    daemon: Daemon = make_daemon({"PATH": f"{bin_dir}{os.pathsep}{env.vars['PATH']}", "GIT_CONFIG_NOSYSTEM": "1"})
+
+    def git_runs() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    with daemon.client(directory=other) as onlooker:
+        assert onlooker.call("clock").text == "tick"  # its own project judged, the global worker started
+        assert git_runs() >= 1, "the slow git judged the other project's built-ins"
+        before = git_runs()
+        answer: list[Any] = []
+
+        def call_a_builtin() -> None:
+            with daemon.client() as client:
+                answer.append(client.call("file-reader", path="note.txt"))
+                answer.append([m for m in client.status()["modules"] if m.get("project") == str(env.project.resolve())])
+
+        caller = threading.Thread(target=call_a_builtin)
+        caller.start()
+        try:
+            wait_for(lambda: git_runs() > before, message="the project's built-ins being judged")
+            started = time.monotonic()
+            listing = onlooker.request("tools/list")
+            assert onlooker.call("clock").text == "tick"
+            took = time.monotonic() - started
+        finally:
+            caller.join(30)
+        # Not a speed: the listing and the call did not wait for a judgement that sleeps 3 s.
+        assert took < 1.5, f"another client waited {took:.2f} s while a project's built-ins were judged"
+        assert "clock" in [t["name"] for t in listing["tools"]]
+    assert not caller.is_alive()
+    result, modules = answer
+    assert (result.is_error, result.text) == (False, "judged\n")
+    assert modules and all(m["confined"] for m in modules), modules
