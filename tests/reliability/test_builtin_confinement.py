@@ -7,6 +7,7 @@ daemon computes (``builtin_policy``), so a refusal is Landlock's.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import shutil
@@ -20,7 +21,12 @@ from typing import Any
 import pytest
 
 from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
-from atomictoolsd.registry.confinement import builtin_policy
+from atomictoolsd.config.settings import Config
+from atomictoolsd.registry.confinement import builtin_policy, judge
+from atomictoolsd.registry.model import ToolsDir
+from atomictoolsd.registry.projects import GIT_CONFIG_INTERVAL, Registry
+from atomictoolsd.registry.trust import TrustStore
+from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.runtime import sandbox
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from atomictoolsd.workers.runtime.truncate import remove_old_spills
@@ -281,3 +287,70 @@ def test_judging_a_projects_builtins_freezes_no_other_client(env: Env, make_daem
     result, modules = answer
     assert (result.is_error, result.text) == (False, "judged\n")
     assert modules and all(m["confined"] for m in modules), modules
+
+
+def test_a_judgement_asked_for_during_another_is_the_one_that_stays(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scan judges a project's built-ins (its git reads your configuration, then takes 3 s to
+    answer); meanwhile ~/.gitconfig is edited, and the two-second look at your git configuration
+    asks for another judgement. That one, made from the edited file, is the one that stays: the
+    older, slower one applied last would keep a policy whose recorded files look current (they are
+    stat'ed after git ran), so nothing would judge them again."""
+    real_git = shutil.which("git")
+    assert real_git is not None
+    delay = tmp_path / "delay"
+    runs = tmp_path / "runs"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    slow_git = bin_dir / "git"
+    slow_git.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" config --file "*)\n'
+        f"  wait=$(cat {shlex.quote(str(delay))}); out=$(mktemp); {shlex.quote(real_git)} \"$@\" > \"$out\"; code=$?\n"
+        f"  echo run >> {shlex.quote(str(runs))}; sleep \"$wait\"\n"
+        '  cat "$out"; rm -f "$out"; exit $code;;\n'
+        "esac\n"
+        f'exec {shlex.quote(real_git)} "$@"\n'
+    )
+    slow_git.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    delay.write_text("0")
+    (home / ".gitconfig").write_text("[core]\n\tquotepath = false\n")
+    extra = home / ".gitconfig.extra"
+    project = tmp_path / "project"
+    project.mkdir()
+    builtins = tmp_path / "builtins"  # a built-in dir without modules: only its judgement matters here
+    builtins.mkdir()
+    config, store = Config(), TrustStore(tmp_path / "state")
+
+    async def scenario() -> list[str]:
+        pool = WorkerPool(PoolSettings.from_config(spill_dir=str(tmp_path / "spill")))
+        registry = Registry(
+            pool, home, builtin_dirs=[ToolsDir(builtins, "builtin", Path("/"))],
+            judge=lambda tools_dir: judge(tools_dir, config, store, home),
+        )
+        try:
+            found = registry.project(project)
+            await found.ready()
+            own = found.dirs[-1]
+            assert own.cwd == project and own.sandbox is not None, "the project's own built-in dir, confined"
+            delay.write_text("3")
+            runs.write_text("")
+            scan = asyncio.ensure_future(registry.scan(own))
+            while not runs.read_text():  # the scan's git has read the file
+                await asyncio.sleep(0.01)
+            (home / ".gitconfig").write_text(f"[include]\n\tpath = {extra}\n")
+            delay.write_text("0")
+            await scan
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 2 * GIT_CONFIG_INTERVAL + 1
+            while str(extra) not in own.sandbox["git_files"] and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            assert len(runs.read_text().splitlines()) >= 2, "judged again for the edit"
+            return own.sandbox["git_files"]
+        finally:
+            registry.close()
+            await pool.close()
+
+    assert str(extra) in asyncio.run(scenario()), "the judgement made from the edited configuration"
