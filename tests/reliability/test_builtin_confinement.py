@@ -354,3 +354,43 @@ def test_a_judgement_asked_for_during_another_is_the_one_that_stays(
             await pool.close()
 
     assert str(extra) in asyncio.run(scenario()), "the judgement made from the edited configuration"
+
+
+def test_a_builtin_called_while_your_edited_git_config_is_judged_waits_for_it(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An edit of your git configuration is judged again in a thread (here its git takes a second a file); a
+    call that comes meanwhile waits for a worker made for the edited files rather than go to the
+    one made before, whose git cannot read the file the edit names."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    real_git = shutil.which("git")
+    assert real_git is not None
+    runs = env.root / "git-config-runs"
+    bin_dir = env.root / "bin"  # not the confined workers': their git is the real one, further on PATH
+    bin_dir.mkdir()
+    slow_git = bin_dir / "git"
+    slow_git.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" config --file "*) echo "$$" >> ' + shlex.quote(str(runs)) + "; sleep 1;; esac\n"
+        "exec " + shlex.quote(real_git) + ' "$@"\n'
+    )
+    slow_git.chmod(0o755)
+    git(env.project, "init", "-q", "-b", "main", env=env.vars)
+    (env.project / "a.swp").write_text("x\n")
+    (env.project / "b.txt").write_text("x\n")
+    (env.home / ".gitconfig").write_text("[include]\n\tpath = ~/.gitconfig.local\n")
+    local = env.home / ".gitconfig.local"
+    local.write_text("[core]\n\texcludesfile = ~/.gitignore_global\n")
+    (env.home / ".gitignore_global").write_text("*.swp\n")
+    (env.home / ".other_ignore").write_text("*.txt\n")
+    daemon: Daemon = make_daemon({"PATH": f"{bin_dir}{os.pathsep}{env.vars['PATH']}", "GIT_CONFIG_NOSYSTEM": "1"})
+
+    def git_runs() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    with daemon.client() as client:
+        assert client.call("git-status").text == "?? b.txt\n"
+        before = git_runs()
+        with open(local, "a") as f:  # in place: the same file, now naming another
+            f.write("[core]\n\texcludesfile = ~/.other_ignore\n")
+        wait_for(lambda: git_runs() > before, timeout=10, message="your edited git configuration being judged")
+        status = client.call("git-status")
+    assert (status.is_error, status.text) == (False, "?? a.swp\n")
