@@ -152,10 +152,10 @@ def test_a_submodule_git_dir_must_name_this_work_tree(tmp_path: Path, home: Path
         locate_repository(enclosing / "a")
 
 
-def test_confined_builtins_read_the_files_your_git_config_names(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    """An included ~/.gitconfig.local and a core.excludesFile in the home (common dotfiles) work
-    confined; an edit that names another file is followed by the next worker."""
-    del env.vars["ATOMICTOOLS_BUILTINS"]
+def with_dotfiles(env: Env) -> Path:
+    """The project as a repository holding a.swp and b.txt, and common dotfiles: ~/.gitconfig
+    includes ~/.gitconfig.local, which names ~/.gitignore_global (``*.swp``) and an absent
+    attributes file; ~/.other_ignore (``*.txt``) is there for an edit to name. Returns the local file."""
     git(env.project, "init", "-q", "-b", "main", env=env.vars)
     (env.project / "a.swp").write_text("x\n")
     (env.project / "b.txt").write_text("x\n")
@@ -164,6 +164,14 @@ def test_confined_builtins_read_the_files_your_git_config_names(env: Env, make_d
     local.write_text("[core]\n\texcludesfile = ~/.gitignore_global\n\tattributesfile = ~/absent\n")
     (env.home / ".gitignore_global").write_text("*.swp\n")
     (env.home / ".other_ignore").write_text("*.txt\n")
+    return local
+
+
+def test_confined_builtins_read_the_files_your_git_config_names(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An included ~/.gitconfig.local and a core.excludesFile in the home (common dotfiles) work
+    confined; an edit that names another file is followed by the next worker."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    local = with_dotfiles(env)
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
         status = client.call("git-status")
@@ -224,6 +232,44 @@ def test_confined_workers_spill_dirs_are_young_when_handed_out_and_gone_when_emp
     assert Path(big.meta["atomic/fullOutput"]).read_text() == "line\n" * 5000
 
 
+class SlowGit:
+    """A ``git`` ahead of the real one on PATH that answers ``config --file`` (how the daemon reads
+    your git configuration: ``git_config_paths``) ``delay`` seconds late, the file read at once;
+    anything else is the real git at once. A confined worker cannot execute it (it reads only its
+    project and the system): its git is the real one, further on PATH."""
+
+    def __init__(self, root: Path, delay: float) -> None:
+        real_git = shutil.which("git")  # before PATH leads to this one
+        assert real_git is not None
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        self.runs_file = root / "git-config-runs"
+        self.delay_file = root / "git-config-delay"
+        self.delay(delay)
+        script = self.bin / "git"
+        script.write_text(
+            "#!/bin/sh\n"
+            'case " $* " in *" config --file "*)\n'
+            f"  wait=$(cat {shlex.quote(str(self.delay_file))}); out=$(mktemp)\n"
+            f'  {shlex.quote(real_git)} "$@" > "$out"; code=$?\n'
+            f"  echo run >> {shlex.quote(str(self.runs_file))}; sleep \"$wait\"\n"
+            '  cat "$out"; rm -f "$out"; exit $code;;\n'
+            "esac\n"
+            f'exec {shlex.quote(real_git)} "$@"\n'
+        )
+        script.chmod(0o755)
+
+    def delay(self, seconds: float) -> None:
+        self.delay_file.write_text(str(seconds))
+
+    def runs(self) -> int:
+        """How many ``config --file`` runs have read their file."""
+        return len(self.runs_file.read_text().splitlines()) if self.runs_file.exists() else 0
+
+    def path(self, path: str) -> str:
+        return f"{self.bin}{os.pathsep}{path}"
+
+
 def test_judging_a_projects_builtins_freezes_no_other_client(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     """A project's built-ins are judged by running git on each file of your git configuration
     (``builtin_policy``): a git that takes seconds (a network file system, a huge file) holds up
@@ -231,18 +277,7 @@ def test_judging_a_projects_builtins_freezes_no_other_client(env: Env, make_daem
     connection answer at once while it runs, and a built-in called meanwhile waits for the
     judgement and runs confined."""
     del env.vars["ATOMICTOOLS_BUILTINS"]
-    real_git = shutil.which("git")
-    assert real_git is not None
-    runs = env.root / "git-config-runs"
-    bin_dir = env.root / "bin"
-    bin_dir.mkdir()
-    slow_git = bin_dir / "git"
-    slow_git.write_text(
-        "#!/bin/sh\n"
-        'case " $* " in *" config --file "*) echo "$$" >> ' + shlex.quote(str(runs)) + "; sleep 3;; esac\n"
-        "exec " + shlex.quote(real_git) + ' "$@"\n'
-    )
-    slow_git.chmod(0o755)
+    slow = SlowGit(env.root, 3)
     (env.home / ".gitconfig").write_text("[core]\n\tquotepath = false\n")  # a file for git to read
     env.write_tool(env.global_tools, "clock.py", """
         from atomictools import tool
@@ -254,15 +289,12 @@ def test_judging_a_projects_builtins_freezes_no_other_client(env: Env, make_daem
     (env.project / "note.txt").write_text("judged\n")
     other = env.root / "other"
     other.mkdir()
-    daemon: Daemon = make_daemon({"PATH": f"{bin_dir}{os.pathsep}{env.vars['PATH']}", "GIT_CONFIG_NOSYSTEM": "1"})
-
-    def git_runs() -> int:
-        return len(runs.read_text().splitlines()) if runs.exists() else 0
+    daemon: Daemon = make_daemon({"PATH": slow.path(env.vars["PATH"]), "GIT_CONFIG_NOSYSTEM": "1"})
 
     with daemon.client(directory=other) as onlooker:
         assert onlooker.call("clock").text == "tick"  # its own project judged, the global worker started
-        assert git_runs() >= 1, "the slow git judged the other project's built-ins"
-        before = git_runs()
+        assert slow.runs() >= 1, "the slow git judged the other project's built-ins"
+        before = slow.runs()
         answer: list[Any] = []
 
         def call_a_builtin() -> None:
@@ -273,7 +305,7 @@ def test_judging_a_projects_builtins_freezes_no_other_client(env: Env, make_daem
         caller = threading.Thread(target=call_a_builtin)
         caller.start()
         try:
-            wait_for(lambda: git_runs() > before, message="the project's built-ins being judged")
+            wait_for(lambda: slow.runs() > before, message="the project's built-ins being judged")
             started = time.monotonic()
             listing = onlooker.request("tools/list")
             assert onlooker.call("clock").text == "tick"
@@ -297,25 +329,8 @@ def test_a_judgement_asked_for_during_another_is_the_one_that_stays(
     asks for another judgement. That one, made from the edited file, is the one that stays: the
     older, slower one applied last would keep a policy whose recorded files look current (they are
     stat'ed after git ran), so nothing would judge them again."""
-    real_git = shutil.which("git")
-    assert real_git is not None
-    delay = tmp_path / "delay"
-    runs = tmp_path / "runs"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    slow_git = bin_dir / "git"
-    slow_git.write_text(
-        "#!/bin/sh\n"
-        'case " $* " in *" config --file "*)\n'
-        f"  wait=$(cat {shlex.quote(str(delay))}); out=$(mktemp); {shlex.quote(real_git)} \"$@\" > \"$out\"; code=$?\n"
-        f"  echo run >> {shlex.quote(str(runs))}; sleep \"$wait\"\n"
-        '  cat "$out"; rm -f "$out"; exit $code;;\n'
-        "esac\n"
-        f'exec {shlex.quote(real_git)} "$@"\n'
-    )
-    slow_git.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    delay.write_text("0")
+    slow = SlowGit(tmp_path, 0)
+    monkeypatch.setenv("PATH", slow.path(os.environ["PATH"]))
     (home / ".gitconfig").write_text("[core]\n\tquotepath = false\n")
     extra = home / ".gitconfig.extra"
     project = tmp_path / "project"
@@ -335,19 +350,19 @@ def test_a_judgement_asked_for_during_another_is_the_one_that_stays(
             await found.ready()
             own = found.dirs[-1]
             assert own.cwd == project and own.sandbox is not None, "the project's own built-in dir, confined"
-            delay.write_text("3")
-            runs.write_text("")
+            slow.delay(3)
+            before = slow.runs()
             scan = asyncio.ensure_future(registry.scan(own))
-            while not runs.read_text():  # the scan's git has read the file
+            while slow.runs() == before:  # the scan's git has read the file
                 await asyncio.sleep(0.01)
             (home / ".gitconfig").write_text(f"[include]\n\tpath = {extra}\n")
-            delay.write_text("0")
+            slow.delay(0)
             await scan
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 2 * GIT_CONFIG_INTERVAL + 1
             while str(extra) not in own.sandbox["git_files"] and loop.time() < deadline:
                 await asyncio.sleep(0.05)
-            assert len(runs.read_text().splitlines()) >= 2, "judged again for the edit"
+            assert slow.runs() >= before + 2, "judged again for the edit"
             return own.sandbox["git_files"]
         finally:
             registry.close()
@@ -357,40 +372,19 @@ def test_a_judgement_asked_for_during_another_is_the_one_that_stays(
 
 
 def test_a_builtin_called_while_your_edited_git_config_is_judged_waits_for_it(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    """An edit of your git configuration is judged again in a thread (here its git takes a second a file); a
-    call that comes meanwhile waits for a worker made for the edited files rather than go to the
-    one made before, whose git cannot read the file the edit names."""
+    """An edit of your git configuration is judged again in a thread (here its git takes a second
+    a file); a call that comes meanwhile waits for a worker made for the edited files rather than
+    go to the one made before, whose git cannot read the file the edit names."""
     del env.vars["ATOMICTOOLS_BUILTINS"]
-    real_git = shutil.which("git")
-    assert real_git is not None
-    runs = env.root / "git-config-runs"
-    bin_dir = env.root / "bin"  # not the confined workers': their git is the real one, further on PATH
-    bin_dir.mkdir()
-    slow_git = bin_dir / "git"
-    slow_git.write_text(
-        "#!/bin/sh\n"
-        'case " $* " in *" config --file "*) echo "$$" >> ' + shlex.quote(str(runs)) + "; sleep 1;; esac\n"
-        "exec " + shlex.quote(real_git) + ' "$@"\n'
-    )
-    slow_git.chmod(0o755)
-    git(env.project, "init", "-q", "-b", "main", env=env.vars)
-    (env.project / "a.swp").write_text("x\n")
-    (env.project / "b.txt").write_text("x\n")
-    (env.home / ".gitconfig").write_text("[include]\n\tpath = ~/.gitconfig.local\n")
-    local = env.home / ".gitconfig.local"
-    local.write_text("[core]\n\texcludesfile = ~/.gitignore_global\n")
-    (env.home / ".gitignore_global").write_text("*.swp\n")
-    (env.home / ".other_ignore").write_text("*.txt\n")
-    daemon: Daemon = make_daemon({"PATH": f"{bin_dir}{os.pathsep}{env.vars['PATH']}", "GIT_CONFIG_NOSYSTEM": "1"})
-
-    def git_runs() -> int:
-        return len(runs.read_text().splitlines()) if runs.exists() else 0
+    slow = SlowGit(env.root, 1)
+    local = with_dotfiles(env)
+    daemon: Daemon = make_daemon({"PATH": slow.path(env.vars["PATH"]), "GIT_CONFIG_NOSYSTEM": "1"})
 
     with daemon.client() as client:
         assert client.call("git-status").text == "?? b.txt\n"
-        before = git_runs()
+        before = slow.runs()
         with open(local, "a") as f:  # in place: the same file, now naming another
             f.write("[core]\n\texcludesfile = ~/.other_ignore\n")
-        wait_for(lambda: git_runs() > before, timeout=10, message="your edited git configuration being judged")
+        wait_for(lambda: slow.runs() > before, timeout=10, message="your edited git configuration being judged")
         status = client.call("git-status")
     assert (status.is_error, status.text) == (False, "?? a.swp\n")
