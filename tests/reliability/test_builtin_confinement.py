@@ -7,16 +7,26 @@ daemon computes (``builtin_policy``), so a refusal is Landlock's.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shlex
+import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
-from atomictoolsd.registry.confinement import builtin_policy
+from atomictoolsd.config.settings import Config
+from atomictoolsd.registry.confinement import builtin_policy, judge
+from atomictoolsd.registry.model import ToolsDir
+from atomictoolsd.registry.projects import GIT_CONFIG_INTERVAL, Registry
+from atomictoolsd.registry.trust import TrustStore
+from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.runtime import sandbox
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from atomictoolsd.workers.runtime.truncate import remove_old_spills
@@ -142,10 +152,10 @@ def test_a_submodule_git_dir_must_name_this_work_tree(tmp_path: Path, home: Path
         locate_repository(enclosing / "a")
 
 
-def test_confined_builtins_read_the_files_your_git_config_names(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    """An included ~/.gitconfig.local and a core.excludesFile in the home (common dotfiles) work
-    confined; an edit that names another file is followed by the next worker."""
-    del env.vars["ATOMICTOOLS_BUILTINS"]
+def with_dotfiles(env: Env) -> Path:
+    """The project as a repository holding a.swp and b.txt, and common dotfiles: ~/.gitconfig
+    includes ~/.gitconfig.local, which names ~/.gitignore_global (``*.swp``) and an absent
+    attributes file; ~/.other_ignore (``*.txt``) is there for an edit to name. Returns the local file."""
     git(env.project, "init", "-q", "-b", "main", env=env.vars)
     (env.project / "a.swp").write_text("x\n")
     (env.project / "b.txt").write_text("x\n")
@@ -154,6 +164,14 @@ def test_confined_builtins_read_the_files_your_git_config_names(env: Env, make_d
     local.write_text("[core]\n\texcludesfile = ~/.gitignore_global\n\tattributesfile = ~/absent\n")
     (env.home / ".gitignore_global").write_text("*.swp\n")
     (env.home / ".other_ignore").write_text("*.txt\n")
+    return local
+
+
+def test_confined_builtins_read_the_files_your_git_config_names(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An included ~/.gitconfig.local and a core.excludesFile in the home (common dotfiles) work
+    confined; an edit that names another file is followed by the next worker."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    local = with_dotfiles(env)
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
         status = client.call("git-status")
@@ -212,3 +230,161 @@ def test_confined_workers_spill_dirs_are_young_when_handed_out_and_gone_when_emp
         big = client.call("file-reader", path="big.txt")
     assert not big.is_error, big.text
     assert Path(big.meta["atomic/fullOutput"]).read_text() == "line\n" * 5000
+
+
+class SlowGit:
+    """A ``git`` ahead of the real one on PATH that answers ``config --file`` (how the daemon reads
+    your git configuration: ``git_config_paths``) ``delay`` seconds late, the file read at once;
+    anything else is the real git at once. A confined worker cannot execute it (it reads only its
+    project and the system): its git is the real one, further on PATH."""
+
+    def __init__(self, root: Path, delay: float) -> None:
+        real_git = shutil.which("git")  # before PATH leads to this one
+        assert real_git is not None
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        self.runs_file = root / "git-config-runs"
+        self.delay_file = root / "git-config-delay"
+        self.delay(delay)
+        script = self.bin / "git"
+        script.write_text(
+            "#!/bin/sh\n"
+            'case " $* " in *" config --file "*)\n'
+            f"  wait=$(cat {shlex.quote(str(self.delay_file))}); out=$(mktemp)\n"
+            f'  {shlex.quote(real_git)} "$@" > "$out"; code=$?\n'
+            f"  echo run >> {shlex.quote(str(self.runs_file))}; sleep \"$wait\"\n"
+            '  cat "$out"; rm -f "$out"; exit $code;;\n'
+            "esac\n"
+            f'exec {shlex.quote(real_git)} "$@"\n'
+        )
+        script.chmod(0o755)
+
+    def delay(self, seconds: float) -> None:
+        self.delay_file.write_text(str(seconds))
+
+    def runs(self) -> int:
+        """How many ``config --file`` runs have read their file."""
+        return len(self.runs_file.read_text().splitlines()) if self.runs_file.exists() else 0
+
+    def path(self, path: str) -> str:
+        return f"{self.bin}{os.pathsep}{path}"
+
+
+def test_judging_a_projects_builtins_freezes_no_other_client(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A project's built-ins are judged by running git on each file of your git configuration
+    (``builtin_policy``): a git that takes seconds (a network file system, a huge file) holds up
+    that project's built-ins and nothing else. Another client's listing and call on its own
+    connection answer at once while it runs, and a built-in called meanwhile waits for the
+    judgement and runs confined."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    slow = SlowGit(env.root, 3)
+    (env.home / ".gitconfig").write_text("[core]\n\tquotepath = false\n")  # a file for git to read
+    env.write_tool(env.global_tools, "clock.py", """
+        from atomictools import tool
+
+        @tool
+        def clock() -> str:
+            return "tick"
+    """)
+    (env.project / "note.txt").write_text("judged\n")
+    other = env.root / "other"
+    other.mkdir()
+    daemon: Daemon = make_daemon({"PATH": slow.path(env.vars["PATH"]), "GIT_CONFIG_NOSYSTEM": "1"})
+
+    with daemon.client(directory=other) as onlooker:
+        assert onlooker.call("clock").text == "tick"  # its own project judged, the global worker started
+        assert slow.runs() >= 1, "the slow git judged the other project's built-ins"
+        before = slow.runs()
+        answer: list[Any] = []
+
+        def call_a_builtin() -> None:
+            with daemon.client() as client:
+                answer.append(client.call("file-reader", path="note.txt"))
+                answer.append([m for m in client.status()["modules"] if m.get("project") == str(env.project.resolve())])
+
+        caller = threading.Thread(target=call_a_builtin)
+        caller.start()
+        try:
+            wait_for(lambda: slow.runs() > before, message="the project's built-ins being judged")
+            started = time.monotonic()
+            listing = onlooker.request("tools/list")
+            assert onlooker.call("clock").text == "tick"
+            took = time.monotonic() - started
+        finally:
+            caller.join(30)
+        # Not a speed: the listing and the call did not wait for a judgement that sleeps 3 s.
+        assert took < 1.5, f"another client waited {took:.2f} s while a project's built-ins were judged"
+        assert "clock" in [t["name"] for t in listing["tools"]]
+    assert not caller.is_alive()
+    result, modules = answer
+    assert (result.is_error, result.text) == (False, "judged\n")
+    assert modules and all(m["confined"] for m in modules), modules
+
+
+def test_a_judgement_asked_for_during_another_is_the_one_that_stays(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A scan judges a project's built-ins (its git reads your configuration, then takes 3 s to
+    answer); meanwhile ~/.gitconfig is edited, and the two-second look at your git configuration
+    asks for another judgement. That one, made from the edited file, is the one that stays: the
+    older, slower one applied last would keep a policy whose recorded files look current (they are
+    stat'ed after git ran), so nothing would judge them again."""
+    slow = SlowGit(tmp_path, 0)
+    monkeypatch.setenv("PATH", slow.path(os.environ["PATH"]))
+    (home / ".gitconfig").write_text("[core]\n\tquotepath = false\n")
+    extra = home / ".gitconfig.extra"
+    project = tmp_path / "project"
+    project.mkdir()
+    builtins = tmp_path / "builtins"  # a built-in dir without modules: only its judgement matters here
+    builtins.mkdir()
+    config, store = Config(), TrustStore(tmp_path / "state")
+
+    async def scenario() -> list[str]:
+        pool = WorkerPool(PoolSettings.from_config(spill_dir=str(tmp_path / "spill")))
+        registry = Registry(
+            pool, home, builtin_dirs=[ToolsDir(builtins, "builtin", Path("/"))],
+            judge=lambda tools_dir: judge(tools_dir, config, store, home),
+        )
+        try:
+            found = registry.project(project)
+            await found.ready()
+            own = found.dirs[-1]
+            assert own.cwd == project and own.sandbox is not None, "the project's own built-in dir, confined"
+            slow.delay(3)
+            before = slow.runs()
+            scan = asyncio.ensure_future(registry.scan(own))
+            while slow.runs() == before:  # the scan's git has read the file
+                await asyncio.sleep(0.01)
+            (home / ".gitconfig").write_text(f"[include]\n\tpath = {extra}\n")
+            slow.delay(0)
+            await scan
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 2 * GIT_CONFIG_INTERVAL + 1
+            while str(extra) not in own.sandbox["git_files"] and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            assert slow.runs() >= before + 2, "judged again for the edit"
+            return own.sandbox["git_files"]
+        finally:
+            registry.close()
+            await pool.close()
+
+    assert str(extra) in asyncio.run(scenario()), "the judgement made from the edited configuration"
+
+
+def test_a_builtin_called_while_your_edited_git_config_is_judged_waits_for_it(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An edit of your git configuration is judged again in a thread (here its git takes a second
+    a file); a call that comes meanwhile waits for a worker made for the edited files rather than
+    go to the one made before, whose git cannot read the file the edit names."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    slow = SlowGit(env.root, 1)
+    local = with_dotfiles(env)
+    daemon: Daemon = make_daemon({"PATH": slow.path(env.vars["PATH"]), "GIT_CONFIG_NOSYSTEM": "1"})
+
+    with daemon.client() as client:
+        assert client.call("git-status").text == "?? b.txt\n"
+        before = slow.runs()
+        with open(local, "a") as f:  # in place: the same file, now naming another
+            f.write("[core]\n\texcludesfile = ~/.other_ignore\n")
+        wait_for(lambda: slow.runs() > before, timeout=10, message="your edited git configuration being judged")
+        status = client.call("git-status")
+    assert (status.is_error, status.text) == (False, "?? a.swp\n")

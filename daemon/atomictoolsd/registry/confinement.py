@@ -10,6 +10,9 @@ it is blocked with the reason: nothing here ever hands a worker less confinement
 The built-in tools are judged per project (each project has its own built-in tools dir where the
 sandbox is available, ``Registry.project``): confined to read that project and its repository, and
 to write nothing; where the sandbox is unavailable they run unconfined, as the product's own code.
+Their policy is made by running ``git config`` on each file of your git configuration and by
+walking up to the project's repository: ``judge`` hands that work back as a function, which the
+registry runs in a thread (``Registry._judged``), never on the daemon's event loop.
 
 It never applies a confinement (the worker does, ``workers/runtime/sandbox.confine``) and never writes trust.
 """
@@ -19,6 +22,8 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,8 +74,10 @@ def policy(read: list[str], write: list[str], allow: dict[str, Any], config: Con
     }
 
 
-def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) -> Judgement:
-    """``(loads, policy or None, why blocked or None)`` for ``tools_dir`` now."""
+def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) -> Judgement | Callable[[], Judgement]:
+    """``(loads, policy or None, why blocked or None)`` for ``tools_dir`` now; for built-ins that run
+    confined, the function that makes it (it runs git and reads the file system: for a thread).
+    Asked on the event loop: the trust store is read there, as everywhere else."""
     if tools_dir.scope == "builtin":
         from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a dir is to be confined
 
@@ -79,7 +86,7 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
             # path is not UTF-8 cannot reach the fork server: the shared workers serve it).
             return _FULL
         trusted = config.trust_all or store.is_trusted(tools_dir.cwd)
-        return (True, builtin_policy(tools_dir.cwd, home, trusted), None)
+        return partial(_confined_builtins, tools_dir.cwd, home, trusted)
     if tools_dir.scope == "global":
         if not config.sandbox_global:
             return _FULL
@@ -102,6 +109,10 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
     if not support["available"]:
         return (False, None, f"{what}, but {support['reason']}: its tools do not run unconfined")
     return (True, policy(read, write, allow, config, home), None)
+
+
+def _confined_builtins(root: Path, home: Path, trusted: bool) -> Judgement:
+    return (True, builtin_policy(root, home, trusted), None)
 
 
 def builtin_policy(root: Path, home: Path, trusted: bool) -> dict[str, Any]:

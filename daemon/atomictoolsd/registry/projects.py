@@ -175,7 +175,10 @@ class Registry:
     Args:
         trusted: whether a project root's own tools may load (default: every project's may).
         judge: how a tools dir may run, when its trust has levels: ``(loads, sandbox policy or None,
-            why it is blocked or None)`` for a dir (``trusted`` is then not asked).
+            why it is blocked or None)`` for a dir (``trusted`` is then not asked). For a project's
+            own built-in dir that runs confined it returns the function that makes that judgement,
+            run in a thread (``_judged``); a built-in dir judged at once runs unconfined, so the
+            project uses the shared built-in dirs.
         cache: where module definitions are kept across restarts (None: nowhere).
         load_wait: seconds a scan waits for its loads before it commits those done (the others
             commit on their own when done).
@@ -188,7 +191,7 @@ class Registry:
         builtin_dirs: Iterable[ToolsDir] = (),
         trusted: Callable[[Path], bool] | None = None,
         cache: DefinitionCache | None = None,
-        judge: Callable[[ToolsDir], Judgement] | None = None,
+        judge: Callable[[ToolsDir], Judgement | Callable[[], Judgement]] | None = None,
         load_wait: float = 2.0,
     ) -> None:
         self.pool = pool
@@ -209,6 +212,12 @@ class Registry:
         self._listeners: list[Listener] = []
         self._dir_listeners: list[DirListener] = []
         self._tasks: set[asyncio.Future[Any]] = set()  # scans under way: kept until done
+        # A built-in dir's judgement under way in its thread, and the one asked for meanwhile (``_judged``).
+        self._judging: dict[ToolsDir, asyncio.Future[None]] = {}
+        self._judge_next: dict[ToolsDir, asyncio.Future[None]] = {}
+        # Built-in dirs judged again because your git configuration changed: until that is done, their
+        # workers (made for the files as they were) take no call (``stale``).
+        self._config_changed: set[ToolsDir] = set()
         self._git_config_check = Periodic(
             "checking your git configuration", self._check_git_config, GIT_CONFIG_INTERVAL,
             while_=self._confined_builtins, logger=log,
@@ -262,18 +271,17 @@ class Registry:
     def _builtins(self, root: Path) -> list[ToolsDir]:
         """The built-in dirs the project at ``root`` sees: a dir of its own for each, whose workers
         run confined to the project, where the judge confines them; else the shared ones (one worker
-        per module serves every project, as where the sandbox is unavailable)."""
+        per module serves every project, as where the sandbox is unavailable). The judge only says
+        which here: the confinement itself is judged by the dir's first scan, in a thread."""
         dirs = []
         for shared in self.builtin_dirs:
             own = self.dirs.get((shared.path, root))
             if own is None:
                 own = ToolsDir(shared.path, "builtin", root)
-                self._judge(own)
-                if own.sandbox is None:
+                if not callable(self._asked(own)):
                     dirs.append(shared)
                     continue
                 self.dirs[own.key] = own
-                self._git_config_check.start()
             dirs.append(own)
         return dirs
 
@@ -435,7 +443,7 @@ class Registry:
             if tools_dir.retired:
                 return Change(set(), [])
             # Asked on every scan: the directory may have been replaced since, or its level changed.
-            self._judge(tools_dir)
+            await self._judged(tools_dir)
             trusted = tools_dir.trusted
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
@@ -604,7 +612,7 @@ class Registry:
                     # The policy its current worker was made for: a new one (a trust or git
                     # configuration change, ``_check_git_config``) sends the next call to a new worker.
                     made_for: list[dict[str, Any] | None] = [tools_dir.sandbox]
-                    runner.stale = lambda d=tools_dir, m=made_for: m[0] is not d.sandbox
+                    runner.stale = lambda d=tools_dir, m=made_for: m[0] is not d.sandbox or d in self._config_changed
                     runner.admit = lambda d=tools_dir, r=runner, m=made_for: self._builtin_admit(d, r, m)
                 if isinstance(outcome, Late):
                     module.state = "loading"
@@ -831,7 +839,7 @@ class Registry:
         confined, and retrying the modules that failed: ``atomic/reload`` for a project's dirs,
         SIGHUP for every dir. The one rescan there is."""
         for tools_dir in list(dirs):
-            self._judge(tools_dir)
+            await self._judged(tools_dir)
             self.ensure_scanned(tools_dir)
             await self.scan(tools_dir, retry_failed=True)
 
@@ -859,7 +867,7 @@ class Registry:
         task.add_done_callback(self._scan_done)
         return True
 
-    def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
+    async def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
         """Asked before a worker of a project's own module starts (and imports the file there now)."""
         if self._trust_lost(tools_dir) or not tools_dir.trusted:
             return f"its project is not trusted (now); {trust_offer(tools_dir.cwd)['message']}"
@@ -874,21 +882,26 @@ class Registry:
         runner.spec.sandbox = tools_dir.sandbox
         return None
 
-    def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner, made_for: list[dict[str, Any] | None]) -> None:
-        """Asked before a built-in's worker starts: it is made for your git configuration as it is."""
+    async def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner, made_for: list[dict[str, Any] | None]) -> None:
+        """Asked before a built-in's worker starts: it is made for your git configuration as it is,
+        after the judgement under way, if one is (its calls wait for it)."""
+        pending = self._judge_next.get(tools_dir) or self._judging.get(tools_dir)
+        if pending is not None:
+            await asyncio.wait([pending])  # its outcome is its asker's to hear
         policy = tools_dir.sandbox
         if policy is not None and git_config_identity(policy["git_files"]) != policy["git_config"]:
-            self._judge(tools_dir)
+            await self._config_judged(tools_dir)
         runner.spec.sandbox = made_for[0] = tools_dir.sandbox
         return None
 
-    def _check_git_config(self) -> None:
+    async def _check_git_config(self) -> None:
         """Judge again each confined built-in dir whose git configuration files changed since its
         policy was made (``confinement.git_config_identity``): a Landlock rule binds the file there
         when a worker started, so ``git config --global``, which writes a new ~/.gitconfig, or an
         edit that includes another file, needs a new worker. Looked at every
         ``GIT_CONFIG_INTERVAL`` seconds, not on each call: a few ``stat``s, once for every project."""
         now: dict[tuple[str, ...], list[list[int] | None]] = {}
+        changed = []
         for tools_dir in list(self.dirs.values()):
             policy = tools_dir.sandbox
             if tools_dir.scope != "builtin" or policy is None:
@@ -897,7 +910,17 @@ class Registry:
             if files not in now:
                 now[files] = git_config_identity(list(files))
             if now[files] != policy["git_config"]:
-                self._judge(tools_dir)
+                changed.append(tools_dir)
+        await asyncio.gather(*(self._config_judged(d) for d in changed))
+
+    async def _config_judged(self, tools_dir: ToolsDir) -> None:
+        """Judge again a built-in dir whose git configuration files changed; meanwhile a call waits
+        for a worker made for them as they are now rather than go to one made before."""
+        self._config_changed.add(tools_dir)
+        try:
+            await self._judged(tools_dir)
+        finally:
+            self._config_changed.discard(tools_dir)
 
     def close(self) -> None:
         """Stop looking at your git configuration (the daemon is stopping)."""
@@ -908,23 +931,69 @@ class Registry:
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed."""
-        changed = [tools_dir for tools_dir in list(self.dirs.values()) if self._judge(tools_dir)]
+        dirs = list(self.dirs.values())
+        judged = await asyncio.gather(*(self._judged(d) for d in dirs))
+        changed = [tools_dir for tools_dir, changed in zip(dirs, judged, strict=True) if changed]
         await asyncio.gather(*(self.scan(d) for d in changed))
         return changed
 
-    def _judge(self, tools_dir: ToolsDir) -> bool:
-        """Ask again whether ``tools_dir`` may load, and how confined; True when that changed."""
+    def _asked(self, tools_dir: ToolsDir) -> Judgement | Callable[[], Judgement] | None:
+        """What the judge says of ``tools_dir`` now (see ``judge``); None: nothing to ask."""
         if tools_dir.scope == "builtin" and any(tools_dir is shared for shared in self.builtin_dirs):
-            return False  # the shared ones serve where a project's own cannot: with full rights, as the product's code
+            return None  # the shared ones serve where a project's own cannot: with full rights, as the product's code
         if self.judge is not None:
-            loads, policy, reason = self.judge(tools_dir)
-        elif tools_dir.scope == "local":
-            loads, policy, reason = self.trusted(tools_dir.cwd), None, None
-        else:
-            return False
-        changed = (loads, policy, reason) != (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason)
+            return self.judge(tools_dir)
+        if tools_dir.scope == "local":
+            return self.trusted(tools_dir.cwd), None, None
+        return None
+
+    def _judge(self, tools_dir: ToolsDir) -> bool:
+        """Ask again whether ``tools_dir`` (the global dir or a project's own) may load, and how
+        confined; True when that changed. A built-in dir is judged by ``_judged``."""
+        judgement = self._asked(tools_dir)
+        if callable(judgement):
+            raise TypeError(f"{tools_dir.path} for {tools_dir.cwd} is judged in a thread: await _judged")
+        return judgement is not None and self._apply(tools_dir, judgement)
+
+    async def _judged(self, tools_dir: ToolsDir) -> bool:
+        """``_judge`` for any dir; a project's own built-in dir is judged in a thread, as its judge
+        runs git and walks the file system (``confinement.builtin_policy``), which must never hold
+        up the event loop and every client with it.
+
+        One judgement of a dir runs at a time. Whoever asks while one runs is answered by the next,
+        begun once it is done and shared by all who ask meanwhile: a change noticed during a
+        judgement is judged, and an older judgement is never applied after a newer one. True when
+        the judgement changed since this was asked."""
+        if tools_dir.scope != "builtin" or self.judge is None or any(tools_dir is d for d in self.builtin_dirs):
+            return self._judge(tools_dir)
+        before = (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason)
+        next_one = self._judge_next.get(tools_dir)
+        if next_one is None:
+            next_one = asyncio.ensure_future(self._judge_in_turn(tools_dir, self._judging.get(tools_dir)))
+            self._judge_next[tools_dir] = next_one
+            self._tasks.add(next_one)
+            next_one.add_done_callback(self._scan_done)
+        await asyncio.shield(next_one)  # an asker that goes away leaves it to the others
+        return (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason) != before
+
+    async def _judge_in_turn(self, tools_dir: ToolsDir, previous: asyncio.Future[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        this = self._judging[tools_dir] = self._judge_next.pop(tools_dir)
+        try:
+            judgement = self._asked(tools_dir)  # the trust store is read here, on the loop
+            if callable(judgement):
+                judgement = await asyncio.get_running_loop().run_in_executor(None, judgement)
+            if judgement is not None and self._apply(tools_dir, judgement) and tools_dir.sandbox is not None:
+                self._git_config_check.start()
+        finally:
+            if self._judging.get(tools_dir) is this:
+                del self._judging[tools_dir]
+
+    def _apply(self, tools_dir: ToolsDir, judgement: Judgement) -> bool:
+        changed = judgement != (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason)
         if changed:  # the same policy stays the same object: a built-in's worker is replaced when it is not
-            tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason = loads, policy, reason
+            tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason = judgement
         return changed
 
     def info(self) -> dict[str, Any]:

@@ -104,10 +104,11 @@ class ModuleRunner:
         self.on_load_failure: Callable[[LoadFailure], None] | None = None
         self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
         self.on_health: Callable[[], None] | None = None
-        # Set by the registry: why no worker may start now (its project is no longer trusted), or None;
+        # Set by the registry: why no worker may start now (its project is no longer trusted), or None,
+        # awaited before each start (a confined built-in's worker waits for its project's judgement);
         # whether the current worker must be replaced before it takes a call (a confined built-in's
         # rules no longer match your git configuration).
-        self.admit: Callable[[], str | None] | None = None
+        self.admit: Callable[[], Awaitable[str | None]] | None = None
         self.stale: Callable[[], bool] | None = None
 
     # -- generations ----------------------------------------------------------------------------
@@ -294,17 +295,33 @@ class ModuleRunner:
         return call
 
     def _start(self) -> None:
-        loop = asyncio.get_running_loop()
-        refused = self.admit() if self.admit is not None else None
+        # In a task: the caller has not yet recorded the call, and admission may wait.
+        self._starting = asyncio.get_running_loop().create_task(self._start_worker())
+
+    async def _admitted(self) -> bool:
+        """Whether a worker may start now; if not, the queued calls are answered why."""
+        epoch = self._epoch
+        try:
+            refused = await self.admit() if self.admit is not None else None
+        except Exception as exc:  # the registry's bug: the calls hear of it rather than wait for ever
+            log.exception("admitting a worker for %s failed", self.spec.path)
+            refused = f"no worker could be started ({exc})"
+        except BaseException:
+            self._starting = None
+            raise
+        if epoch != self._epoch:  # retired or reloaded while it was asked: that decided for the calls
+            self._starting = None
+            self._restart_if_waiting()
+            return False
+        if refused is None:
+            wait = self.backoff.remaining()
+            if wait > 0:
+                refused = f"{self.backoff.describe()}; the next try is in {wait:.1f} s"
         if refused is not None:
-            loop.call_soon(self._fail_queued, refused)
-            return
-        wait = self.backoff.remaining()
-        if wait > 0:
-            # Answered on the next turn of the loop: the caller has not yet recorded the call.
-            loop.call_soon(self._fail_queued, f"{self.backoff.describe()}; the next try is in {wait:.1f} s")
-            return
-        self._starting = loop.create_task(self._start_worker())
+            self._starting = None
+            self._fail_queued(refused)
+            return False
+        return True
 
     async def _load_whole(self) -> tuple[Worker, list[dict[str, Any]], float]:
         """``load()``, again while what the worker read is not what is on disk (a file half-written);
@@ -322,6 +339,8 @@ class ModuleRunner:
         return await self.load()
 
     async def _start_worker(self) -> Worker | None:
+        if not await self._admitted():
+            return None
         epoch = self._epoch
         try:
             worker, definitions, _ms = await self._load_whole()
