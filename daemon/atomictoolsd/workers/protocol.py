@@ -27,7 +27,7 @@ __all__ = [
     "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
     "DaemonMessage", "Dropped", "Failed",
     "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
-    "WorkerMessage", "WorkerSpec", "encode_frame", "error_result",
+    "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -218,6 +218,11 @@ _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.encode
 
 
+# encode_frame's two steps, for a caller that builds the frame itself (the worker's call path).
+encode_message = _encoder.encode  # a message's bytes, without the length
+pack_length = _HEADER.pack  # the 4-byte length in front of them
+
+
 def encode_frame(message: Any) -> bytes:
     """One message, framed."""
     body = _encoder.encode(message)
@@ -243,6 +248,22 @@ class FrameReader:
     def partial(self) -> bool:
         """Bytes of a frame not yet complete are held."""
         return bool(self._buffer)
+
+    def whole(self, data: bytes) -> Any:
+        """The message ``data`` holds when it is exactly one whole frame and no bytes are held from
+        before (how calls arrive one at a time); None otherwise, and then ``feed(data)`` reads it.
+
+        One call instead of ``feed``'s list (and its caller's queue) on every call's path.
+        """
+        if self._buffer or len(data) <= 4:
+            return None
+        (length,) = _HEADER.unpack_from(data)
+        if length + 4 != len(data) or length > self.limit:
+            return None
+        try:
+            return self._decode(data[4:])  # a small frame: copying it is cheaper than a memoryview
+        except msgspec.DecodeError:
+            return None  # feed() reads it again, and raises the error it is
 
     def feed(self, data: bytes) -> list[Any]:
         """Add bytes; return every message now complete, in order.

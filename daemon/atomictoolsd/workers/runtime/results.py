@@ -21,7 +21,7 @@ from atomictoolsd.workers.runtime.blocks import content_blocks, is_content
 from atomictoolsd.workers.runtime.limits import memory_error_text
 from atomictoolsd.workers.runtime.truncate import spill, truncate
 
-__all__ = ["encode_json", "exception_text", "make_result"]
+__all__ = ["TEXT_HEAD", "TEXT_TAIL", "encode_json", "exception_text", "make_result"]
 
 encode_json = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
@@ -39,6 +39,11 @@ def exception_text(tool: str, exc: BaseException, memory_limit: int = 0) -> str:
     return f"Tool {tool!r} raised {type(exc).__name__}: {exc}\n\n{trace}".rstrip()
 
 
+# A result of one text block is these around the text as a JSON string.
+TEXT_HEAD = b'{"content":[{"type":"text","text":'
+TEXT_TAIL = b"}]}"
+
+
 def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
     """Turn what a tool returned into an MCP ``CallToolResult`` (JSON bytes)."""
     if (
@@ -48,7 +53,7 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
         and value.count("\n") < worker.truncate_lines
     ):
         # The common case, well inside every limit: one text block, built directly.
-        return b'{"content":[{"type":"text","text":' + encode_json(value) + b"}]}"
+        return TEXT_HEAD + encode_json(value) + TEXT_TAIL
     if spec.output_schema is None and is_content(value):  # with a schema, the value must match it
         return _content_result(spec, value, worker)
     structured = None

@@ -38,10 +38,12 @@ from atomictoolsd.workers.protocol import (
     Result,
     WorkerSpec,
     encode_frame,
+    encode_message,
     error_result,
+    pack_length,
 )
 from atomictoolsd.workers.runtime.arguments import Undeclared, split_undeclared
-from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
+from atomictoolsd.workers.runtime.results import TEXT_HEAD, TEXT_TAIL, encode_json, exception_text, make_result
 
 __all__ = ["Runtime", "exit_worker"]
 
@@ -78,6 +80,10 @@ class Runtime:
         self.tools = tools
         self.worker = worker
         # The sync tools without a ctx parameter: most tools, and the ones run from ``run`` directly.
+        # What make_result sends as one text block with no more ado: a str this short (4 bytes a
+        # character at most in UTF-8) and of fewer lines (_run_inline builds it itself).
+        self._short_text = worker.truncate_bytes // 4
+        self._short_lines = worker.truncate_lines
         self._plain = {name: spec for name, spec in tools.items() if not spec.is_async and spec.context_param is None}
         self.calls: dict[int, Context] = {}  # the running calls that have a ctx, until they answer
         self._send_lock = send_lock or threading.Lock()  # shared with whatever else sends on the channel
@@ -121,18 +127,23 @@ class Runtime:
         """
         inbox = self._inbox
         recv = self.sock.recv
+        whole = self._frames.whole
         feed = self._frames.feed
         plain = self._plain
         while self._reader_gen == generation:
-            while not inbox:
+            if inbox:
+                message = inbox.popleft()
+            else:
                 try:
                     data = recv(65536)
                 except OSError:
                     data = b""
                 if not data:
                     exit_worker()
-                inbox.extend(feed(data))
-            message = inbox.popleft()
+                message = whole(data)
+                if message is None:  # part of a frame, or several: the reader keeps what is not whole yet
+                    inbox.extend(feed(data))
+                    continue
             if type(message) is CallTool:
                 spec = plain.get(message.tool)
                 if spec is None:
@@ -169,7 +180,12 @@ class Runtime:
         if not watched:
             self._start_watching()
         try:
-            result = make_result(spec, spec.fn(**kwargs), self.worker)
+            value = spec.fn(**kwargs)
+            if type(value) is str and spec.output_schema is None and len(value) <= self._short_text \
+                    and value.count("\n") < self._short_lines:
+                result = TEXT_HEAD + encode_json(value) + TEXT_TAIL  # make_result's first case, inline
+            else:
+                result = make_result(spec, value, self.worker)
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
             result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
         seconds = time.perf_counter() - started
@@ -177,10 +193,10 @@ class Runtime:
             self._timed(spec.name, seconds)
         if spec.context_param is None:
             # finish_call's last step only: without a ctx, the call asked nothing and sent nothing.
-            frame = encode_frame(Result(call_id, result))
+            body = encode_message(Result(call_id, result))  # encode_frame, inline
             try:
                 with self._send_lock:
-                    self.sock.sendall(frame)
+                    self.sock.sendall(pack_length(len(body)) + body)
             except OSError:
                 exit_worker()  # the daemon is gone
         else:
