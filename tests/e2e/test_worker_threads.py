@@ -111,3 +111,34 @@ def test_a_call_cancelled_while_it_waits_for_a_thread_never_runs(env: Env, make_
         reply = raw.recv()
         assert reply["id"] == last, f"the cancelled call was answered: {reply}"
     assert ran.read_text().split() == ["warm", "first", "last"]
+
+
+BUSY = """
+    import threading, time
+
+    _lock = threading.Lock()
+    _now = [0, 0]  # calls running, the most seen at once
+
+    def busy(sleep: float) -> int:
+        with _lock:
+            _now[0] += 1
+            _now[1] = max(_now)
+        time.sleep(sleep)
+        with _lock:
+            _now[0] -= 1
+        return _now[1]
+"""
+
+
+def test_no_more_calls_run_at_once_than_worker_threads(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # Counted whichever thread runs them: the reader's own call, the one it hands on when it
+    # overstays, and the pool's.
+    env.write_tool(env.global_tools, "busy.py", BUSY)
+    with make_daemon({"ATOMICTOOLS_WORKER_THREADS": "3"}).raw() as raw:
+        raw.send_bytes(b"".join(
+            json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                        "params": {"name": "busy", "arguments": {"sleep": 0.3}}}).encode() + b"\n"
+            for i in range(1, 10)
+        ))
+        most = max(raw.reply(i)["result"]["structuredContent"]["result"] for i in range(1, 10))
+    assert most == 3, f"{most} calls ran at once with worker_threads = 3"
