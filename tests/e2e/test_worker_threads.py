@@ -140,5 +140,6 @@ def test_no_more_calls_run_at_once_than_worker_threads(env: Env, make_daemon) ->
                         "params": {"name": "busy", "arguments": {"sleep": 0.3}}}).encode() + b"\n"
             for i in range(1, 10)
         ))
-        most = max(raw.reply(i)["result"]["structuredContent"]["result"] for i in range(1, 10))
+        replies = [raw.recv() for _ in range(9)]  # in the order they end
+        most = max(reply["result"]["structuredContent"]["result"] for reply in replies)
     assert most == 3, f"{most} calls ran at once with worker_threads = 3"
