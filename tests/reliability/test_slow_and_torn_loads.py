@@ -3,7 +3,8 @@
 - A global module that sleeps at import, and one that outlives the load timeout: every client's
   first listing answers with what has loaded and names the modules still loading; their tools arrive
   with ``list_changed``, a call to one of them waits for it, and after a restart the module that
-  timed out is remembered, so nothing waits for it again.
+  timed out is remembered, so nothing waits for it again. A call waiting for such a module whose
+  session attaches meanwhile to a project still on its first scan waits for that too, and answers.
 - Helpers (``_shared.py``, a ``_lib/`` package) rewritten in place, truncated and then written in
   three steps with pauses between, again and again, while clients call the tools that use them: no
   call fails, and each answer comes from a version of the helper that was on disk.
@@ -211,3 +212,23 @@ def test_a_helper_rewritten_in_place_fails_no_call(env: Env, make_daemon, record
         f"{total} calls by 4 clients: none failed; answers from "
         f"{len(versions_seen['attr'])} and {len(versions_seen['pkg'])} versions, each one that was on disk"
     )
+
+
+def test_a_call_waiting_for_its_module_is_answered_when_its_session_attaches_meanwhile(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # The call waits for the global module still loading; meanwhile the session attaches to a
+    # project whose first scan (held by a module of its own still importing) outlasts that load. The
+    # call then waits for the project's scan too, and is answered: it is not left in flight for ever.
+    wait = 3.0
+    env.write_tool(env.global_tools, "slow.py", "import time\ntime.sleep(4)\n\ndef slow() -> str:\n    return 'slow ok'\n")
+    env.write_tool(env.local_tools, "late.py", "import time\ntime.sleep(30)\n\ndef late() -> str:\n    return 'never'\n")
+    daemon = make_daemon({"ATOMICTOOLS_LOAD_WAIT": str(wait), "ATOMICTOOLS_LOAD_TIMEOUT": "60"})
+    with daemon.raw() as raw:
+        listed = raw.request("tools/list")["result"]  # after the global scan: slow.py still loading
+        assert "slow.py" in loading_files(listed.get("_meta")), listed
+        call = raw.send_request("tools/call", {"name": "slow", "arguments": {}})
+        attach = raw.send_request("atomic/attach", {"directory": str(env.project)})
+        replies = {}
+        while call not in replies or attach not in replies:
+            reply = raw.recv()
+            replies[reply.get("id")] = reply
+    assert replies[call].get("result", {}).get("content") == [{"type": "text", "text": "slow ok"}], replies[call]

@@ -6,7 +6,7 @@ global and built-in tools), its allow/deny globs, the revision its client speaks
 
 What a session may list and call is resolved once per project view (``_see``): the allow/deny globs
 are matched then, not per call. A call starts on a callback path with no task per call
-(``start_call`` → ``_call`` → ``ModuleRunner.call``); its result arrives from the worker as
+(``start_call`` → ``ModuleRunner.call``); its result arrives from the worker as
 ready-made JSON and is spliced into the answer (``call_result``).
 
 Listing never waits on a slow module: it waits for the project's first scan, which commits what has
@@ -503,7 +503,9 @@ class Session(Connection):
         if waiting.cancelled or self.calls.get(id_json) is not waiting:
             return  # cancelled while the modules loaded: never answered
         del self.calls[id_json]
-        self.start_call(id_json, params, waited=True)
+        outcome = self.start_call(id_json, params, waited=True)
+        if outcome is not None:  # attached meanwhile to a project whose first scan is under way
+            await outcome
 
     def _not_callable(
         self, id_json: bytes, name: str, arguments: msgspec.Raw | UnsetType, meta: CallMeta | UnsetType, waited: bool
