@@ -50,7 +50,7 @@ HOSTILE = '''
     NEWLINE = b'{"content":[]}}\\n{"jsonrpc":"2.0","id":"ghost","result":{"content":[]}}'
 
     @tool
-    def remember() -> str:
+    def remember(ctx: Context) -> str:  # with a ctx: the runtime keeps the call in its calls
         _last.append(max(_runtime().calls))
         return "noted"
 
@@ -221,7 +221,8 @@ def test_forged_oversized_and_malformed_frames_reach_no_client(env: Env, make_da
         _call(bystander, "warm", "other", {})
         baseline = _peak_rss(daemon.pid)
         for n, kind in enumerate(EXPECTED):
-            _call(raw, f"r{n}", "hostile_remember", {})
+            remembered, _ = _call(raw, f"r{n}", "hostile_remember", {})
+            assert _text(remembered) == "noted", remembered  # the next attack may forge its id
             response, notes = _call(raw, f"a{n}", "hostile_attack", {"kind": kind}, progress="progress" in kind)
             text = _text(response)
             outcomes[kind] = text

@@ -95,3 +95,17 @@ def test_a_tools_question_and_its_answer_are_typed_messages() -> None:
         FrameReader(1024, WorkerMessage).feed(encode_frame(["ask", 3, 1, "roots/list", b"{}"]))
     answers = [Answer(3, 1, b'{"action":"accept"}'), Answer(3, 2, None, "the client cannot be asked")]
     assert FrameReader(type=DaemonMessage).feed(b"".join(encode_frame(a) for a in answers)) == answers
+
+
+def test_a_string_that_is_not_utf8_is_a_malformed_message_however_it_arrives() -> None:
+    # msgspec reads such a str with UnicodeDecodeError, not DecodeError: the reader must still say
+    # "malformed" (the daemon then distrusts the worker) rather than let the error end the channel.
+    body = b"\x94\xa3log\x07\xa2\xce\x00\xc4\x01x"  # ["log", 7, <two bytes that are not UTF-8>, b"x"]
+    bad = struct.pack(">I", len(body)) + body
+    before = encode_frame(["log", 7, "info", b'"ok"'])
+    assert FrameReader(1024, WorkerMessage).whole(bad) is None  # left to feed, which says what it is
+    for data in (bad, before + bad):
+        reader = FrameReader(1024, WorkerMessage)
+        with pytest.raises(FrameError, match="malformed") as caught:
+            reader.feed(data)
+        assert caught.value.messages == ([] if data is bad else [Log(7, "info", b'"ok"')])

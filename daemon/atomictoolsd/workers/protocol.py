@@ -262,7 +262,7 @@ class FrameReader:
             return None
         try:
             return self._decode(data[4:])  # a small frame: copying it is cheaper than a memoryview
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):
             return None  # feed() reads it again, and raises the error it is
 
     def feed(self, data: bytes) -> list[Any]:
@@ -283,7 +283,7 @@ class FrameReader:
             if length + 4 == len(data) and length <= limit:  # the common case: exactly one whole frame
                 try:
                     return [decode(memoryview(data)[4:])]
-                except msgspec.DecodeError as exc:
+                except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8 too
                     raise FrameError(f"a malformed message ({exc})") from None
         if len(buffer) < 4 and len(buffer) + len(data) >= 4:
             # Judge the first header before taking the bytes behind it.
@@ -306,7 +306,7 @@ class FrameReader:
                         break
                     try:
                         messages.append(decode(view[offset + 4 : end]))
-                    except msgspec.DecodeError as exc:
+                    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8 too
                         raise FrameError(f"a malformed message ({exc})", messages) from None
                     offset = end
         except FrameError:
