@@ -114,9 +114,11 @@ class Runtime:
         except OSError:
             exit_worker()  # the daemon is gone
 
-    # The call path below (run → start_call → _run_inline → _run → finish_call) is written for few
-    # Python calls and one lock on each side of a call: run pinned to one core with the daemon and
-    # its client, every step it takes costs several times what it does in a tight loop.
+    # The call path below is written for few Python calls and one lock on each side of a call: a
+    # sync tool without ctx goes run → _run_inline and back to the channel (a tool with a ctx or
+    # async, or arguments that do not validate as they are, through start_call; a call on a pool
+    # thread or from the backlog through _run and finish_call). Pinned to one core with the daemon
+    # and its client, every step it takes costs several times what it does in a tight loop.
 
     # reading
 
