@@ -213,18 +213,8 @@ class Connection(asyncio.Protocol):
                     id_json = _encode(request.id)
                     if id_json in self.calls or id_json in self._pending or id_json in self.listens:
                         self._refuse_reused(id_json)
-                        return
-                    try:  # _run_handler's work, inline: this is every call's first step
-                        outcome = self.start_call(id_json, request.params)
-                    except ParamsError as exc:
-                        self.send_error(id_json, INVALID_PARAMS, str(exc))
-                        return
-                    except Exception as exc:  # answer, and keep the connection serving
-                        log.exception("request tools/call failed")
-                        self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
-                        return
-                    if outcome is not None:
-                        self._spawn(outcome, id_json)
+                    else:
+                        self._run_handler("tools/call", type(self).start_call, id_json, request.params)
                     return
         try:
             message = decode_message(line)

@@ -275,16 +275,12 @@ class FrameReader:
             FrameError: a frame announces a size above ``limit`` (``FrameTooLarge``), or its body is
                 not a message of the reader's type; nothing after it can be read.
         """
+        message = self.whole(data)
+        if message is not None:
+            return [message]  # the common case: exactly one whole frame
         buffer = self._buffer
         limit = self.limit
         decode = self._decode
-        if not buffer and len(data) > 4:
-            (length,) = _HEADER.unpack_from(data)
-            if length + 4 == len(data) and length <= limit:  # the common case: exactly one whole frame
-                try:
-                    return [decode(memoryview(data)[4:])]
-                except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8 too
-                    raise FrameError(f"a malformed message ({exc})") from None
         if len(buffer) < 4 and len(buffer) + len(data) >= 4:
             # Judge the first header before taking the bytes behind it.
             (length,) = _HEADER.unpack_from(bytes(buffer[:4]) + bytes(data[: 4 - len(buffer)]))

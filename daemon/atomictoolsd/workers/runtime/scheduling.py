@@ -353,12 +353,7 @@ class Runtime:
         refused = self._refused.pop(call_id, None) if self._refused else None
         if refused is not None and result is not None:
             result = error_result(refused)
-        frame = encode_frame(Result(call_id, result))  # send(), inline: this is every call's last step
-        try:
-            with self._send_lock:
-                self.sock.sendall(frame)
-        except OSError:
-            exit_worker()  # the daemon is gone
+        self.send(Result(call_id, result))
 
     def cancel_call(self, call_id: int) -> None:
         """Stop a call: set its ctx's cancel event, take it out of the backlog, cancel its task.
