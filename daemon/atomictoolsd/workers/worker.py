@@ -257,11 +257,12 @@ class Worker(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._trusted:
             return
+        message = self._reader.whole(data)
+        if type(message) is Result:  # the call path: one result, as it came
+            self._on_result(message.call_id, message.result)
+            return
         try:
-            messages = self._reader.feed(data)
-            if len(messages) == 1 and type(messages[0]) is Result:  # the call path: one result, as it came
-                self._on_result(messages[0].call_id, messages[0].result)
-                return
+            messages = [message] if message is not None else self._reader.feed(data)
         except FrameError as exc:
             self._handle(exc.messages)  # what came whole before it is as good as ever
             what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
