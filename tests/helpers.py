@@ -24,6 +24,7 @@ import psutil
 
 from atomictools import Client
 from atomictoolsd.workers.processes import stop_process
+from atomictoolsd.workers.runtime.forkserver import WORKER_NAME
 
 
 def _load_raw_client() -> Any:
@@ -207,7 +208,7 @@ class Daemon:
         found = []
         for process in self.descendants():
             try:
-                if "forkserver" in " ".join(process.cmdline()) and process.ppid() != self.pid:
+                if process.name() == WORKER_NAME:
                     found.append(process)
             except psutil.Error:  # a zombie its parent has yet to reap, or gone
                 continue
@@ -290,3 +291,9 @@ def stop_detached(env: Env) -> None:
     for leftover in alive:
         leftover.kill()
     assert not alive, f"processes left behind: {[p.pid for p in alive]}"
+
+
+def code_address(pid: int) -> str:
+    """Where the interpreter is mapped in process ``pid`` (randomized per exec, kept by a fork)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return next(line.split("-")[0] for line in maps if "libpython" in line or "/bin/python" in line)

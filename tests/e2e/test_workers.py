@@ -4,7 +4,9 @@ idle reaping, orphans, and the notifications a call sends on its way."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,9 @@ import psutil
 import pytest
 from listener import Listener
 
-from helpers import Daemon, Env, RawConnection, wait_for
+from atomictools._launch import sealed_environ
+from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME, WORKER_NAME
+from helpers import Daemon, Env, RawConnection, code_address, wait_for
 
 HANG = '''
     import os, time
@@ -361,16 +365,42 @@ def test_no_progress_without_a_token(env: Env, make_daemon) -> None:  # type: ig
         assert raw.recv()["id"] == 8, "the first message is the result: no progress was asked for"
 
 
-def test_workers_are_forked_by_the_fork_server_running_the_daemons_interpreter(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+def _descriptors(pid: int) -> dict[int, str]:
+    return {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the first fork server is forked on Linux only")
+def test_the_first_fork_server_is_a_sealed_fork_of_the_daemon_and_a_replacement_is_execd(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.local_tools, "who.py", "import os\n\ndef who() -> str:\n    return str(os.getpid())\n")
     daemon = make_daemon()
     with daemon.client() as client:
         worker = psutil.Process(int(client.call("who").text))
-    forkserver = worker.parent()
-    assert forkserver is not None and forkserver.ppid() == daemon.pid
-    command = forkserver.cmdline()
-    assert command[1:4] == ["-P", "-m", "atomictoolsd.workers.runtime.forkserver"]  # sealed: see docs/trust.md
-    assert command[0] == psutil.Process(daemon.pid).cmdline()[0], "sys.executable, never a pyenv/asdf shim"
+        forkserver = worker.parent()
+        assert forkserver is not None and forkserver.ppid() == daemon.pid
+        assert (forkserver.name(), worker.name()) == (FORKSERVER_NAME, WORKER_NAME)
+        # Forked from the daemon: the interpreter's code at the daemon's addresses, in it and its workers.
+        if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":
+            assert code_address(forkserver.pid) == code_address(daemon.pid) == code_address(worker.pid)
+        # ...and sealed as an exec'd one: nothing of the daemon's open but its stdio, from /, no PYTHON* of the starter's.
+        daemon_fds = set(_descriptors(daemon.pid).values())
+        held = {fd: target for fd, target in _descriptors(forkserver.pid).items() if fd > 2}
+        assert all(target.startswith(("socket:", "pipe:")) for target in held.values()), held
+        assert len(held) <= 4, held  # control socket, liveness pipe, its own wake-up pipe
+        # No socket of the daemon's (its listening socket, its clients'): a socket pair's two ends differ.
+        assert not {t for t in held.values() if t.startswith("socket:")} & daemon_fds, held
+        assert forkserver.cwd() == "/"
+        assert {k: v for k, v in forkserver.environ().items() if k.startswith("PYTHON")} == {
+            k: v for k, v in sealed_environ(forkserver.environ()).items() if k.startswith("PYTHON")
+        }
+        # A fork server that replaces a lost one is exec'd (the daemon has threads by then).
+        forkserver.kill()
+        forkserver.wait(10)
+        wait_for(lambda: client.call("who").text != str(worker.pid), message="a new worker on a new fork server")
+        new = psutil.Process(int(client.call("who").text)).parent()
+        assert new is not None and new.pid != forkserver.pid and new.name() == FORKSERVER_NAME
+        command = new.cmdline()
+        assert command[1:4] == ["-P", "-m", "atomictoolsd.workers.runtime.forkserver"]  # sealed: see docs/trust.md
+        assert command[0] == psutil.Process(daemon.pid).cmdline()[0], "sys.executable, never a pyenv/asdf shim"
 
 
 def test_sighup_applies_a_new_idle_timeout_and_memory_limit_to_the_monitor(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]

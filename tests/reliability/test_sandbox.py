@@ -24,8 +24,9 @@ import pytest
 
 from atomictools import Client, RPCError
 from atomictoolsd.config.command import command_name
+from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, code_address, wait_for
 
 pytestmark = pytest.mark.skipif(
     kernel_abi() < REQUIRED_ABI,
@@ -203,7 +204,7 @@ def call(client: Client, what: str, arg: Any = None, child: bool = False) -> str
 
 def forkserver_pid(daemon: Daemon) -> int:
     for process in daemon.descendants():
-        if process.ppid() == daemon.pid and "forkserver" in " ".join(process.cmdline()):
+        if process.ppid() == daemon.pid and process.name() == FORKSERVER_NAME:
             return process.pid
     raise AssertionError("no fork server")
 
@@ -550,6 +551,28 @@ def test_a_level_changed_behind_the_daemons_back_applies_to_the_next_worker(env:
         wait_for(lambda: next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py")) != worker,
                  message="the dead worker to be noticed")
         assert call(client, "read", secret).startswith("refused")
+
+
+def test_confined_workers_come_from_an_execd_fork_server_of_their_own(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # The unconfined workers' fork server is forked from the daemon and shares its code addresses;
+    # a confined worker must not learn them (the daemon parses what it sends), so its fork server
+    # is exec'd, and a randomized address space is its own.
+    assert cli(env, "trust", "--sandbox").returncode == 0
+    env.write_tool(env.global_tools, "plain.py", "import os\n\ndef plain() -> str:\n    return str(os.getpid())\n")
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        assert call(client, "read", str(world["secret"])).startswith("refused")  # confined
+        confined = psutil.Process(next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py")))
+        plain = psutil.Process(int(client.call("plain").text))
+        status = client.status()
+    ours, theirs = plain.parent(), confined.parent()
+    assert ours is not None and theirs is not None and ours.pid != theirs.pid
+    assert (status["forkserver"]["pid"], status["confinedForkserver"]["pid"]) == (ours.pid, theirs.pid)
+    assert theirs.ppid() == daemon.pid and theirs.name() == FORKSERVER_NAME
+    assert theirs.cmdline()[1:4] == ["-P", "-m", "atomictoolsd.workers.runtime.forkserver"]
+    if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":
+        assert code_address(plain.pid) == code_address(daemon.pid)
+        assert code_address(confined.pid) != code_address(daemon.pid)
 
 
 # -- the built-in tools: confined to the project they are called for --------------------------------

@@ -51,6 +51,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Tools run programs by name; those installed next to the daemon (its venv) are among them.
     add_own_bin_to_path()
 
+    from atomictoolsd.workers.spawner import fork_early  # lazy: only this command pays for it (start-up cost)
+
+    # Before the settings are read and before any thread or event loop: a copy of this process as it
+    # is now becomes the first fork server (workers then share the daemon's code addresses).
+    first_forkserver = fork_early()
+
     import asyncio
 
     import uvloop
@@ -97,7 +103,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
 
-    server = build_server(paths, config, service=service, listen_socket=listener, notifier=notifier)
+    server = build_server(
+        paths, config, service=service, listen_socket=listener, notifier=notifier, first_forkserver=first_forkserver
+    )
 
     async def run() -> None:
         events.bind_loop(asyncio.get_running_loop())
@@ -336,11 +344,14 @@ def print_status(status: dict[str, Any]) -> None:
         token_file = read_renamed(http, "tokenFile", _HTTP)
         print(f"http      {http['url']}  (token in {token_file})" if http.get("url") else f"http      not served: {http['error']}")
     print(f"service   {manager}")
-    workers = fork["workers"]
-    print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}, "
-          f"{workers} worker{'s' * (workers != 1)}")
-    if fork.get("problem"):
-        print(f"          {fork['problem']}")
+    confined = status.get("confinedForkserver") or {"pid": None, "workers": 0}
+    workers = fork["workers"] + confined["workers"]
+    print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}"
+          + (f" (confined workers: pid {confined['pid']})" if confined["pid"] else "")
+          + f", {workers} worker{'s' * (workers != 1)}")
+    for problem in (fork.get("problem"), confined.get("problem")):
+        if problem:
+            print(f"          {problem}")
     log = status.get("log") or {}
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
@@ -395,7 +406,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 
 _CORE_KEYS = frozenset({
-    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "sessions",
+    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkserver", "sessions",
     "projects", "modules", "skipped", "config", "configSources", "configFile", "log", "reload", "sandbox", "http",
     *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
 })

@@ -272,9 +272,10 @@ class Server:
         self.request_stop(name)
 
     def _force_exit(self) -> None:
-        pid = self.pool.spawner.pid
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)  # the fork server kills every worker group, then exits
+        for spawner in (self.pool.spawner, self.pool.confined_spawner):
+            pid = spawner.pid
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)  # the fork server kills every worker group, then exits
         self._remove_socket()
         os._exit(130)
 
@@ -398,6 +399,7 @@ class Server:
             "socket": str(self.socket_path),
             "service": {**self.service.info(), "activated": self.listen_socket is not None},
             "forkserver": self.pool.spawner.info(),
+            "confinedForkserver": self.pool.confined_spawner.info(),
             "sessions": [s.info() for s in self.sessions],
             "projects": registry["projects"],
             "modules": _with_rss(registry["modules"]),

@@ -30,6 +30,7 @@ from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
 from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
+from atomictoolsd.workers.spawner import EarlyForkServer
 
 __all__ = ["build_server"]
 
@@ -41,11 +42,12 @@ def build_server(
     service: ServiceContext | None = None,
     listen_socket: socket.socket | None = None,
     notifier: Notifier | None = None,
+    first_forkserver: EarlyForkServer | None = None,
 ) -> Server:
     """The daemon, ready to ``serve()``: ``service`` is what the service manager told this process,
     ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
-    ``NOTIFY_SOCKET`` (when set)."""
-    pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)))
+    ``NOTIFY_SOCKET`` (when set), ``first_forkserver`` the fork server ``serve`` forked at start."""
+    pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver)
     trust = TrustStore(paths.state_dir)
     server: Server | None = None
 

@@ -29,7 +29,7 @@ from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
-from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError
+from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
 __all__ = ["Call", "CallOwner", "LoadFailure", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
@@ -129,14 +129,15 @@ class ModuleRunner:
     async def _load(self) -> tuple[Worker, list[dict[str, Any]], float]:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        pid, sock = await self.pool.spawner.spawn(self.spec)
+        spawner = self.pool.spawner_for(self.spec)
+        pid, sock = await spawner.spawn(self.spec)
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
             "worker %d started for %s in %.2f ms", pid, self.spec.path, spawn_ms,
             extra={"event": "worker.spawn", "data": {"pid": pid, "module": self.spec.path, "ms": round(spawn_ms, 3)}},
         )
-        worker = Worker(self, pid, self.pool.spawner.exit_status(pid))
+        worker = Worker(self, pid, spawner)
         await loop.connect_accepted_socket(lambda: worker, sock=sock)
         try:
             definitions, load_ms = await self._loaded(worker)
@@ -515,11 +516,17 @@ class Deadlines:
 
 
 class WorkerPool:
-    """Every module runner of the daemon, the spawner they share, and their calls' deadlines."""
+    """Every module runner of the daemon, the spawners they share, and their calls' deadlines.
 
-    def __init__(self, settings: PoolSettings) -> None:
+    ``spawner`` starts the workers that run unconfined; its first fork server is ``first``, forked
+    from the daemon at start when it could be (``spawner.fork_early``). ``confined_spawner`` starts
+    the confined ones, from an exec'd fork server of their own, started when the first is needed.
+    """
+
+    def __init__(self, settings: PoolSettings, first: EarlyForkServer | None = None) -> None:
         self.settings = settings
-        self.spawner = Spawner()
+        self.spawner = Spawner(first=first)
+        self.confined_spawner = Spawner()
         self.deadlines = Deadlines()
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
@@ -558,4 +565,7 @@ class WorkerPool:
     async def close(self) -> None:
         await asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))
         self.deadlines.close()
-        await self.spawner.close()
+        await asyncio.gather(self.spawner.close(), self.confined_spawner.close())
+
+    def spawner_for(self, spec: WorkerSpec) -> Spawner:
+        return self.spawner if spec.sandbox is None else self.confined_spawner

@@ -51,7 +51,7 @@ from atomictoolsd.workers.protocol import (
     error_result,
 )
 from atomictoolsd.workers.runtime.output import CHUNK_BYTES
-from atomictoolsd.workers.spawner import FORKSERVER_GONE, SpawnError, describe_status
+from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError, describe_status
 
 if TYPE_CHECKING:
     from atomictoolsd.workers.backoff import CrashBackoff
@@ -225,10 +225,11 @@ class Call:
 class Worker(asyncio.Protocol):
     """The daemon's end of one worker process."""
 
-    def __init__(self, runner: ModuleRunner, pid: int, exit_status: asyncio.Future[int]) -> None:
+    def __init__(self, runner: ModuleRunner, pid: int, spawner: Spawner) -> None:
         self.runner = runner
         self.pid = pid
-        self.exit_status = exit_status
+        self.spawner = spawner  # whose fork server forked it
+        self.exit_status = spawner.exit_status(pid)
         self.state = "loading"  # → ready → retiring → dead
         self.loaded: asyncio.Future[tuple[list[dict[str, Any]], float]] = asyncio.get_running_loop().create_future()
         self.pending: dict[int, Call] = {}
@@ -247,7 +248,7 @@ class Worker(asyncio.Protocol):
         self.strays = 0  # results it sent for calls it is not running (dropped)
         self._transport: asyncio.Transport | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
-        exit_status.add_done_callback(self._on_exit_status)
+        self.exit_status.add_done_callback(self._on_exit_status)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -360,7 +361,7 @@ class Worker(asyncio.Protocol):
         if self._kill_timer is not None:
             self._kill_timer.cancel()
         # The fork server has killed what was left in the worker's process group before reaping it.
-        self.runner.pool.spawner.forget(self.pid)
+        self.spawner.forget(self.pid)
         self.status = status
         if self.cause is None:
             self.cause = describe_status(status)

@@ -52,7 +52,10 @@ from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
 from atomictoolsd.workers.runtime.sourceload import SourceOnlyLoader
 
-__all__ = ["SPAWN_TIMES_ENV", "main", "set_child_subreaper", "set_parent_death_signal"]
+__all__ = [
+    "FORKSERVER_NAME", "SPAWN_TIMES_ENV", "WORKER_NAME", "main", "set_child_subreaper", "set_parent_death_signal",
+    "set_process_name",
+]
 
 # bench/spawn.py only: a file to which every worker appends what its start cost (``_time_workers``).
 # Read once when the fork server starts and taken out of its environment; unset (always, but in the
@@ -71,6 +74,19 @@ def set_parent_death_signal(sig: int) -> bool:
 def set_child_subreaper() -> bool:
     """Make this process adopt its orphaned descendants, as init would (Linux). False where unsupported."""
     return _prctl(36, 1)  # 36 = PR_SET_CHILD_SUBREAPER
+
+
+# What ``ps -e``, ``top`` and psutil's ``name()`` show for these processes (at most 15 bytes). The
+# first fork server is forked from the daemon, so its command line (and its workers') is the daemon's.
+FORKSERVER_NAME = "atomictoolsd-fs"
+WORKER_NAME = "atomictoolsd-wk"
+
+
+def set_process_name(name: str) -> bool:
+    """Name this process (Linux: ``PR_SET_NAME``). False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return _libc().prctl(15, name.encode()[:15], 0, 0, 0) == 0  # 15 = PR_SET_NAME
 
 
 @functools.cache
@@ -182,6 +198,7 @@ class _Server:
             os.setsid()
             set_parent_death_signal(signal.SIGKILL)
             set_child_subreaper()  # what its tools start and abandon stays its own, to die with it
+            set_process_name(WORKER_NAME)
             signal.set_wakeup_fd(-1)
             for sig in _HANDLED:
                 # _signal's own, on ints: signal.signal() makes enums of its arguments and result,
@@ -449,6 +466,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     daemon_pid = int(args[1])
     set_parent_death_signal(signal.SIGTERM)
     set_child_subreaper()
+    set_process_name(FORKSERVER_NAME)
     if os.getppid() != daemon_pid:
         os._exit(0)  # the daemon died before the death signal was armed
     runtime.warm_up()
