@@ -7,12 +7,16 @@ import json
 import logging
 import os
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from atomictoolsd.config.discovery import escape_path
 from atomictoolsd.eventlog.reader import format_event, log_files, read_events
 from atomictoolsd.eventlog.writer import (
+    CANCELLED,
     FLUSH_INTERVAL,
     LOG_NAME,
     EventLog,
@@ -38,9 +42,7 @@ def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> No
 
     async def calls() -> tuple[int, int]:
         for i in range(1000):
-            call = fake_call(call_id=i)
-            log.tool_started(*call)
-            log.tool_finished(*call, 0.000123, None)
+            log.tool_finished(*fake_call(call_id=i), time.monotonic(), 0.000123, None)
         size_right_after = path.stat().st_size
         await asyncio.sleep(FLUSH_INTERVAL * 4)
         return size_right_after, path.stat().st_size
@@ -59,20 +61,47 @@ def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> No
     log.close()
 
 
-def test_a_call_still_running_at_a_flush_gets_its_start_line(tmp_path: Path) -> None:
+def test_a_call_still_running_at_a_flush_gets_its_start_line_once(tmp_path: Path) -> None:
     log = EventLog()
     log.open(tmp_path / LOG_NAME)
+    running: dict[int, tuple[float, str, str, int, str, str]] = {}
+    log.running_calls = lambda: list(running.values())  # what the pool reports
 
     async def slow_call() -> None:
         call = fake_call(call_id=7)
-        log.tool_started(*call)
+        started = time.monotonic()
+        running[7] = (started, *call)
+        log.tool_finished(*fake_call(call_id=6), time.monotonic(), 0.001, None)  # a quick one meanwhile
+        log.schedule()  # as the pool does when a call starts
         await asyncio.sleep(FLUSH_INTERVAL * 3)  # a flush happens while it runs
-        log.tool_finished(*call, FLUSH_INTERVAL * 3, None)
+        log.flush()  # and another: it began before the last one, so it is not written again
+        del running[7]
+        log.tool_finished(*call, time.monotonic(), FLUSH_INTERVAL * 3, None)
         await asyncio.sleep(FLUSH_INTERVAL * 3)
 
+    before = time.time()
     asyncio.run(slow_call())
-    assert [(e["event"], e["call"]) for e in lines(tmp_path / LOG_NAME)] == [("tool.start", 7), ("tool.complete", 7)]
+    written = lines(tmp_path / LOG_NAME)
+    assert [(e["event"], e["call"]) for e in written] == [("tool.complete", 6), ("tool.start", 7), ("tool.complete", 7)]
+    start = datetime.strptime(written[1]["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    assert abs(start - before) < 0.1, "tool.start says when it started, not when it was written"
+    assert written[1] == {"ts": written[1]["ts"], "level": "info", "event": "tool.start", "tool": "greet",
+                          "module": "/t/greet.py", "call": 7, "session": "s1", "agent": "agent"}
     log.close()
+
+
+def test_names_that_are_not_utf8_or_need_escaping_are_written_as_json(tmp_path: Path) -> None:
+    log = EventLog()
+    log.open(tmp_path / LOG_NAME)
+    module = "/t/caf\udce9 \"q\"\n.py"  # a file name that is not UTF-8, with a quote and a newline
+    log.tool_finished("greet", module, 1, "", "", time.monotonic(), 0.002, None)
+    log.tool_finished("greet", module, 2, "s\u00e9", "agent", time.monotonic(), 0.002, CANCELLED)
+    log.close()
+    written = lines(tmp_path / LOG_NAME)
+    assert [e["event"] for e in written] == ["tool.complete", "tool.cancelled"]
+    assert "session" not in written[0] and "agent" not in written[0]  # empty: left out
+    assert written[1]["session"] == "s\u00e9"
+    assert written[0]["module"] == escape_path(module)  # as every report shows such a name
 
 
 def test_failures_carry_the_error_text_and_levels_filter(tmp_path: Path) -> None:
@@ -80,7 +109,7 @@ def test_failures_carry_the_error_text_and_levels_filter(tmp_path: Path) -> None
     log.open(tmp_path / LOG_NAME, level="warning")
     assert not log.calls_on and log.failures_on
     result = b'{"content":[{"type":"text","text":"Tool \'greet\' raised ValueError: no"}],"isError":true}'
-    log.tool_finished(*fake_call(), 0.5, result)
+    log.tool_finished(*fake_call(), time.monotonic(), 0.5, result)
     log.emit("info", "module.load", {"path": "x"})  # below the level: dropped
     log.emit("error", "config.error", {"error": "bad"})
     log.close()

@@ -6,12 +6,15 @@ arrive through ``EventLogHandler`` (module loads and reloads, worker spawns and 
 configuration: those carry ``extra={"event": name, "data": {...}}``, so they become structured
 events; other records become ``log`` events).
 
-The call path costs one list append: events are kept as tuples of plain values (strings and
-numbers only, so the garbage collector leaves them alone and no call outlives its answer) and are
-turned into JSON lines (msgspec, in one batch) by a flush that runs at most every
-``FLUSH_INTERVAL`` seconds, or at once when ``FLUSH_AT`` events are waiting. So a busy daemon makes
-one ``write`` per batch, never one per call. The price: events of the last interval are lost if the
-daemon is killed with SIGKILL (a normal stop flushes).
+The call path costs one list append, when a call ends: events are kept as tuples of plain values
+(strings and numbers only, so the garbage collector leaves them alone and no call outlives its
+answer) and are turned into JSON lines in one batch by a flush that runs at most every
+``FLUSH_INTERVAL`` seconds, or at once when ``FLUSH_AT`` events are waiting. A call that ends before
+the flush is one line, its ``tool.complete``; the flush asks the pool which calls are still running
+(``running_calls``) and writes a ``tool.start`` for each that began since the last flush, so a call
+that hangs is in the log within ``FLUSH_INTERVAL``. So a busy daemon makes one ``write`` per batch,
+never one per call. The price: events of the last interval are lost if the daemon is killed with
+SIGKILL (a normal stop flushes).
 
 The file is ``atomictoolsd.log``; when a write would take it past ``log_max_bytes`` it becomes
 ``atomictoolsd.log.1`` (and ``.1`` becomes ``.2`` …, keeping ``log_backups`` of them).
@@ -29,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,7 @@ __all__ = [
     "error_text",
     "JournalFormatter",
     "LOG_NAME",
+    "RunningCall",
     "events",
     "stderr_is_journal",
 ]
@@ -53,9 +58,13 @@ FLUSH_INTERVAL = 0.25  # seconds an event may wait in memory
 FLUSH_AT = 4096  # events waiting that trigger a flush right away
 
 
-# Kinds of buffered entries; tool events keep the call object and are formatted at flush time.
-_GENERIC, _TOOL_START, _TOOL_END = 0, 1, 2
+# Kinds of buffered entries: a logging record or ``emit``, or the end of a tool call.
+_GENERIC, _TOOL_END = 0, 2
 CANCELLED = b""  # the "failure" of a call nobody is left to answer: tool.cancelled
+
+# A call still running, as the pool reports it to the flush: (started, tool, module, call id,
+# session, agent), ``started`` on the ``time.monotonic()`` clock.
+RunningCall = tuple[float, str, str, int, str, str]
 
 _encode_lines = msgspec.json.Encoder().encode_lines
 _decode_json = msgspec.json.decode
@@ -77,7 +86,10 @@ class EventLog:
         self._fd = -1
         self._size = 0
         self._pending: list[tuple[Any, ...]] = []
-        self._scheduled = False
+        self.running_calls: Callable[[], Iterable[RunningCall]] | None = None  # the pool's, set by the wiring
+        self._flushed_at = time.monotonic()  # when the last flush looked at the running calls
+        self._names: dict[tuple[str, str, str, str], tuple[str, str, str | None, str | None]] = {}  # as written
+        self.scheduled = False  # a flush is due within FLUSH_INTERVAL (read on the call path)
         self._urgent = False
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -131,8 +143,8 @@ class EventLog:
         entry = (_GENERIC, time.time() if ts is None else ts, level, event, fields)
         if self._loop is not None and _on_thread_of(self._loop):
             self._pending.append(entry)
-            if not self._scheduled:
-                self._schedule()
+            if not self.scheduled:
+                self.schedule()
             return
         with self._lock:
             self._pending.append(entry)
@@ -144,22 +156,21 @@ class EventLog:
         else:
             self.flush()
 
-    def tool_started(self, tool: str, module: str, call_id: int, session: str, agent: str) -> None:
-        """``tool.start`` of call ``call_id`` of ``tool`` in ``module``, asked by the agent's ``session``
-        (event loop thread only; callers check ``calls_on``)."""
-        self._pending.append((_TOOL_START, time.time(), tool, module, call_id, session, agent))
-        if not self._scheduled:
-            self._schedule()
-
     def tool_finished(
-        self, tool: str, module: str, call_id: int, session: str, agent: str, duration: float, failure: bytes | None
+        self, tool: str, module: str, call_id: int, session: str, agent: str, ended: float, duration: float,
+        failure: bytes | None,
     ) -> None:
-        """``tool.complete``, ``tool.failed`` when ``failure`` (the result) is given, or
-        ``tool.cancelled`` when it is ``CANCELLED`` (its caller went away or cancelled it)."""
+        """``tool.complete`` of call ``call_id`` of ``tool`` in ``module``, asked by the agent's
+        ``session``, that ended at ``ended`` (``time.monotonic()``); ``tool.failed`` when ``failure``
+        (the result) is given, or ``tool.cancelled`` when it is ``CANCELLED`` (its caller went away
+        or cancelled it). Event loop thread only; callers check ``calls_on`` or ``failures_on``.
+
+        A call's start needs nothing on the call path: the caller makes sure a flush is due
+        (``schedule``), and the flush finds the call in ``running_calls`` if it still runs then."""
         pending = self._pending
-        pending.append((_TOOL_END, time.time(), tool, module, call_id, session, agent, duration, failure))
-        if not self._scheduled:
-            self._schedule()
+        pending.append((_TOOL_END, ended, tool, module, call_id, session, agent, duration, failure))
+        if not self.scheduled:
+            self.schedule()
         elif len(pending) >= FLUSH_AT and not self._urgent and self._loop is not None:
             self._urgent = True
             self._loop.call_soon(self.flush)
@@ -173,7 +184,8 @@ class EventLog:
             "session": session or None, "agent": agent or None, "dropped": list(dropped),
         })
 
-    def _schedule(self) -> None:
+    def schedule(self) -> None:
+        """Have a flush run within ``FLUSH_INTERVAL`` (event loop thread)."""
         loop = self._loop
         if loop is None:
             try:
@@ -181,34 +193,38 @@ class EventLog:
             except RuntimeError:
                 self.flush()
                 return
-        self._scheduled = True
+        self.scheduled = True
         self._timer = loop.call_later(FLUSH_INTERVAL, self.flush)
 
     def _schedule_from_loop(self) -> None:
-        if not self._scheduled:
-            self._schedule()
+        if not self.scheduled:
+            self.schedule()
 
     # -- writing --------------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Write every waiting event (one ``write``), rotating the file first if it would be too big."""
-        self._scheduled = self._urgent = False
+        self.scheduled = self._urgent = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         with self._lock:
             pending, self._pending = self._pending, []
-        if not pending or self._fd < 0:
+        now = time.monotonic()
+        since, self._flushed_at = self._flushed_at, now
+        running = self.running_calls
+        started = [c for c in running() if c[0] > since] if running is not None and self._fd >= 0 else []
+        if not (pending or started) or self._fd < 0:
             return
-        # A call that started and ended within this batch is one line: its tool.complete (or
-        # tool.failed) says when it ended and how long it ran. tool.start is written for calls still
-        # running at the flush, so a call that hangs is in the log at once. Formatting is most of the
-        # log's cost per call, and most calls are quick.
-        ended = {entry[4] for entry in pending if entry[0] == _TOOL_END}
-        records = [_as_record(entry) for entry in pending if not (entry[0] == _TOOL_START and entry[4] in ended)]
+        # A call that started and ended since the last flush is one line: its tool.complete (or
+        # tool.failed) says when it ended and how long it ran. Formatting is most of the log's cost
+        # per call, and most calls are quick: a Struct per line, encoded in one batch, with the
+        # names of tool, module, session and agent looked at once for all their calls.
+        wall = time.time() - now  # a monotonic time + wall = the time of day it was
+        records = self._records(pending, started, wall)
         try:
             data = _encode_lines(records)
-        except UnicodeEncodeError:  # a file name that is not UTF-8 in one event: escape it, lose nothing
+        except UnicodeEncodeError:  # a file name that is not UTF-8 in a logging event: escape it, lose nothing
             data = _encode_lines([escape_strings(r) if isinstance(r, dict) else r for r in records])
         with self._write_lock:
             try:
@@ -221,6 +237,48 @@ class EventLog:
                 self.dropped += len(records)
                 # Not through logging: its handler would feed this log again.
                 print(f"atomictoolsd: cannot write the event log {self.path}: {exc}", file=sys.stderr)
+
+    def _records(self, pending: list[tuple[Any, ...]], started: list[RunningCall], wall: float) -> list[Any]:
+        """What to write for ``pending`` and, after them, the ``tool.start`` of the calls ``started``."""
+        names = self._names
+        records: list[Any] = []
+        append = records.append
+        last_milli, ts_text = -1, ""  # many events of a batch are of the same millisecond
+        for entry in pending:
+            if entry[0] == _GENERIC:
+                _, ts, level, event, fields = entry
+                record = {"ts": _iso(ts), "level": level, "event": event}
+                if fields:
+                    record.update(fields)
+                append(record)
+                continue
+            _, ended, tool, module, call_id, session, agent, duration, failure = entry
+            ts = ended + wall
+            if int(ts * 1000) != last_milli:
+                last_milli, ts_text = int(ts * 1000), _iso(ts)
+            who = names.get((tool, module, session, agent)) or self._names_of(tool, module, session, agent)
+            ms = int(duration * 1e6 + 0.5) / 1000  # to the µs, as round(…, 3) but a third of its cost
+            if failure is None:
+                append(_ToolEvent(ts_text, "info", "tool.complete", who[0], who[1], call_id, who[2], who[3], ms))
+            elif failure is CANCELLED:
+                append(_ToolEvent(ts_text, "info", "tool.cancelled", who[0], who[1], call_id, who[2], who[3], ms))
+            else:
+                append(_ToolEvent(
+                    ts_text, "warning", "tool.failed", who[0], who[1], call_id, who[2], who[3], ms, error_text(failure)
+                ))
+        for began, tool, module, call_id, session, agent in sorted(started):
+            who = names.get((tool, module, session, agent)) or self._names_of(tool, module, session, agent)
+            append(_ToolEvent(_iso(began + wall), "info", "tool.start", who[0], who[1], call_id, who[2], who[3]))
+        return records
+
+    def _names_of(self, tool: str, module: str, session: str, agent: str) -> tuple[str, str, str | None, str | None]:
+        """Tool, module, session and agent as written: a name that is not UTF-8 escaped (as every
+        report shows it), an empty session or agent left out (None)."""
+        if len(self._names) >= 1024:
+            self._names.clear()  # many sessions have come and gone: start over
+        tool_, module_, session_, agent_ = escape_strings([tool, module, session, agent])
+        names = self._names[(tool, module, session, agent)] = (tool_, module_, session_ or None, agent_ or None)
+        return names
 
     def _rotate(self) -> None:
         """Start a new file. The current one stays open until the new one is: a rotation that
@@ -288,27 +346,6 @@ class _ToolEvent(msgspec.Struct, omit_defaults=True):
     agent: str | None = None
     ms: float | None = None
     error: str | None = None
-
-
-def _as_record(entry: tuple[Any, ...]) -> Any:
-    kind = entry[0]
-    if kind == _GENERIC:
-        _, ts, level, event, fields = entry
-        out = {"ts": _iso(ts), "level": level, "event": event}
-        if fields:
-            out.update(fields)
-        return out
-    if kind == _TOOL_START:
-        _, ts, tool, module, call_id, session, agent = entry
-        return _ToolEvent(_iso(ts), "info", "tool.start", tool, module, call_id, session or None, agent or None)
-    _, ts, tool, module, call_id, session, agent, duration, failure = entry
-    ms = int(duration * 1e6 + 0.5) / 1000  # to the µs, as round(…, 3) but a third of its cost
-    if failure is CANCELLED:
-        return _ToolEvent(_iso(ts), "info", "tool.cancelled", tool, module, call_id, session or None, agent or None, ms)
-    return _ToolEvent(
-        _iso(ts), "info" if failure is None else "warning", "tool.complete" if failure is None else "tool.failed",
-        tool, module, call_id, session or None, agent or None, ms, None if failure is None else error_text(failure),
-    )
 
 
 def error_text(result: bytes) -> str:

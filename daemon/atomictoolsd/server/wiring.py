@@ -17,6 +17,7 @@ from atomictoolsd.bridges.scripts import Bridges
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
+from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.confinement import judge
 from atomictoolsd.registry.idle import ProjectReaper
@@ -48,6 +49,7 @@ def build_server(
     ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
     ``NOTIFY_SOCKET`` (when set), ``first_forkserver`` the fork server ``serve`` forked at start."""
     pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver)
+    events.running_calls = pool.running_calls  # its flush writes tool.start for the calls still running
     trust = TrustStore(paths.state_dir)
     server: Server | None = None
 

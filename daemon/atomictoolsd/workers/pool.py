@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from atomictoolsd.config.settings import Config
-from atomictoolsd.eventlog.writer import CANCELLED, error_text, events
+from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError
@@ -280,8 +280,8 @@ class ModuleRunner:
         """
         call_id = next(self.pool.call_ids)
         call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
-        if events.calls_on:
-            events.tool_started(call.tool, self.spec.path, call_id, context.session_id, context.agent)
+        if events.calls_on and not events.scheduled:
+            events.schedule()  # its flush writes the call's tool.start if it still runs then
         self.pool.deadlines.add(call)
         worker = self.current
         if worker is not None and self.stale is not None and self.stale():
@@ -407,22 +407,25 @@ class ModuleRunner:
 
     def record(self, call: Call, result: bytes) -> None:
         self.calls += 1
-        duration = time.monotonic() - call.started
+        now = time.monotonic()
+        duration = now - call.started
         self.durations.append(duration)
         if result.endswith(b'"isError":true}'):
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"
             if events.failures_on:
-                events.tool_finished(call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent, duration, result)
+                context = call.context
+                events.tool_finished(call.tool, self.spec.path, call.id, context.session_id, context.agent, now, duration, result)
         elif events.calls_on:
-            events.tool_finished(call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent, duration, None)
+            context = call.context
+            events.tool_finished(call.tool, self.spec.path, call.id, context.session_id, context.agent, now, duration, None)
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1
         if events.calls_on:
+            now = time.monotonic()
             events.tool_finished(
-                call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent,
-                time.monotonic() - call.started, CANCELLED,
+                call.tool, self.spec.path, call.id, call.context.session_id, call.context.agent, now, now - call.started, CANCELLED,
             )
 
     # -- status and shutdown --------------------------------------------------------------------
@@ -486,6 +489,10 @@ class Deadlines:
         self._calls: set[Call] = set()
         self._handle: asyncio.TimerHandle | None = None
         self._overdue: dict[Call, float] = {}  # calls whose expiry waits for bytes to be read: since when
+
+    def calls(self) -> list[Call]:
+        """The calls it watches (some may have answered since the last sweep)."""
+        return list(self._calls)
 
     def add(self, call: Call) -> None:
         self._calls.add(call)
@@ -561,6 +568,13 @@ class WorkerPool:
 
     def inflight(self) -> int:
         return sum(r.inflight() for r in (*self.runners.values(), *self.discarded))
+
+    def running_calls(self) -> list[RunningCall]:
+        """Every call not answered yet, as the event log writes its ``tool.start``."""
+        return [
+            (call.started, call.tool, call.runner.spec.path, call.id, call.context.session_id, call.context.agent)
+            for call in self.deadlines.calls() if not call.done
+        ]
 
     async def close(self) -> None:
         await asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))

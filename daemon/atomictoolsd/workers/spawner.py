@@ -91,9 +91,8 @@ def fork_early() -> EarlyForkServer | None:
     ``fork``, no descriptors left): the spawner then starts one by exec, as it does every later one."""
     if not sys.platform.startswith("linux") or threading.active_count() != 1:
         return None  # macOS: forking a process that has loaded system frameworks is not safe
-    from atomictoolsd.workers.runtime import (
-        forkserver,  # lazy: only serve pays for it; imported before the fork, it is shared
-    )
+    # Imported before the fork: the fork server then has it, and shares its pages with the daemon.
+    from atomictoolsd.workers.runtime import forkserver  # lazy: only serve pays for it (start-up cost)
 
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
