@@ -13,7 +13,10 @@ turns with this one, so a change is judged against what it changed within the sa
 Latency: sequential calls of the same one-line echo tool, after a warm-up, with the same raw NDJSON
 client for every system — over the socket and through the stdio shim (``atomictoolsd mcp``) for
 atomictoolsd, over stdio for the peers — plus atomictoolsd's own tiny Python client. The systems
-take turns in rounds, so drift in the machine's load hits them alike. atomictoolsd runs with its
+take turns in rounds, so drift in the machine's load hits them alike. atomictoolsd and the floors
+run as ``INSTANCES`` separate process trees each, their samples pooled: where ASLR happens to place
+each process's code moves one tree's p50 by up to ~3 µs against an identical other (the processes
+share one core's branch predictor), so one tree alone measures its luck as much as its code. atomictoolsd runs with its
 default configuration (the event log records every call at ``log_level = "info"``) and again with
 ``log_level = "warning"``.
 
@@ -31,6 +34,7 @@ connection by nature: one process gets the same 16 or 64 requests in flight, pip
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -64,6 +68,7 @@ from common import (  # noqa: E402
 LOADS = [(16, 1), (64, 1), (16, 8), (64, 8)]  # (connections, modules)
 FASTMCP, MCPSERVER, FASTMCP4 = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)", "fastmcp 4.1.0"
 PEER_NAMES = (FASTMCP, MCPSERVER, FASTMCP4)
+INSTANCES = 3  # process trees of atomictoolsd and of each floor, measured in turns (--quick: 1)
 FLOOR_STDIO_RELAY = Path(__file__).resolve().parent / "peers" / "floor_stdio_relay.py"
 
 
@@ -76,6 +81,7 @@ class Settings:
         self.seconds = 1.0 if quick else 3.0  # per throughput run
         self.load_rounds = 1 if quick else 3
         self.split_calls = 3000 if quick else 20000  # sequential calls timed for the CPU split
+        self.instances = 1 if quick else INSTANCES
 
 
 def tiny_client_latency(client: Client, calls: int, warmup: int) -> Stats:
@@ -97,59 +103,66 @@ FLOOR_STDIO = "floor: stdio relay + minimal relay + worker (peers/floor_stdio_re
 
 
 def latency(
-    settings: Settings, daemons: dict[str, DaemonUnderTest], peers: dict[str, list[str]], floor: FloorRelay,
+    settings: Settings, daemons: dict[str, list[DaemonUnderTest]], peers: dict[str, list[str]], floors: list[FloorRelay],
     tiny_client: bool = True,
 ) -> tuple[dict[str, Stats], dict[str, dict[str, float]]]:
-    """Every system measured in turns, ``settings.rounds`` times; samples pooled per system. Then,
-    for atomictoolsd and the floor, the CPU each process spends per sequential call."""
-    runs: dict[str, Callable[[int, int], Stats]] = {}
+    """Every system measured in turns, ``settings.rounds`` times; samples pooled per system (over
+    its instances: each of ``daemons`` and of ``floors`` is a process tree of its own). Then, for
+    atomictoolsd and the floor, the CPU each process spends per sequential call (first instance)."""
+    runs: dict[str, list[Callable[[int, int], Stats]]] = {}
     processes: dict[str, dict[str, int]] = {}  # system → role → pid, for the CPU split
     closers: list[Callable[[], None]] = []
 
-    def over(channel: Channel) -> Callable[[int, int], Stats]:
+    def over(name: str, channel: Channel) -> None:
         closers.append(channel.close)
-        return lambda calls, warmup: measure_latency(channel, calls, warmup)
+        runs.setdefault(name, []).append(lambda calls, warmup: measure_latency(channel, calls, warmup))
 
     try:
-        for label, daemon in daemons.items():
-            if tiny_client:
-                client = Client(str(daemon.socket), directory=str(daemon.project), autostart=False)
-                closers.append(client.close)
-                runs[f"atomictoolsd{label}, tiny client, socket"] = lambda c, w, client=client: tiny_client_latency(client, c, w)
-            channel = socket_channel(str(daemon.socket))
-            channel.handshake()
-            runs[f"atomictoolsd{label}, raw client, socket"] = over(channel)
-            shim, channel = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)
-            channel.handshake()
-            runs[f"atomictoolsd{label}, raw client, stdio shim"] = over(channel)
-            runs[f"atomictoolsd{label}, raw client, socket"](1, 0)  # the worker starts
-            worker = next(m["worker"] for m in daemon.request("atomic/status")["modules"] if m["path"].endswith("/echo.py"))
-            processes[f"atomictoolsd{label}, raw client, socket"] = {"daemon": daemon.pid, "worker": worker}
-            processes[f"atomictoolsd{label}, raw client, stdio shim"] = {"shim": shim.pid, "daemon": daemon.pid, "worker": worker}
+        for label, instances in daemons.items():
+            for daemon in instances:
+                if tiny_client:
+                    client = Client(str(daemon.socket), directory=str(daemon.project), autostart=False)
+                    closers.append(client.close)
+                    runs.setdefault(f"atomictoolsd{label}, tiny client, socket", []).append(
+                        lambda c, w, client=client: tiny_client_latency(client, c, w)
+                    )
+                channel = socket_channel(str(daemon.socket))
+                channel.handshake()
+                over(f"atomictoolsd{label}, raw client, socket", channel)
+                shim, channel = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)
+                channel.handshake()
+                over(f"atomictoolsd{label}, raw client, stdio shim", channel)
+                runs[f"atomictoolsd{label}, raw client, socket"][-1](1, 0)  # the worker starts
+                if f"atomictoolsd{label}, raw client, socket" not in processes:
+                    worker = next(m["worker"] for m in daemon.request("atomic/status")["modules"] if m["path"].endswith("/echo.py"))
+                    processes[f"atomictoolsd{label}, raw client, socket"] = {"daemon": daemon.pid, "worker": worker}
+                    processes[f"atomictoolsd{label}, raw client, stdio shim"] = {"shim": shim.pid, "daemon": daemon.pid, "worker": worker}
         for name, command in peers.items():
             _, channel = stdio_channel(command)
             channel.handshake()
-            runs[f"{name}, raw client, stdio"] = over(channel)
-        channel = socket_channel(str(floor.socket))
-        channel.handshake()
-        runs[f"{FLOOR}, raw client, socket"] = over(channel)
-        assert floor.proc is not None
-        relay = psutil.Process(floor.proc.pid)
-        processes[f"{FLOOR}, raw client, socket"] = {"daemon": relay.pid, "worker": relay.children()[0].pid}
-        stdio_relay, channel = stdio_channel([sys.executable, "-I", "-S", str(FLOOR_STDIO_RELAY), str(floor.socket)])
-        channel.handshake()
-        runs[f"{FLOOR_STDIO}, raw client, stdio"] = over(channel)
-        processes[f"{FLOOR_STDIO}, raw client, stdio"] = {
-            "shim": stdio_relay.pid, "daemon": relay.pid, "worker": relay.children()[0].pid,
-        }
+            over(f"{name}, raw client, stdio", channel)
+        for floor in floors:
+            channel = socket_channel(str(floor.socket))
+            channel.handshake()
+            over(f"{FLOOR}, raw client, socket", channel)
+            assert floor.proc is not None
+            relay = psutil.Process(floor.proc.pid)
+            stdio_relay, channel = stdio_channel([sys.executable, "-I", "-S", str(FLOOR_STDIO_RELAY), str(floor.socket)])
+            channel.handshake()
+            over(f"{FLOOR_STDIO}, raw client, stdio", channel)
+            if f"{FLOOR}, raw client, socket" not in processes:
+                worker = relay.children()[0].pid
+                processes[f"{FLOOR}, raw client, socket"] = {"daemon": relay.pid, "worker": worker}
+                processes[f"{FLOOR_STDIO}, raw client, stdio"] = {"shim": stdio_relay.pid, "daemon": relay.pid, "worker": worker}
         pooled = {name: Stats() for name in runs}
         for _ in range(settings.rounds):
-            for name, run in runs.items():
+            for name, instances in runs.items():
                 peer = name.startswith(tuple(PEER_NAMES))
                 calls = settings.peer_calls if peer else settings.calls
                 warmup = settings.warmup // 5 if peer else settings.warmup
-                pooled[name].samples += run(calls, warmup).samples
-        split = {name: cpu_split(runs[name], pids, settings.split_calls) for name, pids in processes.items()}
+                for run in instances:
+                    pooled[name].samples += run(calls, warmup).samples
+        split = {name: cpu_split(runs[name][0], pids, settings.split_calls) for name, pids in processes.items()}
         return pooled, split
     finally:
         for close in closers:
@@ -210,17 +223,21 @@ def measure(quick: bool = False) -> Report:
     split_rows: list[list[Any]] = []
     for mode, pinned in MODES:
         with affinity(pinned):
-            info = DaemonUnderTest(tools=ECHO_TOOLS).start()
-            quiet = DaemonUnderTest(tools=ECHO_TOOLS, extra_env={"ATOMICTOOLS_LOG_LEVEL": "warning"}).start()
-            daemons = {"": info, " (log_level=warning)": quiet}
+            daemons: dict[str, list[DaemonUnderTest]] = {"": [], " (log_level=warning)": []}
             try:
-                with FloorRelay() as floor:
-                    pooled, split = latency(settings, daemons, peers, floor)
+                for _ in range(settings.instances):
+                    daemons[""].append(DaemonUnderTest(tools=ECHO_TOOLS).start())
+                    daemons[" (log_level=warning)"].append(
+                        DaemonUnderTest(tools=ECHO_TOOLS, extra_env={"ATOMICTOOLS_LOG_LEVEL": "warning"}).start()
+                    )
+                with contextlib.ExitStack() as stack:
+                    floors = [stack.enter_context(FloorRelay()) for _ in range(settings.instances)]
+                    pooled, split = latency(settings, daemons, peers, floors)
                     stats = {name: s.summary() for name, s in pooled.items()}
-                    rates = throughput(settings, daemons, floor)
+                    rates = throughput(settings, {label: ds[0] for label, ds in daemons.items()}, floors[0])
             finally:
-                info.stop()
-                quiet.stop()
+                for daemon in [d for ds in daemons.values() for d in ds]:
+                    daemon.stop()
         fast = stats[f"{FASTMCP}, raw client, stdio"]["p50_us"]
         sdk = stats[f"{MCPSERVER}, raw client, stdio"]["p50_us"]
         for name, s in stats.items():
@@ -245,8 +262,9 @@ def measure(quick: bool = False) -> Report:
         "calls-latency", "tools/call latency (µs), sequential calls of a one-line echo tool",
         ["system, client, transport", "mode", "p50 µs", "p99 µs", "p50 × vs fastmcp", "p50 × vs mcpserver"],
         latency_rows,
-        [f"{settings.rounds} rounds taken in turns; per round {settings.calls} timed calls to atomictoolsd and "
-         f"{settings.peer_calls} to each peer, after a warm-up."],
+        [f"{settings.rounds} rounds taken in turns; per round {settings.calls} timed calls to each of "
+         f"{settings.instances} instances of atomictoolsd and of the floors, and {settings.peer_calls} to each peer, "
+         "after a warm-up."],
     ))
     report.tables.append(Table(
         "calls-cpu", "where a sequential tools/call's time goes: CPU µs per call, by process",
@@ -274,14 +292,17 @@ def floors(quick: bool = False, before: Path | None = None) -> Report:
     split_rows: list[list[Any]] = []
     for mode, pinned in MODES:
         with affinity(pinned):
-            daemons = {"": DaemonUnderTest(tools=ECHO_TOOLS).start()}
-            if before is not None:
-                daemons[" (before)"] = DaemonUnderTest(tools=ECHO_TOOLS, source=before).start()
+            daemons: dict[str, list[DaemonUnderTest]] = {"": []} if before is None else {"": [], " (before)": []}
             try:
-                with FloorRelay() as floor:
-                    pooled, split = latency(settings, daemons, {}, floor, tiny_client=False)
+                for _ in range(settings.instances):
+                    daemons[""].append(DaemonUnderTest(tools=ECHO_TOOLS).start())
+                    if before is not None:
+                        daemons[" (before)"].append(DaemonUnderTest(tools=ECHO_TOOLS, source=before).start())
+                with contextlib.ExitStack() as stack:
+                    floors = [stack.enter_context(FloorRelay()) for _ in range(settings.instances)]
+                    pooled, split = latency(settings, daemons, {}, floors, tiny_client=False)
             finally:
-                for daemon in daemons.values():
+                for daemon in [d for ds in daemons.values() for d in ds]:
                     daemon.stop()
         stats = {name: s.summary() for name, s in pooled.items()}
         floor3 = stats[f"{FLOOR}, raw client, socket"]["p50_us"]
@@ -295,7 +316,8 @@ def floors(quick: bool = False, before: Path | None = None) -> Report:
     report.tables.append(Table(
         "calls-floors", "tools/call latency (µs) against the floors measured in the same run",
         ["system, client, transport", "mode", "p50 µs", "p99 µs", "p50 × its floor"], rows,
-        ["The socket path against the three-process floor, the shim path against the four-process one."],
+        ["The socket path against the three-process floor, the shim path against the four-process one.",
+         f"{settings.instances} instances of each, {settings.rounds} rounds of {settings.calls} calls to each, samples pooled."],
     ))
     report.tables.append(Table(
         "calls-floors-cpu", "CPU µs per sequential call, by process",
