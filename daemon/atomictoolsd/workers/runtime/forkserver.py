@@ -1,8 +1,11 @@
 """The fork server: a small process with the worker runtime already imported, forking workers.
 
 A cold ``python -c "import msgspec"`` costs ~26 ms; forking this process costs well under 1 ms. The
-daemon starts one fork server (``python -P -m atomictoolsd.workers.runtime.forkserver FD DAEMON_PID ALIVE_FD``,
-sealed: see ``spawner``) and talks to it over a datagram socket pair, so each request arrives whole with its file descriptor:
+daemon's first fork server is a fork of the daemon made as it starts, which calls ``main`` (so it
+and its workers share the daemon's code addresses); one that replaces it, and the one for confined
+workers, is started as ``python -P -m atomictoolsd.workers.runtime.forkserver FD DAEMON_PID ALIVE_FD``
+(sealed: see ``spawner``). The daemon talks to each over a datagram socket pair, so each request
+arrives whole with its file descriptor:
 
 daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
 The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer
