@@ -372,7 +372,10 @@ def _descriptors(pid: int) -> dict[int, str]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the first fork server is forked on Linux only")
 def test_the_first_fork_server_is_a_sealed_fork_of_the_daemon_and_a_replacement_is_execd(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.local_tools, "who.py", "import os\n\ndef who() -> str:\n    return str(os.getpid())\n")
-    daemon = make_daemon()
+    env.write_tool(env.local_tools, "environment.py", (
+        "import json, os\n\ndef environment() -> str:\n    return json.dumps(dict(os.environ))\n"
+    ))
+    daemon = make_daemon({"PYTHONWARNINGS": "error", "SOME_SETTING": "kept"})  # the daemon re-executes itself sealed
     with daemon.client() as client:
         worker = psutil.Process(int(client.call("who").text))
         forkserver = worker.parent()
@@ -389,9 +392,12 @@ def test_the_first_fork_server_is_a_sealed_fork_of_the_daemon_and_a_replacement_
         # No socket of the daemon's (its listening socket, its clients'): a socket pair's two ends differ.
         assert not {t for t in held.values() if t.startswith("socket:")} & daemon_fds, held
         assert forkserver.cwd() == "/"
-        assert {k: v for k, v in forkserver.environ().items() if k.startswith("PYTHON")} == {
-            k: v for k, v in sealed_environ(forkserver.environ()).items() if k.startswith("PYTHON")
-        }
+        # What a tool runs with: the sealed environment, as an exec'd fork server's...
+        tool_environment = json.loads(client.call("environment").text)
+        assert tool_environment == sealed_environ(tool_environment) and tool_environment["SOME_SETTING"] == "kept"
+        assert "PYTHONWARNINGS" not in tool_environment
+        # ...and the daemon's own starting environment, which a fork keeps in memory, wiped.
+        assert forkserver.environ() == {} and worker.environ() == {}
         # A fork server that replaces a lost one is exec'd (the daemon has threads by then).
         forkserver.kill()
         forkserver.wait(10)

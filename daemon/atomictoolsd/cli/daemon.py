@@ -45,17 +45,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.chdir("/")  # and keeps no directory of the starter's busy (an unmount, a removed worktree)
 
     from atomictoolsd.service.manager import capture  # lazy: only this command pays for it (start-up cost)
-
-    # First of all: these variables are for this process only, never for the fork server or workers.
-    service = capture()
-    # Tools run programs by name; those installed next to the daemon (its venv) are among them.
-    add_own_bin_to_path()
-
     from atomictoolsd.workers.spawner import fork_early  # lazy: only this command pays for it (start-up cost)
 
+    # Tools run programs by name; those installed next to the daemon (its venv) are among them.
+    add_own_bin_to_path()
     # Before the settings are read and before any thread or event loop: a copy of this process as it
-    # is now becomes the first fork server (workers then share the daemon's code addresses).
-    first_forkserver = fork_early()
+    # is now becomes the first fork server (workers then share the daemon's code addresses). It
+    # drops the service manager's variables itself, before anything else, and never holds them.
+    first_forkserver = fork_early(child_setup=capture)
+    # These variables are for this process only, never for the fork server or workers.
+    service = capture()
 
     import asyncio
 

@@ -53,6 +53,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgspec
@@ -85,10 +86,15 @@ class EarlyForkServer(NamedTuple):
     alive_fd: int  # the read end of its liveness pipe
 
 
-def fork_early() -> EarlyForkServer | None:
+def fork_early(child_setup: Callable[[], object] | None = None) -> EarlyForkServer | None:
     """Fork the first fork server from this process, now. Call it while the process has one thread
     and has read nothing a worker should not see; None where it cannot (a thread already runs, no
-    ``fork``, no descriptors left): the spawner then starts one by exec, as it does every later one."""
+    ``fork``, no descriptors left): the spawner then starts one by exec, as it does every later one.
+
+    ``child_setup`` runs first thing in the fork server (the daemon drops the variables its service
+    manager meant for it alone). The environment the process was started with, which
+    ``/proc/PID/environ`` shows and a fork keeps, is wiped: the fork server runs with
+    ``sealed_environ()``, as an exec'd one, and nothing else."""
     if not sys.platform.startswith("linux") or threading.active_count() != 1:
         return None  # macOS: forking a process that has loaded system frameworks is not safe
     # Imported before the fork: the fork server then has it, and shares its pages with the daemon.
@@ -108,10 +114,13 @@ def fork_early() -> EarlyForkServer | None:
             args = [str(theirs.fileno()), str(daemon_pid), str(alive_w)]
             os.dup2(stdin_r, 0)  # its end-of-file is the daemon's going, as for an exec'd one
             _close_all_but({0, 1, 2, theirs.fileno(), alive_w})
+            if child_setup is not None:
+                child_setup()
             os.chdir(SEALED_CWD)
             sealed = sealed_environ()
-            os.environ.clear()
+            os.environ.clear()  # the C environment now holds copies only: the original can go
             os.environ.update(sealed)
+            _wipe_initial_environment()
             sys.argv = [forkserver.__file__ or _FORKSERVER, *args]
             forkserver.main(args)
         finally:
@@ -121,6 +130,23 @@ def fork_early() -> EarlyForkServer | None:
     os.close(stdin_r)
     ours.setblocking(False)
     return EarlyForkServer(ForkedChild(pid, open(stdin_w, "wb", buffering=0)), ours, alive_r)
+
+
+def _wipe_initial_environment() -> None:
+    """Zero the strings of the environment this process image started with (what
+    ``/proc/PID/environ`` reads): after ``os.environ`` was rebuilt nothing points to them."""
+    import ctypes  # lazy: in the fork server only, which loads it anyway (prctl)
+
+    fields = proc_stat("self")
+    if fields is None or len(fields) <= _ENV_END:
+        return
+    start, end = int(fields[_ENV_START]), int(fields[_ENV_END])
+    if 0 < start < end:
+        ctypes.memset(start, 0, end - start)
+
+
+# /proc/PID/stat, fields 50 and 51 (env_start, env_end), as indexes into what proc_stat returns.
+_ENV_START, _ENV_END = 47, 48
 
 
 def _close_all_but(keep: set[int]) -> None:
