@@ -294,14 +294,19 @@ def test_code_found_through_pythonpath_is_the_one_thing_of_it_that_is_kept(hosti
     hostile.env.write_tool(hostile.env.local_tools, "origin.py", (
         "import atomictoolsd\n\n\ndef origin() -> str:\n    return atomictoolsd.__file__\n"
     ))
+    hostile.env.write_tool(hostile.env.local_tools, "pythonpath.py", (
+        "import os\n\n\ndef pythonpath() -> str:\n    return os.environ['PYTHONPATH']\n"
+    ))
     ours = os.pathsep.join([str(client_root), str(daemon_root)])
     variables = {**hostile.vars, "PYTHONPATH": os.pathsep.join([ours, hostile.vars["PYTHONPATH"]])}
     daemon: Daemon = make_daemon(variables, command=[sys.executable, "-m", "atomictoolsd", "serve"], cwd=hostile.cwd)
     with daemon.client(hostile.cwd) as client:
         check_probe(client.call("probe").text)
         assert client.call("origin").text == str(daemon_root / "atomictoolsd" / "__init__.py")
+        assert client.call("pythonpath").text == ours, "what a tool's own `python` would inherit"
     for process in [psutil.Process(daemon.pid), *daemon.descendants()]:
-        assert process.environ()["PYTHONPATH"] == ours, process
+        environ = process.environ()  # empty for the fork server forked from the daemon, and its workers: wiped
+        assert environ == {} or environ["PYTHONPATH"] == ours, process
     daemon.stop()
     no_marker_but_from(hostile, lambda m: not m.safe_path and m.name not in ("uvloop", "msgspec", "ssl"))
     record("a daemon run from a checkout on PYTHONPATH: its workers run that checkout, nothing planted")
