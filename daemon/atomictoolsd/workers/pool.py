@@ -405,7 +405,8 @@ class ModuleRunner:
 
         asyncio.get_running_loop().call_later(self.pool.settings.cancel_grace, give_up)
 
-    def record(self, call: Call, result: bytes) -> None:
+    def record(self, call: Call, result: bytes) -> float:
+        """Count an answered call in the statistics and the event log; return when it ended (``time.monotonic()``)."""
         self.calls += 1
         now = time.monotonic()
         duration = now - call.started
@@ -419,6 +420,7 @@ class ModuleRunner:
         elif events.calls_on:
             context = call.context
             events.tool_finished(call.tool, self.spec.path, call.id, context.session_id, context.agent, now, duration, None)
+        return now
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1

@@ -175,7 +175,9 @@ class Call:
         if self.done:
             return
         self.done = True
-        self.runner.record(self, result)
+        ended = self.runner.record(self, result)
+        if self.worker is not None:
+            self.worker.last_used = ended  # the clock read once for both
         self.owner.call_result(self, result)
 
     def hold(self, wait: float) -> None:
@@ -396,7 +398,8 @@ class Worker(asyncio.Protocol):
         call = self.pending.pop(call_id, None)
         if self.abandoned:
             self.abandoned.discard(call_id)
-        self.last_used = time.monotonic()
+        if call is None or call.done:
+            self.last_used = time.monotonic()  # busy until now (an answered call's finish sets it)
         if call is None:
             # The runtime answers each call it was given once: this one it was never given, or has
             # answered. A tool wrote it; it reaches no one (and the log hears of it once a worker).

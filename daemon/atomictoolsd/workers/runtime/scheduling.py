@@ -47,6 +47,8 @@ from atomictoolsd.workers.runtime.results import TEXT_HEAD, TEXT_TAIL, encode_js
 
 __all__ = ["Runtime", "exit_worker"]
 
+_asdict = msgspec.structs.asdict
+
 
 class Runtime:
     """Serves calls on the worker's channel.
@@ -62,7 +64,14 @@ class Runtime:
     arrive together with others go to pool threads, so they overlap; calls of a quick tool that
     arrive together run inline one after the other, which costs each less than a hand-off would
     (sixteen calls in flight to a one-line tool: up to twice the calls/s). A quick call that only
-    looked slow (the machine was busy) sends the next few calls to the pool, as before.
+    looked slow (the machine was busy) sends the next few calls to the pool, as before. A slow
+    tool's calls are all timed; of the quick ones, one in ``TIME_EVERY`` inline calls is.
+
+    The inline path of a quick call reads no clock and, when no other sync call runs, takes the
+    lock once (after the call): pinned to one core with the daemon and its client, each clock read
+    and each lock taken measured ~1 µs a call, many times their cost in a tight loop. The watchdog
+    needs no start time: it hands the reading role on when it finds the same inline call at two
+    of its looks in a row, ``INLINE_BUDGET`` apart (so after one to two budgets).
 
     At most ``threads`` sync calls run at once; more wait in a backlog. Async tools run on an event
     loop in a thread of its own, started with the first async call. Every send takes one lock, so
@@ -72,6 +81,8 @@ class Runtime:
     INLINE_BUDGET = 0.01  # seconds an inline call may hold the reading role
     QUICK_CALL = 0.001  # seconds: a call this long or longer makes its tool slow
     QUICK_AGAIN = 32  # quick calls in a row after which a slow tool counts as quick again
+    TIME_EVERY = 8  # of a quick tool's inline calls, one in this many is timed
+    IDLE_LOOKS = 100  # the watchdog's looks without an inline call (a second) before it parks
 
     def __init__(
         self, sock: socket.socket, tools: dict[str, ToolSpec], worker: WorkerSpec, send_lock: threading.Lock | None = None
@@ -91,14 +102,14 @@ class Runtime:
         self._inbox: collections.deque[DaemonMessage] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
         self._reader_gen = 0  # which thread may read: the one started for this generation
-        self._inline: tuple[int, float, str] | None = None  # (reader generation, perf_counter start, tool) inline
+        self._inline: tuple[int, str] | None = None  # the inline call: (reader generation, tool); a new tuple each
         self._slow: dict[str, int] = {}  # slow tools → quick calls still to see before they are quick
         self._running = 0  # sync calls running, inline or on the pool
         self._idle = 0  # pool threads waiting for a job
         self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
-        self._watching = threading.Event()
-        self._watched = False  # whether the watchdog watches (set and cleared under _lock with _watching)
+        self._untimed = 0  # inline calls of quick tools since one was timed
+        self._watching = threading.Event()  # set while the watchdog looks; cleared when it parks
         self._watchdog: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
@@ -132,6 +143,7 @@ class Runtime:
         whole = self._frames.whole
         feed = self._frames.feed
         plain = self._plain
+        slow = self._slow
         while self._reader_gen == generation:
             if inbox:
                 message = inbox.popleft()
@@ -148,39 +160,49 @@ class Runtime:
                     continue
             if type(message) is CallTool:
                 spec = plain.get(message.tool)
-                if spec is None:
-                    job = self.start_call(message)
-                else:  # start_call's work for a sync tool without ctx, when its arguments are valid
+                if spec is not None and not (inbox and spec.name in slow):
+                    # start_call's work for a sync tool without ctx, when its arguments are valid
                     try:
-                        job = (message.call_id, spec, spec.parse_arguments(message.arguments or b"{}"))
+                        kwargs = _asdict(spec.decoder.decode(message.arguments or b"{}"))
                     except (msgspec.ValidationError, msgspec.DecodeError):
-                        job = self.start_call(message)
+                        pass  # start_call drops what it does not declare, or answers the error
+                    else:
+                        self._run_inline(message.call_id, spec, kwargs, generation)
+                        continue
+                job = self.start_call(message)
                 if job is None:
                     continue
-                if inbox and job[1].name in self._slow:
+                if inbox and job[1].name in slow:
                     self._dispatch(job)  # more is waiting to be read: do not sit on it
                 else:
-                    self._run_inline(job, generation)
+                    self._run_inline(*job, generation)
             elif type(message) is Answer:
                 self._answered(message)
             else:
                 self.cancel_call(message.call_id)
 
-    def _run_inline(self, job: tuple[int, ToolSpec, dict[str, Any]], generation: int) -> None:
+    def _run_inline(self, call_id: int, spec: ToolSpec, kwargs: dict[str, Any], generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
-        call_id, spec, kwargs = job
         lock = self._lock
-        started = time.perf_counter()
-        with lock:
-            if self._running >= self.worker.threads:
-                self._backlog.append(job)  # a finishing call picks it up
-                return
-            self._running += 1
-            self._inline = (generation, started, spec.name)
-            watched = self._watched
-            self._watched = True
-        if not watched:
+        if self._running == 0:
+            # No sync call runs, so no other thread changes the count now: only the reader starts
+            # calls, and a finishing one lowers it (under the lock) only after it ran.
+            self._running = 1
+        else:
+            with lock:
+                if self._running >= self.worker.threads:
+                    self._backlog.append((call_id, spec, kwargs))  # a finishing call picks it up
+                    return
+                self._running += 1
+        self._inline = (generation, spec.name)
+        if not self._watching.is_set():  # after marking the call: see _watch, which parks likewise
             self._start_watching()
+        timed = spec.name in self._slow or self._untimed >= self.TIME_EVERY
+        if timed:
+            self._untimed = 0
+            started = time.perf_counter()
+        else:
+            self._untimed += 1
         try:
             value = spec.fn(**kwargs)
             if type(value) is str and spec.output_schema is None and len(value) <= self._short_text \
@@ -190,9 +212,8 @@ class Runtime:
                 result = make_result(spec, value, self.worker)
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
             result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
-        seconds = time.perf_counter() - started
-        if seconds >= self.QUICK_CALL or spec.name in self._slow:
-            self._timed(spec.name, seconds)
+        if timed:
+            self._timed(spec.name, time.perf_counter() - started)
         if spec.context_param is None:
             # finish_call's last step only: without a ctx, the call asked nothing and sent nothing.
             body = encode_message(Result(call_id, result))  # encode_frame, inline
@@ -213,30 +234,41 @@ class Runtime:
         self._run(job, generation)  # still marked inline: the watchdog hands the reading role on if it lasts
 
     def _start_watching(self) -> None:
-        if self._watchdog is None:
-            self._watchdog = threading.Thread(target=self._watch, name="tool-watchdog", daemon=True)
-            self._watchdog.start()
-        self._watching.set()
+        with self._lock:
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watch, name="tool-watchdog", daemon=True)
+                self._watchdog.start()
+            self._watching.set()
 
     def _watch(self) -> None:
-        """While calls run inline, hand the reading role on when one overstays its budget."""
-        last_busy = time.perf_counter()
+        """While calls run inline, hand the reading role on when one overstays its budget: when the
+        same inline call is there at two looks in a row."""
+        seen = None  # the inline call found at the last look
+        idle = 0  # looks in a row that found none
         while True:
             self._watching.wait()
             time.sleep(self.INLINE_BUDGET)
-            now = time.perf_counter()
             with self._lock:
                 inline = self._inline
-                if inline is not None:
-                    last_busy = now
-                    if inline[0] == self._reader_gen and now - inline[1] >= self.INLINE_BUDGET:
-                        self._slow[inline[2]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
-                        self._reader_gen += 1
-                        self._inline = None
-                        threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
-                elif now - last_busy > 1.0:
-                    self._watched = False
-                    self._watching.clear()  # idle: park until the next inline call
+                if inline is None:
+                    seen = None
+                    idle += 1
+                    if idle >= self.IDLE_LOOKS:  # idle: park until the next inline call
+                        idle = 0
+                        self._watching.clear()
+                        # A reader marks its call, then looks whether we watch; we stop watching,
+                        # then look whether a call was marked: one of the two sees the other.
+                        if self._inline is not None:
+                            self._watching.set()
+                    continue
+                idle = 0
+                if inline is seen and inline[0] == self._reader_gen:
+                    self._slow[inline[1]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
+                    self._reader_gen += 1
+                    self._inline = None
+                    threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
+                    inline = None
+                seen = inline
 
     # running sync calls
 
