@@ -47,6 +47,7 @@ HOSTILE = '''
         return struct.pack(">I", len(body)) + body
 
     SPLICE = b'{"content":[]},"id":"ghost"'
+    TEXT = b'{"content":[{"type":"text","text":'
     NEWLINE = b'{"content":[]}}\\n{"jsonrpc":"2.0","id":"ghost","result":{"content":[]}}'
 
     @tool
@@ -63,6 +64,11 @@ HOSTILE = '''
             "newline result": ["result", me, NEWLINE],
             "result not an object": ["result", me, b'[1,2]'],
             "content not a list": ["result", me, b'{"content":"ghost"}'],
+            # One text block as the runtime writes it is relayed as it is; these only look like one.
+            "text result, a newline before its string": ["result", me, TEXT + b'\\n"survived"}]}'],
+            "text result, more after its string": ["result", me, TEXT + b'"survived","more":1}]}'],
+            "text result, not UTF-8": ["result", me, TEXT + b'"\\xff"}]}'],
+            "text result, a lone surrogate": ["result", me, TEXT + b'"\\\\ud800"}]}'],
             "result for an unknown call": ["result", 10**9, NEWLINE],
             "result for an answered call": ["result", _last[-1] if _last else 1, NEWLINE],
             "call id a string": ["result", str(me), SPLICE],
@@ -130,6 +136,10 @@ EXPECTED = {
     "newline result": "sent a malformed result",
     "result not an object": "sent a malformed result",
     "content not a list": "sent a malformed result",
+    "text result, a newline before its string": "survived",
+    "text result, more after its string": "survived",
+    "text result, not UTF-8": "sent a malformed result",
+    "text result, a lone surrogate": "sent a malformed result",
     "result for an unknown call": "survived",
     "result for an answered call": "survived",
     "call id a string": MALFORMED,

@@ -24,7 +24,7 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
+    "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
     "DaemonMessage", "Dropped", "Failed",
     "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
     "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length",
@@ -229,9 +229,15 @@ def encode_frame(message: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
+# A result of one text block is these around the text as a JSON string: the runtime builds the
+# common result so, and the daemon relays one of this shape without decoding and encoding it again.
+TEXT_HEAD = b'{"content":[{"type":"text","text":'
+TEXT_TAIL = b"}]}"
+
+
 def error_result(text: str) -> bytes:
     """An MCP ``CallToolResult`` with ``isError: true`` and one text block, as JSON."""
-    return b'{"content":[{"type":"text","text":' + _json(text) + b'}],"isError":true}'
+    return TEXT_HEAD + _json(text) + b'}],"isError":true}'
 
 
 class FrameReader:

@@ -30,6 +30,8 @@ import msgspec
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
+    TEXT_HEAD,
+    TEXT_TAIL,
     Answer,
     Ask,
     CallContext,
@@ -72,6 +74,22 @@ class _CallToolResult(msgspec.Struct, omit_defaults=True):
 
 
 _decode_result = msgspec.json.Decoder(_CallToolResult).decode
+_decode_string = msgspec.json.Decoder(str).decode
+_QUOTE_TEXT_TAIL = b'"' + TEXT_TAIL
+_TEXT_START = len(TEXT_HEAD)
+
+
+def _is_json_string(result: bytes) -> bool:
+    """Whether what ``result`` holds between ``TEXT_HEAD`` and ``TEXT_TAIL`` is one JSON string,
+    quote to quote (no whitespace around it, where a newline could hide)."""
+    text = result[_TEXT_START : -len(TEXT_TAIL)]
+    if not text.startswith(b'"'):
+        return False
+    try:
+        _decode_string(text)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return False
+    return True
 _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 
@@ -414,13 +432,17 @@ class Worker(asyncio.Protocol):
             call.finish(error_result(f"Tool {call.tool!r} was cancelled"))
         elif not call.done:
             # Re-encoded by the daemon (a tool can write anything on its channel), or an error saying
-            # why it cannot be relayed.
+            # why it cannot be relayed. One text block as the runtime writes it (the JSON of a
+            # string, and nothing else, between TEXT_HEAD and TEXT_TAIL) is relayed as it is: a JSON
+            # string holds no raw newline, and re-encoding it would give the very same bytes.
             if len(result) > self.max_message:
                 result = error_result(f"Tool {call.tool!r} sent {_too_large('a result', len(result), self.max_message)}")
+            elif result.startswith(TEXT_HEAD) and result.endswith(_QUOTE_TEXT_TAIL) and _is_json_string(result):
+                pass
             else:
                 try:
                     result = _encode_json(_decode_result(result))
-                except msgspec.DecodeError as exc:
+                except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8: the latter
                     result = error_result(f"Tool {call.tool!r} sent a malformed result ({exc}); it was not relayed")
             call.finish(result)
         if self.runner.backoff.crashes:

@@ -16,12 +16,12 @@ import msgspec
 
 from atomictools._errors import ToolError
 from atomictools._schema import ToolSpec, enc_hook
-from atomictoolsd.workers.protocol import WorkerSpec, error_result
+from atomictoolsd.workers.protocol import TEXT_HEAD, TEXT_TAIL, WorkerSpec, error_result
 from atomictoolsd.workers.runtime.blocks import content_blocks, is_content
 from atomictoolsd.workers.runtime.limits import memory_error_text
 from atomictoolsd.workers.runtime.truncate import spill, truncate
 
-__all__ = ["TEXT_HEAD", "TEXT_TAIL", "encode_json", "exception_text", "make_result"]
+__all__ = ["encode_json", "exception_text", "make_result"]
 
 encode_json = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
@@ -37,11 +37,6 @@ def exception_text(tool: str, exc: BaseException, memory_limit: int = 0) -> str:
         tb = tb.tb_next
     trace = "".join(traceback.format_exception(type(exc), exc, tb))
     return f"Tool {tool!r} raised {type(exc).__name__}: {exc}\n\n{trace}".rstrip()
-
-
-# A result of one text block is these around the text as a JSON string.
-TEXT_HEAD = b'{"content":[{"type":"text","text":'
-TEXT_TAIL = b"}]}"
 
 
 def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:

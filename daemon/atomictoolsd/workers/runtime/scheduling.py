@@ -27,6 +27,8 @@ from atomictools._authoring import Context
 from atomictools._errors import AskError
 from atomictools._schema import ToolSpec
 from atomictoolsd.workers.protocol import (
+    TEXT_HEAD,
+    TEXT_TAIL,
     Answer,
     Ask,
     CallTool,
@@ -43,7 +45,7 @@ from atomictoolsd.workers.protocol import (
     pack_length,
 )
 from atomictoolsd.workers.runtime.arguments import Undeclared, split_undeclared
-from atomictoolsd.workers.runtime.results import TEXT_HEAD, TEXT_TAIL, encode_json, exception_text, make_result
+from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
 
 __all__ = ["Runtime", "exit_worker"]
 
