@@ -112,6 +112,7 @@ class Runtime:
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
         self._untimed = 0  # inline calls of quick tools since one was timed
         self._watching = threading.Event()  # set while the watchdog looks; cleared when it parks
+        self._watched = False  # the same, read by a reader on every inline call (cheaper than is_set)
         self._watchdog: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[int, asyncio.Task[Any]] = {}
@@ -197,7 +198,7 @@ class Runtime:
                     return
                 self._running += 1
         self._inline = (generation, spec.name)
-        if not self._watching.is_set():  # after marking the call: see _watch, which parks likewise
+        if not self._watched:  # after marking the call: see _watch, which parks likewise
             self._start_watching()
         timed = spec.name in self._slow or self._untimed >= self.TIME_EVERY
         if timed:
@@ -240,6 +241,7 @@ class Runtime:
             if self._watchdog is None:
                 self._watchdog = threading.Thread(target=self._watch, name="tool-watchdog", daemon=True)
                 self._watchdog.start()
+            self._watched = True
             self._watching.set()
 
     def _watch(self) -> None:
@@ -257,10 +259,12 @@ class Runtime:
                     idle += 1
                     if idle >= self.IDLE_LOOKS:  # idle: park until the next inline call
                         idle = 0
+                        self._watched = False
                         self._watching.clear()
                         # A reader marks its call, then looks whether we watch; we stop watching,
                         # then look whether a call was marked: one of the two sees the other.
                         if self._inline is not None:
+                            self._watched = True
                             self._watching.set()
                     continue
                 idle = 0
