@@ -69,11 +69,15 @@ class Runtime:
     looked slow (the machine was busy) sends the next few calls to the pool, as before. A slow
     tool's calls are all timed; of the quick ones, one in ``TIME_EVERY`` inline calls is.
 
-    The inline path of a quick call reads no clock and, when no other sync call runs, takes the
-    lock once (after the call): pinned to one core with the daemon and its client, each clock read
-    and each lock taken measured ~1 µs a call, many times their cost in a tight loop. The watchdog
-    needs no start time: it hands the reading role on when it finds the same inline call at two
-    of its looks in a row, ``INLINE_BUDGET`` apart (so after one to two budgets).
+    The inline path of a quick call reads no clock and, when no other sync call runs, takes no
+    lock but the one around its send: pinned to one core with the daemon and its client, each
+    clock read and each lock taken measured ~1 µs a call, many times their cost in a tight loop.
+    The watchdog needs no start time. Each reader marks its inline call in a slot of its own
+    (``_marks[generation]``: ``[tool, sightings]``); at each look the watchdog counts a sighting in
+    the current reader's mark, and at the second it hands the reading role on (so after one to two
+    budgets). A reader that clears its slot and then finds no sighting counted knows that no hand-over
+    can have happened or can happen for that call, and that no other thread started a call meanwhile:
+    it lowers the count without the lock.
 
     At most ``threads`` sync calls run at once; more wait in a backlog. Async tools run on an event
     loop in a thread of its own, started with the first async call. Every send takes one lock, so
@@ -104,13 +108,14 @@ class Runtime:
         self._inbox: collections.deque[DaemonMessage] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
         self._reader_gen = 0  # which thread may read: the one started for this generation
-        self._inline: tuple[int, str] | None = None  # the inline call: (reader generation, tool); a new tuple each
+        # Each reader's inline call, by reader generation: [tool, the watchdog's sightings of it].
+        self._marks: dict[int, list[Any] | None] = {}
         self._slow: dict[str, int] = {}  # slow tools → quick calls still to see before they are quick
         self._running = 0  # sync calls running, inline or on the pool
         self._idle = 0  # pool threads waiting for a job
         self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
-        self._untimed = 0  # inline calls of quick tools since one was timed
+        self._untimed = self.TIME_EVERY  # inline calls of quick tools since one was timed (the first is)
         self._watching = threading.Event()  # set while the watchdog looks; cleared when it parks
         self._watched = False  # the same, read by a reader on every inline call (cheaper than is_set)
         self._watchdog: threading.Thread | None = None
@@ -183,11 +188,13 @@ class Runtime:
                 self._answered(message)
             else:
                 self.cancel_call(message.call_id)
+        self._marks.pop(generation, None)  # the role moved on: this reader marks no more calls
 
     def _run_inline(self, call_id: int, spec: ToolSpec, kwargs: dict[str, Any], generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
         lock = self._lock
-        if self._running == 0:
+        alone = self._running == 0
+        if alone:
             # No sync call runs, so no other thread changes the count now: only the reader starts
             # calls, and a finishing one lowers it (under the lock) only after it ran.
             self._running = 1
@@ -197,7 +204,7 @@ class Runtime:
                     self._backlog.append((call_id, spec, kwargs))  # a finishing call picks it up
                     return
                 self._running += 1
-        self._inline = (generation, spec.name)
+        mark = self._marks[generation] = [spec.name, 0]
         if not self._watched:  # after marking the call: see _watch, which parks likewise
             self._start_watching()
         timed = spec.name in self._slow or self._untimed >= self.TIME_EVERY
@@ -227,12 +234,19 @@ class Runtime:
                 exit_worker()  # the daemon is gone
         else:
             self.finish_call(call_id, result)
+        if alone:
+            self._marks[generation] = None  # first: from here on no look can see the call
+            if mark[1] == 0:
+                # Not seen once: the role is still ours, no other reader started, nothing went to the
+                # backlog or the pool, and no look will see the call again (a hand-over takes two).
+                self._running = 0
+                return
         with lock:
             job = self._backlog.popleft() if self._backlog else None  # type: ignore[assignment]
             if job is None:
                 self._running -= 1
-                if self._inline is not None and self._inline[0] == generation:
-                    self._inline = None
+                if self._marks.get(generation) is mark:
+                    self._marks[generation] = None
                 return
         self._run(job, generation)  # still marked inline: the watchdog hands the reading role on if it lasts
 
@@ -247,15 +261,14 @@ class Runtime:
     def _watch(self) -> None:
         """While calls run inline, hand the reading role on when one overstays its budget: when the
         same inline call is there at two looks in a row."""
-        seen = None  # the inline call found at the last look
-        idle = 0  # looks in a row that found none
+        idle = 0  # looks in a row that found no inline call
         while True:
             self._watching.wait()
             time.sleep(self.INLINE_BUDGET)
             with self._lock:
-                inline = self._inline
-                if inline is None:
-                    seen = None
+                generation = self._reader_gen
+                mark = self._marks.get(generation)
+                if mark is None:
                     idle += 1
                     if idle >= self.IDLE_LOOKS:  # idle: park until the next inline call
                         idle = 0
@@ -263,24 +276,23 @@ class Runtime:
                         self._watching.clear()
                         # A reader marks its call, then looks whether we watch; we stop watching,
                         # then look whether a call was marked: one of the two sees the other.
-                        if self._inline is not None:
+                        if self._marks.get(self._reader_gen) is not None:
                             self._watched = True
                             self._watching.set()
                     continue
                 idle = 0
-                if inline is seen and inline[0] == self._reader_gen:
-                    self._slow[inline[1]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
+                mark[1] += 1
+                if mark[1] >= 2:  # the same call as at the last look: it has held the role a budget or more
+                    self._slow[mark[0]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
+                    self._marks.pop(generation, None)
                     self._reader_gen += 1
-                    self._inline = None
                     threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
-                    inline = None
-                seen = inline
 
     # running sync calls
 
     def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None, inline: int | None = None) -> None:
         """Run a sync call on this thread, then any the backlog holds; the calls of reader
-        ``inline`` stay marked inline (``_inline``) until the backlog is empty."""
+        ``inline`` stay marked inline (``_marks[inline]``) until the backlog is empty."""
         while job is not None:
             call_id, spec, kwargs = job
             started = time.perf_counter()
@@ -296,8 +308,8 @@ class Runtime:
                 job = self._backlog.popleft() if self._backlog else None
                 if job is None:
                     self._running -= 1
-                    if inline is not None and self._inline is not None and self._inline[0] == inline:
-                        self._inline = None
+                    if inline is not None:
+                        self._marks[inline] = None
 
     def _timed(self, tool: str, seconds: float) -> None:
         """Keep count of which tools are slow (a race between threads only blurs the count)."""
