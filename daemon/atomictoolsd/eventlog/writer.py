@@ -59,7 +59,7 @@ FLUSH_AT = 4096  # events waiting that trigger a flush right away
 
 
 # Kinds of buffered entries: a logging record or ``emit``, or the end of a tool call.
-_GENERIC, _TOOL_END = 0, 2
+_GENERIC, _TOOL_END = 0, 1
 CANCELLED = b""  # the "failure" of a call nobody is left to answer: tool.cancelled
 
 # A call still running, as the pool reports it to the flush: (started, tool, module, call id,
@@ -243,7 +243,6 @@ class EventLog:
         names = self._names
         records: list[Any] = []
         append = records.append
-        last_milli, ts_text = -1, ""  # many events of a batch are of the same millisecond
         for entry in pending:
             if entry[0] == _GENERIC:
                 _, ts, level, event, fields = entry
@@ -253,9 +252,7 @@ class EventLog:
                 append(record)
                 continue
             _, ended, tool, module, call_id, session, agent, duration, failure = entry
-            ts = ended + wall
-            if int(ts * 1000) != last_milli:
-                last_milli, ts_text = int(ts * 1000), _iso(ts)
+            ts_text = _iso(ended + wall)  # which keeps the last one it made
             who = names.get((tool, module, session, agent)) or self._names_of(tool, module, session, agent)
             ms = int(duration * 1e6 + 0.5) / 1000  # to the µs, as round(…, 3) but a third of its cost
             if failure is None:

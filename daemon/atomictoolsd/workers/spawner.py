@@ -29,8 +29,9 @@ reads its settings or starts a thread or an event loop), so it and its workers r
 machine code at the daemon's own addresses. On one core, where a call goes daemon → worker → daemon,
 these processes take turns on one branch predictor, and with shared addresses each finds it trained
 by the others: a call then costs ~9 µs (15 %) less than with an exec'd fork server
-(docs/performance.md, "Shared code addresses"). It is sealed as an exec'd one is: the daemon is
-(``serve`` re-executes itself until it is), and the child keeps none of its descriptors, runs from
+(docs/performance.md, "The call path, third pass"). It is sealed as an exec'd one is: the daemon
+is (``serve`` re-executes itself sealed; one that still is not gets an exec'd fork server), and the
+child keeps none of its descriptors, runs from
 ``/`` with ``sealed_environ()`` and never returns to the daemon's code. A fork server that replaces a
 lost one is exec'd: by then the daemon has threads, which a fork does not copy.
 
@@ -58,7 +59,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from atomictools._launch import SEALED_CWD, python_command, sealed_environ
+from atomictools._launch import SEALED_CWD, is_sealed, python_command, sealed_environ
 from atomictoolsd.workers.processes import ForkedChild, stop_process
 from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
@@ -89,7 +90,8 @@ class EarlyForkServer(NamedTuple):
 def fork_early(child_setup: Callable[[], object] | None = None) -> EarlyForkServer | None:
     """Fork the first fork server from this process, now. Call it while the process has one thread
     and has read nothing a worker should not see; None where it cannot (a thread already runs, no
-    ``fork``, no descriptors left): the spawner then starts one by exec, as it does every later one.
+    ``fork``, no descriptors left) or should not (this interpreter is not sealed: a fork would keep
+    its ``sys.path``): the spawner then starts one by exec, as it does every later one.
 
     ``child_setup`` runs first thing in the fork server (the daemon drops the variables its service
     manager meant for it alone). The environment the process was started with, which
@@ -97,14 +99,26 @@ def fork_early(child_setup: Callable[[], object] | None = None) -> EarlyForkServ
     ``sealed_environ()``, as an exec'd one, and nothing else."""
     if not sys.platform.startswith("linux") or threading.active_count() != 1:
         return None  # macOS: forking a process that has loaded system frameworks is not safe
+    if not is_sealed():
+        return None  # an exec'd fork server is started sealed, whatever this process was started with
     # Imported before the fork: the fork server then has it, and shares its pages with the daemon.
     from atomictoolsd.workers.runtime import forkserver  # lazy: only serve pays for it (start-up cost)
 
     try:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    except OSError as exc:
+        log.warning("cannot fork the fork server at start (%s); it will be started on first use", _fd_cause(exc))
+        return None
+    pipes: list[int] = []
+    try:
         alive_r, alive_w = os.pipe()
+        pipes += [alive_r, alive_w]
         stdin_r, stdin_w = os.pipe()
     except OSError as exc:
+        ours.close()
+        theirs.close()
+        for fd in pipes:
+            os.close(fd)
         log.warning("cannot fork the fork server at start (%s); it will be started on first use", _fd_cause(exc))
         return None
     daemon_pid = os.getpid()
