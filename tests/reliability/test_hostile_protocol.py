@@ -145,7 +145,7 @@ def test_any_nesting_in_any_field_is_answered_and_the_connection_stays(hostile_d
 
 ODD_VALUES = [
     b"null", b"true", b"-1", b"0", b"1.5", b"1e999", b"-1e999", b"9" * 30, b"9" * 5000, b"-" + b"9" * 5000,
-    b'"\\u0000"', b'"\\ud800"', b'"' + b"x" * 100_000 + b'"', b"[]", b"{}", b'[1,"a",null]',
+    b'"\\u0000"', b'"\\ud800"', b'"\xff"', b'"' + b"x" * 100_000 + b'"', b"[]", b"{}", b'[1,"a",null]',
     b'{"a":{"b":[1]}}', _deep(50, "array"), _deep(1000, "object"),
 ]
 FIELDS = {
@@ -205,7 +205,7 @@ def test_odd_values_in_every_field_are_32602_never_32603(hostile_daemon: Daemon,
         raw.request("atomic/bridges/remove", {"id": bridge["id"]})
     for each in raws.values():
         each.close()
-    record(f"{tried} requests with huge numbers, odd types, NUL and lone surrogates, 100 kB strings and deep "
+    record(f"{tried} requests with huge numbers, odd types, NUL, lone surrogates and bytes that are not UTF-8, 100 kB strings and deep "
            f"values in {sum(map(len, FIELDS.values())) + len(META)} params fields and the id: none -32603")
 
 

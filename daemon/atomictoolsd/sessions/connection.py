@@ -204,7 +204,7 @@ class Connection(asyncio.Protocol):
         if _CALL_METHOD in line and not self.modern and revisions.META_VERSION_BYTES not in line:
             try:
                 request = decode_call(line)
-            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 pass  # read again as a Message below, which answers it as it always has
             else:
                 if request.method == "tools/call" and request.jsonrpc == "2.0":
@@ -231,6 +231,9 @@ class Connection(asyncio.Protocol):
         except msgspec.DecodeError as exc:
             if line.strip():  # a blank line is no message: nothing to answer
                 self.send_error(b"null", PARSE_ERROR, f"Parse error: {exc}")
+            return
+        except UnicodeDecodeError:  # msgspec's error for a string that is not UTF-8
+            self.send_error(self._salvage_id(line), PARSE_ERROR, "Parse error: a string in the message is not UTF-8")
             return
         if message.jsonrpc != "2.0":
             if message.id is not UNSET:
@@ -284,6 +287,9 @@ class Connection(asyncio.Protocol):
         except ParamsError as exc:
             self.send_error(id_json, INVALID_PARAMS, str(exc))
             return
+        except UnicodeDecodeError:  # a handler decoding its params found a string that is not UTF-8
+            self.send_error(id_json, INVALID_PARAMS, "Invalid params: a string in them is not UTF-8")
+            return
         except Exception as exc:  # answer, and keep the connection serving (as _spawn does)
             log.exception("request %s failed", method)
             self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
@@ -295,7 +301,7 @@ class Connection(asyncio.Protocol):
     def _salvage_id(line: bytes) -> bytes:
         try:
             value = msgspec.json.decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):
             return b"null"
         except RecursionError:
             return _scan_envelope(line)[0]

@@ -470,7 +470,7 @@ class Worker(asyncio.Protocol):
             return
         try:
             data = _encode_json(_decode_json(message.data))
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             call.fail(f"Tool {call.tool!r} sent a malformed log message ({exc}); it was not relayed")
             return
         call.owner.call_log(call, message.level, data)
@@ -487,7 +487,7 @@ class Worker(asyncio.Protocol):
         # anything to its channel.
         try:
             params = _decode_json(message.params)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             params = exc
         if not isinstance(params, dict):
             call.fail(f"Tool {call.tool!r} sent a malformed {message.method} request; it was not relayed")
