@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from listener import Listener
 
 from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME
@@ -119,13 +120,14 @@ def test_a_worker_that_reports_other_definitions_than_the_cache_updates_the_list
         assert daemon.workers() == [], "listed from the cache, with no worker"
 
 
-def test_an_unreadable_cache_is_ignored_and_rewritten(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("corrupt", [b"{not json", b'{"runtime":"\xff"}'], ids=["not JSON", "not UTF-8"])
+def test_an_unreadable_cache_is_ignored_and_rewritten(env: Env, make_daemon, corrupt: bytes) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.local_tools, "solid.py", "def solid() -> str:\n    return 'ok'\n")
     daemon = make_daemon()
     cli_list(env, daemon)
     daemon.stop()
     (cache_file,) = (env.root / "cache" / "atomictools" / "definitions").glob("*.json")
-    cache_file.write_text("{not json")
+    cache_file.write_bytes(corrupt)
     daemon = make_daemon()
     with daemon.client() as client:
         assert [t["name"] for t in client.list_tools()] == ["solid"]

@@ -221,6 +221,8 @@ def test_bad_requests_get_clear_errors(env: Env, served: tuple[Any, Http]) -> No
     daemon, endpoint = served
     status, _, body = endpoint.request("POST", raw=b'{"jsonrpc": "2.0", "id": 1, "method": ')
     assert status == 400 and json.loads(body)["error"]["code"] == -32700
+    status, _, body = endpoint.request("POST", raw=b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}')  # not UTF-8
+    assert status == 400 and json.loads(body)["error"]["code"] == -32700
     status, _, body = endpoint.request("POST", [_initialize()])
     assert status == 400 and "Batches" in json.loads(body)["error"]["message"]
     status, _, body = endpoint.request("POST", raw=b"x" * (17 * 1024 * 1024))

@@ -140,7 +140,7 @@ class DefinitionCache:
                 data = _decode_file(self._file(tools_dir).read_bytes())
             except FileNotFoundError:
                 pass
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
                 log.warning("ignoring the unreadable definition cache of %s: %s", tools_dir, exc)
             else:
                 if data.runtime == self.runtime and data.tools_dir == str(tools_dir):

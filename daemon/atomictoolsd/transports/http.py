@@ -633,7 +633,7 @@ class HttpTransport:
             note = "Batches are not supported: send one JSON-RPC message per request" if text == b"[" else "Invalid request: expected a JSON-RPC object"
             response.send(*_refusal(400, INVALID_REQUEST, note))
             return
-        except (msgspec.DecodeError, RecursionError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # Unicode…: a string not UTF-8
             response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
             return
         version = headers.get(b"mcp-protocol-version")
