@@ -64,6 +64,10 @@ _LOSSY_BACKLOG = 4 * 1024 * 1024
 _LOSSY = frozenset({"notifications/message", "notifications/progress"})
 
 _CALL_METHOD = b'"tools/call"'  # a line holding it is first read as a CallRequest, in one decode
+_META_VERSION = revisions.META_VERSION_BYTES  # a line holding it is a 2026-07-28 request
+# A line this long is within any max_message_bytes (whose least is 1024): data_received passes it on
+# without reading the setting.
+_WITHIN_ANY_LIMIT = 1025
 _RESULT_HEAD = b'{"jsonrpc":"2.0","id":'
 _RESULT_MID = b',"result":'
 _ERROR_MID = b',"error":'
@@ -141,6 +145,13 @@ class Connection(asyncio.Protocol):
                 self.log_message("warning", f"{dropped} log and progress notification(s) were dropped while this client was not reading")
 
     def data_received(self, data: bytes) -> None:
+        # The common case first: one whole message per read, and nothing held from before.
+        if (
+            not self._buffer and not self._discarding and data.find(b"\n") == len(data) - 1
+            and (len(data) <= _WITHIN_ANY_LIMIT or len(data) <= self.server.config.max_message_bytes + 1)
+        ):
+            self.handle_line(data)
+            return
         limit = self.server.config.max_message_bytes
         if self._discarding:
             newline = data.find(b"\n")
@@ -149,9 +160,6 @@ class Connection(asyncio.Protocol):
             data = data[newline + 1 :]
             self._discarding = False
         buffer = self._buffer
-        if not buffer and data.endswith(b"\n") and data.count(b"\n") == 1 and len(data) <= limit + 1:
-            self.handle_line(data)  # the common case: one whole message per read
-            return
         buffer += data
         start = 0
         while True:
@@ -201,21 +209,26 @@ class Connection(asyncio.Protocol):
     # -- framing --------------------------------------------------------------------------------
 
     def handle_line(self, line: bytes) -> None:
-        if _CALL_METHOD in line and not self.modern and revisions.META_VERSION_BYTES not in line:
+        if _CALL_METHOD in line and not self.modern and _META_VERSION not in line:
             try:
-                request = decode_call(line)
+                request = decode_call(line)  # only a well-formed 2.0 tools/call fits
             except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 pass  # read again as a Message below, which answers it as it always has
             else:
-                if request.method == "tools/call" and request.jsonrpc == "2.0":
-                    # What is checked of any request below (its id is new; tools/call is never
-                    # locked out), then the call.
-                    id_json = _encode(request.id)
-                    if id_json in self.calls or id_json in self._pending or id_json in self.listens:
-                        self._refuse_reused(id_json)
-                    else:
-                        self._run_handler("tools/call", type(self).start_call, id_json, request.params)
+                # What is checked of any request below (its id is new; tools/call is never locked
+                # out), then the call, as _run_handler runs a handler.
+                id_json = _encode(request.id)
+                if id_json in self.calls or id_json in self._pending or id_json in self.listens:
+                    self._refuse_reused(id_json)
                     return
+                try:
+                    outcome = self.start_call(id_json, request.params)
+                except Exception as exc:
+                    self._handler_failed("tools/call", id_json, exc)
+                    return
+                if outcome is not None:
+                    self._spawn(outcome, id_json)
+                return
         try:
             message = decode_message(line)
         except RecursionError:
@@ -250,7 +263,7 @@ class Connection(asyncio.Protocol):
             self.handle_notification(method, message.params)
             return
         id_json = _encode(message.id)
-        if revisions.META_VERSION_BYTES in line:
+        if _META_VERSION in line:
             if not self._accept_modern(id_json, method, message.params):
                 return
         elif self.modern and not method.startswith("atomic/"):
@@ -284,18 +297,21 @@ class Connection(asyncio.Protocol):
     def _run_handler(self, method: str, handler: Handler, id_json: bytes, params: Any) -> None:
         try:
             outcome = handler(self, id_json, params)
-        except ParamsError as exc:
-            self.send_error(id_json, INVALID_PARAMS, str(exc))
-            return
-        except UnicodeDecodeError:  # a handler decoding its params found a string that is not UTF-8
-            self.send_error(id_json, INVALID_PARAMS, "Invalid params: a string in them is not UTF-8")
-            return
-        except Exception as exc:  # answer, and keep the connection serving (as _spawn does)
-            log.exception("request %s failed", method)
-            self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            self._handler_failed(method, id_json, exc)
             return
         if outcome is not None:
             self._spawn(outcome, id_json)
+
+    def _handler_failed(self, method: str, id_json: bytes, exc: Exception) -> None:
+        """Answer a request whose handler raised, and keep the connection serving (as _spawn does)."""
+        if isinstance(exc, ParamsError):
+            self.send_error(id_json, INVALID_PARAMS, str(exc))
+        elif isinstance(exc, UnicodeDecodeError):  # a handler decoding its params found a string that is not UTF-8
+            self.send_error(id_json, INVALID_PARAMS, "Invalid params: a string in them is not UTF-8")
+        else:
+            log.exception("request %s failed", method, exc_info=exc)
+            self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
 
     @staticmethod
     def _salvage_id(line: bytes) -> bytes:

@@ -8,7 +8,7 @@ handles the methods; this module says what a line may hold.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -60,9 +60,9 @@ class CallRequest(msgspec.Struct):
     does not fit (another method, a malformed id or params) is read again as a ``Message``, whose
     handling answers it exactly as before."""
 
-    jsonrpc: str
+    jsonrpc: Literal["2.0"]
     id: int | str
-    method: str
+    method: Literal["tools/call"]
     params: CallParams
 
 

@@ -278,11 +278,15 @@ class ModuleRunner:
             context: who asked (``CallContext``): what the tool's ``ctx`` says.
             progress_token: the caller's ``_meta.progressToken``; progress is forwarded only with one.
         """
-        call_id = next(self.pool.call_ids)
-        call = Call(self, call_id, tool, arguments, context, timeout, owner, request_id, progress_token)
+        pool = self.pool
+        started = time.monotonic()
+        call = Call(
+            self, next(pool.call_ids), tool, arguments, context, timeout, owner, request_id, progress_token,
+            started, started + timeout,
+        )
         if events.calls_on and not events.scheduled:
             events.schedule()  # its flush writes the call's tool.start if it still runs then
-        self.pool.deadlines.add(call)
+        pool.deadlines.add(call)
         worker = self.current
         if worker is not None and self.stale is not None and self.stale():
             self.retire()  # it finishes what it runs; this call waits for a worker made for things as they are
@@ -408,6 +412,7 @@ class ModuleRunner:
     def record(self, call: Call, result: bytes) -> float:
         """Count an answered call in the statistics and the event log; return when it ended (``time.monotonic()``)."""
         self.calls += 1
+        self.pool.deadlines.answered(call)
         now = time.monotonic()
         duration = now - call.started
         self.durations.append(duration)
@@ -424,6 +429,7 @@ class ModuleRunner:
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1
+        self.pool.deadlines.answered(call)
         if events.calls_on:
             now = time.monotonic()
             events.tool_finished(
@@ -500,6 +506,10 @@ class Deadlines:
         self._calls.add(call)
         if self._handle is None:
             self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
+
+    def answered(self, call: Call) -> None:
+        """Stop watching ``call`` (it answered, or was cancelled)."""
+        self._calls.discard(call)
 
     def _sweep(self) -> None:
         now = time.monotonic()

@@ -50,7 +50,9 @@ from atomictoolsd.workers.protocol import (
     Result,
     WorkerMessage,
     encode_frame,
+    encode_message,
     error_result,
+    pack_length,
 )
 from atomictoolsd.workers.runtime.output import CHUNK_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError, describe_status
@@ -75,21 +77,11 @@ class _CallToolResult(msgspec.Struct, omit_defaults=True):
 
 _decode_result = msgspec.json.Decoder(_CallToolResult).decode
 _decode_string = msgspec.json.Decoder(str).decode
+# A result relayed as it is (Worker._relayable): the JSON string between these two.
+_TEXT_HEAD_QUOTE = TEXT_HEAD + b'"'
 _QUOTE_TEXT_TAIL = b'"' + TEXT_TAIL
 _TEXT_START = len(TEXT_HEAD)
-
-
-def _is_json_string(result: bytes) -> bool:
-    """Whether what ``result`` holds between ``TEXT_HEAD`` and ``TEXT_TAIL`` is one JSON string,
-    quote to quote (no whitespace around it, where a newline could hide)."""
-    text = result[_TEXT_START : -len(TEXT_TAIL)]
-    if not text.startswith(b'"'):
-        return False
-    try:
-        _decode_string(text)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return False
-    return True
+_TEXT_END = -len(TEXT_TAIL)
 _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 
@@ -133,60 +125,34 @@ class CallOwner(Protocol):
     # wait)`` and answers with ``call.answer``; the worker answers for an owner that cannot.
 
 
-class Call:
+class Call(msgspec.Struct, eq=False):
     """One ``tools/call`` in flight: answered exactly once, by a result, a timeout or a crash.
 
     The answer goes to ``owner.call_result``. A call cancelled by its caller is never answered
     (MCP: no response after ``notifications/cancelled``). ``request_id`` and ``progress_token`` are
     the owner's, kept here so that no per-call closure is needed.
+
+    A Struct (``eq=False``: compared and hashed by identity) rather than a class with ``__init__``:
+    one is built for every call, and msgspec fills its fields in C. ``started`` is one clock for
+    both how long it ran (the pool's statistics) and ``deadline``, when the pool's ``Deadlines``
+    answers it; ``ModuleRunner.call`` passes both.
     """
 
-    __slots__ = (
-        "arguments",
-        "asking",
-        "context",
-        "deadline",
-        "done",
-        "id",
-        "left",
-        "owner",
-        "progress_token",
-        "request_id",
-        "runner",
-        "started",
-        "timeout",
-        "tool",
-        "worker",
-    )
-
-    def __init__(
-        self,
-        runner: ModuleRunner,
-        call_id: int,
-        tool: str,
-        arguments: bytes,
-        context: CallContext,
-        timeout: float,
-        owner: CallOwner,
-        request_id: Any = None,
-        progress_token: Any = None,
-    ) -> None:
-        self.runner = runner
-        self.id = call_id
-        self.tool = tool
-        self.arguments = arguments
-        self.context = context
-        self.timeout = timeout
-        self.owner = owner
-        self.request_id = request_id
-        self.progress_token = progress_token
-        # One clock for both: how long it ran (the pool's statistics) and when it is due.
-        self.started = started = time.monotonic()
-        self.deadline = started + timeout  # the pool's Deadlines answers it then
-        self.done = False
-        self.worker: Worker | None = None
-        self.asking = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
-        self.left = 0.0  # of the timeout, while they wait
+    runner: ModuleRunner
+    id: int
+    tool: str
+    arguments: bytes
+    context: CallContext
+    timeout: float
+    owner: CallOwner
+    request_id: Any
+    progress_token: Any
+    started: float
+    deadline: float
+    done: bool = False
+    worker: Worker | None = None
+    asking: int = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
+    left: float = 0.0  # of the timeout, while they wait
 
     def finish(self, result: bytes) -> None:
         """Answer the call (once; later answers are dropped)."""
@@ -404,8 +370,9 @@ class Worker(asyncio.Protocol):
         self.pending[call.id] = call
         self.last_used = call.started
         transport = self._transport
-        if transport is not None:
-            transport.write(encode_frame(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None)))
+        if transport is not None:  # encode_frame, inline
+            body = encode_message(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None))
+            transport.write(pack_length(len(body)) + body)
 
     def send_cancel(self, call: Call) -> None:
         if call.id in self.pending:
@@ -416,11 +383,12 @@ class Worker(asyncio.Protocol):
         call = self.pending.pop(call_id, None)
         if self.abandoned:
             self.abandoned.discard(call_id)
-        if call is None or call.done:
-            self.last_used = time.monotonic()  # busy until now (an answered call's finish sets it)
-        if call is None:
+        if call is not None and result is not None and not call.done:
+            call.finish(self._relayable(call.tool, result))  # the call path
+        elif call is None:
             # The runtime answers each call it was given once: this one it was never given, or has
             # answered. A tool wrote it; it reaches no one (and the log hears of it once a worker).
+            self.last_used = time.monotonic()  # busy until now (an answered call's finish sets it)
             self.strays += 1
             if self.strays == 1:
                 log.warning(
@@ -428,27 +396,37 @@ class Worker(asyncio.Protocol):
                     self.pid, self.runner.spec.path, call_id,
                     extra={"event": "worker.stray_result", "data": {"pid": self.pid, "module": self.runner.spec.path, "call": call_id}},
                 )
-        elif result is None:
+        elif call.done:  # timed out or cancelled meanwhile: its answer was given
+            self.last_used = time.monotonic()
+        else:  # result is None: the runtime cancelled it
             call.finish(error_result(f"Tool {call.tool!r} was cancelled"))
-        elif not call.done:
-            # Re-encoded by the daemon (a tool can write anything on its channel), or an error saying
-            # why it cannot be relayed. One text block as the runtime writes it (the JSON of a
-            # string, and nothing else, between TEXT_HEAD and TEXT_TAIL) is relayed as it is: a JSON
-            # string holds no raw newline, and re-encoding it would give the very same bytes.
-            if len(result) > self.max_message:
-                result = error_result(f"Tool {call.tool!r} sent {_too_large('a result', len(result), self.max_message)}")
-            elif result.startswith(TEXT_HEAD) and result.endswith(_QUOTE_TEXT_TAIL) and _is_json_string(result):
-                pass
-            else:
-                try:
-                    result = _encode_json(_decode_result(result))
-                except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8: the latter
-                    result = error_result(f"Tool {call.tool!r} sent a malformed result ({exc}); it was not relayed")
-            call.finish(result)
         if self.runner.backoff.crashes:
             self.runner.served()
         if self.state == "retiring" and self.live_calls() == 0:
             self.close()
+
+    def _relayable(self, tool: str, result: bytes) -> bytes:
+        """What a client is sent for ``result``: re-encoded by the daemon (a tool can write anything
+        on its channel), or an error saying why it cannot be relayed.
+
+        One text block as the runtime writes it (the JSON of a string, quote to quote, between
+        ``TEXT_HEAD`` and ``TEXT_TAIL``) is relayed as it is, once its string decodes: a JSON string
+        holds no raw newline, and re-encoding it would give the very same bytes. The quote checks
+        leave no room for whitespace around the string, where a newline could hide.
+        """
+        if len(result) > self.max_message:
+            return error_result(f"Tool {tool!r} sent {_too_large('a result', len(result), self.max_message)}")
+        if result.startswith(_TEXT_HEAD_QUOTE) and result.endswith(_QUOTE_TEXT_TAIL):
+            try:
+                _decode_string(result[_TEXT_START:_TEXT_END])
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                pass  # decoded whole below, which says what is wrong with it
+            else:
+                return result
+        try:
+            return _encode_json(_decode_result(result))
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8: the latter
+            return error_result(f"Tool {tool!r} sent a malformed result ({exc}); it was not relayed")
 
     def _on_progress(self, message: Progress) -> None:
         call = self.pending.get(message.call_id)
