@@ -528,12 +528,14 @@ class Session(Connection):
     # CallOwner: what a call started by this session produces
 
     def call_result(self, call: Any, result: bytes) -> None:
-        if self.calls.get(call.request_id) is call:
-            del self.calls[call.request_id]
+        request_id = call.request_id
+        calls = self.calls
+        if calls.get(request_id) is call:
+            del calls[request_id]
         if self.call_log_levels:
-            self.call_log_levels.pop(call.request_id, None)
+            self.call_log_levels.pop(request_id, None)
         if self.call_capabilities:
-            self.call_capabilities.pop(call.request_id, None)
+            self.call_capabilities.pop(request_id, None)
         # A call holds a question at its client (Call.asking) for as long as one waits for an answer
         # or a retry: one that holds none has nothing for call_ended to clear.
         if call.asking and self.asking.call_ended(call):
@@ -542,7 +544,7 @@ class Session(Connection):
         revision = self.revision
         if revision is not None and not revision.full_results:
             result = shape_result(result, revision)
-        self.send_result(call.request_id, result)
+        self.send_result(request_id, result)
         if self._eof:
             self._close_if_done()
 

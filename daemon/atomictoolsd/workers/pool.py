@@ -19,7 +19,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,7 +286,8 @@ class ModuleRunner:
         )
         if events.calls_on and not events.scheduled:
             events.schedule()  # its flush writes the call's tool.start if it still runs then
-        pool.deadlines.add(call)
+        if not pool.deadlines.ticking:
+            pool.deadlines.start()
         worker = self.current
         if worker is not None and self.stale is not None and self.stale():
             self.retire()  # it finishes what it runs; this call waits for a worker made for things as they are
@@ -412,7 +413,6 @@ class ModuleRunner:
     def record(self, call: Call, result: bytes) -> float:
         """Count an answered call in the statistics and the event log; return when it ended (``time.monotonic()``)."""
         self.calls += 1
-        self.pool.deadlines.answered(call)
         now = time.monotonic()
         duration = now - call.started
         self.durations.append(duration)
@@ -429,7 +429,6 @@ class ModuleRunner:
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1
-        self.pool.deadlines.answered(call)
         if events.calls_on:
             now = time.monotonic()
             events.tool_finished(
@@ -441,6 +440,14 @@ class ModuleRunner:
     def inflight(self) -> int:
         workers = [self.current, *self.retiring] if self.current else list(self.retiring)
         return len(self._queued) + sum(w.live_calls() for w in workers if w is not None)
+
+    def unanswered(self) -> Iterator[Call]:
+        """Its calls waiting for a worker, and those its workers run (some may have answered)."""
+        yield from self._queued
+        if self.current is not None:
+            yield from self.current.pending.values()
+        for worker in self.retiring:
+            yield from worker.pending.values()
 
     def info(self) -> dict[str, Any]:
         durations = sorted(self.durations)
@@ -480,8 +487,9 @@ class Deadlines:
     """Answers calls that outlive their timeout, with one sweep per ``TICK`` while calls run.
 
     A timer handle per call (``call_later`` and its cancel) cost ~2 µs of every call; timeouts are
-    seconds long, so looking every 50 ms is precise enough. A call that has answered is dropped
-    from the set at the next sweep, not when it answers: nothing is added to the call path.
+    seconds long, so looking every 50 ms is precise enough. The sweep finds the calls where they
+    wait (``unanswered``: the pool's runners' queues and their workers' calls in flight), so a call
+    adds nothing to the call path but a look at ``ticking``.
 
     A result that arrived in time wins: a call past its deadline whose worker has bytes waiting to
     be read is looked at again on the next sweep, after the loop has read them (for up to ``LATE``
@@ -493,42 +501,43 @@ class Deadlines:
     TICK = 0.05
     LATE = 1.0
 
-    def __init__(self) -> None:
-        self._calls: set[Call] = set()
+    def __init__(self, unanswered: Callable[[], Iterable[Call]]) -> None:
+        self._unanswered = unanswered
+        self.ticking = False  # a sweep is due; ModuleRunner.call calls start() when not
         self._handle: asyncio.TimerHandle | None = None
         self._overdue: dict[Call, float] = {}  # calls whose expiry waits for bytes to be read: since when
 
     def calls(self) -> list[Call]:
-        """The calls it watches (some may have answered since the last sweep)."""
-        return list(self._calls)
+        """The calls not answered yet."""
+        return [call for call in self._unanswered() if not call.done]
 
-    def add(self, call: Call) -> None:
-        self._calls.add(call)
-        if self._handle is None:
-            self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
-
-    def answered(self, call: Call) -> None:
-        """Stop watching ``call`` (it answered, or was cancelled)."""
-        self._calls.discard(call)
+    def start(self) -> None:
+        """Sweep every ``TICK`` until no call is left (a call was started)."""
+        self.ticking = True
+        self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
 
     def _sweep(self) -> None:
         now = time.monotonic()
-        expired = [c for c in self._calls if c.done or now >= c.deadline]
-        self._calls.difference_update(expired)
-        for call in expired:
-            since = self._overdue.pop(call, now)
-            if call.done:
+        calls = self.calls()
+        overdue, self._overdue = self._overdue, {}
+        for call in calls:
+            if now < call.deadline:
                 continue
+            since = overdue.get(call, now)
             worker = call.worker
             if worker is not None and now - since < self.LATE and worker.unread():
-                self._calls.add(call)  # its answer may be among those bytes: read them first
-                self._overdue[call] = since
+                self._overdue[call] = since  # its answer may be among those bytes: read them first
                 continue
             call.expire()
-        self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep) if self._calls else None
+        if any(not call.done for call in calls):
+            self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
+        else:
+            self._handle = None
+            self.ticking = False
 
     def close(self) -> None:
         self._overdue.clear()
+        self.ticking = False
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -546,7 +555,7 @@ class WorkerPool:
         self.settings = settings
         self.spawner = Spawner(first=first)
         self.confined_spawner = Spawner()
-        self.deadlines = Deadlines()
+        self.deadlines = Deadlines(self._unanswered)
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
         self.discarded: set[ModuleRunner] = set()  # runners of deleted modules, still draining
@@ -580,6 +589,10 @@ class WorkerPool:
 
     def inflight(self) -> int:
         return sum(r.inflight() for r in (*self.runners.values(), *self.discarded))
+
+    def _unanswered(self) -> Iterator[Call]:
+        for runner in (*self.runners.values(), *self.discarded):
+            yield from runner.unanswered()
 
     def running_calls(self) -> list[RunningCall]:
         """Every call not answered yet, as the event log writes its ``tool.start``."""
