@@ -128,8 +128,8 @@ class Session(Connection):
         self.worktree = ""
         self.agent = ""
         self.session_id = ""
-        self.allow: tuple[str, ...] = ()
-        self.deny: tuple[str, ...] = ()
+        self._allow: tuple[str, ...] = ()  # the allow and deny globs (properties below)
+        self._deny: tuple[str, ...] = ()
         self.dispatcher = False  # also offer the meta-tools of atomictoolsd.sessions.dispatcher
         # The revision its client chose (sessions.revisions): at initialize, or named in a request's
         # _meta (2026-07-28); None until then (a raw client, which takes everything). ``protocol_version``
@@ -154,8 +154,8 @@ class Session(Connection):
         self.initialized = False
         self.subscribed = False
         # What this session may list and call in the project's current view, its allow/deny globs
-        # applied once per view and lists (not per call): (view, allow, deny, tools by name, tools
-        # in name order). Whoever sets ``allow`` or ``deny`` sets new tuples, which this is keyed on.
+        # applied once per view and lists (not per call): (view, tools by name, tools in name
+        # order). Setting ``allow`` or ``deny`` forgets it.
         self._visible: _Seen = _NOTHING_SEEN
         self._seen: int | None = None  # fingerprint of the toolset this client last saw
         # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
@@ -181,6 +181,26 @@ class Session(Connection):
 
     # -- what this session sees -------------------------------------------------------------------
 
+    @property
+    def allow(self) -> tuple[str, ...]:
+        """Globs of the tools this session may see (empty: every tool), before ``deny``."""
+        return self._allow
+
+    @allow.setter
+    def allow(self, globs: tuple[str, ...]) -> None:
+        self._allow = globs
+        self._visible = _NOTHING_SEEN
+
+    @property
+    def deny(self) -> tuple[str, ...]:
+        """Globs of the tools this session may not see."""
+        return self._deny
+
+    @deny.setter
+    def deny(self, globs: tuple[str, ...]) -> None:
+        self._deny = globs
+        self._visible = _NOTHING_SEEN
+
     def allowed(self, name: str) -> bool:
         if self.allow and not any(fnmatch.fnmatchcase(name, g) for g in self.allow):
             return False
@@ -190,19 +210,18 @@ class Session(Connection):
         """The tools this session may list and call, in name order."""
         view = self.project.view()
         seen = self._visible
-        if seen[0] is not view or seen[1] is not self.allow or seen[2] is not self.deny:
+        if seen[0] is not view:
             seen = self._see(view)
-        return seen[4]
+        return seen[2]
 
     def _see(self, view: View) -> _Seen:
         """What this session may list and call in ``view``: its allow/deny globs are matched here,
         once per view, so a call looks its tool up in a dict and matches no glob."""
-        allow, deny = self.allow, self.deny
-        if allow or deny:
+        if self._allow or self._deny:
             tools = {name: tool for name, tool in view.tools.items() if self.allowed(name)}
         else:
             tools = view.tools
-        seen = self._visible = (view, allow, deny, tools, list(tools.values()))
+        seen = self._visible = (view, tools, list(tools.values()))
         return seen
 
     def fingerprint(self) -> int:
@@ -446,19 +465,18 @@ class Session(Connection):
             name, arguments = inner[0], msgspec.Raw(inner[1])
         view = project.built or project.view()
         seen = self._visible
-        if seen[0] is not view or seen[1] is not self.allow or seen[2] is not self.deny:
+        if seen[0] is not view:
             seen = self._see(view)
-        tool = seen[3].get(name)
+        tool = seen[1].get(name)
         if tool is None:
             self._not_callable(id_json, name, arguments, params.meta, waited)
             return None
-        config = self.server.config
-        timeout = tool.timeout or config.call_timeout
+        timeout = tool.timeout or self.server.config.call_timeout
         context = self._context
         token = None
         meta = params.meta
         if meta is not UNSET:
-            timeout = _asked_timeout(meta.timeout, timeout, config.max_call_timeout)
+            timeout = _asked_timeout(meta.timeout, timeout, self.server.config.max_call_timeout)
             token = meta.progressToken
             if self.modern:
                 if isinstance(meta.log_level, str) and meta.log_level in LEVEL_RANK:
@@ -666,8 +684,8 @@ class Session(Connection):
         }
 
 
-_Seen = tuple["View | None", tuple[str, ...], tuple[str, ...], dict[str, ToolDef], list[ToolDef]]
-_NOTHING_SEEN: _Seen = (None, (), (), {}, [])
+_Seen = tuple["View | None", dict[str, ToolDef], list[ToolDef]]
+_NOTHING_SEEN: _Seen = (None, {}, [])
 
 
 def _asked_timeout(asked: Any, timeout: float, most: float) -> float:
