@@ -143,3 +143,41 @@ def test_no_more_calls_run_at_once_than_worker_threads(env: Env, make_daemon) ->
         replies = [raw.recv() for _ in range(9)]  # in the order they end
         most = max(reply["result"]["structuredContent"]["result"] for reply in replies)
     assert most == 3, f"{most} calls ran at once with worker_threads = 3"
+
+
+BIG = """
+    import os, threading, time
+
+    def big(n: int, sleep: float = 0.0) -> str:
+        if sleep:
+            time.sleep(sleep)
+        return f"{n} {threading.current_thread().name} {os.getpid()} " + "x" * 150_000
+"""
+
+
+def test_frames_sent_at_once_by_the_reader_and_pool_threads_never_interleave(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # The reader sends the results of the calls it runs inline without the lock while no other
+    # thread sends (workers/runtime/sender.py). Here quick calls run inline while slow ones finish
+    # on pool threads, every result larger than one write of the channel: a frame of one cut into
+    # by another's would be read by the daemon as garbage, and the worker killed.
+    env.write_tool(env.global_tools, "big.py", BIG)
+    daemon = make_daemon({"ATOMICTOOLS_TRUNCATE_BYTES": str(1 << 20)})
+    with daemon.raw() as raw:
+        first = raw.request("tools/call", {"name": "big", "arguments": {"n": -1}})
+        pid = first["result"]["content"][0]["text"].split()[2]
+        threads: collections.Counter[str] = collections.Counter()
+        for _ in range(6):
+            count = 40
+            raw.send_bytes(b"".join(
+                json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                            "params": {"name": "big", "arguments": {"n": i, "sleep": 0.002 if i % 2 else 0.0}}}).encode() + b"\n"
+                for i in range(count)
+            ))
+            for _ in range(count):
+                reply = raw.recv()
+                assert not reply["result"].get("isError"), reply["result"]["content"][0]["text"][:300]
+                n, thread, worker, body = reply["result"]["content"][0]["text"].split(" ", 3)
+                assert (int(n), worker, len(body)) == (reply["id"], pid, 150_000)
+                threads[thread] += 1
+    print(f"{6 * 40} results of 150 kB sent at once by {dict(threads)}, one worker throughout")
+    assert threads["tool"] and sum(n for name, n in threads.items() if name != "tool"), threads

@@ -23,8 +23,8 @@ from helpers import Daemon, Env, RawConnection, wait_for
 
 LIMIT = 1 << 20  # max_message_bytes for the frame matrix: the attacks go far past it
 
-# The attacker: finds the worker runtime (it holds the channel socket and the lock every sender
-# takes, so that a forged frame is whole and on its own) and writes what it is told to.
+# The attacker: finds the worker runtime (it holds the channel socket and the sender every frame
+# goes through, so that a forged frame is whole and on its own) and writes what it is told to.
 HOSTILE = '''
     import gc, os, struct, time
     import msgspec
@@ -39,8 +39,7 @@ HOSTILE = '''
         raise RuntimeError("no runtime found")
 
     def _write(rt, data):
-        with rt._send_lock:
-            rt.sock.sendall(data)
+        rt._sender.send(data)
 
     def _frame(message):
         body = msgspec.msgpack.encode(message)
@@ -105,11 +104,8 @@ HOSTILE = '''
         elif kind == "empty frame":
             _write(rt, struct.pack(">I", 0))
         elif kind == "announces 700 MB":
-            chunk = b"x" * (1 << 20)
-            with rt._send_lock:
-                rt.sock.sendall(struct.pack(">I", 700 << 20))
-                for _ in range(64):  # what a daemon that believes the header would hold
-                    rt.sock.sendall(chunk)
+            # what a daemon that believes the header would hold
+            _write(rt, struct.pack(">I", 700 << 20) + b"x" * (64 << 20))
         elif kind == "ctx.log 48 MB":
             ctx.log("info", "x" * (48 << 20))
         elif kind == "ctx.progress 48 MB":

@@ -56,7 +56,8 @@ from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_lim
 from atomictoolsd.workers.runtime.loading import LOADERS, declared, load_module, prepare, warm_up
 from atomictoolsd.workers.runtime.output import capture as capture_output
 from atomictoolsd.workers.runtime.results import make_result
-from atomictoolsd.workers.runtime.scheduling import Runtime, exit_worker
+from atomictoolsd.workers.runtime.scheduling import Runtime
+from atomictoolsd.workers.runtime.sender import Sender, exit_worker
 from atomictoolsd.workers.runtime.sourceload import fingerprint, fingerprints, imported_from
 
 __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "serve", "warm_up"]
@@ -66,12 +67,10 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     """Load the module and serve calls on channel ``fd`` until the daemon closes it. Never returns."""
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
-    send_lock = threading.Lock()
+    sender = Sender(sock)
 
     def send(message: Any) -> None:
-        frame = encode_frame(message)
-        with send_lock:
-            sock.sendall(frame)
+        sender.send(encode_frame(message))
 
     if spec.sandbox is not None:
         # The fork server imported it before forking a confined worker.
@@ -115,7 +114,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             send(Failed({"file": spec.path, "line": None, "traceback": "", "message": str(exc)}))
             exit_worker()
     load_ms = (time.perf_counter() - started) * 1000
-    runtime = Runtime(sock, tools, spec, send_lock)
+    runtime = Runtime(sock, tools, spec, sender)
     deps = imported_from(directory, spec.path)
     runtime.send(Loaded(
         [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path),

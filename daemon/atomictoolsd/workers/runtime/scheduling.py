@@ -3,7 +3,7 @@
 results, progress, logs and questions back, one frame at a time.
 
 See ``Runtime`` for how the reading role moves between threads and which calls run where.
-``exit_worker`` ends the process without joining threads a tool may be stuck in.
+Frames go out through ``Sender`` (``workers/runtime/sender.py``), which also has ``exit_worker``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import os
 import queue
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,8 +44,9 @@ from atomictoolsd.workers.protocol import (
 )
 from atomictoolsd.workers.runtime.arguments import Undeclared, split_undeclared
 from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
+from atomictoolsd.workers.runtime.sender import Sender, exit_worker
 
-__all__ = ["Runtime", "exit_worker"]
+__all__ = ["Runtime"]
 
 _asdict = msgspec.structs.asdict
 
@@ -69,9 +68,10 @@ class Runtime:
     looked slow (the machine was busy) sends the next few calls to the pool, as before. A slow
     tool's calls are all timed; of the quick ones, one in ``TIME_EVERY`` inline calls is.
 
-    The inline path of a quick call reads no clock and, when no other sync call runs, takes no
-    lock but the one around its send: pinned to one core with the daemon and its client, each
-    clock read and each lock taken measured ~1 µs a call, many times their cost in a tight loop.
+    The inline path of a quick call reads no clock and, when no other sync call runs and no other
+    thread sends, takes no lock (``Sender.send_inline``): pinned to one core with the daemon and its
+    client, each clock read and each lock taken measured ~1 µs a call, many times their cost in a
+    tight loop.
     The watchdog needs no start time. Each reader marks its inline call in a slot of its own
     (``_marks[generation]``: ``[tool, sightings]``); at each look the watchdog counts a sighting in
     the current reader's mark, and at the second it hands the reading role on (so after one to two
@@ -80,8 +80,9 @@ class Runtime:
     it lowers the count without the lock.
 
     At most ``threads`` sync calls run at once; more wait in a backlog. Async tools run on an event
-    loop in a thread of its own, started with the first async call. Every send takes one lock, so
-    frames never interleave.
+    loop in a thread of its own, started with the first async call. Frames never interleave
+    (``Sender``): only a reader sends without the lock, and not while a reader whose role moved on
+    still runs (``Sender.pause_inline``), so no two threads ever do.
     """
 
     INLINE_BUDGET = 0.01  # seconds an inline call may hold the reading role
@@ -91,7 +92,7 @@ class Runtime:
     IDLE_LOOKS = 100  # the watchdog's looks without an inline call (a second) before it parks
 
     def __init__(
-        self, sock: socket.socket, tools: dict[str, ToolSpec], worker: WorkerSpec, send_lock: threading.Lock | None = None
+        self, sock: socket.socket, tools: dict[str, ToolSpec], worker: WorkerSpec, sender: Sender | None = None
     ) -> None:
         self.sock = sock
         self.tools = tools
@@ -103,7 +104,7 @@ class Runtime:
         self._short_lines = worker.truncate_lines
         self._plain = {name: spec for name, spec in tools.items() if not spec.is_async and spec.context_param is None}
         self.calls: dict[int, Context] = {}  # the running calls that have a ctx, until they answer
-        self._send_lock = send_lock or threading.Lock()  # shared with whatever else sends on the channel
+        self._sender = sender or Sender(sock)  # shared with whatever else sends on the channel
         self._frames = FrameReader(type=DaemonMessage)
         self._inbox: collections.deque[DaemonMessage] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
@@ -126,12 +127,7 @@ class Runtime:
         self._ask_ids = itertools.count(1)
 
     def send(self, message: Any) -> None:
-        frame = encode_frame(message)
-        try:
-            with self._send_lock:
-                self.sock.sendall(frame)
-        except OSError:
-            exit_worker()  # the daemon is gone
+        self._sender.send(encode_frame(message))
 
     # The call path below is written for few Python calls and one lock on each side of a call: a
     # sync tool without ctx goes run → _run_inline and back to the channel (a tool with a ctx or
@@ -189,6 +185,7 @@ class Runtime:
             else:
                 self.cancel_call(message.call_id)
         self._marks.pop(generation, None)  # the role moved on: this reader marks no more calls
+        self._sender.resume_inline()  # after its last send: the current reader may send without the lock
 
     def _run_inline(self, call_id: int, spec: ToolSpec, kwargs: dict[str, Any], generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
@@ -227,11 +224,7 @@ class Runtime:
         if spec.context_param is None:
             # finish_call's last step only: without a ctx, the call asked nothing and sent nothing.
             body = encode_message(Result(call_id, result))  # encode_frame, inline
-            try:
-                with self._send_lock:
-                    self.sock.sendall(pack_length(len(body)) + body)
-            except OSError:
-                exit_worker()  # the daemon is gone
+            self._sender.send_inline(pack_length(len(body)) + body)
         else:
             self.finish_call(call_id, result)
         if alone:
@@ -285,6 +278,7 @@ class Runtime:
                 if mark[1] >= 2:  # the same call as at the last look: it has held the role a budget or more
                     self._slow[mark[0]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
                     self._marks.pop(generation, None)
+                    self._sender.pause_inline()  # before the new reader exists: until this one ends
                     self._reader_gen += 1
                     threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
 
@@ -522,12 +516,3 @@ async def _call_async(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     except (SystemExit, KeyboardInterrupt) as exc:
         # A task re-raises these out of the event loop; report them as the tool's failure instead.
         raise RuntimeError(f"the tool raised {type(exc).__name__}({exc})") from None
-
-
-def exit_worker() -> None:
-    # Threads may be stuck inside a tool: leave without joining them.
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(0)
