@@ -129,7 +129,7 @@ class Runtime:
     def send(self, message: Any) -> None:
         self._sender.send(encode_frame(message))
 
-    # The call path below is written for few Python calls and one lock on each side of a call: a
+    # The call path below is written for few Python calls and no lock on either side of a call: a
     # sync tool without ctx goes run → _run_inline and back to the channel (a tool with a ctx or
     # async, or arguments that do not validate as they are, through start_call; a call on a pool
     # thread or from the backlog through _run and finish_call). Pinned to one core with the daemon
