@@ -127,7 +127,10 @@ class Runtime:
         self._ask_ids = itertools.count(1)
 
     def send(self, message: Any) -> None:
-        self._sender.send(encode_frame(message))
+        try:
+            self._sender.send(encode_frame(message))
+        except OSError:
+            exit_worker()  # the daemon is gone
 
     # The call path below is written for few Python calls and no lock on either side of a call: a
     # sync tool without ctx goes run → _run_inline and back to the channel (a tool with a ctx or
@@ -185,7 +188,8 @@ class Runtime:
             else:
                 self.cancel_call(message.call_id)
         self._marks.pop(generation, None)  # the role moved on: this reader marks no more calls
-        self._sender.resume_inline()  # after its last send: the current reader may send without the lock
+        with self._lock:
+            self._sender.resume_inline()  # after its last send: the current reader may send without the lock
 
     def _run_inline(self, call_id: int, spec: ToolSpec, kwargs: dict[str, Any], generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""

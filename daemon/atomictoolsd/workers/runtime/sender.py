@@ -15,8 +15,8 @@ the locked way, or the other sender waits until the reader's frame is out.
 
 That argument holds for one thread in ``send_inline`` at a time. Only a reader calls it, and when
 the reading role moves to a new thread while the old one still runs a call, ``Runtime`` pauses it
-(``pause_inline``) until the old reader has ended: meanwhile both send with the lock, and an old
-reader already inside ``send_inline`` is waited for like any reader.
+(``pause_inline``) until the old reader has ended: meanwhile the new reader sends with the lock
+without touching the flag, and so waits out an old reader already inside its lock-free send.
 """
 
 from __future__ import annotations
@@ -52,40 +52,48 @@ class Sender:
         self._paused = 0  # readers whose role moved on, still running: send_inline takes the lock
 
     def send(self, frame: bytes) -> None:
-        """Send ``frame`` (any thread)."""
+        """Send ``frame`` (any thread).
+
+        Raises:
+            OSError: the channel is closed (the daemon is gone); the caller ends the worker, as it
+                can (the output-capture thread must not flush the stdout only it empties).
+        """
         with self._lock:
             self._others += 1
             try:
                 while self._inline:
                     time.sleep(self.WAIT)
                 self.sock.sendall(frame)
-            except OSError:
-                exit_worker()  # the daemon is gone
             finally:
                 self._others -= 1
 
     def send_inline(self, frame: bytes) -> None:
         """Send ``frame`` from the one thread allowed to (the reader): without the lock unless
-        another thread is sending."""
-        self._inline = True
-        if self._others or self._paused:
-            self._inline = False
-            self.send(frame)
-            return
+        another thread is sending, or lock-free sends are paused. Exits the worker when the
+        daemon is gone."""
         try:
-            self.sock.sendall(frame)
+            if self._paused:  # first: while paused, an old reader may be in its lock-free send
+                self.send(frame)
+                return
+            self._inline = True
+            if self._others:
+                self._inline = False
+                self.send(frame)
+                return
+            try:
+                self.sock.sendall(frame)
+            finally:
+                self._inline = False
         except OSError:
             exit_worker()  # the daemon is gone
-        finally:
-            self._inline = False
+
+    # Called with the runtime's lock held (Runtime._watch, Runtime.run), which orders them.
 
     def pause_inline(self) -> None:
         """The reading role moved on while its old reader still runs: no lock-free sends until it
         ends (``resume_inline``). Called before the new reader starts."""
-        with self._lock:
-            self._paused += 1
+        self._paused += 1
 
     def resume_inline(self) -> None:
         """An old reader ended (after its last send)."""
-        with self._lock:
-            self._paused -= 1
+        self._paused -= 1
