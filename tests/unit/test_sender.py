@@ -32,68 +32,44 @@ def read_frames(sock: socket.socket, count: int) -> list[bytes]:
     return frames
 
 
-def blocked_in_send(thread: threading.Thread) -> None:
-    time.sleep(0.3)  # the peer reads nothing: a frame this size fills the channel and the send blocks
-    assert thread.is_alive(), "the first send should still be waiting for room in the channel"
+def two_sends(first: str, second: str, pause: bool = False) -> list[tuple[bytes, int, int]]:
+    """Send an 8 MiB frame of ``a`` with ``first`` on a thread and, once it waits for room (the peer
+    reads nothing yet), a 1000-byte frame of ``b`` with ``second`` on another (after a hand-over's
+    ``pause_inline`` when ``pause``); then read both: (first byte, size, distinct bytes) of each."""
+    ours, theirs = socket.socketpair()
+    try:
+        sender = Sender(ours)
+        one = threading.Thread(target=getattr(sender, first), args=(frame(b"a", 8 << 20),))
+        one.start()
+        time.sleep(0.3)
+        assert one.is_alive(), "the first send should still be waiting for room in the channel"
+        if pause:
+            sender.pause_inline()  # the hand-over, before the new reader starts
+        two = threading.Thread(target=getattr(sender, second), args=(frame(b"b", 1000),))
+        two.start()
+        time.sleep(0.1)
+        frames = read_frames(theirs, 2)
+        one.join(5)
+        two.join(5)
+        return [(f[:1], len(f), len(set(f))) for f in frames]
+    finally:
+        ours.close()
+        theirs.close()
+
+
+WHOLE = [(b"a", 8 << 20, 1), (b"b", 1000, 1)]
 
 
 def test_a_paused_reader_waits_out_an_old_readers_lock_free_send() -> None:
     # The reading role moved on while the old reader was in its lock-free send of a large result
     # (a send that lingers is what makes the watchdog hand the role on). The new reader's send
     # must wait for it, not clear the old reader's flag and write into the middle of its frame.
-    ours, theirs = socket.socketpair()
-    try:
-        sender = Sender(ours)
-        old = threading.Thread(target=sender.send_inline, args=(frame(b"a", 8 << 20),))
-        old.start()
-        blocked_in_send(old)
-        sender.pause_inline()  # the hand-over, before the new reader starts
-        new = threading.Thread(target=sender.send_inline, args=(frame(b"b", 1000),))
-        new.start()
-        time.sleep(0.1)
-        frames = read_frames(theirs, 2)
-        old.join(5)
-        new.join(5)
-        sender.resume_inline()
-        assert [(f[:1], len(f), len(set(f))) for f in frames] == [(b"a", 8 << 20, 1), (b"b", 1000, 1)]
-    finally:
-        ours.close()
-        theirs.close()
+    assert two_sends("send_inline", "send_inline", pause=True) == WHOLE
 
 
 def test_another_thread_waits_out_the_readers_lock_free_send() -> None:
-    ours, theirs = socket.socketpair()
-    try:
-        sender = Sender(ours)
-        reader = threading.Thread(target=sender.send_inline, args=(frame(b"a", 8 << 20),))
-        reader.start()
-        blocked_in_send(reader)
-        other = threading.Thread(target=sender.send, args=(frame(b"b", 1000),))
-        other.start()
-        time.sleep(0.1)
-        frames = read_frames(theirs, 2)
-        reader.join(5)
-        other.join(5)
-        assert [(f[:1], len(f), len(set(f))) for f in frames] == [(b"a", 8 << 20, 1), (b"b", 1000, 1)]
-    finally:
-        ours.close()
-        theirs.close()
+    assert two_sends("send_inline", "send") == WHOLE
 
 
 def test_the_reader_takes_the_lock_while_another_thread_sends() -> None:
-    ours, theirs = socket.socketpair()
-    try:
-        sender = Sender(ours)
-        other = threading.Thread(target=sender.send, args=(frame(b"a", 8 << 20),))
-        other.start()
-        blocked_in_send(other)
-        reader = threading.Thread(target=sender.send_inline, args=(frame(b"b", 1000),))
-        reader.start()
-        time.sleep(0.1)
-        frames = read_frames(theirs, 2)
-        other.join(5)
-        reader.join(5)
-        assert [(f[:1], len(f), len(set(f))) for f in frames] == [(b"a", 8 << 20, 1), (b"b", 1000, 1)]
-    finally:
-        ours.close()
-        theirs.close()
+    assert two_sends("send", "send_inline") == WHOLE
