@@ -528,7 +528,10 @@ class Deadlines:
             if worker is not None and now - since < self.LATE and worker.unread():
                 self._overdue[call] = since  # its answer may be among those bytes: read them first
                 continue
-            call.expire()
+            try:
+                call.expire()
+            except Exception:  # the answer's bug: the other calls still time out, and the sweep goes on
+                log.exception("answering call %d of %r at its timeout failed", call.id, call.tool)
         if any(not call.done for call in calls):
             self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
         else:
