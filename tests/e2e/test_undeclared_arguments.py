@@ -86,3 +86,33 @@ def test_split_keeps_declared_arguments_and_leaves_other_errors_alone() -> None:
     assert split_undeclared(b"[1]", ["path"]) is None
     with pytest.raises(Undeclared, match="did you mean 'path'"):
         split_undeclared(b'{"pathh":"a"}', ["path"])
+
+
+INTEGER_TOOL = """
+    import msgspec
+
+    class Box(msgspec.Struct):
+        sizes: list[int]
+
+    def repeat(word: str, times: int, box: Box | None = None, scale: float = 1.0) -> str:
+        return f"{word * times}:{box.sizes if box else None}:{scale}"
+"""
+
+
+def test_an_integer_parameter_takes_a_number_with_no_fractional_part(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """JSON Schema's ``integer`` is any number with no fractional part: ``2.0`` is one (Python
+    clients send it), at any depth; ``2.5`` is not, and a float parameter keeps its ``2.0``."""
+    env.write_tool(env.local_tools, "repeat.py", INTEGER_TOOL)
+    make_daemon()
+
+    async def scenario() -> None:
+        async with mcp_session(env) as (session, _):
+            ok = await session.call_tool("repeat", {"word": "ab", "times": 2.0, "box": {"sizes": [1.0, 3]}, "scale": 2.0})
+            assert not ok.is_error, ok.content
+            assert ok.content[0].text == "abab:[1, 3]:2.0"
+            bad = await session.call_tool("repeat", {"word": "ab", "times": 2.5})
+            assert bad.is_error and "times" in bad.content[0].text
+            bad = await session.call_tool("repeat", {"word": "ab", "times": "2"})
+            assert bad.is_error and "times" in bad.content[0].text
+
+    run(scenario)

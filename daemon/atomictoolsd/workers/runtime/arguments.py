@@ -1,4 +1,11 @@
-"""The rule for arguments a tool does not declare: a near miss is an error, anything else is dropped.
+"""What the worker forgives in a call's arguments once strict validation failed: a number such as
+``2.0`` where an integer is declared, and arguments the tool does not declare.
+
+JSON Schema's ``integer`` is a number with no fractional part, so ``2.0`` is one; Python clients
+send it (``json.dumps(2.0)``), and msgspec's strict decoding refuses it. Every integral float of the
+arguments is therefore read as an integer on this path (a ``float`` parameter takes an integer as it
+is). The rest of this module is the rule for arguments a tool does not declare: a near miss is an
+error, anything else is dropped.
 
 Clients add arguments of their own to every call: Gemini CLI injects ``wait_for_previous`` into each
 tool's schema and passes what the model sets through to the server. Refusing those fails calls at
@@ -19,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["Undeclared", "misspelling_of", "split_undeclared"]
+__all__ = ["Undeclared", "misspelling_of", "relax", "split_undeclared"]
 
 
 class Undeclared(ValueError):
@@ -95,3 +102,38 @@ def split_undeclared(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[s
             raise Undeclared(f"unknown argument {key!r}; did you mean {meant!r}?")
     kept = {key: value for key, value in arguments.items() if key in known}
     return msgspec.json.encode(kept), unknown
+
+
+def _integral(value: Any) -> Any:
+    """``value`` with every float that has no fractional part made an ``int``, at any depth."""
+    if type(value) is float:
+        return int(value) if value.is_integer() else value
+    if type(value) is dict:
+        return {key: _integral(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_integral(item) for item in value]
+    return value
+
+
+def relax(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[str]] | None:
+    """``raw`` (a JSON object) with its integral floats read as integers and its undeclared keys
+    dropped (the rule above).
+
+    Returns:
+        ``(the arguments so relaxed, the dropped keys)``, or None when neither changes anything
+        (or ``raw`` is not an object): the strict validation's error stands as it was.
+
+    Raises:
+        Undeclared: a key is a near miss of a declared parameter; the message names both.
+    """
+    try:
+        arguments: Any = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(arguments, dict):
+        return None
+    encoded = msgspec.json.encode(_integral(arguments))
+    split = split_undeclared(encoded, declared)
+    if split is not None:
+        return split
+    return None if encoded == msgspec.json.encode(arguments) else (encoded, [])

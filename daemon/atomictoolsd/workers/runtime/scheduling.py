@@ -42,7 +42,7 @@ from atomictoolsd.workers.protocol import (
     error_result,
     pack_length,
 )
-from atomictoolsd.workers.runtime.arguments import Undeclared, split_undeclared
+from atomictoolsd.workers.runtime.arguments import Undeclared, relax
 from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
 from atomictoolsd.workers.runtime.sender import Sender, exit_worker
 
@@ -354,7 +354,7 @@ class Runtime:
         try:
             kwargs = spec.parse_arguments(call.arguments or b"{}")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            kwargs = self._without_undeclared(call_id, spec, call.arguments, exc)
+            kwargs = self._relaxed(call_id, spec, call.arguments, exc)
             if kwargs is None:
                 return None
         if spec.context_param is not None:
@@ -375,14 +375,13 @@ class Runtime:
             return None
         return (call_id, spec, kwargs)  # run inline or on the pool, or kept in the backlog (at ``threads``)
 
-    def _without_undeclared(
-        self, call_id: int, spec: ToolSpec, arguments: bytes, error: Exception
-    ) -> dict[str, Any] | None:
-        """The call's arguments once the undeclared ones are dropped (``arguments``' rule, reported
-        to the daemon as ``dropped``); None when the call is answered with the error instead."""
+    def _relaxed(self, call_id: int, spec: ToolSpec, arguments: bytes, error: Exception) -> dict[str, Any] | None:
+        """The call's arguments once relaxed (``arguments.relax``: integral floats as integers, the
+        undeclared ones dropped and reported to the daemon as ``dropped``); None when the call is
+        answered with the error instead."""
         declared = (spec.input_schema.get("properties") or {}).keys()
         try:
-            split = split_undeclared(arguments or b"{}", declared)
+            split = relax(arguments or b"{}", declared)
             if split is None:
                 raise error
             kept, dropped = split
@@ -390,7 +389,8 @@ class Runtime:
         except (msgspec.ValidationError, msgspec.DecodeError, Undeclared) as exc:
             self.send(Result(call_id, error_result(f"Invalid arguments for tool {spec.name!r}: {exc}")))
             return None
-        self.send(Dropped(call_id, dropped))
+        if dropped:
+            self.send(Dropped(call_id, dropped))
         return kwargs
 
     def finish_call(self, call_id: int, result: bytes | None) -> None:
