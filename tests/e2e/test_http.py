@@ -515,3 +515,42 @@ def test_an_argument_that_mentions_the_2026_revision_key_is_just_text(env: Env, 
                           path=_project_path(env))
     assert "result" in answer, answer
     assert answer["result"]["content"][0]["text"] == text, answer
+
+
+def test_an_answer_comes_in_a_form_the_request_accepts(env: Env, served: tuple[Any, Http]) -> None:
+    """A POST whose Accept has no text/event-stream gets its answer as JSON, even when the tool
+    reports progress first; one that takes neither JSON nor SSE is refused (406) and runs nothing."""
+    _, endpoint = served
+    session = endpoint.initialize(_project_path(env))
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 0.2, "marker": "json-only"}, "_meta": {"progressToken": "p"}}}
+    status, headers, body = endpoint.request("POST", call, headers={"Mcp-Session-Id": session, "Accept": "application/json"},
+                                             path=_project_path(env))
+    assert status == 200 and headers["content-type"].startswith("application/json"), headers
+    assert json.loads(body)["result"]["content"][0]["text"] == "slept"
+    # The same call that takes SSE streams its progress before the answer.
+    call["id"] = 3
+    status, headers, body = endpoint.request("POST", call, headers={"Mcp-Session-Id": session}, path=_project_path(env))
+    assert status == 200 and headers["content-type"].startswith("text/event-stream"), headers
+    assert [m.get("method") for m in _messages(headers, body)] == ["notifications/progress", None]
+    call["id"], call["params"]["arguments"]["marker"] = 4, "refused"
+    status, _, body = endpoint.request("POST", call, headers={"Mcp-Session-Id": session, "Accept": "text/html"},
+                                       path=_project_path(env))
+    assert status == 406 and "Accept" in json.loads(body)["error"]["message"]
+    # A call made after the refused one, as long: once it is done, the refused one would be too.
+    call["id"], call["params"]["arguments"]["marker"] = 5, "after"
+    status, _, _ = endpoint.request("POST", call, headers={"Mcp-Session-Id": session}, path=_project_path(env))
+    assert status == 200 and (env.project / "after").exists()
+    assert not (env.project / "refused").exists()
+
+
+@pytest.mark.parametrize("path", ["/.well-known/oauth-protected-resource", "/.well-known/oauth-authorization-server",
+                                  "/.well-known/oauth-protected-resource/mcp", "/register"])
+def test_oauth_discovery_finds_nothing_so_clients_do_not_start_an_auth_flow(served: tuple[Any, Http], path: str) -> None:
+    """The endpoint takes a bearer token, not OAuth: discovery paths answer 404 with or without a
+    token, never the 401 that sends a client into an OAuth flow."""
+    _, endpoint = served
+    for token in (None, "default"):
+        status, headers, _ = endpoint.request("GET", path=path, token=token, headers={"Accept": "application/json"})
+        assert status == 404, (path, token, status)
+        assert "www-authenticate" not in headers

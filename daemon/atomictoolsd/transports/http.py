@@ -180,11 +180,14 @@ class _Exchange:
     answer alone as JSON, or, once a notification or a question of the tool's comes first, an SSE
     stream of them with the answer last."""
 
-    __slots__ = ("client_id", "extra", "internal", "method", "response", "session")
+    __slots__ = ("client_id", "extra", "internal", "method", "response", "session", "streams")
 
     def __init__(self, session: HttpSession, internal: bytes, client_id: bytes, method: str, response: Response,
-                 extra: bytes) -> None:
+                 extra: bytes, streams: bool = True) -> None:
         self.session = session
+        # Whether the request's Accept takes an SSE stream; when not, its answer is JSON and what
+        # comes before it (progress, a tool's question) goes to the session's GET stream, if any.
+        self.streams = streams
         self.internal = internal  # the id the session knows the request by
         self.client_id = client_id
         self.method = method
@@ -201,6 +204,10 @@ class _Exchange:
                 response.end(_sse(message))
             else:
                 response.send(200, _JSON_HEAD + self.extra, message)
+            return
+        if not self.streams:
+            if self.session.stream is not None:
+                self.session.stream.push(message)
             return
         if not response.started:
             response.start(200, _SSE_HEAD + self.extra)
@@ -226,6 +233,7 @@ class _Attaching:
     """The answer to the ``atomic/attach`` a new session sends for its URL's directory."""
 
     __slots__ = ("answer", "client_id", "method")
+    streams = True
 
     def __init__(self) -> None:
         self.client_id = b"null"
@@ -369,9 +377,9 @@ class HttpSession(Session):
         if self._route is not None:
             exchange = self.exchanges.get(self._route)
             if exchange is not None:
-                return exchange
+                return exchange if exchange.streams else self.stream
         for exchange in reversed(self.exchanges.values()):
-            if exchange.method == "tools/call":
+            if exchange.method == "tools/call" and exchange.streams:
                 return exchange
         return self.stream
 
@@ -412,6 +420,19 @@ def _jsonrpc_error(code: int, message: str) -> bytes:
 
 def _refusal(status: int, code: int, message: str, headers: bytes = b"") -> Refusal:
     return status, _JSON_HEAD + headers, _jsonrpc_error(code, message)
+
+
+def _takes_sse(accept: bytes | None) -> bool:
+    """Whether a POST's ``Accept`` takes an SSE stream for its answer (no ``Accept`` takes anything)."""
+    return accept is None or b"text/event-stream" in accept or b"*/*" in accept
+
+
+def _acceptable(accept: bytes | None) -> bool:
+    """Whether a POST's ``Accept`` takes JSON or SSE, the two forms an answer comes in."""
+    if accept is None:
+        return True
+    lowered = accept.lower()
+    return any(kind in lowered for kind in (b"application/json", b"application/*", b"text/event-stream", b"*/*"))
 
 
 def _sse(message: bytes) -> bytes:
@@ -547,17 +568,18 @@ class HttpTransport:
         return self.server.config.max_message_bytes
 
     def head(self, request: Request) -> Refusal | None:
-        """Refused on its headers, before its body is read: Host, Origin, the token, then the
-        path, the method, and for a POST its media type and length."""
+        """Refused on its headers, before its body is read: the path, then Host, Origin and the
+        token, then the method, and for a POST its media type and length."""
         self.requests += 1
         headers = request.headers
+        path = request.path
+        if path != b"/mcp" and (b"%" not in path or unquote_to_bytes(path) != b"/mcp"):
+            # Before the token: a 401 for /.well-known/oauth-* would send a client into OAuth discovery.
+            return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}")
         refusal = self._refuse(headers)
         if refusal is not None:
             self.refused += 1
             return refusal
-        path = request.path
-        if path != b"/mcp" and (b"%" not in path or unquote_to_bytes(path) != b"/mcp"):
-            return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}")
         method = request.method
         if method == b"POST":
             content_type = headers.get(b"content-type", b"")
@@ -656,20 +678,24 @@ class HttpTransport:
         if mismatch:
             response.send(*_refusal(400, HEADER_MISMATCH, mismatch))
             return
+        if not _acceptable(headers.get(b"accept")):
+            response.send(*_refusal(406, INVALID_REQUEST, "Not acceptable: an answer comes as application/json or "
+                                    "text/event-stream; send Accept: application/json, text/event-stream"))
+            return
         session_id = headers.get(b"mcp-session-id")
         if session_id is not None:
             session = self.sessions.get(session_id)
             if session is None:
                 response.send(*_refusal(404, INVALID_REQUEST, "Session not found: it ended or the daemon restarted; initialize again"))
                 return
-            self._deliver(session, message, body, response, b"")
+            self._deliver(session, message, request, response, b"")
             return
         if message.method == "initialize":
             self._spawn(self._open(request, message, response))
             return
         session = self.stateless.get(request.query)
         if session is not None and session.transport is not None:
-            self._deliver(session, message, body, response, b"")
+            self._deliver(session, message, request, response, b"")
             return
         self._spawn(self._open(request, message, response))
 
@@ -691,9 +717,9 @@ class HttpTransport:
                 made = existing
             else:
                 self.stateless[request.query] = made
-        self._deliver(made, message, request.body, response, extra)
+        self._deliver(made, message, request, response, extra)
 
-    def _deliver(self, session: HttpSession, message: _Envelope, body: bytes, response: Response, extra: bytes) -> None:
+    def _deliver(self, session: HttpSession, message: _Envelope, request: Request, response: Response, extra: bytes) -> None:
         """Hand the message to its session; its answer goes to ``response`` (see ``_Exchange``)."""
         if response.done:
             return  # the client went away while its session was being made
@@ -703,21 +729,22 @@ class HttpTransport:
             if method == "notifications/cancelled":
                 self._cancel_by_client_id(session, message.params)
             else:
-                session.handle_line(body)  # a notification, or the client's answer to a tool's question
+                session.handle_line(request.body)  # a notification, or the client's answer to a tool's question
             response.send(202, extra, b"")
             return
         client_id = bytes(message.id)
         exchanges = session.exchanges
+        streams = _takes_sse(request.headers.get(b"accept"))
         if session.stateful and client_id not in exchanges and _canonical(client_id):
             # One client's session, whose ids it must not reuse (MCP says so), and this one reads
             # back as sent: the body goes to the session as it came. A stateless session is every
             # client's of its URL: there ids are always the daemon's own.
-            exchange = exchanges[client_id] = _Exchange(session, client_id, client_id, method, response, extra)
+            exchange = exchanges[client_id] = _Exchange(session, client_id, client_id, method, response, extra, streams)
             response.on_gone = exchange.gone
-            session.handle_line(body)
+            session.handle_line(request.body)
             return
         internal = _internal_id(exchanges)
-        exchange = exchanges[internal] = _Exchange(session, internal, client_id, method, response, extra)
+        exchange = exchanges[internal] = _Exchange(session, internal, client_id, method, response, extra, streams)
         response.on_gone = exchange.gone
         params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
         session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
