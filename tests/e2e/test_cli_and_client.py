@@ -64,6 +64,12 @@ def test_start_list_call_status_stop(detached: Env) -> None:
     assert bad.returncode == 1 and "Expected `int` >= 1 - at `$.times`" in bad.stderr
     unknown = run(env, "call", "nope")
     assert unknown.returncode == 2 and "Unknown tool: 'nope'" in unknown.stderr
+    # Options combine with the arguments in any order.
+    mixed = run(env, "call", "greet", "--json", "name=Ada", "--timeout", "5", "times=2")
+    assert mixed.returncode == 0, mixed.stderr
+    assert json.loads(mixed.stdout)["content"][0]["text"] == "Hello, Ada Hello, Ada"
+    stray = run(env, "call", "greet", "name=Ada", "--no-such-option")
+    assert stray.returncode == 2 and "unrecognized arguments: --no-such-option" in stray.stderr
 
     status = run(env, "status")
     assert status.returncode == 0 and f"pid {pid}" in status.stdout and "greet.py" in status.stdout

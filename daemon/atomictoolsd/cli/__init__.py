@@ -68,13 +68,26 @@ def _complete_help(commands: argparse._SubParsersAction, formatter: type, epilog
                 _complete_help(action, formatter, epilog)
 
 
+def _parse(parser: argparse.ArgumentParser, args: list[str]) -> argparse.Namespace:
+    """The command line, where a command that takes ``key=value`` operands (``call``) takes them
+    before, between and after its options alike (argparse alone stops at the first option)."""
+    parsed, extra = parser.parse_known_args(args)
+    operands = getattr(parsed, "operands", None)
+    stray = [item for item in extra if operands is None or item.startswith("-")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        getattr(parsed, operands).extend(extra)
+    return parsed
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["mcp"]:
         from atomictoolsd.shim.relay import main as shim_main  # lazy: before argparse; the shim's start-up budget
 
         return shim_main(args[1:])
-    parsed = build_parser().parse_args(args)
+    parsed = _parse(build_parser(), args)
     from atomictools._paths import RuntimeDirError
     from atomictoolsd.config.errors import SetupError  # lazy: after the shim's branch (its start-up budget)
 

@@ -227,4 +227,4 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     call.add_argument("--json", action="store_true", help="print the whole MCP result as JSON (content, structuredContent, isError)")
     call.add_argument("--directory", "-C", help="project directory (default: the current one)")
     call.add_argument("--timeout", type=float, help="seconds this call may run")
-    call.set_defaults(func=cmd_call)
+    call.set_defaults(func=cmd_call, operands="arguments")
