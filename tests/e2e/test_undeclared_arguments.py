@@ -116,3 +116,33 @@ def test_an_integer_parameter_takes_a_number_with_no_fractional_part(env: Env, m
             assert bad.is_error and "times" in bad.content[0].text
 
     run(scenario)
+
+
+ENUM_TOOL = """
+    import enum
+    from typing import Literal
+
+    class Colour(enum.Enum):
+        RED = "red"
+        BLUE = "blue"
+
+    def paint(colour: Colour | None, finish: Literal["matte", "gloss"] = "matte", coats: list[Literal[1, 2]] = []) -> str:
+        return f"{colour.value if colour else None}:{finish}:{coats}"
+"""
+
+
+def test_a_value_outside_an_enum_is_an_error_that_lists_the_allowed_values(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "paint.py", ENUM_TOOL)
+    make_daemon()
+
+    async def scenario() -> None:
+        async with mcp_session(env) as (session, _):
+            for arguments, expected in [
+                ({"colour": "green"}, "expected one of 'blue', 'red'"),
+                ({"colour": "red", "finish": "satin"}, "expected one of 'gloss', 'matte'"),
+                ({"colour": "red", "coats": [1, 3]}, "expected one of 1, 2"),
+            ]:
+                result = await session.call_tool("paint", arguments)
+                assert result.is_error and expected in result.content[0].text, (arguments, result.content)
+
+    run(scenario)

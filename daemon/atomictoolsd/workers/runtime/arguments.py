@@ -21,12 +21,13 @@ must never decide anything about declared parameters, whose validation stays the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-__all__ = ["Undeclared", "misspelling_of", "relax", "split_undeclared"]
+__all__ = ["Undeclared", "misspelling_of", "relax", "split_undeclared", "with_choices"]
 
 
 class Undeclared(ValueError):
@@ -137,3 +138,42 @@ def relax(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[str]] | None
     if split is not None:
         return split
     return None if encoded == msgspec.json.encode(arguments) else (encoded, [])
+
+
+_PATH_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def with_choices(message: str, schema: dict[str, Any]) -> str:
+    """msgspec's ``Invalid enum value 'x' - at `$.color``` with the values the schema allows there
+    (``; expected one of 'red', 'blue'``): the model that sent it needs them to try again."""
+    if not message.startswith("Invalid enum value") or " - at `$" not in message:
+        return message
+    path = message.rsplit(" - at `", 1)[1].rstrip("`")
+    node: Any = schema
+    for name, index in _PATH_STEP.findall(path[1:]):
+        node = _resolve(node, schema)
+        node = (node.get("properties") or {}).get(name) if name else node.get("items")
+        if not isinstance(node, dict):
+            return message
+    choices = _enum_of(_resolve(node, schema), schema)
+    if not choices:
+        return message
+    return f"{message}; expected one of {', '.join(repr(c) if isinstance(c, str) else str(c) for c in choices)}"
+
+
+def _resolve(node: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with a local ``$ref`` followed (``#/$defs/NAME``), as msgspec's schemas write them."""
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        return (schema.get("$defs") or {}).get(ref[len("#/$defs/"):], node)
+    return node
+
+
+def _enum_of(node: dict[str, Any], schema: dict[str, Any]) -> list[Any]:
+    if isinstance(node.get("enum"), list):
+        return node["enum"]
+    choices: list[Any] = []
+    for option in node.get("anyOf") or []:  # Optional[Enum]: the enum is one of the options
+        if isinstance(option, dict):
+            choices += _enum_of(_resolve(option, schema), schema)
+    return choices

@@ -42,7 +42,7 @@ from atomictoolsd.workers.protocol import (
     error_result,
     pack_length,
 )
-from atomictoolsd.workers.runtime.arguments import Undeclared, relax
+from atomictoolsd.workers.runtime.arguments import Undeclared, relax, with_choices
 from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
 from atomictoolsd.workers.runtime.sender import Sender, exit_worker
 
@@ -387,7 +387,8 @@ class Runtime:
             kept, dropped = split
             kwargs = spec.parse_arguments(kept)
         except (msgspec.ValidationError, msgspec.DecodeError, Undeclared) as exc:
-            self.send(Result(call_id, error_result(f"Invalid arguments for tool {spec.name!r}: {exc}")))
+            explained = with_choices(str(exc), spec.input_schema)
+            self.send(Result(call_id, error_result(f"Invalid arguments for tool {spec.name!r}: {explained}")))
             return None
         if dropped:
             self.send(Dropped(call_id, dropped))
