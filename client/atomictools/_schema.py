@@ -79,7 +79,8 @@ class ToolSpec:
         out: dict[str, Any] = {"name": self.name}
         if self.title:
             out["title"] = self.title
-        out["description"] = self.description
+        if self.description:  # none without a docstring: a tool's own name says nothing more
+            out["description"] = self.description
         out["inputSchema"] = self.input_schema
         if self.output_schema is not None:
             out["outputSchema"] = self.output_schema
@@ -231,7 +232,7 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         context_param=context_param,
         decoder=decoder,
         input_schema=input_schema,
-        description=options.description or doc or name,
+        description=options.description or doc or "",
         output_schema=output_schema,
         output_type=output_type if output_schema is not None else None,
         wrap_output=wrap,

@@ -274,3 +274,15 @@ def test_a_module_without_tools_is_an_error() -> None:
 def test_bad_or_duplicate_names_are_load_errors(source: str, message: str) -> None:
     with pytest.raises(SchemaError, match=message):
         collect_tools(_module(source), "mod", "mod")
+
+
+def test_a_tool_without_a_docstring_has_no_description_rather_than_its_own_name() -> None:
+    def undocumented(path: str) -> str:
+        return path
+
+    def documented(path: str) -> str:
+        """Read a file."""
+        return path
+
+    assert "description" not in build_tool(undocumented, "undocumented").definition()
+    assert build_tool(documented, "documented").definition()["description"] == "Read a file."

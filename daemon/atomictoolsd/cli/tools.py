@@ -34,7 +34,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             out["shadowed"] = listing["shadowed"]
         print_json(out)
         return 0
-    rows = [[t["name"], _scope(t), _first_line(t.get("description", ""))] for t in listing["tools"]]
+    rows = [[t["name"], _scope(t), _first_line(t.get("description") or _UNDESCRIBED)] for t in listing["tools"]]
     if args.all:
         rows += [
             [t["name"], f"{_listed(t, 'scope')} (shadowed by {_listed(t['shadowedBy'], 'scope')})",
@@ -72,6 +72,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(blocked[0].get("message") or f"to trust the project, run: {blocked[0]['command']}")
             _why_untrusted(blocked[0]["root"])
     return 0
+
+
+_UNDESCRIBED = "(no description: agents pick tools by it; write a docstring)"
 
 
 def _why_untrusted(root: str) -> None:
