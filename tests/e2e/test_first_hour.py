@@ -15,6 +15,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from atomictools import RPCError
+from atomictoolsd.eventlog.reader import read_events
 from helpers import Daemon, Env, wait_for
 from shim_helpers import mcp_session
 from shim_helpers import run as run_async
@@ -400,3 +401,19 @@ def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env,
         nap = next(m for m in client.status()["modules"] if m["path"].endswith("nap.py"))
     assert (nap["calls"], nap["errors"], nap["cancelled"]) == (0, 0, 1), nap
     assert "CANCELLED" in run(env, "status").stdout
+
+
+def test_a_started_daemons_stderr_file_keeps_warnings_not_every_event(env: Env) -> None:
+    """The event log has every event; ``atomictoolsd.stderr`` of a daemon started in the
+    background keeps what explains a failure, not a second copy of each info line."""
+    env.write_tool(env.local_tools, "greet.py", GREET)
+    env.write_tool(env.local_tools, "broken.py", "def broken(:\n")
+    try:
+        called = run(env, "call", "greet", "name=Ada")  # starts the daemon, as an agent's first call does
+        assert called.returncode == 0, called.stderr
+        wait_for(lambda: [e for e in read_events(env.state_dir / "log") if e.get("level") == "info"],
+                 message="info events in the event log")
+        stderr = (env.runtime_dir / "atomictoolsd.stderr").read_text()
+        assert " INFO " not in stderr, stderr
+    finally:
+        run(env, "stop")

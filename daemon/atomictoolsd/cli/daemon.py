@@ -125,7 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _setup_logging(level: str) -> None:
-    """stderr (the journal's own format under systemd), and the event log."""
+    """The event log, and stderr: every event on a terminal or the journal (in its own format),
+    warnings and errors when stderr is a file."""
     import logging
 
     from atomictoolsd.eventlog.writer import (  # lazy: only this command pays for it (start-up cost)
@@ -139,6 +140,10 @@ def _setup_logging(level: str) -> None:
         stderr.setFormatter(JournalFormatter())
     else:
         stderr.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        if not sys.stderr.isatty():
+            # A file (atomictoolsd.stderr of a started daemon): the event log has every event, this
+            # keeps what someone looking for why a daemon failed needs.
+            stderr.setLevel(logging.WARNING)
     root = logging.getLogger()
     root.setLevel(level.upper())
     root.addHandler(stderr)
@@ -539,7 +544,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     serve = commands.add_parser(
         "serve", help="run the daemon in the foreground",
         description="Run the daemon in the foreground until SIGINT or SIGTERM (what a service manager "
-        "runs). It logs to stderr and to the event log (`atomictoolsd logs`); SIGHUP rereads the "
+        "runs). It logs to the event log (`atomictoolsd logs`) and to stderr (warnings and errors only when stderr is a file); SIGHUP rereads the "
         "configuration and rescans the tools dirs. Exits 2 on a bad configuration; 0 when another "
         "daemon already serves.",
     )
