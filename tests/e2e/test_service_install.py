@@ -191,7 +191,15 @@ def test_uninstall_removes_exactly_what_install_wrote(env: Env) -> None:
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert "warning: `systemctl --user disable --now atomictoolsd.service atomictoolsd.socket` failed" in removed.stdout
     assert snapshot(env.root / "config", env.root / "state", env.home) == before
-    assert run(env, "service", "status").returncode == 3
+    assert run(env, "service", "status").returncode == 3  # nothing installed, nothing running
+    started = run(env, "start")
+    try:
+        assert started.returncode == 0, started.stderr
+        running = run(env, "service", "status")  # a daemon running without the service is running
+        assert running.returncode == 0 and "daemon: running" in running.stdout, running.stdout
+        assert "atomictoolsd.service: not installed" in running.stdout
+    finally:
+        run(env, "stop")
     again = run(env, "service", "uninstall")
     assert again.returncode == 0 and "nothing to remove" in again.stdout
 

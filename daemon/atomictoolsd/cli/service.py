@@ -64,19 +64,20 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 
 def cmd_service_status(args: argparse.Namespace) -> int:
-    """Which files are installed, and what the service manager says about them."""
+    """Which files are installed, what the service manager says about them, and whether a daemon
+    runs. Exits 3 only when nothing is installed and no daemon runs."""
     from atomictoolsd.service.install import status  # lazy: only this command pays for it (start-up cost)
 
     the_plan, paths = _plan(args)
-    code = status(the_plan, paths, sys.stdout)
+    installed = status(the_plan, paths, sys.stdout) == 0
     daemon = raw_request("atomic/status")
     if isinstance(daemon, dict):
         manager = (daemon.get("service") or {}).get("manager", "none")
         started_by = "the service manager" if manager != "none" else "`atomictoolsd start` or by hand"
         print(f"daemon: running (pid {daemon['pid']}), started by {started_by}")
-    else:
-        print("daemon: not running")
-    return code
+        return 0
+    print("daemon: not running")
+    return 0 if installed else 3  # 3: nothing installed and nothing running
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
