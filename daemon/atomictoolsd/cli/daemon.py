@@ -92,7 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = _with_http(config, args.http)
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
-    _setup_logging(config.log_level)
+    _setup_logging(config.log_level, args.detach)
     try:
         events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
     except OSError as exc:
@@ -124,9 +124,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setup_logging(level: str) -> None:
-    """The event log, and stderr: every event on a terminal or the journal (in its own format),
-    warnings and errors when stderr is a file."""
+def _setup_logging(level: str, detached: bool) -> None:
+    """The event log, and stderr: every event (the journal's own format under systemd), or only
+    warnings and errors for a daemon started in the background."""
     import logging
 
     from atomictoolsd.eventlog.writer import (  # lazy: only this command pays for it (start-up cost)
@@ -140,9 +140,9 @@ def _setup_logging(level: str) -> None:
         stderr.setFormatter(JournalFormatter())
     else:
         stderr.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        if not sys.stderr.isatty():
-            # A file (atomictoolsd.stderr of a started daemon): the event log has every event, this
-            # keeps what someone looking for why a daemon failed needs.
+        if detached:
+            # Its stderr is atomictoolsd.stderr: the event log has every event, this file keeps
+            # what someone looking for why a daemon failed needs.
             stderr.setLevel(logging.WARNING)
     root = logging.getLogger()
     root.setLevel(level.upper())
@@ -544,7 +544,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     serve = commands.add_parser(
         "serve", help="run the daemon in the foreground",
         description="Run the daemon in the foreground until SIGINT or SIGTERM (what a service manager "
-        "runs). It logs to the event log (`atomictoolsd logs`) and to stderr (warnings and errors only when stderr is a file); SIGHUP rereads the "
+        "runs). It logs to the event log (`atomictoolsd logs`) and to stderr; SIGHUP rereads the "
         "configuration and rescans the tools dirs. Exits 2 on a bad configuration; 0 when another "
         "daemon already serves.",
     )
