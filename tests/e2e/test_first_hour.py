@@ -417,3 +417,19 @@ def test_a_started_daemons_stderr_file_keeps_warnings_not_every_event(env: Env) 
         assert " INFO " not in stderr, stderr
     finally:
         run(env, "stop")
+
+
+def test_call_full_prints_the_whole_of_a_truncated_result(env: Env, make_daemon: object) -> None:
+    env.write_tool(env.local_tools, "many.py", '''
+        def many(n: int) -> str:
+            """Print n numbered lines."""
+            return "".join(f"line {i}\\n" for i in range(n))
+    ''')
+    make_daemon()  # type: ignore[operator]
+    cut = run(env, "call", "many", "n=2500")
+    assert cut.returncode == 0 and "[output truncated: showing 2,000 of 2,500 lines" in cut.stdout
+    whole = run(env, "call", "many", "n=2500", "--full")
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout == "".join(f"line {i}\n" for i in range(2500))
+    short = run(env, "call", "many", "n=3", "--full")  # nothing was cut: the result as it is
+    assert short.stdout == "line 0\nline 1\nline 2\n\n"

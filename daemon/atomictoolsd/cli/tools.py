@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from typing import Any
 
@@ -161,8 +162,41 @@ def cmd_call(args: argparse.Namespace) -> int:
     if result.is_error:
         print(result.text, file=sys.stderr)
         return EXIT_FAILED
+    whole = _full_output(result) if args.full else None
+    if whole is not None:
+        sys.stdout.write(whole)
+        return 0
     print(_plain(result, tool))
     return 0
+
+
+def _full_output(result: Any) -> str | None:
+    """The whole output of a truncated result, from the spill file the daemon's worker wrote.
+
+    The path comes from a worker, so it is read only when it is a regular file of this user under
+    the daemon's spill dir, opened without following a link: never a FIFO, a device or elsewhere.
+    """
+    from atomictoolsd.config.paths import Paths  # lazy: only `call --full` pays for it (start-up cost)
+
+    path = (result.meta or {}).get("atomic/fullOutput")
+    if not isinstance(path, str):
+        return None
+    spill_dir = os.path.realpath(Paths.from_env().spill_dir)
+    if os.path.commonpath([spill_dir, os.path.realpath(os.path.dirname(path))]) != spill_dir:
+        print(f"atomictoolsd: not reading {path!r}: not in the spill dir {spill_dir}", file=sys.stderr)
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        print(f"atomictoolsd: the full output is gone ({exc.strerror}: {path}); it is kept for spill_max_age",
+              file=sys.stderr)
+        return None
+    with open(fd, "rb") as spilled:
+        info = os.fstat(spilled.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            print(f"atomictoolsd: not reading {path!r}: not a regular file of yours", file=sys.stderr)
+            return None
+        return spilled.read().decode("utf-8", "replace")
 
 
 def _call_arguments(args: argparse.Namespace, schema: dict[str, Any]) -> dict[str, Any]:
@@ -230,4 +264,6 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     call.add_argument("--json", action="store_true", help="print the whole MCP result as JSON (content, structuredContent, isError)")
     call.add_argument("--directory", "-C", help="project directory (default: the current one)")
     call.add_argument("--timeout", type=float, help="seconds this call may run")
+    call.add_argument("--full", action="store_true",
+                      help="print the whole output of a result cut at truncate_lines / truncate_bytes (not the head)")
     call.set_defaults(func=cmd_call, operands="arguments")
