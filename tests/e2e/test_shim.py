@@ -526,3 +526,26 @@ def test_attach_applies_to_the_very_next_line(kit_daemon: Daemon) -> None:
         replies = {reply["id"]: reply for reply in (raw.recv(), raw.recv())}
     listed = [t["name"] for t in replies["l"]["result"]["tools"]]
     assert listed == ["atomic_list_tools", "atomic_call_tool", "kit_echo"]
+
+
+@pytest.mark.parametrize("how", ["stdin-then-sigterm", "stdin-then-sigkill", "sigterm", "sigkill"])
+def test_every_way_a_client_goes_cancels_its_call_at_once(kit_daemon: Daemon, env: Env, how: str) -> None:
+    """The MCP stdio shutdown closes stdin, then sends SIGTERM (both TypeScript SDKs' close() do):
+    the call in flight stops then, as with a plain SIGTERM or a kill, not at the end of its run."""
+    shim = spawn_shim(env)
+    assert shim.stdin is not None and shim.stdout is not None
+    shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    shim.stdin.flush()
+    assert json.loads(shim.stdout.readline())["id"] == 1
+    marker = env.root / "leak"
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "kit_wait", "arguments": {"marker": str(marker)}}}
+    shim.stdin.write(json.dumps(call).encode() + b"\n")
+    shim.stdin.flush()
+    wait_for(lambda: Path(str(marker) + ".started").exists(), timeout=3, message="the call to start")
+    if how.startswith("stdin"):
+        shim.stdin.close()
+        time.sleep(0.2)  # the half-close reaches the daemon first, as with an SDK's close()
+    shim.send_signal(signal.SIGKILL if how.endswith("sigkill") else signal.SIGTERM)
+    shim.wait(timeout=10)
+    # The tool waits up to 60 s unless cancelled: a leaked call would write .timeout only then.
+    wait_for(lambda: Path(str(marker) + ".cancelled").exists(), timeout=5, message="the call to be cancelled")

@@ -114,6 +114,7 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: set[bytes] = set()  # ids of the requests a task answers (attach, reload, …)
         self._eof = False  # the client half-closed: answer every request read, then close
+        self._hangup_watch: select.epoll | asyncio.TimerHandle | None = None  # after _eof (_watch_hangup)
 
     # What the subclass provides: the client's answers to its tools' questions, notifications, the
     # 2026-07-28 _meta of a request, and the call path.
@@ -192,7 +193,52 @@ class Connection(asyncio.Protocol):
             self.handle_line(line)  # the last line may lack its newline
         self._eof = True
         self._close_if_done()
+        if self.transport is not None and not self.transport.is_closing():
+            self._watch_hangup()
         return True  # keep the writing side open
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_hangup_watch()
+
+    def _watch_hangup(self) -> None:
+        """Cancel the calls at once when a half-closed client then goes altogether.
+
+        Nothing more is read after a half-close, so a client that closes its end next (the MCP
+        stdio shutdown: stdin closed, then SIGTERM; or a kill) would be found only when its answer
+        is written, after the call ran to its end. An epoll set holding just this socket, for
+        nothing but the hang-up it always reports, becomes readable when that happens. Where there
+        is no epoll, the socket is looked at twice a second.
+        """
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return
+        loop = asyncio.get_running_loop()
+        if hasattr(select, "epoll"):
+            watch = select.epoll(1)
+            watch.register(sock.fileno(), 0)  # no events asked: EPOLLHUP and EPOLLERR come regardless
+            loop.add_reader(watch.fileno(), self._hung_up)
+            self._hangup_watch = watch
+        else:
+            self._hangup_watch = loop.call_later(0.5, self._look_for_hangup)
+
+    def _look_for_hangup(self) -> None:
+        if _peer_closed(self.transport):
+            self._hung_up()
+        elif self.transport is not None:
+            self._hangup_watch = asyncio.get_running_loop().call_later(0.5, self._look_for_hangup)
+
+    def _hung_up(self) -> None:
+        self._stop_hangup_watch()
+        if self.transport is not None:
+            self.transport.abort()  # connection_lost cancels the calls
+
+    def _stop_hangup_watch(self) -> None:
+        watch, self._hangup_watch = self._hangup_watch, None
+        if isinstance(watch, asyncio.TimerHandle):
+            watch.cancel()
+        elif watch is not None:
+            asyncio.get_running_loop().remove_reader(watch.fileno())
+            watch.close()
 
     def _close_if_done(self) -> None:
         if self._eof and not self.calls and not self._pending and self.transport is not None:

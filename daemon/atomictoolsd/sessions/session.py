@@ -170,6 +170,7 @@ class Session(Connection):
             self.transport = None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
         self.transport = None
         calls, self.calls = self.calls, {}
         for call in calls.values():
