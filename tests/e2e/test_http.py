@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
+import signal
 import socket
 import stat
 import subprocess
@@ -20,7 +22,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from helpers import Env
+from helpers import Env, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -338,6 +340,42 @@ def test_start_http_option_and_status(env: Env) -> None:
         assert "http      http://127.0.0.1:" in status
     finally:
         subprocess.run([*cli, "stop"], env=environ, capture_output=True, timeout=60)
+
+
+def test_a_daemon_started_with_http_keeps_it_across_reload_and_restart(env: Env) -> None:
+    """``--http`` is the daemon's command line: SIGHUP rereads the file, not undoes it; ``restart``
+    brings it back at the same address, and takes ``--http`` itself as ``start`` does."""
+    cli = [sys.executable, "-m", "atomictoolsd"]
+
+    def say(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], env=env.vars, capture_output=True, text=True, timeout=60)
+
+    def served() -> tuple[int, str, dict[str, Any]]:
+        status = json.loads(say("status", "--json").stdout)
+        return status["pid"], status["http"]["url"], status
+
+    started = say("start", "--http", "127.0.0.1:0")
+    try:
+        assert started.returncode == 0, started.stderr
+        pid, url, _ = served()
+        assert url and url.startswith("http://127.0.0.1:")
+        os.kill(pid, signal.SIGHUP)
+        wait_for(lambda: served()[2].get("reload"), message="the SIGHUP reload")
+        pid_after, url_after, status = served()
+        assert (pid_after, url_after) == (pid, url)
+        assert not status["reload"]["waiting"], status["reload"]
+        assert "waits for a restart" not in say("status").stdout
+
+        restarted = say("restart")
+        assert restarted.returncode == 0, restarted.stderr
+        new_pid, new_url, _ = served()
+        assert new_pid != pid and new_url == url, (url, new_url)
+
+        again = say("restart", "--http", "127.0.0.1:0")
+        assert again.returncode == 0, again.stderr
+        assert served()[1].startswith("http://127.0.0.1:")
+    finally:
+        say("stop")
 
 
 class _Wire:

@@ -174,7 +174,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     # The same checks the daemon makes, said here (by cli.main, as a SetupError) rather than from a log's tail.
     config = load_config(Paths.from_env().config_file)
-    http = getattr(args, "http", None)  # restart has no --http: the setting's value holds
+    http = args.http
     if http is not None:
         config = _with_http(config, http)
     running = _running_pid(args)  # a daemon may serve already (or a service manager's socket start it)
@@ -291,8 +291,27 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
+    """Stop, then start with the same options as ``start``; without ``--http``, a daemon that was
+    started with ``--http`` comes back with it, at the address it had (its port too)."""
+    if args.http is None:
+        args.http = _http_of_command_line()
     code = cmd_stop(args)
     return code or cmd_start(args)
+
+
+def _http_of_command_line() -> str | None:
+    """The address the running daemon serves HTTP on, when its command line (``--http``) said so."""
+    from urllib.parse import urlsplit  # lazy: only restart pays for it (start-up cost)
+
+    status = raw_request("atomic/status")
+    if not isinstance(status, dict) or (status.get("configSources") or {}).get("http") != "--http":
+        return None
+    url = (status.get("http") or {}).get("url")
+    if not url:
+        return (status.get("config") or {}).get("http") or None
+    parts = urlsplit(url)
+    host = f"[{parts.hostname}]" if parts.hostname and ":" in parts.hostname else parts.hostname
+    return f"{host}:{parts.port}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -580,11 +599,15 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "its workers and bridge scripts go. Exits 0 when no daemon runs, 1 when it is still stopping "
         "after 60 s.",
     ).set_defaults(func=cmd_stop)
-    commands.add_parser(
+    restart = commands.add_parser(
         "restart", help="stop, then start the daemon",
-        description="Stop the daemon (as `stop`), then start it (as `start`): for settings that "
-        "`atomictoolsd status` lists as waiting for a restart.",
-    ).set_defaults(func=cmd_restart)
+        description="Stop the daemon (as `stop`), then start it (as `start`, with the same options): for "
+        "settings that `atomictoolsd status` lists as waiting for a restart. A daemon started with --http "
+        "keeps it, at the same address, unless --http says otherwise.",
+    )
+    restart.add_argument("--http", metavar="[ADDRESS:]PORT", default=None,
+                         help="serve Streamable HTTP on this address (default: as the running daemon does)")
+    restart.set_defaults(func=cmd_restart)
 
     status = commands.add_parser(
         "status", help="show the daemon's state",

@@ -58,7 +58,7 @@ async def reload(server: Reconfigurable) -> dict[str, Any]:
     changed: list[str] = []
     config: Config | None = None
     try:
-        config = load_config(server.paths.config_file)
+        config = _with_command_line(load_config(server.paths.config_file), server.config)
     except ConfigError as exc:
         error = str(exc)
         note = f"configuration not reloaded: {error}"
@@ -88,6 +88,17 @@ async def reload(server: Reconfigurable) -> dict[str, Any]:
     _report_in_status(server, error, config)
     server.lifecycle("reloaded", note)
     return result
+
+
+def _with_command_line(config: Config, running: Config) -> Config:
+    """``config`` with the settings the daemon's command line gave (``serve --http``) as they were:
+    a reload rereads the file, it does not undo what the daemon was started with."""
+    given = {key: source for key, source in running.sources.items() if source.startswith("--")}
+    if not given:
+        return config
+    return dataclasses.replace(
+        config, **{key: getattr(running, key) for key in given}, sources={**config.sources, **given}
+    )
 
 
 def _report_in_status(server: Reconfigurable, error: str, loaded: Config | None) -> None:
