@@ -78,7 +78,8 @@ class AsyncClient(ClientBase):
                     task.add_done_callback(self._answering.discard)
                     continue
                 if "method" in message:
-                    self._notifications.put_nowait(message)
+                    if not (message["method"] == "notifications/progress" and self._progress(message)):
+                        self._notifications.put_nowait(message)
                     continue
                 future = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
                 if future is not None and not future.done():

@@ -28,9 +28,11 @@ from atomictools._paths import RuntimeDirError
 from atomictools._paths import socket_path as default_socket_path
 from atomictools._protocol import INVALID_PARAMS, LATEST_PROTOCOL_VERSION
 
-__all__ = ["ClientBase", "Send", "ToolFormat", "ToolResult", "awaited", "blocking", "convert_tools"]
+__all__ = ["ClientBase", "OnProgress", "Send", "ToolFormat", "ToolResult", "awaited", "blocking", "convert_tools"]
 
 ToolFormat = Literal["mcp", "openai", "anthropic"]
+# on_progress(progress, total, message): what a tool reports with ctx.progress, as it comes.
+OnProgress = Callable[[float, "float | None", "str | None"], Any]
 
 encode = msgspec.json.encode
 decode = msgspec.json.decode
@@ -172,6 +174,17 @@ class ClientBase:
         self.agent = agent
         self.session_id = uuid.uuid4().hex
         self._ids = itertools.count(1)
+        self.declared: dict[str, Any] = {}  # the capabilities the last initialize declared
+        self.progress_handlers: dict[str, OnProgress] = {}  # by progress token, while their calls run
+
+    def _progress(self, message: dict[str, Any]) -> bool:
+        """Give a ``notifications/progress`` to the handler of its call; False when none has it."""
+        params = message.get("params") or {}
+        handler = self.progress_handlers.get(params.get("progressToken"))  # type: ignore[arg-type]
+        if handler is None:
+            return False
+        handler(params.get("progress", 0), params.get("total"), params.get("message"))
+        return True
 
     # -- messages --------------------------------------------------------------------------------
 
@@ -236,14 +249,16 @@ def _default_socket_path() -> str:
 
 def initialize(client: ClientBase, protocol_version: str = LATEST_PROTOCOL_VERSION) -> Steps[dict[str, Any]]:
     """Run MCP's initialize handshake (optional here: the daemon serves tools without it)."""
+    declared = capabilities(client.on_elicit, client.on_sample)
     result = yield Send(
         "initialize",
         {
             "protocolVersion": protocol_version,
-            "capabilities": capabilities(client.on_elicit, client.on_sample),
+            "capabilities": declared,
             "clientInfo": {"name": f"atomictools-{client.agent}", "version": "0"},
         },
     )
+    client.declared = declared
     yield Send("notifications/initialized", notify=True)
     return result
 
@@ -271,23 +286,56 @@ def list_tools(
 
 
 def call_tool(
-    client: ClientBase, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None
+    client: ClientBase, name: str, arguments: dict[str, Any] | None = None, *, timeout: float | None = None,
+    on_progress: OnProgress | None = None, on_elicit: OnElicit | None = None,
 ) -> Steps[ToolResult]:
     """Call a tool. A failure inside the tool is a result with ``is_error`` (``raise_for_error()``
     raises it); a tool this session cannot call raises ``UnknownTool``.
 
     Args:
         timeout: seconds the daemon lets this call run (capped by its configured maximum).
+        on_progress: called with ``(progress, total, message)`` for each progress the tool reports
+            (``ctx.progress``) while this call runs.
+        on_elicit: answers what the tool asks (``ctx.elicit``) while this call runs, in place of the
+            client's own ``on_elicit``; the client declares the elicitation capability for it first
+            when it has not yet. One handler at a time: calls made at once with different handlers
+            on one ``AsyncClient`` share the last one given.
     """
     params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
     if timeout is not None:
         params["_meta"] = {"atomic/timeout": timeout}
-    return ("tools/call", params, ToolResult.from_mcp)
+    if on_progress is None and on_elicit is None:
+        return ("tools/call", params, ToolResult.from_mcp)
+    return _call_with_handlers(client, params, on_progress, on_elicit)
 
 
-def call(client: ClientBase, name: str, /, **arguments: Any) -> Steps[ToolResult]:
-    """Call a tool with keyword arguments; see ``call_tool`` for a dict of arguments."""
-    return ("tools/call", {"name": name, "arguments": arguments}, ToolResult.from_mcp)
+def _call_with_handlers(
+    client: ClientBase, params: dict[str, Any], on_progress: OnProgress | None, on_elicit: OnElicit | None
+) -> Generator[Send, Any, ToolResult]:
+    token = uuid.uuid4().hex
+    if on_progress is not None:
+        params.setdefault("_meta", {})["progressToken"] = token
+        client.progress_handlers[token] = on_progress
+    own = client.on_elicit
+    try:
+        if on_elicit is not None:
+            client.on_elicit = on_elicit
+            if "elicitation" not in client.declared:
+                yield from initialize(client)  # type: ignore[misc]
+        result = yield Send("tools/call", params)
+    finally:
+        client.progress_handlers.pop(token, None)
+        client.on_elicit = own
+    return ToolResult.from_mcp(result)
+
+
+def call(
+    client: ClientBase, name: str, /, *, on_progress: OnProgress | None = None, on_elicit: OnElicit | None = None,
+    **arguments: Any,
+) -> Steps[ToolResult]:
+    """Call a tool with keyword arguments; see ``call_tool`` for a dict of arguments (and for a
+    tool with an argument named ``on_progress`` or ``on_elicit``, which are this method's own)."""
+    return call_tool(client, name, arguments, on_progress=on_progress, on_elicit=on_elicit)
 
 
 def status(client: ClientBase) -> Steps[dict[str, Any]]:

@@ -179,7 +179,7 @@ class Client(ClientBase):
                 return self._result(method, reply)
             if "method" in reply and "id" in reply:
                 self._answer(reply)  # a tool asks, while its call is in flight
-            elif "method" in reply:
+            elif "method" in reply and not (reply["method"] == "notifications/progress" and self._progress(reply)):
                 self._notifications.append(reply)
 
     def _answer(self, message: dict[str, Any]) -> None:

@@ -140,6 +140,9 @@ def cmd_call(args: argparse.Namespace) -> int:
     """Call a tool. Its result goes to stdout; every error goes to stderr, with a non-zero exit code."""
     from atomictools._errors import ConnectError, RPCError
 
+    from atomictoolsd.cli.prompts import Progress, ask_on_terminal  # lazy: only `call` pays for it (start-up cost)
+
+    progress = Progress() if sys.stderr.isatty() else None
     try:
         with connect(args) as client:
             tools = {t["name"]: t for t in client.list_tools()}
@@ -149,7 +152,12 @@ def cmd_call(args: argparse.Namespace) -> int:
             except (ValueError, AttributeError) as exc:
                 print(f"atomictoolsd: bad arguments: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-            result = client.call_tool(args.name, arguments, timeout=args.timeout)
+            try:
+                result = client.call_tool(args.name, arguments, timeout=args.timeout, on_progress=progress,
+                                          on_elicit=ask_on_terminal)
+            finally:
+                if progress is not None:
+                    progress.clear()
     except RPCError as exc:  # the daemon refused the call itself: an unknown tool, bad params
         print(f"atomictoolsd: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
