@@ -46,8 +46,7 @@ def test_each_agent_gets_its_url_entry_with_the_token_from_the_environment(http_
     entry = next(v["atomic"] for v in document.values() if isinstance(v, dict) and "atomic" in v)
     entry_url = entry.get("url") or entry.get("httpUrl")
     assert entry_url.startswith(url + "?")
-    if agent != "copilot":  # Copilot CLI's entries are user-wide: no project in the URL
-        assert f"directory={env.project}" in entry_url
+    assert f"directory={env.project}" in entry_url  # a user-wide entry (Copilot CLI's) too: a URL names its project
     assert "deny=rm%2A" in entry_url or "deny=rm*" in entry_url
     assert entry["headers"] == {"Authorization": f"Bearer {reference}"}
 
@@ -60,6 +59,19 @@ def test_codex_names_the_variable(http_env: tuple[Env, str, str]) -> None:
     entry = tomllib.loads(path.read_text())["mcp_servers"]["atomic"]
     assert entry["url"].startswith(url) and entry["bearer_token_env_var"] == "ATOMICTOOLS_TOKEN"
     assert token not in path.read_text()
+    # Codex's entry is user-wide, and the URL still names the project whose tools connect promised.
+    assert f"directory={env.project}" in entry["url"]
+    assert f"for the project {env.project} in every session" in done.stdout
+
+
+def test_an_http_entry_made_from_home_serves_no_project_and_says_so(http_env: tuple[Env, str, str]) -> None:
+    env, url, _ = http_env
+    done = subprocess.run([sys.executable, "-m", "atomictoolsd", "connect", "codex", "--http"], env=env.vars,
+                          cwd=env.home, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "for no project: your global tools only" in done.stdout
+    path = Path(done.stdout.split(" in ", 1)[1].split("\n", 1)[0])
+    assert "directory=" not in tomllib.loads(path.read_text())["mcp_servers"]["atomic"]["url"]
 
 
 def test_claude_desktop_and_a_daemon_without_http_are_refused_clearly(env: Env, make_daemon: Any) -> None:

@@ -109,7 +109,6 @@ def _http_url(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyp
 
     from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.cli._common import raw_request  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
 
     http = (raw_request("atomic/status") or {}).get("http") or {}
     if not http.get("url"):
@@ -118,9 +117,9 @@ def _http_url(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyp
             "config.toml), then connect again"
         )
     query: list[tuple[str, str]] = []
-    if target.scope == "project":
-        home = Path(os.environ.get("HOME") or Path.home())
-        query.append(("directory", str(project_root(Path(args.directory or os.getcwd()).resolve(), home))))
+    root = _http_project(args)
+    if root is not None:  # a URL names its project: the daemon cannot follow the agent's directory
+        query.append(("directory", str(root)))
     query += [("allow", glob) for glob in args.allow] + [("deny", glob) for glob in args.deny]
     if agents.INFO[args.agent].dispatcher if args.dispatcher is None else args.dispatcher:
         query.append(("dispatcher", "1"))
@@ -154,6 +153,16 @@ def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-d
     return notes
 
 
+def _http_project(args: argparse.Namespace) -> Path | None:
+    """The project an HTTP entry serves: the one ``connect`` runs in (or ``-C``), whatever the
+    entry's scope; None from the home directory, which is no project."""
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+
+    home = Path(os.environ.get("HOME") or Path.home()).resolve()
+    root = project_root(Path(args.directory or os.getcwd()).resolve(), home)
+    return None if root == home else root
+
+
 def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
     """Which project the entry is for, said outright: run from the wrong directory, a project entry
     lands in some other repository (this checkout, say), and only the path would hint at it."""
@@ -163,6 +172,13 @@ def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped
     )
 
     home = Path(os.environ.get("HOME") or Path.home())
+    if args.http:
+        root = _http_project(args)
+        if root is None:
+            return "for no project: your global tools only (run connect in a project, or -C DIR, for its tools)"
+        scope = " in every session of the agent, wherever it runs" if target.scope != "project" else ""
+        return (f"for the project {root}{scope}: its tools in {local_tools_dir(root)}/ and your global tools "
+                f"(a URL names one project; connect without --http for an entry that follows the agent's directory)")
     if target.scope != "project":
         return ("for every project: the agent's sessions get the tools of the project they run in "
                 "(its .atomic/tools/) and your global tools")
