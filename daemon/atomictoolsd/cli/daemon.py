@@ -93,6 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
     _setup_logging(config.log_level)
+    _warn_ignored(config)
     try:
         events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
     except OSError as exc:
@@ -143,6 +144,14 @@ def _setup_logging(level: str) -> None:
     root.setLevel(level.upper())
     root.addHandler(stderr)
     root.addHandler(EventLogHandler())
+
+
+def _warn_ignored(config: Any) -> None:
+    """Say, in the log and on stderr, which variables of file-only settings were set and ignored."""
+    import logging
+
+    for variable, note in config.ignored.items():
+        logging.getLogger("atomictoolsd").warning(note, extra={"event": "config.ignored", "data": {"variable": variable}})
 
 
 def _with_http(config: Any, address: str) -> Any:
@@ -355,6 +364,8 @@ def print_status(status: dict[str, Any]) -> None:
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
     _print_reload(status)
+    for note in (status.get("configIgnored") or {}).values():
+        print(f"config    {note}")
     _print_sandbox(status)
     projects = status.get("projects") or []
     if projects:
@@ -406,7 +417,8 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkserver", "sessions",
-    "projects", "modules", "skipped", "config", "configSources", "configFile", "log", "reload", "sandbox", "http",
+    "projects", "modules", "skipped", "config", "configSources", "configIgnored", "configFile", "log", "reload",
+    "sandbox", "http",
     *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
 })
 _HTTP = "atomic/status http, atomic/http/rotate"

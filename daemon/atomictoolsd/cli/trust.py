@@ -2,6 +2,10 @@
 
 They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
 so the change takes effect at once; they never start a daemon.
+
+``trust`` lets a repository's code run, so it is the user's decision: it refuses to run without a
+terminal on stdin (an agent's shell tool has none) unless told ``--yes``, which a person writes
+into a script of their own. ``untrust`` and ``trust --list`` only narrow or read: they run anywhere.
 """
 
 from __future__ import annotations
@@ -87,6 +91,11 @@ def cmd_trust(args: argparse.Namespace) -> int:
             return 2
         if dirs:
             allow[key] = sorted({os.path.realpath(d) for d in dirs})
+    if not args.yes and not os.isatty(0):
+        print(f"atomictoolsd: trust lets a project's code run, so it asks for a terminal: run it yourself in one "
+              f"(an agent must ask you to, not run it), or add --yes in a script of your own: "
+              f"{command_name()} trust --yes …", file=sys.stderr)
+        return 2
     if args.directory is None:
         args.directory = os.getcwd()
     store, root = _store_and_root(args)
@@ -190,6 +199,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     trust.add_argument("--allow-net", action="store_true", help="with --sandbox: let its tools use the network")
     trust.add_argument("--allow-read", action="append", metavar="DIR", help="with --sandbox: let its tools read DIR too")
     trust.add_argument("--allow-write", action="append", metavar="DIR", help="with --sandbox: let its tools write DIR too")
+    trust.add_argument("--yes", action="store_true",
+                       help="trust without a terminal (in a script of your own; never let an agent run it)")
     trust.add_argument("--list", action="store_true", help="list the trusted projects and the level of each")
     trust.add_argument("--json", action="store_true", help="with --list: print JSON")
     trust.set_defaults(func=cmd_trust)

@@ -65,7 +65,9 @@ def trust_offer(root: Path | str) -> dict[str, str]:
     """What unblocks the tools of ``root``, a project not trusted (or trusted with ``--sandbox`` where
     it cannot be): the one wording of it, for the ``blocked`` entries of ``atomic/list``, an agent's
     instructions and errors, a worker refused, the CLI. ``command`` is the command to offer,
-    ``fullCommand`` the full trust, ``message`` the advice in words.
+    ``fullCommand`` the full trust, ``message`` the advice to the user (the CLI prints it),
+    ``agentMessage`` the same advice for an agent, about the user: trusting is the user's decision,
+    and ``trust`` refuses to run without a terminal, so an agent is told to ask, never to run it.
 
     The confined trust comes first where this machine can enforce it: the safer of the two. Where it
     cannot, ``trust --sandbox`` would leave the tools blocked: the message says why, and offers the
@@ -75,17 +77,22 @@ def trust_offer(root: Path | str) -> dict[str, str]:
 
     full = trust_command(root)
     offered = support()
+    ask = "only the user can trust a project (`trust` needs their terminal): ask the user"
     if offered["available"]:
         confined = trust_command(root, sandbox=True)
         return {
             "command": confined, "fullCommand": full,
             "message": f"to load them confined (no network, nothing outside the project), run: {confined}; "
                        f"or, with all your rights: {full}",
+            "agentMessage": f"{ask} whether to run {confined} (loads them confined: no network, nothing outside "
+                            f"the project), or {full} (loads them with all the user's rights)",
         }
     return {
         "command": full, "fullCommand": full,
         "message": f"this machine cannot confine them ({offered['reason']}), so trust --sandbox would leave them "
                    f"blocked; to load them, run: {full} (their code then runs with all your rights)",
+        "agentMessage": f"{ask} whether to run {full}, which loads them with all the user's rights (this machine "
+                        f"cannot confine them: {offered['reason']})",
     }
 
 
