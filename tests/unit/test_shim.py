@@ -54,11 +54,11 @@ def test_the_bridge_path_imports_only_a_few_standard_modules() -> None:
     paths = [str(Path(p.__file__).resolve().parent.parent) for p in (atomictoolsd, atomictools)]
     code = (
         f"import sys; sys.path += {paths!r}; before = set(sys.modules)\n"
-        "import atomictoolsd.shim.relay; atomictoolsd.shim.relay._socket_path()\n"
+        "import atomictoolsd.shim.relay; atomictoolsd.shim.relay._socket_path(('/',))\n"
         "print(' '.join(sorted(set(sys.modules) - before)))\n"
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "ATOMICTOOLS_"))}
-    environ["ATOMICTOOLS_SOCKET"] = "/tmp/nowhere.sock"  # baked into every bridge
+    environ["ATOMICTOOLS_SOCKET"] = "/tmp/at-nowhere/daemon.sock"  # baked into every bridge
     loaded = set(subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, env=environ,
                                 check=True).stdout.split())
     ours = {m for m in loaded if m.split(".")[0] in ("atomictoolsd", "atomictools")}
