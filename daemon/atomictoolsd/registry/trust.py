@@ -55,10 +55,11 @@ LEVELS = ("full", "sandbox")
 
 
 def trust_command(root: Path | str, sandbox: bool = False) -> str:
-    """The exact command that trusts ``root`` (confined with ``sandbox``), quoted for a POSIX shell."""
-    from atomictoolsd.config.command import command_name  # lazy: for a message only (start-up cost)
+    """The exact command that trusts ``root`` (confined with ``sandbox``), quoted for a shell and fit to
+    print (``config.command.shell_quote``: a path holding control characters is escaped)."""
+    from atomictoolsd.config.command import command_name, shell_quote  # lazy: for a message only (start-up cost)
 
-    return f"{command_name()} trust {'--sandbox ' if sandbox else ''}{shlex.quote(str(root))}"
+    return f"{command_name()} trust {'--sandbox ' if sandbox else ''}{shell_quote(str(root))}"
 
 
 def trust_offer(root: Path | str) -> dict[str, str]:
@@ -383,8 +384,11 @@ class TrustStore:
 
 
 def replaced_message(root: Path | str) -> str:
-    """What to tell the user about a trusted root that now holds another directory."""
+    """What to tell the user about a trusted root that now holds another directory (the path escaped:
+    it goes to logs and terminals)."""
+    from atomictoolsd.config.discovery import escape_path  # lazy: for a message only (start-up cost)
+
     return (
-        f"{root} was trusted, but the directory there now is another one (it was removed or replaced "
+        f"{escape_path(str(root))} was trusted, but the directory there now is another one (it was removed or replaced "
         f"since); its tools do not load until you trust it again: {trust_command(root)}"
     )
