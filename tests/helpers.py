@@ -302,18 +302,18 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def daemon_pid(env: Env) -> int | None:
-    """The pid of the daemon of ``env``, from its lock file (None without one)."""
+def daemon_pid(env: Env, runtime_dir: Path | None = None) -> int | None:
+    """The pid of the daemon of ``env`` (or of ``runtime_dir``), from its lock file (None without one)."""
     try:
-        return int((env.runtime_dir / "atomictoolsd.lock").read_text())
+        return int(((runtime_dir or env.runtime_dir) / "atomictoolsd.lock").read_text())
     except (OSError, ValueError):
         return None
 
 
-def stop_detached(env: Env) -> None:
-    """Stop a daemon started detached (by the CLI or a client) in ``env``, by its pid, and fail if it
-    or anything it started is still alive after 15 s."""
-    pid = daemon_pid(env)
+def stop_detached(env: Env, runtime_dir: Path | None = None) -> None:
+    """Stop a daemon started detached (by the CLI or a client) in ``env`` (or in ``runtime_dir``), by
+    its pid, and fail if it or anything it started is still alive after 15 s."""
+    pid = daemon_pid(env, runtime_dir)
     if pid is None:
         return
     try:

@@ -116,8 +116,9 @@ def project_area(directory: str) -> str | None:
 
 
 def _owner_problem(path: str) -> str | None:
-    """Why the directory at ``path`` (or, while it does not exist, the nearest one above it) could hold
-    another user's files, or None."""
+    """Why the directory at ``path`` (or, while it does not exist, the nearest one above it, where it
+    would be made) could hold another user's files, or None. Root's directories are as safe as yours;
+    a sticky one (``/tmp``) only as the place a new directory is made."""
     current = path
     while True:
         try:
@@ -130,11 +131,12 @@ def _owner_problem(path: str) -> str | None:
             current = parent
         except OSError as exc:
             return f"cannot be read ({exc.strerror})"
-    where = "" if current == path else f" (it does not exist yet; {current}, where it would be made,"
+    subject = "" if current == path else f"does not exist yet, and {current}, where it would be made, "
     if info.st_uid not in (os.geteuid(), 0):
-        return f"belongs to uid {info.st_uid}, not to you{where and where + ' does)'}"
-    if stat.S_IMODE(info.st_mode) & 0o022 and not (current != path and info.st_mode & stat.S_ISVTX):
-        return f"can be written by other users (mode {stat.S_IMODE(info.st_mode):04o}){where and where + ' can)'}"
+        return f"{subject}belongs to uid {info.st_uid}, not to you"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022 and not (subject and info.st_mode & stat.S_ISVTX):
+        return f"{subject}can be written by other users (mode {mode:04o})"
     return None
 
 

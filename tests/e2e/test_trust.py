@@ -19,7 +19,7 @@ import pytest
 
 from atomictools import RPCError
 from atomictoolsd.config.command import command_name
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, run_in_terminal, wait_for
 
 PROBE = '''
     import pathlib
@@ -231,3 +231,21 @@ def test_untrust_says_what_happened_with_the_builtins_on(untrusted: Env, make_da
         "the running daemon withdrew the project's tools (calls in flight finish); attached agents were told"
     )
     assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
+
+
+def test_trust_asks_for_a_terminal_unless_told_yes(untrusted: Env) -> None:
+    """An agent's shell has no terminal: trust refuses there, and says what does work; untrust and
+    trust --list only narrow or read, and run anywhere."""
+    argv = [sys.executable, "-m", "atomictoolsd", "trust", str(untrusted.project)]
+    refused = subprocess.run(argv, env=untrusted.vars, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "asks for a terminal" in refused.stderr and "--yes" in refused.stderr, refused.stderr
+    assert not (untrusted.state_dir / "trust.json").exists(), "nothing was trusted"
+    typed = run_in_terminal(argv, env=untrusted.vars)
+    assert typed.returncode == 0 and typed.stdout.startswith("trusted: "), typed.stderr
+    untrust = subprocess.run([*argv[:3], "untrust", str(untrusted.project)], env=untrusted.vars,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert untrust.returncode == 0 and untrust.stdout.startswith("untrusted: ")
+    scripted = subprocess.run([*argv[:4], "--yes", str(untrusted.project)], env=untrusted.vars,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert scripted.returncode == 0 and scripted.stdout.startswith("trusted: "), scripted.stderr
