@@ -124,7 +124,7 @@ def _owner_problem(path: str) -> str | None:
         try:
             info = os.stat(current)
             break
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not there (yet): judged by where it would be made
             parent = os.path.dirname(current)
             if parent == current:
                 return None
