@@ -75,6 +75,11 @@ class LocationError(RuntimeDirError):
     chosen: relative, inside the working directory's project, or open to other users."""
 
 
+def _shown(text: str) -> str:
+    """``text`` for a message a terminal may show: its control characters escaped."""
+    return text if text.isprintable() else ascii(text)[1:-1]
+
+
 def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
@@ -131,7 +136,7 @@ def _owner_problem(path: str) -> str | None:
             current = parent
         except OSError as exc:
             return f"cannot be read ({exc.strerror})"
-    subject = "" if current == path else f"does not exist yet, and {current}, where it would be made, "
+    subject = "" if current == path else f"does not exist yet, and {_shown(current)}, where it would be made, "
     if info.st_uid not in (os.geteuid(), 0):
         return f"{subject}belongs to uid {info.st_uid}, not to you"
     mode = stat.S_IMODE(info.st_mode)
@@ -159,14 +164,14 @@ def check_location(variable: str, value: str, areas: Iterable[str]) -> str:
         real = os.path.realpath(path)
         inside = next((a for a in areas if _within(path, a) or _within(real, a)), None)
         if inside is not None:
-            problem = (f"is inside the project {inside}, where a repository's files are; a process an agent "
+            problem = (f"is inside the project {_shown(inside)}, where a repository's files are; a process an agent "
                        f"starts there takes its environment from the project's agent config")
         else:
             problem = _owner_problem(real)
     if problem is None:
         return path if variable != "ATOMICTOOLS_SOCKET" else os.path.normpath(value)
     raise LocationError(
-        f"{variable}={value} {problem}, so it is not used for the daemon's files; set it to an absolute path "
+        f"{variable}={_shown(value)} {problem}, so it is not used for the daemon's files; set it to an absolute path "
         f"of your own outside any project (your shell profile or the service unit), or unset it"
     )
 
