@@ -320,13 +320,16 @@ class DaemonUnderTest:
             (self.tools_dir / f"{stem}.py").write_text(text)
         self.project = self.root / "project"
         self.project.mkdir()
-        extra = {"ATOMICTOOLS_TRUST_ALL": "1", **(extra_env or {})}
+        extra = dict(extra_env or {})
         if source is not None:
             extra["PYTHONPATH"] = f"{source / 'client'}:{source / 'daemon'}"
         self.env = isolated_env(self.root, extra)
-        if config is not None:
-            (self.root / "config" / "atomictools").mkdir(parents=True)
-            (self.root / "config" / "atomictools" / "config.toml").write_text(config)
+        # Every project's tools load: trust_all is read from the config file only.
+        config = config or ""
+        if "trust_all" not in config:
+            config = "trust_all = true\n" + config
+        (self.root / "config" / "atomictools").mkdir(parents=True)
+        (self.root / "config" / "atomictools" / "config.toml").write_text(config)
         self.socket = self.root / "atomictools" / "atomictoolsd.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None  # spawn → the daemon reported it serves

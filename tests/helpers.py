@@ -42,7 +42,9 @@ def _load_raw_client() -> Any:
 
 RawConnection = _load_raw_client().RawConnection
 
-__all__ = ["Daemon", "Env", "RawConnection", "as_other_user", "daemon_pid", "stop_detached", "wait_for"]
+__all__ = [
+    "Daemon", "Env", "RawConnection", "as_other_user", "daemon_pid", "run_in_terminal", "stop_detached", "wait_for",
+]
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> Any:
@@ -55,6 +57,18 @@ def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, mess
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {message}")
         time.sleep(interval)
+
+
+def run_in_terminal(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` with a terminal (a pty) on stdin, as a person typing the command does."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        return subprocess.run(argv, stdin=terminal, capture_output=True, text=True, timeout=60, **kwargs)
+    finally:
+        os.close(controller)
+        os.close(terminal)
 
 
 def as_other_user(uid: int, gid: int, groups: list[int], attempt: Callable[[], str]) -> str:
@@ -103,11 +117,32 @@ class Env:
             XDG_CONFIG_HOME=str(root / "config"),
             XDG_CACHE_HOME=str(root / "cache"),
             XDG_DATA_HOME=str(root / "data"),
-            # Every test may use project-local tools without trusting its project first, and sees
-            # only the tools it wrote: tests of trust and of the built-ins remove these.
-            ATOMICTOOLS_TRUST_ALL="1",
+            # Every test sees only the tools it wrote: tests of the built-ins remove this.
             ATOMICTOOLS_BUILTINS="0",
         )
+        # Every test may use project-local tools without trusting its project first: trust_all in the
+        # config file (the one place it is read from); tests of trust turn it off (``set_trust_all``).
+        self.trust_all = True
+        self.write_config()
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config" / "atomictools" / "config.toml"
+
+    def write_config(self, text: str = "") -> Path:
+        """Write ``config.toml``: ``text`` (dedented), with this environment's ``trust_all`` unless
+        ``text`` sets it. A running daemon reads it on SIGHUP."""
+        text = textwrap.dedent(text)
+        if not any(line.strip().startswith("trust_all") for line in text.splitlines()):
+            text = f"trust_all = {'true' if self.trust_all else 'false'}\n{text}"
+        self.config_file.parent.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(text)
+        return self.config_file
+
+    def set_trust_all(self, value: bool) -> None:
+        """Whether every project's tools load without trust (the config file's ``trust_all``)."""
+        self.trust_all = value
+        self.write_config()
 
     @property
     def runtime_dir(self) -> Path:
@@ -267,18 +302,18 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def daemon_pid(env: Env) -> int | None:
-    """The pid of the daemon of ``env``, from its lock file (None without one)."""
+def daemon_pid(env: Env, runtime_dir: Path | None = None) -> int | None:
+    """The pid of the daemon of ``env`` (or of ``runtime_dir``), from its lock file (None without one)."""
     try:
-        return int((env.runtime_dir / "atomictoolsd.lock").read_text())
+        return int(((runtime_dir or env.runtime_dir) / "atomictoolsd.lock").read_text())
     except (OSError, ValueError):
         return None
 
 
-def stop_detached(env: Env) -> None:
-    """Stop a daemon started detached (by the CLI or a client) in ``env``, by its pid, and fail if it
-    or anything it started is still alive after 15 s."""
-    pid = daemon_pid(env)
+def stop_detached(env: Env, runtime_dir: Path | None = None) -> None:
+    """Stop a daemon started detached (by the CLI or a client) in ``env`` (or in ``runtime_dir``), by
+    its pid, and fail if it or anything it started is still alive after 15 s."""
+    pid = daemon_pid(env, runtime_dir)
     if pid is None:
         return
     try:

@@ -52,7 +52,7 @@ class AsyncClient(ClientBase):
                 break
             except CONNECT_ERRORS as exc:
                 if self._refused(exc, started, deadline):
-                    await asyncio.get_running_loop().run_in_executor(None, _base.start_daemon)
+                    await asyncio.get_running_loop().run_in_executor(None, _base.start_daemon, self.directory)
                     started = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.25)

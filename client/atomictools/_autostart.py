@@ -27,7 +27,11 @@ import time
 
 from atomictools._errors import ConnectError
 from atomictools._launch import SEALED_CWD, python_command, sealed_environ
-from atomictools._paths import runtime_dir
+from atomictools._paths import RuntimeDirError, check_locations, runtime_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["STDERR_MAX_BYTES", "STDERR_NAME", "start_daemon"]
 
@@ -39,8 +43,13 @@ def _private_dir(path: str) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
 
 
-def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tuple[str, int]:
+def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = (),
+                 anchors: Iterable[str] | None = None) -> tuple[str, int]:
     """Start a detached daemon and wait for it to listen.
+
+    The daemon runs from ``/`` with this process's environment, so the variables that place its
+    files are checked here first (``_paths.check_locations``), against the projects of ``anchors``
+    (default: the working directory): where the starter is, not where the daemon runs.
 
     Returns:
         ``("started", pid)`` when this call started it, ``("running", pid)`` when another daemon
@@ -48,9 +57,14 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = ()) -> tup
 
     Raises:
         ConnectError: the daemon exited or did not report within ``timeout``; the message carries
-            the end of its stderr.
+            the end of its stderr. Or a variable that places its files was refused: then none started.
     """
-    rundir = runtime_dir()
+    anchors = None if anchors is None else list(anchors)
+    try:
+        check_locations(anchors=anchors)
+        rundir = runtime_dir(anchors)
+    except RuntimeDirError as exc:
+        raise ConnectError(f"the daemon was not started: {exc}") from None
     _private_dir(rundir)
     stderr_path = os.path.join(rundir, STDERR_NAME)
     _rotate_if_large(stderr_path)

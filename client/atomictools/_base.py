@@ -129,10 +129,16 @@ def convert_tools(tools: list[dict[str, Any]], format: ToolFormat) -> list[dict[
     raise ValueError(f"format must be 'mcp', 'openai' or 'anthropic', not {format!r}")
 
 
-def start_daemon() -> None:
+def start_daemon(directory: str | None = None) -> None:
+    """Start the daemon for a client attaching ``directory``: its files may be in neither that
+    project nor the working directory's (``_paths.check_locations``)."""
     from atomictools._autostart import start_daemon  # imports subprocess; only needed here
 
-    start_daemon()
+    try:
+        anchors = [os.getcwd()]
+    except OSError:
+        anchors = []
+    start_daemon(anchors=[*anchors, directory] if directory else anchors)
 
 
 class ClientBase:

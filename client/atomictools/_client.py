@@ -84,7 +84,7 @@ class Client(ClientBase):
             except CONNECT_ERRORS as exc:
                 sock.close()
                 if self._refused(exc, started, deadline):
-                    _base.start_daemon()
+                    _base.start_daemon(self.directory)
                     started = True
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)

@@ -15,6 +15,12 @@ One rule, everywhere (docs/configuration.md#the-runtime-directory):
    started; failing that, platformdirs' user runtime dir (imported only then).
 
 Must never fall back silently from a ``XDG_RUNTIME_DIR`` that is set.
+
+Every variable that says where the daemon keeps its files, or where your home is
+(``LOCATION_VARIABLES``), is also checked by ``check_location``: an agent's config entry, which a
+repository can write, sets the environment of the shim and of the daemon it starts, so a value is
+honoured only where no repository could have put files for the daemon to read
+(docs/configuration.md#where-the-environment-may-move-the-daemons-files).
 """
 
 from __future__ import annotations
@@ -23,14 +29,181 @@ import os
 import stat
 import sys
 
-__all__ = ["APP_NAME", "SOCKET_NAME", "RuntimeDirError", "login_runtime_dir", "runtime_dir", "socket_path"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the shim's start-up)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "APP_NAME",
+    "LOCATION_VARIABLES",
+    "SOCKET_NAME",
+    "LocationError",
+    "RuntimeDirError",
+    "check_location",
+    "check_locations",
+    "login_runtime_dir",
+    "project_area",
+    "runtime_dir",
+    "socket_path",
+]
 
 APP_NAME = "atomictools"
 SOCKET_NAME = "atomictoolsd.sock"
 
+# Variables that move the daemon's files (socket, runtime, state, configuration, logs, cache) or your
+# home (the global tools, platformdirs' defaults). ATOMICTOOLS_SOCKET names a file: its directory counts.
+LOCATION_VARIABLES = (
+    "ATOMICTOOLS_SOCKET", "ATOMICTOOLS_RUNTIME_DIR", "ATOMICTOOLS_STATE_DIR", "ATOMICTOOLS_LOG_DIR",
+    "ATOMICTOOLS_CONFIG_DIR", "ATOMICTOOLS_CACHE_DIR",
+    "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HOME",
+)
+
+# What makes a directory a project a repository fills: its git metadata, its tools, and every
+# project config file through which an agent can be told to start a server with an environment.
+PROJECT_MARKERS = (
+    ".git", ".atomic", ".mcp.json", ".claude", ".codex", ".cursor", ".gemini", ".qwen", ".vscode",
+    "opencode.json", "opencode.jsonc",
+)
+
 
 class RuntimeDirError(Exception):
-    """``XDG_RUNTIME_DIR`` is set but unusable; the message says what to run."""
+    """A variable names a place for the daemon's files that cannot be used; the message says what to do."""
+
+
+class LocationError(RuntimeDirError):
+    """A variable names a place for the daemon's files (or your home) that a repository could have
+    chosen: relative, inside the working directory's project, or open to other users."""
+
+
+def _shown(text: str) -> str:
+    """``text`` for a message a terminal may show: its control characters escaped."""
+    return text if text.isprintable() else ascii(text)[1:-1]
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+_HOME: list[str | None] = []  # the account's home, once looked up
+
+
+def _account_home() -> str | None:
+    """Your home as the account database has it: no variable of a process's environment moves it."""
+    if not _HOME:
+        try:
+            import pwd
+
+            _HOME.append(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
+        except (ImportError, KeyError):
+            _HOME.append(None)
+    return _HOME[0]
+
+
+def project_area(directory: str) -> str | None:
+    """The outermost directory around ``directory`` a repository there may have filled: the farthest
+    ancestor (or itself) holding one of ``PROJECT_MARKERS``, below your home; None for your home, a
+    directory above it, or one in no project.
+
+    The outermost, not the nearest: a submodule or a nested checkout sits inside another repository's
+    files. Your home is never a project (its ``.atomic`` holds the global tools).
+    """
+    home = _account_home()
+    candidate = os.path.realpath(directory)
+    area = None
+    while home is None or not _within(home, candidate):
+        if any(os.path.lexists(os.path.join(candidate, marker)) for marker in PROJECT_MARKERS):
+            area = candidate
+        parent = os.path.dirname(candidate)
+        if parent == candidate:
+            break
+        candidate = parent
+    return area
+
+
+def _owner_problem(path: str) -> str | None:
+    """Why the directory at ``path`` (or, while it does not exist, the nearest one above it, where it
+    would be made) could hold another user's files, or None. Root's directories are as safe as yours;
+    a sticky one (``/tmp``) only as the place a new directory is made."""
+    current = path
+    while True:
+        try:
+            info = os.stat(current)
+            break
+        except (FileNotFoundError, NotADirectoryError):  # not there (yet): judged by where it would be made
+            parent = os.path.dirname(current)
+            if parent == current:
+                return None
+            current = parent
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror})"
+    subject = "" if current == path else f"does not exist yet, and {_shown(current)}, where it would be made, "
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"{subject}belongs to uid {info.st_uid}, not to you"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022 and not (subject and info.st_mode & stat.S_ISVTX):
+        return f"{subject}can be written by other users (mode {mode:04o})"
+    return None
+
+
+def check_location(variable: str, value: str, areas: Iterable[str]) -> str:
+    """``value`` of ``variable`` as an absolute path, when no repository could have chosen it.
+
+    It must be absolute (a relative one resolves against the working directory: the project an agent
+    runs in), outside each of ``areas`` (the projects of the working directory and of the directory a
+    client attaches; see ``project_area``), symlinks followed or not, and a directory that only you
+    (or root) can write.
+
+    Raises:
+        LocationError: it is not, with the reason and what to do.
+    """
+    path = os.path.dirname(value) if variable == "ATOMICTOOLS_SOCKET" else value
+    if not os.path.isabs(path):
+        problem = "is a relative path, which would be resolved in the working directory"
+    else:
+        path = os.path.normpath(path)
+        real = os.path.realpath(path)
+        inside = next((a for a in areas if _within(path, a) or _within(real, a)), None)
+        if inside is not None:
+            problem = (f"is inside the project {_shown(inside)}, where a repository's files are; a process an agent "
+                       f"starts there takes its environment from the project's agent config")
+        else:
+            problem = _owner_problem(real)
+    if problem is None:
+        return path if variable != "ATOMICTOOLS_SOCKET" else os.path.normpath(value)
+    raise LocationError(
+        f"{variable}={_shown(value)} {problem}, so it is not used for the daemon's files; set it to an absolute path "
+        f"of your own outside any project (your shell profile or the service unit), or unset it"
+    )
+
+
+def _areas(anchors: Iterable[str] | None) -> list[str]:
+    if anchors is None:
+        try:
+            anchors = (os.getcwd(),)
+        except OSError:  # the working directory was removed: it holds no project any more
+            anchors = ()
+    found = []
+    for anchor in anchors:
+        area = project_area(anchor)
+        if area is not None and area not in found:
+            found.append(area)
+    return found
+
+
+def check_locations(environ: Mapping[str, str] | None = None, anchors: Iterable[str] | None = None) -> None:
+    """``check_location`` for every one of ``LOCATION_VARIABLES`` that is set, against the projects of
+    ``anchors`` (default: the working directory). Asked before a daemon is started: it runs from ``/``,
+    where it cannot tell which project its starter was in.
+
+    Raises:
+        LocationError: the first variable refused.
+    """
+    environ = os.environ if environ is None else environ
+    areas = _areas(anchors)
+    for variable in LOCATION_VARIABLES:
+        value = environ.get(variable, "")
+        if value.strip():
+            check_location(variable, value, areas)
 
 
 def _private_dir_problem(path: str) -> str | None:
@@ -78,16 +251,24 @@ def login_runtime_dir() -> str | None:
     return path if os.path.isdir(path) and _private_dir_problem(path) is None else None
 
 
-def runtime_dir() -> str:
+def runtime_dir(anchors: Iterable[str] | None = None) -> str:
     """The daemon's runtime directory, by the rule above.
 
+    Args:
+        anchors: the directories whose projects a variable may not point into (``check_location``);
+            default: the working directory.
+
     Raises:
-        RuntimeDirError: ``XDG_RUNTIME_DIR`` is set to a directory that is not private to you.
+        RuntimeDirError: ``XDG_RUNTIME_DIR`` is set to a directory that is not private to you, or a
+            variable is refused by ``check_location`` (``LocationError``).
     """
     override = os.environ.get("ATOMICTOOLS_RUNTIME_DIR")
     if override:
-        return os.path.abspath(override)
-    base = _xdg_runtime_dir() or login_runtime_dir()
+        return check_location("ATOMICTOOLS_RUNTIME_DIR", override, _areas(anchors))
+    xdg = _xdg_runtime_dir()
+    if xdg is not None:
+        check_location("XDG_RUNTIME_DIR", xdg, _areas(anchors))
+    base = xdg or login_runtime_dir()
     if base is not None:
         return os.path.join(base, APP_NAME)
     import warnings
@@ -99,7 +280,7 @@ def runtime_dir() -> str:
         return platformdirs.user_runtime_dir(APP_NAME)
 
 
-def socket_path() -> str:
+def socket_path(anchors: Iterable[str] | None = None) -> str:
     """The daemon's socket: ``ATOMICTOOLS_SOCKET``, else ``atomictoolsd.sock`` in the runtime dir.
 
     Raises:
@@ -107,5 +288,5 @@ def socket_path() -> str:
     """
     override = os.environ.get("ATOMICTOOLS_SOCKET")
     if override:
-        return os.path.abspath(override)
-    return os.path.join(runtime_dir(), SOCKET_NAME)
+        return check_location("ATOMICTOOLS_SOCKET", override, _areas(anchors))
+    return os.path.join(runtime_dir(anchors), SOCKET_NAME)

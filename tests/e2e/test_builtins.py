@@ -159,9 +159,7 @@ def test_a_user_tool_shadows_a_builtin_and_counts_by_source(builtin_env: Env, re
 
 
 def test_builtins_can_be_switched_off_in_the_config(builtin_env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    config = builtin_env.root / "config" / "atomictools"
-    config.mkdir(parents=True)
-    (config / "config.toml").write_text("builtins = false\n")
+    builtin_env.write_config("builtins = false\n")
     daemon = make_daemon()
     with daemon.client() as client:
         assert client.list_tools() == []
@@ -177,7 +175,8 @@ def test_git_tools_never_run_commands_the_repository_configures(builtin_env: Env
     git(repo, "config", "filter.evil.process", f"touch {marker}; cat")
     git(repo, "config", "filter.a.b.clean", f"touch {marker}; cat")  # a driver name with a dot
     (repo / ".gitattributes").write_text("* filter=evil\n*.py filter=a.b\n")
-    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    builtin_env.set_trust_all(False)
+    daemon = make_daemon()
     with daemon.client() as client:
         (repo / "src" / "app.py").touch()  # a stale index entry makes status read the file through filters
         status = client.call("git-status")

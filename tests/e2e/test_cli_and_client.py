@@ -84,8 +84,7 @@ def test_start_list_call_status_stop(detached: Env) -> None:
 
 
 def test_start_reports_why_the_daemon_could_not_start(env: Env) -> None:
-    (env.root / "config" / "atomictools").mkdir(parents=True)
-    (env.root / "config" / "atomictools" / "config.toml").write_text("call_timeout = 'never'\n")
+    env.write_config("call_timeout = 'never'\n")
     result = run(env, "start")
     assert result.returncode == 2  # as `serve` exits on a bad configuration
     assert "bad configuration: call_timeout (from " in result.stderr and "expected a number" in result.stderr
@@ -228,8 +227,7 @@ def test_every_set_up_error_is_one_clean_line_from_any_command(env: Env) -> None
         result = run(env, *command)
         assert result.returncode == 2, (command, result.stderr)
         assert result.stderr.startswith("atomictoolsd: bad configuration: --http: http address 'x:y'"), result.stderr
-    (env.root / "config" / "atomictools").mkdir(parents=True)
-    (env.root / "config" / "atomictools" / "config.toml").write_text("call_timeout = 'never'\n")
+    env.write_config("call_timeout = 'never'\n")
     for command in (["serve"], ["config"], ["start"], ["service", "install", "--dry-run"]):
         result = run(env, *command)
         assert result.returncode == 2, (command, result.stderr)

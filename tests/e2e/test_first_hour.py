@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 from atomictools import RPCError
 from atomictoolsd.eventlog.reader import read_events
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, run_in_terminal, wait_for
 from shim_helpers import mcp_session
 from shim_helpers import run as run_async
 
@@ -73,9 +73,7 @@ def test_an_unknown_tool_suggests_the_near_names(env: Env, make_daemon: object, 
 
 
 def test_a_misspelled_setting_is_answered_with_the_right_one(env: Env) -> None:
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("call_timout = 5\n")
+    config = env.write_config("call_timout = 5\n")
     result = run(env, "config")
     assert result.returncode == 2
     assert "unknown setting 'call_timout'; did you mean 'call_timeout'?" in result.stderr
@@ -95,9 +93,7 @@ def test_a_file_with_no_tool_is_told_what_it_defines_and_what_to_do(env: Env, ma
 
 
 def test_an_automatic_start_that_fails_leads_with_the_cause_in_one_line(env: Env) -> None:
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("call_timeout = 'never'\n")
+    config = env.write_config("call_timeout = 'never'\n")
     env.runtime_dir.mkdir(mode=0o700, parents=True)
     (env.runtime_dir / "atomictoolsd.stderr").write_text("atomictoolsd: a complaint of an earlier daemon\n")
     called = run(env, "call", "greet")
@@ -115,9 +111,7 @@ def test_an_automatic_start_that_fails_leads_with_the_cause_in_one_line(env: Env
 
 def test_status_tells_settings_in_force_from_those_waiting_and_a_config_that_failed(env: Env, make_daemon: object) -> None:
     env.vars.pop("ATOMICTOOLS_BUILTINS")
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("builtins = true\n")
+    config = env.write_config("builtins = true\n")
     daemon = make_daemon()  # type: ignore[operator]
     config.write_text("builtins = false\ncall_timeout = 7\n")
     daemon.proc.send_signal(signal.SIGHUP)
@@ -241,15 +235,15 @@ def test_status_renders_its_sections_as_tables(env: Env, daemon: Daemon) -> None
 
 
 def test_trust_and_untrust_say_what_the_running_daemon_did(env: Env, make_daemon: object) -> None:
-    env.vars.pop("ATOMICTOOLS_TRUST_ALL")
+    env.set_trust_all(False)
     env.write_tool(env.local_tools, "probe.py", "def probe() -> str:\n    return 'ran'\n")
     daemon = make_daemon()  # type: ignore[operator]
-    first = run(env, "trust", cwd=env.root)  # a directory of no project the daemon has open
+    first = run(env, "trust", "--yes", cwd=env.root)  # a directory of no project the daemon has open
     assert "has not opened this project yet" in first.stdout
     run(env, "untrust", str(env.root))
     with daemon.client() as client:
         assert client.list_tools() == []
-    trusted = run(env, "trust")
+    trusted = run(env, "trust", "--yes")
     assert "the running daemon loaded the project's tools" in trusted.stdout, trusted.stdout
     untrusted = run(env, "untrust")
     assert "the running daemon withdrew the project's tools" in untrusted.stdout, untrusted.stdout
@@ -292,14 +286,14 @@ def test_new_writes_a_tool_that_loads_and_runs_as_its_printed_commands_say(env: 
 
 
 def test_new_outside_a_project_writes_a_global_tool_and_names_an_untrusted_project(env: Env) -> None:
-    env.vars.pop("ATOMICTOOLS_TRUST_ALL")
+    env.set_trust_all(False)
     made = run(env, "new", "greet")
     confined = "not trusted yet, so its tools do not load; to load them confined (no network, nothing outside the project), run: "
     assert confined in made.stdout
     offered = made.stdout.split(confined, 1)[1].split("; or, with all your rights: ")[0]
     trust = shlex.split(offered)
     assert trust[1:3] == ["trust", "--sandbox"], trust
-    assert subprocess.run(trust, env=env.vars, capture_output=True, text=True, timeout=60).returncode == 0
+    assert run_in_terminal(trust, env=env.vars).returncode == 0  # as printed, typed in a terminal
     home_made = run(env, "new", "mine", cwd=env.home)
     assert (env.global_tools / "mine.py").exists() and "your global tools" in home_made.stdout
 
@@ -339,14 +333,14 @@ def test_a_shell_tool_declares_the_exit_codes_that_are_not_failures(env: Env, ma
 
 
 def test_suggested_commands_run_as_printed_when_atomictoolsd_is_not_on_path(env: Env, make_daemon: object) -> None:
-    env.vars.pop("ATOMICTOOLS_TRUST_ALL")
+    env.set_trust_all(False)
     env.vars["PATH"] = "/usr/bin:/bin"
     env.write_tool(env.local_tools, "probe.py", "def probe() -> str:\n    return 'ran'\n")
     make_daemon()  # type: ignore[operator]
     listing = run(env, "list")
     command = listing.stdout.split("to load them confined (no network, nothing outside the project), run: ", 1)[1].split(";")[0]
     assert command.startswith(str(Path(sys.executable).parent / "atomictoolsd") + " trust --sandbox "), command
-    trusted = subprocess.run(shlex.split(command), env=env.vars, capture_output=True, text=True, timeout=60)
+    trusted = run_in_terminal(shlex.split(command), env=env.vars)  # as printed, typed in a terminal
     assert trusted.returncode == 0, trusted.stderr
     assert "probe" in run(env, "list").stdout
 

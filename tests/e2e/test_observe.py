@@ -124,9 +124,7 @@ def test_status_and_logs_reflect_calls_failures_deaths_and_reloads(env: Env, mak
 
 def test_logs_follow_across_rotation(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "greet.py", TOOLS)
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("log_max_bytes = 4096\nlog_backups = 1\n")
+    config = env.write_config("log_max_bytes = 4096\nlog_backups = 1\n")
     daemon = make_daemon()
     follower = subprocess.Popen(
         [sys.executable, "-m", "atomictoolsd", "logs", "-f", "--json", "--tool", "greet"],
@@ -167,9 +165,7 @@ def test_logs_follow_across_rotation(env: Env, make_daemon) -> None:  # type: ig
 
 
 def test_config_shows_values_and_where_each_came_from(env: Env) -> None:
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("call_timeout = 5\npage_size = 10\n")
+    config = env.write_config("call_timeout = 5\npage_size = 10\n")
     result = run(env, "config", "--json", extra={"ATOMICTOOLS_CALL_TIMEOUT": "7.5"})
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
@@ -190,9 +186,7 @@ def test_config_shows_values_and_where_each_came_from(env: Env) -> None:
 
 
 def test_status_shows_the_running_configuration_and_its_sources(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("page_size = 10\n")
+    config = env.write_config("page_size = 10\n")
     make_daemon({"ATOMICTOOLS_CALL_TIMEOUT": "9"})
     with RawConnection(env.socket) as raw:
         status = raw.request("atomic/status")["result"]

@@ -29,9 +29,7 @@ SLOW = '''
 
 
 def write_config(env: Env, text: str) -> None:
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(text)
+    env.write_config(text)
 
 
 def log_events(env: Env) -> list[dict]:  # type: ignore[type-arg]

@@ -40,10 +40,10 @@ def test_each_result_carries_the_new_and_the_old_names(env: Env, make_daemon) ->
     env.write_tool(env.global_tools, "greet.py", GREET)
     env.write_tool(shared / ".atomic" / "tools", "greet.py", GREET)  # trusted: shadows the global greet
     env.write_tool(env.local_tools, "greet.py", GREET)  # untrusted: blocked
-    vars_ = {k: v for k, v in env.vars.items() if k != "ATOMICTOOLS_TRUST_ALL"}
-    subprocess.run([sys.executable, "-m", "atomictoolsd", "trust", str(shared)], env=vars_, check=True,
+    env.set_trust_all(False)
+    subprocess.run([sys.executable, "-m", "atomictoolsd", "trust", "--yes", str(shared)], env=env.vars, check=True,
                    capture_output=True)
-    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    daemon = make_daemon()
     with RawConnection(env.socket) as raw:
         attach = raw.request("atomic/attach", {"directory": str(env.project)})["result"]
         assert both(attach["blocked"][0], "blocked[] of atomic/attach, atomic/list, atomic/reload") == {"fullCommand"}

@@ -137,9 +137,7 @@ def test_a_watchdog_meant_for_another_process_is_not_pinged(env: Env, make_daemo
 
 def test_a_bad_configuration_reaches_the_service_manager(env: Env, notify) -> None:  # type: ignore[no-untyped-def]
     server, variable = notify
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text('log_level = "chatty"\n')
+    config = env.write_config('log_level = "chatty"\n')
     proc = subprocess.run(
         [sys.executable, "-m", "atomictoolsd", "serve"], env={**env.vars, "NOTIFY_SOCKET": variable},
         capture_output=True, text=True, timeout=60,

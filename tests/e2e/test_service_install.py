@@ -280,9 +280,7 @@ def test_a_missing_manager_command_is_a_message(env: Env) -> None:
 
 
 def test_install_refuses_a_bad_configuration_and_writes_nothing(env: Env) -> None:
-    config = env.root / "config" / "atomictools" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("memory_limit_mb = -1\n")
+    config = env.write_config("memory_limit_mb = -1\n")
     before = snapshot(env.root / "config", env.root / "state", env.home)
     result = run(env, "service", "install")
     assert result.returncode == 2

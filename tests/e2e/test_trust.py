@@ -1,7 +1,7 @@
 """Project trust through a real daemon and the real CLI: an untrusted project's own tools are listed as
 blocked and never run; trusting it (while the daemon runs) loads them at once; untrusting blocks them.
 
-These tests remove ATOMICTOOLS_TRUST_ALL, which the test environment sets for everyone else.
+These tests turn off trust_all, which the test environment's config file sets for everyone else.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from atomictools import RPCError
 from atomictoolsd.config.command import command_name
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, run_in_terminal, wait_for
 
 PROBE = '''
     import pathlib
@@ -39,7 +39,7 @@ def cli(env: Env, *args: str, cwd: Path | None = None) -> subprocess.CompletedPr
 
 @pytest.fixture
 def untrusted(env: Env) -> Env:
-    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.set_trust_all(False)
     env.marker = env.root / "imported"  # type: ignore[attr-defined]
     env.write_tool(env.local_tools, "probe.py", PROBE.format(marker=str(env.marker)))  # type: ignore[attr-defined]
     env.write_tool(env.local_tools, "decl.json", DECL)
@@ -59,21 +59,25 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
     command = f"{command_name()} trust --sandbox {shlex.quote(str(root))}"  # the confined trust is offered first
     full = f"{command_name()} trust {shlex.quote(str(root))}"
     offer = f"to load them confined (no network, nothing outside the project), run: {command}; or, with all your rights: {full}"
+    to_agent = (f"only the user can trust a project (`trust` needs their terminal): ask the user whether to run {command} "
+                f"(loads them confined: no network, nothing outside the project), or {full} (loads them with all the "
+                f"user's rights)")
     daemon = make_daemon()
     with daemon.client() as client:
         listing = client.request("atomic/list")
         assert [t["name"] for t in listing["tools"]] == ["everywhere"], "the global dir is always trusted"
         assert listing["blocked"] == [
             {"file": str(env.local_tools / "decl.json"), "scope": "local", "root": str(root), "command": command,
-             "fullCommand": full, "full_command": full, "message": offer},
+             "fullCommand": full, "full_command": full, "message": offer, "agentMessage": to_agent},
             {"file": str(env.local_tools / "probe.py"), "scope": "local", "root": str(root), "command": command,
-             "fullCommand": full, "full_command": full, "message": offer},
+             "fullCommand": full, "full_command": full, "message": offer, "agentMessage": to_agent},
         ]
         assert listing["errors"] == []
         with pytest.raises(RPCError) as info:
             client.call("probe")
         assert info.value.code == -32602
-        assert info.value.message == f"Unknown tool: 'probe'; this project's own tools are blocked until you trust it: {offer}"
+        # Addressed to the agent, about the user: trusting is theirs to decide, and `trust` needs their terminal.
+        assert info.value.message == f"Unknown tool: 'probe'; this project's own tools are blocked until the user trusts the project: {to_agent}"
     assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
     assert not env.marker.exists(), "the module was never imported, not even to learn its tool names"  # type: ignore[attr-defined]
 
@@ -85,7 +89,7 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
         watcher.request("atomic/attach", {"directory": str(env.project)})
         watcher.request("atomic/subscribe")
         (env.project / "sub").mkdir()
-        trusted = cli(env, "trust", cwd=env.project / "sub")  # from a subdirectory: the project is trusted
+        trusted = cli(env, "trust", "--yes", cwd=env.project / "sub")  # from a subdirectory: the project is trusted
         assert trusted.returncode == 0, trusted.stderr
         assert trusted.stdout.splitlines() == [
             f"trusted: {root} (2 tool module(s) in {root / '.atomic' / 'tools'} will load, with all your rights)",
@@ -121,29 +125,39 @@ def test_an_agent_is_told_how_to_trust_the_project(untrusted: Env, make_daemon) 
         raw.request("atomic/attach", {"directory": str(untrusted.project)})
         init = raw.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}})
     command = f"{command_name()} trust --sandbox {shlex.quote(str(untrusted.project.resolve()))}"
-    assert init["result"]["instructions"].endswith(f"if they want them, tell them: to load them confined (no network, "
-                                                   f"nothing outside the project), run: {command}; or, with all your "
-                                                   f"rights: {command.replace(' --sandbox', '')}")
+    assert init["result"]["instructions"].endswith(
+        f"not loaded until the user trusts the project; only the user can trust a project (`trust` needs their "
+        f"terminal): ask the user whether to run {command} (loads them confined: no network, nothing outside the "
+        f"project), or {command.replace(' --sandbox', '')} (loads them with all the user's rights)."
+    )
 
 
 def test_trust_is_remembered_across_restarts_and_set_without_a_daemon(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    done = cli(untrusted, "trust", str(untrusted.project))
+    done = cli(untrusted, "trust", "--yes", str(untrusted.project))
     assert done.stdout.splitlines()[-1] == "the daemon is not running; it will read this when it starts"
     daemon = make_daemon()
     with daemon.client() as client:
         assert client.call("probe").text == "project code ran"
-    again = cli(untrusted, "trust")
+    again = cli(untrusted, "trust", "--yes")
     assert again.stdout.startswith(f"already trusted: {untrusted.project.resolve()}")
 
 
-def test_trust_all_from_the_environment_or_the_config(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+def test_trust_all_comes_from_the_config_file_never_from_the_environment(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An agent's config entry, which a repository writes, sets the environment of the shim and so of
+    the daemon it starts: ATOMICTOOLS_TRUST_ALL there trusts nothing, and says where it counts."""
     daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "1"})
     with daemon.client() as client:
-        assert client.call("probe").text == "project code ran"
+        with pytest.raises(RPCError, match="blocked until the user trusts"):
+            client.call("probe")
+        ignored = client.status()["configIgnored"]
+    assert not untrusted.marker.exists()  # type: ignore[attr-defined]
+    assert list(ignored) == ["ATOMICTOOLS_TRUST_ALL"] and "trust_all = true" in ignored["ATOMICTOOLS_TRUST_ALL"]
+    assert str(untrusted.config_file) in ignored["ATOMICTOOLS_TRUST_ALL"]
+    assert "ATOMICTOOLS_TRUST_ALL is ignored" in daemon.stderr()
+    shown = cli(untrusted, "status", cwd=untrusted.root).stdout
+    assert "config    ATOMICTOOLS_TRUST_ALL is ignored" in shown, shown
     daemon.stop()
-    config = untrusted.root / "config" / "atomictools"
-    config.mkdir(parents=True)
-    (config / "config.toml").write_text("trust_all = true\n")
+    untrusted.write_config("trust_all = true\n")
     daemon = make_daemon()
     with daemon.client() as client:
         assert client.call("decl").text == "decl\n"
@@ -159,18 +173,16 @@ def test_a_store_others_can_write_trusts_nothing(untrusted: Env, make_daemon) ->
     with daemon.client() as client:
         assert [t["name"] for t in client.list_tools()] == ["everywhere"]
     assert "ignoring the trust store" in daemon.stderr() and "chmod 600" in daemon.stderr()
-    refused = cli(untrusted, "trust")
+    refused = cli(untrusted, "trust", "--yes")
     assert refused.returncode == 1 and "can be written by other users" in refused.stderr
 
 
 def test_trust_all_switched_off_by_sighup_blocks_the_project_again(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    config = untrusted.root / "config" / "atomictools"
-    config.mkdir(parents=True)
-    (config / "config.toml").write_text("trust_all = true\n")
+    untrusted.write_config("trust_all = true\n")
     daemon = make_daemon()
     with daemon.client() as client:
         assert client.call("probe").text == "project code ran"
-        (config / "config.toml").write_text("trust_all = false\n")
+        untrusted.write_config("trust_all = false\n")
         os.kill(daemon.pid, signal.SIGHUP)
         wait_for(lambda: "probe" not in {t["name"] for t in client.list_tools()}, message="the project to be blocked")
         with pytest.raises(RPCError, match="atomictoolsd trust"):
@@ -182,7 +194,8 @@ def test_a_symlinked_home_is_still_the_global_dir_not_a_project(env: Env, make_d
     env.home.rename(real)
     env.home.symlink_to(real)
     env.write_tool(env.global_tools, "greet.py", "def greet() -> str:\n    return 'hi'\n")
-    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    env.set_trust_all(False)
+    daemon = make_daemon()
     with daemon.client(directory=env.home) as client:
         listing = client.request("atomic/list", {"all": True})
     assert [(t["name"], t["scope"]) for t in listing["tools"]] == [("greet", "global")]
@@ -191,7 +204,7 @@ def test_a_symlinked_home_is_still_the_global_dir_not_a_project(env: Env, make_d
 
 def test_initialize_sent_with_the_attach_names_the_trust_command(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     """A shim that has just started the daemon writes attach and initialize in one go."""
-    daemon = make_daemon({"ATOMICTOOLS_TRUST_ALL": "0"})
+    daemon = make_daemon()
     with daemon.raw() as raw:
         raw.send_bytes(
             json.dumps({"jsonrpc": "2.0", "id": 1, "method": "atomic/attach", "params": {"directory": str(untrusted.project)}}).encode()
@@ -211,10 +224,28 @@ def test_untrust_says_what_happened_with_the_builtins_on(untrusted: Env, make_da
     daemon = make_daemon()
     with daemon.client() as client:
         client.list_tools()
-        assert cli(env, "trust", "--sandbox").returncode == 0
+        assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
         untrusted_now = cli(env, "untrust")
     assert untrusted_now.returncode == 0, untrusted_now.stderr
     assert untrusted_now.stdout.splitlines()[-1] == (
         "the running daemon withdrew the project's tools (calls in flight finish); attached agents were told"
     )
     assert project_modules(daemon, env) == {"decl.json": ("blocked", None), "probe.py": ("blocked", None)}
+
+
+def test_trust_asks_for_a_terminal_unless_told_yes(untrusted: Env) -> None:
+    """An agent's shell has no terminal: trust refuses there, and says what does work; untrust and
+    trust --list only narrow or read, and run anywhere."""
+    argv = [sys.executable, "-m", "atomictoolsd", "trust", str(untrusted.project)]
+    refused = subprocess.run(argv, env=untrusted.vars, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "asks for a terminal" in refused.stderr and "--yes" in refused.stderr, refused.stderr
+    assert not (untrusted.state_dir / "trust.json").exists(), "nothing was trusted"
+    typed = run_in_terminal(argv, env=untrusted.vars)
+    assert typed.returncode == 0 and typed.stdout.startswith("trusted: "), typed.stderr
+    untrust = subprocess.run([*argv[:3], "untrust", str(untrusted.project)], env=untrusted.vars,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert untrust.returncode == 0 and untrust.stdout.startswith("untrusted: ")
+    scripted = subprocess.run([*argv[:4], "--yes", str(untrusted.project)], env=untrusted.vars,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert scripted.returncode == 0 and scripted.stdout.startswith("trusted: "), scripted.stderr

@@ -414,9 +414,7 @@ def test_sighup_applies_a_new_idle_timeout_and_memory_limit_to_the_monitor(env: 
     daemon = make_daemon()
     with daemon.client() as client:
         assert client.status()["monitor"]["interval"] == 0.5
-        config = env.root / "config" / "atomictools" / "config.toml"
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text("idle_timeout = 0.4\nmemory_limit_mb = 300\n")
+        env.write_config("idle_timeout = 0.4\nmemory_limit_mb = 300\n")
         daemon.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
         wait_for(lambda: client.status()["monitor"]["interval"] == 0.1, message="the monitor to take the new settings")
         pid = int(client.call("nap").text)

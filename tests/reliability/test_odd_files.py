@@ -139,7 +139,7 @@ def odd_env(env: Env) -> Env:
 def test_odd_entries_in_a_tools_dir_are_skipped_and_reported(odd_env: Env, make_daemon, record, where: str) -> None:  # type: ignore[no-untyped-def]
     env = odd_env
     if where == "untrusted":
-        del env.vars["ATOMICTOOLS_TRUST_ALL"]
+        env.set_trust_all(False)
     directory = env.global_tools if where == "global" else env.local_tools
     directory.mkdir(parents=True)
     env.write_tool(directory, "good.py", GOOD.format(name="good"))

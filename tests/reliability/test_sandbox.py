@@ -26,7 +26,7 @@ from atomictools import Client, RPCError
 from atomictoolsd.config.command import command_name
 from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
-from helpers import Daemon, Env, code_address, wait_for
+from helpers import Daemon, Env, code_address, run_in_terminal, wait_for
 
 pytestmark = pytest.mark.skipif(
     kernel_abi() < REQUIRED_ABI,
@@ -178,7 +178,7 @@ class Listener:
 def world(env: Env) -> Iterator[dict[str, Any]]:
     """An untrusted-by-default env with the escape tool in the project, a secret in the home, and a
     listener: the places a confined tool must not reach."""
-    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.set_trust_all(False)
     env.write_tool(env.local_tools, "_escapes.py", ESCAPES)
     env.write_tool(env.local_tools, "escape.py", TOOL)
     env.write_tool(env.local_tools, "sibling.py", SIBLING)
@@ -255,7 +255,7 @@ def resume(daemon: Daemon) -> None:
 
 def test_a_confined_tool_and_what_it_starts_cannot_get_out(env: Env, world: dict[str, Any], make_daemon, record) -> None:  # type: ignore[no-untyped-def]
     trust_store_before = None
-    assert cli(env, "trust", "--sandbox").returncode == 0
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
     trust_store_before = (env.state_dir / "trust.json").read_text()
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
@@ -285,7 +285,7 @@ def test_a_confined_tool_and_what_it_starts_cannot_get_out(env: Env, world: dict
 def test_the_same_tool_fully_trusted_gets_through(env: Env, world: dict[str, Any], make_daemon, record) -> None:  # type: ignore[no-untyped-def]
     # The control: each refusal above is the sandbox's, not a broken probe. (Signals and the
     # daemon's socket are left out: getting through them would stop or change the daemon.)
-    assert cli(env, "trust").returncode == 0
+    assert cli(env, "trust", "--yes").returncode == 0
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
         ways = matrix(daemon, env, world)
@@ -312,7 +312,7 @@ def test_inside_the_project_a_confined_tool_reads_and_writes(env: Env, world: di
             await asyncio.sleep(0)  # the worker's event loop (a socket pair) works confined
             return subprocess.run(["sh", "-c", "echo from a shell"], capture_output=True, text=True).stdout
     ''')
-    assert cli(env, "trust", "--sandbox").returncode == 0
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
     daemon: Daemon = make_daemon()
     inside = env.project / "notes" / "a.txt"
     inside.parent.mkdir()
@@ -339,7 +339,7 @@ def test_inside_the_project_a_confined_tool_reads_and_writes(env: Env, world: di
 def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[str, Any], make_daemon, abi: str) -> None:  # type: ignore[no-untyped-def]
     marker = env.root / "imported"
     env.write_tool(env.local_tools, "probe.py", f"open({str(marker)!r}, 'w').close()\n\ndef probe() -> str:\n    return 'ran'\n")
-    assert cli(env, "trust", "--sandbox").returncode == 0
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
     daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": abi})
     with daemon.client() as client:
         listing = client.request("atomic/list", {})
@@ -388,9 +388,9 @@ def test_a_blocked_project_is_offered_the_trust_this_kernel_can_give(env: Env, w
         with pytest.raises(RPCError) as refused:
             call(client, "read", "")
     shown = cli(env, "list").stdout
-    offers = {(entry["command"], entry["fullCommand"], entry["message"]) for entry in listing["blocked"]}
+    offers = {(entry["command"], entry["fullCommand"], entry["message"], entry["agentMessage"]) for entry in listing["blocked"]}
     assert len(offers) == 1 and len(listing["blocked"]) == 2, listing["blocked"]
-    command, full_command, message = offers.pop()
+    command, full_command, message, to_agent = offers.pop()
     assert full_command == full
     if sandbox == "missing":
         assert command == full, "trust --sandbox is offered where it would leave the project blocked"
@@ -400,15 +400,18 @@ def test_a_blocked_project_is_offered_the_trust_this_kernel_can_give(env: Env, w
     else:
         assert command == confined and message.startswith("to load them confined (no network, nothing outside the project)"), message
         assert message.index(confined) < message.index(full), "the confined trust comes first where it works"
-    for where, text in (("instructions", told), ("the refused call", str(refused.value)), ("the CLI", shown)):
-        assert message in text, f"{where}: {text}"
+    assert to_agent.startswith("only the user can trust a project") and command in to_agent, to_agent
+    for where, text in (("instructions", told), ("the refused call", str(refused.value))):
+        assert to_agent in text and message not in text, f"{where}: {text}"  # about the user, to the agent
+    assert message in shown, shown
     if sandbox == "missing":
         env.vars["ATOMICTOOLS_SANDBOX_ABI"] = "0"  # the CLI asks this kernel itself
     hint = cli(env, "trust", "--list").stdout
     env.vars.pop("ATOMICTOOLS_SANDBOX_ABI", None)
     assert ("trust --sandbox" in hint) == (sandbox == "available"), hint
 
-    assert cli(env, *shlex.split(command)[1:]).returncode == 0  # what was offered works here
+    offered = run_in_terminal([sys.executable, "-m", "atomictoolsd", *shlex.split(command)[1:]], env=env.vars, cwd=env.project)
+    assert offered.returncode == 0, offered.stderr  # what was offered works here, in the user's terminal
     with daemon.client() as client:
         assert client.request("atomic/list", {})["trust"] == ("full" if sandbox == "missing" else "sandbox")
         assert call(client, "read", str(env.project / "link-read")).startswith("done" if sandbox == "missing" else "refused")
@@ -418,7 +421,7 @@ def test_trust_levels_switch_while_the_daemon_runs(env: Env, world: dict[str, An
     daemon: Daemon = make_daemon()
     secret = str(world["secret"])
     root = str(env.project.resolve())
-    assert cli(env, "trust", "--sandbox").returncode == 0
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
     with daemon.client() as client:
         assert client.request("atomic/list", {})["trust"] == "sandbox"
         assert call(client, "read", secret).startswith("refused")
@@ -429,13 +432,13 @@ def test_trust_levels_switch_while_the_daemon_runs(env: Env, world: dict[str, An
     status = cli(env, "status").stdout
     assert "(confined)" in status and "sandbox   Landlock ABI" in status, status
 
-    assert cli(env, "trust").returncode == 0  # full trust: the modules load again, unconfined
+    assert cli(env, "trust", "--yes").returncode == 0  # full trust: the modules load again, unconfined
     with daemon.client() as client:
         assert client.request("atomic/list", {})["trust"] == "full"
         assert call(client, "read", secret) == "done: the user's secret"
     assert cli(env, "trust", "--list").stdout.splitlines()[1].split()[:2] == [root, "full"]
 
-    assert cli(env, "trust", "--sandbox").returncode == 0  # and back
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0  # and back
     with daemon.client() as client:
         assert call(client, "read", secret).startswith("refused")
     untrusted = cli(env, "untrust")
@@ -453,8 +456,8 @@ def test_the_user_widens_a_sandbox_and_a_module_narrows_it(env: Env, world: dict
     out = env.home / "out"
     out.mkdir()
     port = world["listener"].port
-    assert cli(env, "trust", "--allow-net").returncode == 2, "widening without --sandbox is refused"
-    done = cli(env, "trust", "--sandbox", "--allow-net", "--allow-read", str(shared), "--allow-write", str(out))
+    assert cli(env, "trust", "--yes", "--allow-net").returncode == 2, "widening without --sandbox is refused"
+    done = cli(env, "trust", "--yes", "--sandbox", "--allow-net", "--allow-read", str(shared), "--allow-write", str(out))
     assert done.returncode == 0, done.stderr
     assert "sandbox (+net" in cli(env, "trust", "--list").stdout
     daemon: Daemon = make_daemon()
@@ -500,7 +503,7 @@ def test_a_module_cannot_declare_more(env: Env, world: dict[str, Any], make_daem
         def greedy() -> str:
             return "ran"
     ''')
-    assert cli(env, "trust", "--sandbox").returncode == 0
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
         errors = client.request("atomic/list", {})["errors"]
@@ -540,7 +543,7 @@ def test_a_level_changed_behind_the_daemons_back_applies_to_the_next_worker(env:
     # that starts is confined as the store says then, never as it said before.
     from atomictoolsd.registry.trust import TrustStore
 
-    assert cli(env, "trust").returncode == 0
+    assert cli(env, "trust", "--yes").returncode == 0
     daemon: Daemon = make_daemon()
     secret = str(world["secret"])
     with daemon.client() as client:
@@ -557,7 +560,7 @@ def test_confined_workers_come_from_an_execd_fork_server_of_their_own(env: Env, 
     # The unconfined workers' fork server is forked from the daemon and shares its code addresses;
     # a confined worker must not learn them (the daemon parses what it sends), so its fork server
     # is exec'd, and a randomized address space is its own.
-    assert cli(env, "trust", "--sandbox").returncode == 0
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
     env.write_tool(env.global_tools, "plain.py", "import os\n\ndef plain() -> str:\n    return str(os.getpid())\n")
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
@@ -660,11 +663,11 @@ def test_unconfined_the_same_trick_reads_the_other_project(env: Env, borrowed: d
 @pytest.mark.parametrize("level", ["--sandbox", "full"])
 def test_builtins_answer_right_confined_in_a_sandboxed_and_a_fully_trusted_project(env: Env, make_daemon, level: str) -> None:  # type: ignore[no-untyped-def]
     del env.vars["ATOMICTOOLS_BUILTINS"]
-    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.set_trust_all(False)
     make_repo(env.project, {"src/app.py": "print('one')\n", "README.md": "# demo\n", "pkg/mod.py": "x = 1\n"})
     (env.project / "src" / "app.py").write_text("print('one')\nprint('two')\n")
     (env.project / "new.txt").write_text("new\n")
-    assert cli(env, "trust", *([level] if level != "full" else [])).returncode == 0
+    assert cli(env, "trust", "--yes", *([level] if level != "full" else [])).returncode == 0
     # A project of its own inside a larger repository, and a linked worktree outside the project.
     inner = env.project / "pkg"
     (inner / ".atomic").mkdir(parents=True)
@@ -698,11 +701,11 @@ def test_builtins_answer_right_confined_in_a_sandboxed_and_a_fully_trusted_proje
 
 def test_a_builtin_learns_a_trust_change_and_idle_builtin_workers_are_reaped(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     del env.vars["ATOMICTOOLS_BUILTINS"]
-    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.set_trust_all(False)
     daemon: Daemon = make_daemon({"ATOMICTOOLS_IDLE_TIMEOUT": "1"})
     with daemon.client() as client:
         assert client.call("workspace-info").structured["trusted"] is False
-        assert cli(env, "trust", "--sandbox").returncode == 0
+        assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
         assert client.call("workspace-info").structured["trusted"] is True
         wait_for(lambda: not [m for m in builtin_modules(client) if m["worker"]], timeout=15,
                  message="the idle built-in workers to be reaped")
@@ -722,7 +725,7 @@ def test_a_confined_worker_keeps_the_memory_limit_and_gains_no_privileges(env: E
         def whoami() -> int:
             return os.getpid()
     ''')
-    assert cli(env, "trust", "--sandbox").returncode == 0
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
     daemon: Daemon = make_daemon({"ATOMICTOOLS_MEMORY_LIMIT_MB": "200"})
     with daemon.client() as client:
         assert client.call("hog", mb=10).text == str(10 * 1024 * 1024)

@@ -178,7 +178,7 @@ def refused(raw: RawConnection, name: str, arguments: dict[str, Any] | None = No
 
 @pytest.fixture
 def untrusted(env: Env) -> Env:
-    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.set_trust_all(False)
     return env
 
 
@@ -235,7 +235,7 @@ def test_trust_covers_exactly_the_trusted_root(untrusted: Env, make_daemon, reco
     write_probe(env, nested / ".atomic" / "tools", "nested")
     sibling = env.root / "project-evil"  # a name that starts like the trusted one
     write_probe(env, sibling / ".atomic" / "tools", "sibling")
-    assert cli(env, "trust", str(env.project)).returncode == 0
+    assert cli(env, "trust", "--yes", str(env.project)).returncode == 0
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
         assert client.call("parent").text == "project code ran", "the trusted project's own tools load"

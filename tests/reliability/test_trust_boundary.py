@@ -52,7 +52,7 @@ def temporaries(directory: Path) -> list[str]:
 
 @pytest.fixture
 def untrusted(env: Env) -> Env:
-    del env.vars["ATOMICTOOLS_TRUST_ALL"]
+    env.set_trust_all(False)
     return env
 
 
@@ -71,14 +71,14 @@ def _limit_file_size() -> None:
 def test_trust_on_a_full_disk_fails_cleanly_and_leaves_nothing(untrusted: Env, record: Record) -> None:
     env = untrusted
     project = env.project.resolve()
-    result = cli(env, "trust", str(project), preexec=_limit_file_size)
+    result = cli(env, "trust", "--yes", str(project), preexec=_limit_file_size)
     assert result.returncode == 1, result
     assert "Traceback" not in result.stderr
     assert "cannot write" in result.stderr and "trust.json" in result.stderr and "nothing was changed" in result.stderr
     assert temporaries(env.state_dir) == []
     assert not (env.state_dir / "trust.json").exists()
     # Once there is room, the same command works, and an untrust that fails keeps the trust.
-    assert cli(env, "trust", str(project)).returncode == 0
+    assert cli(env, "trust", "--yes", str(project)).returncode == 0
     before = (env.state_dir / "trust.json").read_bytes()
     result = cli(env, "untrust", str(project), preexec=_limit_file_size)
     assert result.returncode == 1 and "Traceback" not in result.stderr and "nothing was changed" in result.stderr
@@ -129,7 +129,7 @@ def tiny_state_dir(untrusted: Env) -> Iterator[Path]:
 
 
 def test_trust_on_a_really_full_disk(untrusted: Env, tiny_state_dir: Path, record: Record) -> None:
-    result = cli(untrusted, "trust", str(untrusted.project.resolve()))
+    result = cli(untrusted, "trust", "--yes", str(untrusted.project.resolve()))
     assert result.returncode == 1, result
     assert "Traceback" not in result.stderr and "disk holding it is full" in result.stderr
     assert "df -h" in result.stderr
@@ -151,7 +151,7 @@ def test_a_writer_killed_mid_write_leaves_a_temporary_file_that_is_swept(untrust
         "    real(fd)\n"
         "os.fsync = fsync\n"
         "from atomictoolsd.cli import main\n"
-        "sys.exit(main(['trust', sys.argv[1]]))\n"
+        "sys.exit(main(['trust', '--yes', sys.argv[1]]))\n"
     )
     writer = subprocess.Popen([sys.executable, "-c", stopper, str(env.project.resolve())], env=env.vars,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -179,7 +179,7 @@ def test_untrust_of_a_deleted_project_works_by_path(untrusted: Env, make_daemon,
     env = untrusted
     project = env.root / "gone"
     project.mkdir()
-    assert cli(env, "trust", str(project)).returncode == 0
+    assert cli(env, "trust", "--yes", str(project)).returncode == 0
     shutil.rmtree(project)
     listing = cli(env, "trust", "--list")
     assert "(missing)" in listing.stdout
@@ -217,7 +217,7 @@ def test_a_directory_replaced_after_trust_is_not_trusted(  # type: ignore[no-unt
     project = (env.root / "proj").resolve()
     project.mkdir()
     env.write_tool(project / ".atomic" / "tools", "good.py", TOOL.format(marker=str(env.root / "good-ran"), name="good"))
-    assert cli(env, "trust", str(project)).returncode == 0
+    assert cli(env, "trust", "--yes", str(project)).returncode == 0
     daemon = make_daemon() if daemon_running else None
     if daemon is not None:
         assert "good" in tool_names(daemon, project)
@@ -239,7 +239,7 @@ def test_a_directory_replaced_after_trust_is_not_trusted(  # type: ignore[no-unt
     trusted = cli(env, "trust", "--list")
     assert "replaced" in trusted.stdout and f"atomictoolsd trust {project}" in trusted.stdout, trusted.stdout
     # Trusting it again, for the directory there now, loads it.
-    again = cli(env, "trust", str(project))
+    again = cli(env, "trust", "--yes", str(project))
     assert again.returncode == 0 and "replaced" in again.stdout, again
     wait_for(lambda: {"evil", "good"} <= tool_names(daemon, project), message="the re-trusted tools")
     record(f"{replace.__name__.strip('_')} after trust ({'daemon running' if daemon_running else 'daemon started after'}): blocked, and the CLI says why")

@@ -50,3 +50,17 @@ def test_bad_values_name_the_key_and_where_it_came_from(tmp_path: Path, text: st
 def test_non_finite_numbers_are_refused(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError, match="finite"):
         load_config(tmp_path / "config.toml", {"ATOMICTOOLS_CALL_TIMEOUT": value})
+
+
+def test_a_file_only_setting_is_never_read_from_the_environment(tmp_path: Path) -> None:
+    """trust_all widens what a project's code may do: an agent's config entry can set the environment,
+    so the variable is ignored, and named with the line that sets it where it counts."""
+    path = tmp_path / "config.toml"
+    config = load_config(path, {"ATOMICTOOLS_TRUST_ALL": "1"})
+    assert config.trust_all is False and "trust_all" not in config.sources
+    assert list(config.ignored) == ["ATOMICTOOLS_TRUST_ALL"]
+    assert f"put `trust_all = true` in {path}" in config.ignored["ATOMICTOOLS_TRUST_ALL"]
+    assert next(i for i in config.describe() if i["key"] == "trust_all")["env"] is None
+    path.write_text("trust_all = true\n")
+    config = load_config(path, {"ATOMICTOOLS_TRUST_ALL": "0"})
+    assert config.trust_all is True and config.sources["trust_all"] == str(path)

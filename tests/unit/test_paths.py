@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import os
+import pwd
+import re
 from pathlib import Path
 
 import platformdirs
 import pytest
 
-from atomictools._paths import RuntimeDirError, runtime_dir, socket_path
+from atomictools._paths import (
+    LocationError,
+    RuntimeDirError,
+    check_location,
+    check_locations,
+    project_area,
+    runtime_dir,
+    socket_path,
+)
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 
 
@@ -111,3 +121,64 @@ def test_every_private_dir_the_daemon_makes_is_0700_with_its_parents(tmp_path: P
         os.umask(old)
     for made in ("state", "state/deep", "logs", "logs/deep"):
         assert stat.S_IMODE(os.stat(tmp_path / made).st_mode) == 0o700, made
+
+
+def _repository(tmp_path: Path) -> Path:
+    """A clone with a submodule: the outer repository's files are a repository's too."""
+    outer = tmp_path / "outer"
+    (outer / ".git").mkdir(parents=True)
+    inner = outer / "vendor" / "lib"
+    inner.mkdir(parents=True)
+    (inner / ".git").write_text("gitdir: ../../.git/modules/lib\n")
+    return inner
+
+
+def test_the_project_area_is_the_outermost_repository_below_the_home(tmp_path: Path) -> None:
+    inner = _repository(tmp_path)
+    assert project_area(str(inner / "src")) == str((tmp_path / "outer").resolve())
+    plain = tmp_path / "downloads" / "untarred"
+    plain.mkdir(parents=True)
+    assert project_area(str(plain)) is None, "no repository, no agent config: no project"
+    (plain / ".mcp.json").write_text("{}")  # an agent's project config: the door an entry comes in by
+    assert project_area(str(plain)) == str(plain.resolve())
+    home = os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir)  # the account's: no variable moves it
+    assert project_area(home) is None and project_area("/") is None, "your home is no project"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [  # relative, inside a repository, through a link, open to others, to be made where others write
+        ("cfg", "is a relative path"),
+        ("{area}/.atomictools", "is inside the project {area}"),
+        ("{outside}/link", "is inside the project {area}"),  # a link out of the project into it
+        ("{open}", "can be written by other users (mode 0777)"),
+        ("{open}/new", "does not exist yet, and {open}, where it would be made, can be written by other users"),
+    ],
+)
+def test_a_variable_that_places_the_daemons_files_is_checked(tmp_path: Path, value: str, problem: str) -> None:
+    area = str((tmp_path / "outer").resolve())
+    inner = _repository(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "link").symlink_to(inner)
+    opened = tmp_path / "open"
+    opened.mkdir()
+    opened.chmod(0o777)
+    value = value.format(area=area, outside=outside, open=opened)
+    with pytest.raises(LocationError, match=re.escape(problem.format(area=area, open=opened))) as refused:
+        check_location("XDG_CONFIG_HOME", value, [area])
+    assert str(refused.value).startswith(f"XDG_CONFIG_HOME={value} ")
+    assert check_location("XDG_CONFIG_HOME", str(outside), [area]) == str(outside)
+
+
+def test_every_process_refuses_a_home_in_the_project_of_its_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inner = _repository(tmp_path)
+    monkeypatch.chdir(inner)
+    monkeypatch.setenv("HOME", str(tmp_path / "outer" / "home"))
+    with pytest.raises(PathError, match="HOME=.* is inside the project"):
+        Paths.from_env()
+    with pytest.raises(LocationError, match="HOME="):
+        check_locations()
+    check_locations(anchors=[str(tmp_path)])  # from elsewhere, that home is no repository's

@@ -49,16 +49,16 @@ def test_the_attach_line_is_one_line_of_exact_json(directory: str, globs: list[s
     assert params["lock"] is True
 
 
-def test_the_bridge_path_imports_only_a_few_standard_modules() -> None:
+def test_the_bridge_path_imports_only_a_few_standard_modules(tmp_path: Path) -> None:
     """What a bridge script runs (``python -I -S``): the shim and the socket path, nothing else of ours."""
     paths = [str(Path(p.__file__).resolve().parent.parent) for p in (atomictoolsd, atomictools)]
     code = (
         f"import sys; sys.path += {paths!r}; before = set(sys.modules)\n"
-        "import atomictoolsd.shim.relay; atomictoolsd.shim.relay._socket_path()\n"
+        "import atomictoolsd.shim.relay; atomictoolsd.shim.relay._socket_path(('/',))\n"
         "print(' '.join(sorted(set(sys.modules) - before)))\n"
     )
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "ATOMICTOOLS_"))}
-    environ["ATOMICTOOLS_SOCKET"] = "/tmp/nowhere.sock"  # baked into every bridge
+    environ["ATOMICTOOLS_SOCKET"] = str(tmp_path / "run" / "daemon.sock")  # baked into every bridge
     loaded = set(subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, env=environ,
                                 check=True).stdout.split())
     ours = {m for m in loaded if m.split(".")[0] in ("atomictoolsd", "atomictools")}

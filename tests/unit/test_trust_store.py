@@ -81,6 +81,17 @@ def test_the_trust_command_is_quoted_for_a_shell() -> None:
     assert trust_command(Path("/srv/app")) == f"{command_name()} trust /srv/app"
 
 
+@pytest.mark.parametrize("path", ["/srv/a\x1b[2Jb", "/srv/it's\nthere", "/srv/\u202eppa", "/srv/b\udcffd", "/srv/back\\slash\t"])
+def test_a_path_a_terminal_would_act_on_is_quoted_so_the_command_still_names_it(path: str) -> None:
+    """$'…' quoting: printed, it holds no control character; pasted into bash, it is the same path."""
+    import subprocess
+
+    quoted = trust_command(path).split(" trust ", 1)[1]
+    assert quoted.startswith("$'") and quoted.isprintable(), quoted
+    echoed = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, check=True).stdout
+    assert echoed == os.fsencode(path)
+
+
 def test_the_file_format(tmp_path: Path) -> None:
     store = TrustStore(tmp_path / "state")
     b, a = project(tmp_path, "b"), project(tmp_path, "a")

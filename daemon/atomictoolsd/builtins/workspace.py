@@ -96,11 +96,14 @@ def _trusted(root: os.PathLike[str]) -> bool:
     told = os.environ.get(TRUSTED_ENV)
     if told is not None:
         return told == "1"
-    from atomictoolsd.config.paths import Paths  # lazy: the worker's start-up cost
+    from atomictoolsd.config.paths import PathError, Paths  # lazy: the worker's start-up cost
     from atomictoolsd.config.settings import ConfigError, load_config  # lazy: the worker's start-up cost
     from atomictoolsd.registry.trust import TrustStore  # lazy: the worker's start-up cost
 
-    paths = Paths.from_env()
+    try:
+        paths = Paths.from_env()
+    except PathError:  # the daemon itself refused these places: it trusts nothing from them either
+        return False
     try:
         if load_config(paths.config_file).trust_all:
             return True

@@ -7,6 +7,9 @@ commands, so the ones agents spawn often stay cheap to start.
 ``atomictoolsd mcp`` is the one command agents spawn for every session, so ``main()`` hands it to
 the stdio shim before anything else loads: argparse alone costs ~10 ms, building the parser imports
 every command module, and the shim's whole budget is tens of milliseconds.
+
+Everything else the command prints goes through ``_common.EscapingStream``: what it prints comes
+from files a repository wrote, and a terminal acts on the escape sequences a name can hold.
 """
 
 from __future__ import annotations
@@ -87,6 +90,19 @@ def main(argv: list[str] | None = None) -> int:
         from atomictoolsd.shim.relay import main as shim_main  # lazy: before argparse; the shim's start-up budget
 
         return shim_main(args[1:])
+    if args[:1] == ["serve"]:  # the daemon: its stderr is a log, and its event log is JSON
+        return _run(args)
+    from atomictoolsd.cli._common import EscapingStream  # lazy: after the shim's branch (its start-up budget)
+
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = EscapingStream(sys.stdout), EscapingStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _run(args: list[str]) -> int:
     parsed = _parse(build_parser(), args)
     from atomictools._paths import RuntimeDirError
     from atomictoolsd.config.errors import SetupError  # lazy: after the shim's branch (its start-up budget)

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from atomictoolsd.cli._common import safe, shown_command
+
 __all__ = ["register"]
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -74,7 +76,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
         entry = agents.server_entry(args.agent, command, env)
     text = agents.snippet(args.agent, command, args.name, env, entry=entry)
     if args.dry_run:
-        print(f"# {target.path}", file=sys.stderr)
+        print(f"# {safe(target.path)}", file=sys.stderr)
         print(text)
         return 0
     try:
@@ -85,16 +87,16 @@ def cmd_connect(args: argparse.Namespace) -> int:
         return 1
     info = agents.INFO[args.agent]
     if outcome.action == "unchanged":
-        print(f"{info.title} is already connected: server {args.name!r} in {outcome.path}")
+        print(f"{info.title} is already connected: server {args.name!r} in {safe(outcome.path)}")
     else:
-        print(f"{info.title}: {outcome.action} server {args.name!r} in {outcome.path}")
+        print(f"{info.title}: {outcome.action} server {args.name!r} in {safe(outcome.path)}")
         print(f"  {_serves(args, target)}")
-        print(f"  {'url' if args.http else 'runs'}: {' '.join(command)}")
+        print(f"  {'url' if args.http else 'runs'}: {safe(command[0]) if args.http else shown_command(command)}")
         if args.http:
             print(f"  the token is read from ${agents.TOKEN_VARIABLE} where the agent runs: "
                   f"export {agents.TOKEN_VARIABLE}=$(atomictoolsd http token --show)")
         if outcome.backup is not None:
-            print(f"  previous file saved as {outcome.backup}")
+            print(f"  previous file saved as {safe(outcome.backup)}")
     for note in connect_notes(args.agent, target):
         print(f"  note: {note}")
     if outcome.action != "unchanged":
@@ -144,7 +146,7 @@ def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-d
             title = agents.INFO[agent].title
             notes.append(
                 f"{title} reads a project's settings only in folders you trust: run `{agent}` in "
-                f"{target.path.parent.parent} and choose to trust the folder (or add it with /permissions)"
+                f"{safe(target.path.parent.parent)} and choose to trust the folder (or add it with /permissions)"
             )
         if agent == "codex":
             notes.append("Codex reads .codex/config.toml only in projects you have marked as trusted")
@@ -183,7 +185,7 @@ def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped
         return ("for every project: the agent's sessions get the tools of the project they run in "
                 "(its .atomic/tools/) and your global tools")
     root = project_root(Path(args.directory or os.getcwd()).resolve(), home)
-    return f"for the project {root}: its tools in {local_tools_dir(root)}/ and your global tools (-C DIR for another)"
+    return f"for the project {safe(root)}: its tools in {safe(local_tools_dir(root))}/ and your global tools (-C DIR for another)"
 
 
 def cmd_disconnect(args: argparse.Namespace) -> int:
@@ -198,11 +200,11 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
         return 1
     name = agents.INFO[args.agent].title
     if outcome.action == "absent":
-        print(f"{name} was not connected: no server {args.name!r} in {outcome.path}")
+        print(f"{name} was not connected: no server {args.name!r} in {safe(outcome.path)}")
         return 0
-    print(f"{name}: removed server {args.name!r} from {outcome.path}")
+    print(f"{name}: removed server {args.name!r} from {safe(outcome.path)}")
     if outcome.backup is not None:
-        print(f"  previous file saved as {outcome.backup}")
+        print(f"  previous file saved as {safe(outcome.backup)}")
     return 0
 
 

@@ -16,7 +16,17 @@ import time
 from typing import Any
 
 from atomictools._protocol import RENAMED, read_renamed
-from atomictoolsd.cli._common import connect, not_running, pid_alive, print_json, raw_request, table, wait_gone, where
+from atomictoolsd.cli._common import (
+    connect,
+    not_running,
+    pid_alive,
+    print_json,
+    raw_request,
+    safe,
+    table,
+    wait_gone,
+    where,
+)
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
 
 __all__ = ["register"]
@@ -93,6 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
     _setup_logging(config.log_level, args.detach)
+    _warn_ignored(config)
     try:
         events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
     except OSError as exc:
@@ -148,6 +159,14 @@ def _setup_logging(level: str, detached: bool) -> None:
     root.setLevel(level.upper())
     root.addHandler(stderr)
     root.addHandler(EventLogHandler())
+
+
+def _warn_ignored(config: Any) -> None:
+    """Say, in the log and on stderr, which variables of file-only settings were set and ignored."""
+    import logging
+
+    for variable, note in config.ignored.items():
+        logging.getLogger("atomictoolsd").warning(note, extra={"event": "config.ignored", "data": {"variable": variable}})
 
 
 def _with_http(config: Any, address: str) -> Any:
@@ -379,11 +398,13 @@ def print_status(status: dict[str, Any]) -> None:
     if log.get("file"):
         print(f"log       {log['file']} ({log.get('level')})")
     _print_reload(status)
+    for note in (status.get("configIgnored") or {}).values():
+        print(f"config    {note}")
     _print_sandbox(status)
     projects = status.get("projects") or []
     if projects:
         print()
-        table(["PROJECT", "TOOLS"], [[p["root"], p["tools"]] for p in projects])
+        table(["PROJECT", "TOOLS"], [[safe(p["root"]), p["tools"]] for p in projects])
     modules = [{**m, "scope": _scope(m)} for m in status["modules"]]
     if modules:
         print()
@@ -391,7 +412,7 @@ def print_status(status: dict[str, Any]) -> None:
             ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "FAILED", "CANCELLED", "P50 MS", "P99 MS"],
             [
                 [
-                    m["path"], m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
+                    safe(m["path"]), m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
                     m["calls"], _module(m, "failedCalls"), m.get("cancelled", 0),
                     _ms(_module(m, "p50Ms")), _ms(_module(m, "p99Ms")),
                 ]
@@ -402,9 +423,9 @@ def print_status(status: dict[str, Any]) -> None:
             if m["error"]:
                 print(f"\n{where(m['error'])}: {m['error']['message']}")
             elif _module(m, "lastError"):
-                print(f"\n{m['path']}: last error: {_first_lines(_module(m, 'lastError'))}")
+                print(f"\n{safe(m['path'])}: last error: {_first_lines(_module(m, 'lastError'))}")
             if _module(m, "blockedReason"):
-                print(f"\n{m['path']}: blocked: {_module(m, 'blockedReason')}")
+                print(f"\n{safe(m['path'])}: blocked: {_module(m, 'blockedReason')}")
             for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
                 tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
                 print(f"\n{where(problem)}:{tool} {problem['message']}")
@@ -412,7 +433,7 @@ def print_status(status: dict[str, Any]) -> None:
     if skipped:
         print("\nskipped (not loaded; the daemon serves everything else):")
         for entry in skipped:
-            print(f"  {entry['file']}: {entry['message']}")
+            print(f"  {safe(entry['file'])}: {entry['message']}")
     for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
         if name not in _CORE_KEYS:
             _print_section(name, value)
@@ -430,7 +451,8 @@ def print_status(status: dict[str, Any]) -> None:
 
 _CORE_KEYS = frozenset({
     "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkserver", "sessions",
-    "projects", "modules", "skipped", "config", "configSources", "configFile", "log", "reload", "sandbox", "http",
+    "projects", "modules", "skipped", "config", "configSources", "configIgnored", "configFile", "log", "reload",
+    "sandbox", "http",
     *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
 })
 _HTTP = "atomic/status http, atomic/http/rotate"
@@ -478,7 +500,7 @@ def _scope(module: dict[str, Any]) -> str:
     if not module.get("confined"):
         return str(module["scope"])
     if module.get("project"):
-        return f"{module['scope']} (confined to {module['project']})"
+        return f"{module['scope']} (confined to {safe(module['project'])})"
     return f"{module['scope']} (confined)"
 
 
@@ -527,7 +549,7 @@ def _label(key: str) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    return value if isinstance(value, str) else json.dumps(value)
+    return safe(value) if isinstance(value, str) else json.dumps(value)
 
 
 def _state(module: dict[str, Any]) -> str:

@@ -1,10 +1,16 @@
 """``atomictoolsd doctor``: check an agent's entry the way that agent uses it.
 
 For each agent whose config holds our entry (or the one named): the entry is there and well formed,
-its command exists, the shim it runs starts with that agent's environment (Codex and Claude Desktop
-scrub it), answers ``initialize`` and lists this directory's tools from the daemon the user's CLI
-talks to; the project folder is trusted where the agent asks for it; the agent re-lists tools or
+it runs this installation's shim, the shim starts with that agent's environment (Codex and Claude
+Desktop scrub it), answers ``initialize`` and lists this directory's tools from the daemon the user's
+CLI talks to; the project folder is trusted where the agent asks for it; the agent re-lists tools or
 has the dispatcher. Every problem comes with the command that fixes it.
+
+A config file, a project's above all, is a repository's to write: doctor runs only this
+installation's own shim (``_own_shim``: the sealed interpreter ``connect`` writes, the
+``atomictoolsd`` script installed beside it, or a bridge script in the runtime dir), with the entry's
+arguments checked by the shim's own parser and of the entry's environment only the variables that
+say which daemon it reaches. An entry that runs anything else is reported, never run.
 
 Reads config files and starts shims (with ``--no-autostart``: a doctor never starts a second
 daemon); must never change a config file, trust a folder or stop anything it did not start.
@@ -24,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from atomictoolsd.bridges import agents
+from atomictoolsd.cli._common import safe, shown_command
+from atomictoolsd.config.command import installed_command, shell_quote
+from atomictoolsd.shim.relay import UsageError, parse_args
 from atomictoolsd.workers.processes import stop_process
 
 __all__ = ["Check", "Report", "diagnose", "minimal_environment", "render"]
@@ -32,6 +41,9 @@ __all__ = ["Check", "Report", "diagnose", "minimal_environment", "render"]
 # a few more, none of them ours).
 MINIMAL_KEYS = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 SHIM_TIMEOUT = 20.0
+# What of an entry's environment doctor starts the shim with: which daemon it reaches (``connect``
+# writes ATOMICTOOLS_RUNTIME_DIR into user entries). The rest is reported, not applied.
+SOCKET_VARIABLES = ("ATOMICTOOLS_SOCKET", "ATOMICTOOLS_RUNTIME_DIR", "XDG_RUNTIME_DIR")
 
 
 @dataclass
@@ -127,26 +139,39 @@ def _check_entry(agent: str, target: agents.ConfigFile, entry: dict[str, Any], d
         report.add("entry", False, f"server {agents.SERVER_NAME!r} is malformed: {parsed}", reconnect)
         return report
     command, entry_env = parsed
-    if "mcp" not in command[1:] and not Path(command[0]).name.startswith(tuple(agents.BRIDGE_AGENTS)):
-        report.add("entry", False, f"server {agents.SERVER_NAME!r} does not run `atomictoolsd mcp`: "
-                                   f"{' '.join(command)}", reconnect)
-        return report
-    report.add("entry", True, f"server {agents.SERVER_NAME!r}: {' '.join(command)}")
-
-    # The environment the agent gives the server: its own (full) or a scrubbed one, plus the entry's.
+    # What the agent searches PATH with (its own, or the entry's), and what doctor starts the shim with.
     base = dict(environ) if info.environment == "full" else minimal_environment(environ)
-    run_env = {**base, **entry_env}
-    program = command[0]
-    found = program if os.path.isabs(program) else shutil.which(program, path=run_env.get("PATH"))
-    if not found or not os.access(found, os.X_OK):
+    search_path = {**base, **entry_env}.get("PATH")
+    run_env = {**base, **{k: v for k, v in entry_env.items() if k in SOCKET_VARIABLES}}
+    own = _own_shim(command, search_path)
+    if isinstance(own, str):
+        where = " (a project's file: a repository can write it)" if target.scope == "project" else ""
+        report.add("entry", False, f"server {agents.SERVER_NAME!r} runs {shown_command(command)}: {own}, not "
+                                   f"atomictoolsd's shim; doctor does not run it{where}", reconnect)
+        return report
+    if own is None:
+        program = command[0]
+        report.add("entry", True, f"server {agents.SERVER_NAME!r}: {shown_command(command)}")
         fix = ("pipx install atomictoolsd  (or: uv tool install atomictoolsd), or connect with --user"
                if not os.path.isabs(program) else reconnect)
-        report.add("command", False, f"{program!r} is not found (PATH of {info.title}'s servers)", fix)
+        report.add("command", False, f"{safe(program)} is not found (PATH of {info.title}'s servers)", fix)
         return report
-    report.add("command", True, f"found: {found}")
+    shim, shim_args = own
+    shim_args = [a.replace("${workspaceFolder}", str(directory)) for a in shim_args]
+    try:
+        parse_args(shim_args)
+    except UsageError as exc:
+        report.add("entry", False, f"server {agents.SERVER_NAME!r} is malformed: {exc}", reconnect)
+        return report
+    report.add("entry", True, f"server {agents.SERVER_NAME!r}: {shown_command(command)}")
+    report.add("command", True, f"found: {safe(shim[0])}")
+    foreign = sorted(set(entry_env) - set(SOCKET_VARIABLES))
+    if foreign:
+        report.add("env", False, f"the entry sets {', '.join(map(safe, foreign))} for the shim: {info.title} starts it "
+                                 f"with them, doctor did not (only {', '.join(SOCKET_VARIABLES)} are the shim's)",
+                   f"remove them from the entry, or run: {reconnect}")
 
-    args = [a.replace("${workspaceFolder}", str(directory)) for a in command[1:]]
-    _check_shim(report, [found, *args, "--no-autostart"], run_env, directory, agent, info, reconnect)
+    _check_shim(report, [*shim, *shim_args, "--no-autostart"], run_env, directory, agent, info, reconnect)
     _check_trust(report, agent, target, root, home)
     dispatcher = "--dispatcher" in command
     if info.refreshes == "yes":
@@ -157,6 +182,54 @@ def _check_entry(agent: str, target: agents.ConfigFile, entry: dict[str, Any], d
                                                               else "without the dispatcher, new tools stay unseen"),
                    f"atomictoolsd connect {agent} --{target.scope} --dispatcher")
     return report
+
+
+def _own_shim(command: list[str], search_path: str | None) -> tuple[list[str], list[str]] | str | None:
+    """This installation's shim, for an entry that runs it: the command that starts it and the
+    shim's arguments of the entry. A string when the entry runs something else (what, in words);
+    None when it has the shape of ours but its program is not found.
+
+    Ours are: this interpreter with ``-E -P -m atomictoolsd mcp`` (user entries), the ``atomictoolsd``
+    script installed beside it, found on the agent's ``PATH`` (project entries), and a bridge script
+    in the runtime dir's bridges dir (``bridge create``).
+    """
+    program, args = command[0], command[1:]
+    sealed = agents.shim_command()
+    if args[: len(sealed) - 1] == sealed[1:]:
+        if _executable(program, search_path) is None:
+            return None
+        if os.path.abspath(program) != sealed[0]:
+            return f"the interpreter {safe(program)} is not this installation's ({safe(sealed[0])})"
+        return sealed, args[len(sealed) - 1 :]
+    if os.path.basename(program) == agents.PROJECT_PROGRAM and args[:1] == ["mcp"]:
+        found = _executable(program, search_path)
+        if found is None:
+            return None
+        script = installed_command()
+        if script is None or os.path.realpath(found) != os.path.realpath(script):
+            return f"{safe(found)} is not this installation's atomictoolsd ({safe(script or 'none is installed')})"
+        return [script, "mcp"], args[1:]
+    if _own_bridge(program):
+        return [program], []
+    return "a command that is not this installation's"
+
+
+def _executable(program: str, search_path: str | None) -> str | None:
+    found = program if os.path.isabs(program) else shutil.which(program, path=search_path)
+    return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None
+
+
+def _own_bridge(program: str) -> bool:
+    """Whether ``program`` is a bridge script the daemon wrote: in its bridges dir, yours, closed to others."""
+    from atomictoolsd.config.paths import PathError, Paths  # lazy: only for an entry that may be a bridge
+
+    try:
+        bridges = os.path.realpath(Paths.from_env().bridges_dir)
+        info = os.stat(program)
+    except (PathError, OSError):
+        return False
+    return (os.path.isabs(program) and os.path.dirname(os.path.realpath(program)) == bridges
+            and info.st_uid == os.geteuid() and not info.st_mode & 0o022)
 
 
 def _check_shim(report: Report, argv: list[str], run_env: dict[str, str], directory: Path, agent: str,
@@ -185,7 +258,7 @@ def _check_shim(report: Report, argv: list[str], run_env: dict[str, str], direct
     if answers is None:
         hint = stderr or "no answer"
         fix = reconnect if "runtime" in stderr or "no daemon" in stderr or "XDG_RUNTIME_DIR" in stderr else (
-            f"{' '.join(argv[:-1])}   (run it by hand to see why)")
+            f"{shown_command(argv[:-1])}   (run it by hand to see why)")
         report.add("shim", False, f"the shim started as {info.title} starts it did not answer: {hint}", fix)
         return
     init, listed = answers
@@ -261,12 +334,12 @@ def _check_trust(report: Report, agent: str, target: agents.ConfigFile, root: Pa
         trusted = _folder_trusted(store, root)
         report.add("trust", trusted, f"{root} is trusted by {report.title}" if trusted
                    else f"{report.title} ignores {target.path.name} in {root}: the folder is not in {store}",
-                   f"cd {root} && {agent}   (and choose to trust the folder)")
+                   f"cd {shell_quote(str(root))} && {agent}   (and choose to trust the folder)")
     elif agent == "codex":
         trusted = _codex_trusts(home, root)
         report.add("trust", trusted, f"Codex trusts {root}" if trusted
                    else f"Codex reads .codex/config.toml only in projects it trusts, and {root} is not one",
-                   f"cd {root} && codex   (and trust the project), or: atomictoolsd connect codex --user")
+                   f"cd {shell_quote(str(root))} && codex   (and trust the project), or: atomictoolsd connect codex --user")
 
 
 def _folder_trusted(store: Path, folder: Path) -> bool:
@@ -309,12 +382,12 @@ def render(reports: list[Report], as_json: bool) -> str:
         return ("No agent's config here has an atomictoolsd entry.\n"
                 "  fix: atomictoolsd connect AGENT   (claude, codex, gemini, … : atomictoolsd connect --help)")
     out = []
-    for report in reports:
-        out.append(f"{report.title} ({report.scope}: {report.file})")
+    for report in reports:  # each line escaped: a config file's path and an entry's command are anyone's
+        out.append(f"{report.title} ({report.scope}: {safe(report.file)})")
         for check in report.checks:
-            out.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
+            out.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {safe(check.detail)}")
             if check.fix:
-                out.append(f"        fix: {check.fix}")
+                out.append(f"        fix: {safe(check.fix)}")
     bad = sum(not r.ok for r in reports)
     out.append("Everything is fine." if not bad else f"{bad} of {len(reports)} entries have problems.")
     return "\n".join(out)

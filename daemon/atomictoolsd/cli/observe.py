@@ -96,7 +96,8 @@ def cmd_config(args: argparse.Namespace) -> int:
     config = load_config(config_file)  # a bad one is a SetupError: cli.main prints it, exit 2
     items = config.describe()
     if args.json:
-        print_json({"file": str(config_file), "exists": config_file.exists(), "settings": items})
+        print_json({"file": str(config_file), "exists": config_file.exists(), "settings": items,
+                    "ignored": dict(config.ignored)})
         return 0
     print(f"config file: {config_file}{'' if config_file.exists() else ' (does not exist: defaults apply)'}")
     print()
@@ -104,8 +105,12 @@ def cmd_config(args: argparse.Namespace) -> int:
         ["SETTING", "VALUE", "FROM", "MEANING"],
         [[i["key"], json.dumps(i["value"]), i["source"], i["doc"]] for i in items],
     )
-    print("\nEach setting can be set in the file, or by the variable ATOMICTOOLS_<SETTING>; "
-          "a running daemon rereads the file on SIGHUP.")
+    file_only = [i["key"] for i in items if i["env"] is None]
+    print("\nEach setting can be set in the file, or by the variable ATOMICTOOLS_<SETTING>"
+          + (f" (but {', '.join(file_only)}: the file only)" if file_only else "")
+          + "; a running daemon rereads the file on SIGHUP.")
+    for note in config.ignored.values():
+        print(f"note: {note}")
     return 0
 
 

@@ -19,11 +19,17 @@ class NoTerminal(Exception):
     """A tool asked a question, and there is no terminal to ask it on."""
 
 
+def _terminal() -> TextIO:
+    """stderr itself, under the CLI's escaping wrapper (``cli._common.EscapingStream``): the line
+    control written here is this module's own, and every text of a tool's in it is escaped first."""
+    return getattr(sys.stderr, "stream", sys.stderr)
+
+
 class Progress:
     """Each progress report of the call as one line on the terminal, rewritten in place."""
 
     def __init__(self, out: TextIO | None = None) -> None:
-        self.out = out or sys.stderr
+        self.out = out or _terminal()
         self.shown = False
 
     def __call__(self, progress: float, total: float | None, message: str | None) -> None:
@@ -53,7 +59,7 @@ def ask_on_terminal(message: str, schema: dict[str, Any]) -> Elicitation | dict[
         print(f"atomictoolsd: the tool asks: {_printable(message)!r}, but there is no terminal to answer on; "
               f"the question was refused", file=sys.stderr)
         raise NoTerminal("no terminal to ask the user on (atomictoolsd call runs without one)")
-    print(f"\r\x1b[2K{_printable(message)}", file=sys.stderr)
+    _terminal().write(f"\r\x1b[2K{_printable(message)}\n")
     required = set(schema.get("required") or [])
     answers: dict[str, Any] = {}
     for name, field in (schema.get("properties") or {}).items():

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE
+from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, safe
 
 __all__ = ["json_template", "python_template", "register"]
 
@@ -109,7 +109,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     directory = Path(args.directory or os.getcwd())
     if not directory.is_dir():
-        print(f"atomictoolsd: {directory} is not a directory", file=sys.stderr)
+        print(f"atomictoolsd: {safe(directory)} is not a directory", file=sys.stderr)
         return EXIT_USAGE
     home = Paths.from_env().home
     tools_dir, root = target_dir(directory, home, args.use_global)
@@ -119,10 +119,10 @@ def cmd_new(args: argparse.Namespace) -> int:
         with open(path, "x") as f:  # "x": a file already there is the user's work, never replaced
             f.write(json_template(args.name) if args.json else python_template(args.name))
     except FileExistsError:
-        print(f"atomictoolsd: {path} already exists; edit it, or choose another name", file=sys.stderr)
+        print(f"atomictoolsd: {safe(path)} already exists; edit it, or choose another name", file=sys.stderr)
         return EXIT_FAILED
     command = command_name()
-    print(f"wrote {path} ({'the project ' + str(root) if root else 'your global tools, seen by every project'})")
+    print(f"wrote {safe(path)} ({'the project ' + safe(root) if root else 'your global tools, seen by every project'})")
     if root is not None and not _trusted(root):
         print(f"this project is not trusted yet, so its tools do not load; {trust_offer(root)['message']}")
     example = "path=README.md" if args.json else "text=hello times=2"
@@ -153,9 +153,9 @@ def _trusted(root: Path) -> bool:
 
 
 def _quote(path: Path) -> str:
-    import shlex
+    from atomictoolsd.config.command import shell_quote  # lazy: only this command pays for it (start-up cost)
 
-    return shlex.quote(str(path))
+    return shell_quote(str(path))
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

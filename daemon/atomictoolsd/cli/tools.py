@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from atomictools._protocol import read_renamed
-from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, connect, print_json, table, where
+from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, connect, print_json, safe, table, where
 
 __all__ = ["parse_call_arguments", "register"]
 
@@ -35,17 +35,17 @@ def cmd_list(args: argparse.Namespace) -> int:
             out["shadowed"] = listing["shadowed"]
         print_json(out)
         return 0
-    rows = [[t["name"], _scope(t), _first_line(t.get("description") or _UNDESCRIBED)] for t in listing["tools"]]
+    rows = [[safe(t["name"]), _scope(t), _first_line(t.get("description") or _UNDESCRIBED)] for t in listing["tools"]]
     if args.all:
         rows += [
-            [t["name"], f"{_listed(t, 'scope')} (shadowed by {_listed(t['shadowedBy'], 'scope')})",
+            [safe(t["name"]), f"{_listed(t, 'scope')} (shadowed by {_listed(t['shadowedBy'], 'scope')})",
              _first_line(t.get("description", ""))]
             for t in listing["shadowed"]
         ]
     if rows:
         table(["NAME", "SCOPE", "DESCRIPTION"], rows)
     else:
-        print(f"no tools (write one in {os.path.join(listing['root'] or '~', '.atomic', 'tools')}/)")
+        print(f"no tools (write one in {safe(os.path.join(listing['root'] or '~', '.atomic', 'tools'))}/)")
     counts = ", ".join(f"{n} {scope}" for scope, n in sorted(listing["counts"].items()))
     if counts:
         print(f"\n{len(listing['tools'])} tools: {counts}")
@@ -56,16 +56,16 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"  {where(error)}:{tool} {error['message']}")
     if listing.get("trust") in ("full", "sandbox"):
         how = "confined (trust --sandbox)" if listing["trust"] == "sandbox" else "with all your rights (trust)"
-        print(f"\nproject {listing['root']}: trusted, its own tools run {how}")
+        print(f"\nproject {safe(listing['root'])}: trusted, its own tools run {how}")
     blocked = listing.get("blocked", [])
     if blocked:
         reason = blocked[0].get("reason")
         if reason:
-            print(f"\nblocked: {len(blocked)} tool module(s) of {blocked[0]['root']}: {reason}")
+            print(f"\nblocked: {len(blocked)} tool module(s) of {safe(blocked[0]['root'])}: {reason}")
         else:
-            print(f"\nblocked: {len(blocked)} tool module(s) of {blocked[0]['root']}, not a trusted project:")
+            print(f"\nblocked: {len(blocked)} tool module(s) of {safe(blocked[0]['root'])}, not a trusted project:")
         for entry in blocked:
-            print(f"  {entry['file']}")
+            print(f"  {safe(entry['file'])}")
         if reason and blocked[0].get("command"):
             print(f"to run them with all your rights instead, run: {blocked[0]['command']}")
         elif not reason:
@@ -101,7 +101,7 @@ def _listed(tool: dict[str, Any], key: str) -> Any:
 
 
 def _first_line(text: str, width: int = 72) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = safe(text.strip().splitlines()[0]) if text.strip() else ""
     return line if len(line) <= width else line[: width - 1] + "…"
 
 

@@ -2,6 +2,10 @@
 
 They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
 so the change takes effect at once; they never start a daemon.
+
+``trust`` lets a repository's code run, so it is the user's decision: it refuses to run without a
+terminal on stdin (an agent's shell tool has none) unless told ``--yes``, which a person writes
+into a script of their own. ``untrust`` and ``trust --list`` only narrow or read: they run anywhere.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from atomictoolsd.cli._common import safe
 from atomictoolsd.config.command import command_name
 
 __all__ = ["register"]
@@ -35,7 +40,7 @@ def _store_and_root(args: argparse.Namespace, gone_ok: bool = False) -> tuple[ob
     if not path.is_dir():
         if gone_ok and not path.exists():
             return store, Path(os.path.realpath(path))  # the symlinks of the parents that are left still resolve
-        print(f"atomictoolsd: {directory} is not a directory", file=sys.stderr)
+        print(f"atomictoolsd: {safe(directory)} is not a directory", file=sys.stderr)
         raise SystemExit(2)
     return store, project_root(path.resolve(), paths.home)
 
@@ -68,7 +73,10 @@ def cmd_trust(args: argparse.Namespace) -> int:
         list_module_files,
         local_tools_dir,
     )
-    from atomictoolsd.registry.trust import TrustError  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+        TrustError,
+        trust_command,
+    )
 
     if args.list:
         return _list(args)
@@ -83,10 +91,15 @@ def cmd_trust(args: argparse.Namespace) -> int:
         dirs = getattr(args, f"allow_{key}") or []
         missing = [d for d in dirs if not os.path.isdir(d)]
         if missing:
-            print(f"atomictoolsd: --allow-{key} {missing[0]}: not a directory", file=sys.stderr)
+            print(f"atomictoolsd: --allow-{key} {safe(missing[0])}: not a directory", file=sys.stderr)
             return 2
         if dirs:
             allow[key] = sorted({os.path.realpath(d) for d in dirs})
+    if not args.yes and not os.isatty(0):
+        print(f"atomictoolsd: trust lets a project's code run, so it asks for a terminal: run it yourself in one "
+              f"(an agent must ask you to, not run it), or add --yes in a script of your own: "
+              f"{command_name()} trust --yes …", file=sys.stderr)
+        return 2
     if args.directory is None:
         args.directory = os.getcwd()
     store, root = _store_and_root(args)
@@ -99,18 +112,19 @@ def cmd_trust(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
     if before == "replaced":
-        print(f"note: {root} was trusted for a directory that has since been replaced; trusting the one there now")
+        print(f"note: {safe(root)} was trusted for a directory that has since been replaced; trusting the one there now")
     modules = list_module_files(local_tools_dir(root))
-    what = f"{len(modules)} tool module(s) in {local_tools_dir(root)}" if modules else f"its tools in {local_tools_dir(root)}"
+    tools_dir = safe(local_tools_dir(root))
+    what = f"{len(modules)} tool module(s) in {tools_dir}" if modules else f"its tools in {tools_dir}"
     how = "confined" if args.sandbox else "with all your rights"
-    print(f"{'trusted' if added else 'already trusted'}: {root} ({what} will load, {how})")
+    print(f"{'trusted' if added else 'already trusted'}: {safe(root)} ({what} will load, {how})")
     if args.sandbox:
         from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
 
         offered = support()
         if not offered["available"]:
             print(f"note: this machine cannot confine it ({offered['reason']}): its tools stay blocked until it can, "
-                  f"or until you trust it fully: {command_name()} trust {root}")
+                  f"or until you trust it fully: {trust_command(root)}")
     print(_tell_daemon(root, trusted=True))
     return 0
 
@@ -128,9 +142,9 @@ def cmd_untrust(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
     if not removed:
-        print(f"not trusted: {root} (nothing to do)")
+        print(f"not trusted: {safe(root)} (nothing to do)")
         return 0
-    print(f"untrusted: {root} (its own tools no longer load)")
+    print(f"untrusted: {safe(root)} (its own tools no longer load)")
     print(_tell_daemon(root, trusted=False))
     return 0
 
@@ -165,7 +179,8 @@ def _list(args: argparse.Namespace) -> int:
     states = {root: store.state(root) for root in entries}  # type: ignore[attr-defined]
     table(
         ["PROJECT", "LEVEL", "TRUSTED SINCE"],
-        [[root + notes[states[root]], _level_text(info), info.get("trusted_at", "")] for root, info in entries.items()],
+        [[safe(root) + notes[states[root]], _level_text(info), safe(info.get("trusted_at", ""))]
+         for root, info in entries.items()],
     )
     for root, state in states.items():
         if state == "replaced":
@@ -178,7 +193,7 @@ def _level_text(info: dict[str, object]) -> str:
     allow = info.get("allow")
     if level != "sandbox" or not isinstance(allow, dict):
         return level
-    extra = (["net"] if allow.get("net") else []) + [f"{key} {d}" for key in ("read", "write") for d in allow.get(key, [])]
+    extra = (["net"] if allow.get("net") else []) + [f"{key} {safe(d)}" for key in ("read", "write") for d in allow.get(key, [])]
     return f"sandbox (+{', '.join(extra)})" if extra else level
 
 
@@ -190,6 +205,8 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     trust.add_argument("--allow-net", action="store_true", help="with --sandbox: let its tools use the network")
     trust.add_argument("--allow-read", action="append", metavar="DIR", help="with --sandbox: let its tools read DIR too")
     trust.add_argument("--allow-write", action="append", metavar="DIR", help="with --sandbox: let its tools write DIR too")
+    trust.add_argument("--yes", action="store_true",
+                       help="trust without a terminal (in a script of your own; never let an agent run it)")
     trust.add_argument("--list", action="store_true", help="list the trusted projects and the level of each")
     trust.add_argument("--json", action="store_true", help="with --list: print JSON")
     trust.set_defaults(func=cmd_trust)

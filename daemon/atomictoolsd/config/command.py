@@ -8,10 +8,11 @@ daemon state: the CLI, the registry and the trust store all ask it.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 
-__all__ = ["add_own_bin_to_path", "command_name", "installed_command", "with_own_bin"]
+__all__ = ["add_own_bin_to_path", "command_name", "installed_command", "shell_quote", "with_own_bin"]
 
 # The PATH this process was given, before ``add_own_bin_to_path``: what the user's shell finds.
 _given_path: str | None = None
@@ -35,6 +36,36 @@ def command_name() -> str:
     if found and os.path.realpath(found) == os.path.realpath(script):
         return "atomictoolsd"
     return script
+
+
+# In $'…' quoting (bash, zsh, ksh; POSIX.1-2024): what stands for itself needs no escape but these.
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def shell_quote(arg: str) -> str:
+    """``arg`` quoted for a shell, fit to be printed: ``shlex.quote`` when every character of it is
+    printable; else ``$'…'`` with the others escaped (``\\x1b``, ``\\n``, ``\\u202e``; a byte that is
+    not UTF-8 as ``\\xff``), so that the command pasted into bash or zsh names the same path and the
+    terminal it is printed on acts on none of it.
+    """
+    if arg.isprintable():
+        return shlex.quote(arg)
+    out = []
+    for char in arg:
+        code = ord(char)
+        if char in _ANSI_C:
+            out.append(_ANSI_C[char])
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte os.fsdecode could not decode
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "$'" + "".join(out) + "'"
 
 
 def with_own_bin(path: str) -> str:

@@ -1,7 +1,10 @@
 """Every file and directory the daemon uses, from platformdirs, each overridable by environment.
 
 Setting ``HOME`` and the ``XDG_*`` variables (or the ``ATOMICTOOLS_*_DIR`` ones) isolates a daemon
-completely, which is how the tests run theirs.
+completely, which is how the tests run theirs. Each such variable is honoured only where no repository
+could have chosen it (``atomictools._paths.check_locations``): absolute, outside the project of the
+working directory, in a directory only you can write. Anything else is a ``PathError``, never a
+fallback to another directory.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import platformdirs
 
-from atomictools._paths import APP_NAME, RuntimeDirError, runtime_dir, socket_path
+from atomictools._paths import APP_NAME, RuntimeDirError, check_locations, runtime_dir, socket_path
 from atomictoolsd.config.errors import SetupError
 
 __all__ = ["Paths", "PathError", "check_private_dir", "check_socket_path", "make_private", "make_private_dirs"]
@@ -64,16 +67,24 @@ class Paths:
 
     @classmethod
     def from_env(cls) -> Paths:
+        """Where everything is, by this process's environment.
+
+        Raises:
+            PathError: a variable places something where a repository could have chosen it, or the
+                runtime dir is not private (the message names the variable and what to do).
+        """
         env = os.environ
-        home = Path(env.get("HOME") or Path.home()).resolve()  # one spelling: a symlinked HOME is still home
         try:
+            check_locations(env)
             rundir = Path(runtime_dir())
+            socket = Path(socket_path())
         except RuntimeDirError as exc:
             raise PathError(str(exc)) from None
+        home = Path(env.get("HOME") or Path.home()).resolve()  # one spelling: a symlinked HOME is still home
         return cls(
             home=home,
             runtime_dir=rundir,
-            socket=Path(socket_path()),
+            socket=socket,
             lock=rundir / "atomictoolsd.lock",
             state_dir=Path(env.get("ATOMICTOOLS_STATE_DIR") or platformdirs.user_state_dir(APP_NAME)),
             log_dir=Path(env.get("ATOMICTOOLS_LOG_DIR") or platformdirs.user_log_dir(APP_NAME)),

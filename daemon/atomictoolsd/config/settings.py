@@ -3,11 +3,18 @@
 Every setting is a field of ``Config`` with its default and a one-line description; the file key is
 the field name and the variable is ``ATOMICTOOLS_`` + the name in upper case. ``Config.sources``
 says where each value came from. A bad value is a ``ConfigError`` naming the key and its source.
+
+A setting that widens what a project's code may do (``trust_all``) is *file only*
+(``_setting(..., file_only=True)``): read from the user's ``config.toml`` and never from the
+environment, which an agent's config entry, written by a repository, can fill. Its variable, when
+set, is ignored and named in ``Config.ignored`` with the line to put in the file instead; the daemon
+logs that and ``status`` shows it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import tomllib
@@ -29,8 +36,10 @@ class ConfigError(SetupError):
     exit_code = 2
 
 
-def _setting(default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = ()) -> Any:
-    return field(default=default, metadata={"doc": doc, "minimum": minimum, "choices": choices})
+def _setting(default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = (),
+             file_only: bool = False) -> Any:
+    """A setting of ``Config``; ``file_only``: read from ``config.toml`` alone, never from its variable."""
+    return field(default=default, metadata={"doc": doc, "minimum": minimum, "choices": choices, "file_only": file_only})
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,7 @@ class Config:
         5, "Quiet time after which the file watcher reports changes, in milliseconds.", minimum=1
     )
     builtins: bool = _setting(True, "Serve the built-in tools.")
-    trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
+    trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.", file_only=True)
     sandbox_global: bool = _setting(
         False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir)."
     )
@@ -87,10 +96,12 @@ class Config:
     log_max_bytes: int = _setting(10 * 1024 * 1024, "Size at which the log file is rotated.", minimum=4096)
     log_backups: int = _setting(3, "Rotated log files kept.", minimum=0)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # A file-only setting's variable that was set, and ignored: variable -> what to do instead.
+    ignored: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def settings(cls) -> list[dataclasses.Field[Any]]:
-        return [f for f in dataclasses.fields(cls) if f.name != "sources"]
+        return [f for f in dataclasses.fields(cls) if f.name not in ("sources", "ignored")]
 
     def describe(self) -> list[dict[str, Any]]:
         """Each setting with its value, where the value came from, and what it means."""
@@ -99,7 +110,7 @@ class Config:
                 "key": f.name,
                 "value": getattr(self, f.name),
                 "source": self.sources.get(f.name, "default"),
-                "env": env_name(f.name),
+                "env": None if f.metadata["file_only"] else env_name(f.name),
                 "doc": f.metadata["doc"],
             }
             for f in self.settings()
@@ -175,9 +186,26 @@ def load_config(config_file: Path, environ: Mapping[str, str] | None = None) -> 
             raise ConfigError(f"{config_file}: unknown setting {key!r}{_setting_hint(key, fields)}")
         values[key] = _convert(f, raw, str(config_file))
         sources[key] = str(config_file)
+    ignored: dict[str, str] = {}
     for key, f in fields.items():
         var = env_name(key)
-        if var in environ:
-            values[key] = _convert(f, environ[var], var)
-            sources[key] = var
-    return Config(**values, sources=sources)
+        if var not in environ:
+            continue
+        if f.metadata["file_only"]:
+            ignored[var] = _ignored_note(f, environ[var], config_file)
+            continue
+        values[key] = _convert(f, environ[var], var)
+        sources[key] = var
+    return Config(**values, sources=sources, ignored=ignored)
+
+
+def _ignored_note(f: dataclasses.Field[Any], raw: str, config_file: Path) -> str:
+    """Why a file-only setting's variable is ignored, and the line that sets it where it counts."""
+    try:
+        value = _convert(f, raw, env_name(f.name))
+    except ConfigError:
+        value = f.default
+    shown = str(value).lower() if isinstance(value, bool) else json.dumps(value) if isinstance(value, str) else value
+    return (f"{env_name(f.name)} is ignored: {f.name} widens what a project's code may do, so it is read only "
+            f"from your config file, never from the environment (an agent's config entry can set that); "
+            f"to set it, put `{f.name} = {shown}` in {config_file}")

@@ -85,5 +85,6 @@ def unknown_tool(
         if blocked[0].get("reason"):
             message += f"; this project's own tools are blocked: {blocked[0]['reason']}"
         else:
-            message += f"; this project's own tools are blocked until you trust it: {blocked[0]['message']}"
+            advice = blocked[0].get("agentMessage") or blocked[0]["message"]
+            message += f"; this project's own tools are blocked until the user trusts the project: {advice}"
     return message, data

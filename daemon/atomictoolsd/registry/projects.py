@@ -870,7 +870,7 @@ class Registry:
     async def _admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> str | None:
         """Asked before a worker of a project's own module starts (and imports the file there now)."""
         if self._trust_lost(tools_dir) or not tools_dir.trusted:
-            return f"its project is not trusted (now); {trust_offer(tools_dir.cwd)['message']}"
+            return f"its project is not trusted (now); {trust_offer(tools_dir.cwd)['agentMessage']}"
         if self._judge(tools_dir):
             # Its level changed and no refresh told us (the CLI found no daemon to ask): the worker
             # starts as the store says now, and a scan brings the listing in step.

@@ -55,17 +55,20 @@ LEVELS = ("full", "sandbox")
 
 
 def trust_command(root: Path | str, sandbox: bool = False) -> str:
-    """The exact command that trusts ``root`` (confined with ``sandbox``), quoted for a POSIX shell."""
-    from atomictoolsd.config.command import command_name  # lazy: for a message only (start-up cost)
+    """The exact command that trusts ``root`` (confined with ``sandbox``), quoted for a shell and fit to
+    print (``config.command.shell_quote``: a path holding control characters is escaped)."""
+    from atomictoolsd.config.command import command_name, shell_quote  # lazy: for a message only (start-up cost)
 
-    return f"{command_name()} trust {'--sandbox ' if sandbox else ''}{shlex.quote(str(root))}"
+    return f"{command_name()} trust {'--sandbox ' if sandbox else ''}{shell_quote(str(root))}"
 
 
 def trust_offer(root: Path | str) -> dict[str, str]:
     """What unblocks the tools of ``root``, a project not trusted (or trusted with ``--sandbox`` where
     it cannot be): the one wording of it, for the ``blocked`` entries of ``atomic/list``, an agent's
     instructions and errors, a worker refused, the CLI. ``command`` is the command to offer,
-    ``fullCommand`` the full trust, ``message`` the advice in words.
+    ``fullCommand`` the full trust, ``message`` the advice to the user (the CLI prints it),
+    ``agentMessage`` the same advice for an agent, about the user: trusting is the user's decision,
+    and ``trust`` refuses to run without a terminal, so an agent is told to ask, never to run it.
 
     The confined trust comes first where this machine can enforce it: the safer of the two. Where it
     cannot, ``trust --sandbox`` would leave the tools blocked: the message says why, and offers the
@@ -75,17 +78,22 @@ def trust_offer(root: Path | str) -> dict[str, str]:
 
     full = trust_command(root)
     offered = support()
+    ask = "only the user can trust a project (`trust` needs their terminal): ask the user"
     if offered["available"]:
         confined = trust_command(root, sandbox=True)
         return {
             "command": confined, "fullCommand": full,
             "message": f"to load them confined (no network, nothing outside the project), run: {confined}; "
                        f"or, with all your rights: {full}",
+            "agentMessage": f"{ask} whether to run {confined} (loads them confined: no network, nothing outside "
+                            f"the project), or {full} (loads them with all the user's rights)",
         }
     return {
         "command": full, "fullCommand": full,
         "message": f"this machine cannot confine them ({offered['reason']}), so trust --sandbox would leave them "
                    f"blocked; to load them, run: {full} (their code then runs with all your rights)",
+        "agentMessage": f"{ask} whether to run {full}, which loads them with all the user's rights (this machine "
+                        f"cannot confine them: {offered['reason']})",
     }
 
 
@@ -376,8 +384,11 @@ class TrustStore:
 
 
 def replaced_message(root: Path | str) -> str:
-    """What to tell the user about a trusted root that now holds another directory."""
+    """What to tell the user about a trusted root that now holds another directory (the path escaped:
+    it goes to logs and terminals)."""
+    from atomictoolsd.config.discovery import escape_path  # lazy: for a message only (start-up cost)
+
     return (
-        f"{root} was trusted, but the directory there now is another one (it was removed or replaced "
+        f"{escape_path(str(root))} was trusted, but the directory there now is another one (it was removed or replaced "
         f"since); its tools do not load until you trust it again: {trust_command(root)}"
     )

@@ -406,6 +406,7 @@ class Server:
             "skipped": registry["skipped"],
             "config": {item["key"]: item["value"] for item in self.config.describe()},
             "configSources": dict(self.config.sources),
+            "configIgnored": dict(self.config.ignored),
             "configFile": str(self.paths.config_file),
             "log": {"file": str(events.path) if events.path else None, "level": self.config.log_level,
                     "written": events.written, "dropped": events.dropped},

@@ -379,7 +379,7 @@ class Session(Connection):
         if offer:
             instructions += (
                 " This project's own tools are not loaded until the user trusts the project;"
-                f" if they want them, tell them: {offer['message']}"
+                f" {offer['agentMessage']}."
             )
         return instructions
 

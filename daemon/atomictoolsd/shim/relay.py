@@ -174,11 +174,11 @@ def _resolve_directory(requested: str | None) -> str:
     return directory
 
 
-def _socket_path() -> str:
+def _socket_path(anchors: Sequence[str]) -> str:
     from atomictools._paths import RuntimeDirError, socket_path  # stdlib only: os, stat and sys
 
     try:
-        return socket_path()
+        return socket_path(anchors)
     except RuntimeDirError as exc:  # refused, never replaced by a directory the user's CLI does not use
         raise ConnectionError(str(exc)) from None
 
@@ -193,8 +193,9 @@ def _try_connect(path: str) -> _socket.socket:
     return sock
 
 
-def connect(path: str, autostart: bool, timeout: float = 20.0) -> _socket.socket:
-    """Connect to the daemon's socket, starting the daemon (detached) when none answers.
+def connect(path: str, autostart: bool, timeout: float = 20.0, anchors: Sequence[str] = ()) -> _socket.socket:
+    """Connect to the daemon's socket, starting the daemon (detached) when none answers; ``anchors``:
+    the directories whose projects the daemon's files may not be in (``_paths.check_locations``).
 
     After a start, the connection is retried with a doubling backoff from 5 ms: a daemon that
     another shim started at the same moment may hold the lock before its socket listens.
@@ -210,7 +211,7 @@ def connect(path: str, autostart: bool, timeout: float = 20.0) -> _socket.socket
             raise ConnectionError(f"no daemon is listening on {path}; start one with `atomictoolsd start`") from None
     except OSError as exc:
         raise ConnectionError(f"cannot connect to {path}: {exc}") from None
-    _start_daemon()
+    _start_daemon(anchors)
     delay = 0.005
     deadline = time.monotonic() + timeout
     while True:
@@ -225,14 +226,14 @@ def connect(path: str, autostart: bool, timeout: float = 20.0) -> _socket.socket
             raise ConnectionError(f"cannot connect to {path}: {exc}") from None
 
 
-def _start_daemon() -> None:
+def _start_daemon(anchors: Sequence[str]) -> None:
     # The slow path: subprocess and friends load only here. start_daemon() runs the daemon in a new
     # session and double-forks it, so the agent killing this shim's process group leaves it running.
     from atomictools._autostart import start_daemon
     from atomictools._errors import ConnectError
 
     try:
-        start_daemon()
+        start_daemon(anchors=anchors)
     except ConnectError as exc:
         raise ConnectionError(str(exc)) from None
 
@@ -392,8 +393,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except OSError as exc:
         _say(str(exc))
         return 2
+    anchors = (os.getcwd(), directory)  # where the agent runs, and the project it attaches
     try:
-        sock = connect(_socket_path(), options.autostart)
+        sock = connect(_socket_path(anchors), options.autostart, anchors=anchors)
     except ConnectionError as exc:
         _say(str(exc))
         return 1
