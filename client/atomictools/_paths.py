@@ -9,10 +9,13 @@ One rule, everywhere (docs/configuration.md#the-runtime-directory):
    path to a directory of yours with mode 0700 (or not exist yet): anything else is refused with
    ``RuntimeDirError``, never silently replaced by another directory, where a second daemon would
    start that the user's CLI cannot see;
-3. else (the variable was scrubbed, as Codex and the MCP SDKs do for the servers they start)
-   ``/run/user/<uid>/atomictools`` on Linux when that directory is yours and private: it is where a
-   login session's ``XDG_RUNTIME_DIR`` points, so the shim finds the daemon the user's shell
-   started; failing that, platformdirs' user runtime dir (imported only then).
+3. else (the variable was scrubbed, as Codex and the MCP SDKs do for the servers they start) the
+   runtime dir the user's daemon left in ``~/.atomic/runtime-dir`` when it started, if its socket is
+   there (``pointer_path``), so the shim finds the daemon the user runs wherever their own
+   ``XDG_RUNTIME_DIR`` put it;
+4. else ``/run/user/<uid>/atomictools`` on Linux when that directory is yours and private: it is
+   where a login session's ``XDG_RUNTIME_DIR`` points; failing that, platformdirs' user runtime dir
+   (imported only then).
 
 Must never fall back silently from a ``XDG_RUNTIME_DIR`` that is set.
 
@@ -42,9 +45,11 @@ __all__ = [
     "check_location",
     "check_locations",
     "login_runtime_dir",
+    "pointer_path",
     "project_area",
     "runtime_dir",
     "socket_path",
+    "write_pointer",
 ]
 
 APP_NAME = "atomictools"
@@ -251,6 +256,60 @@ def login_runtime_dir() -> str | None:
     return path if os.path.isdir(path) and _private_dir_problem(path) is None else None
 
 
+POINTER_NAME = "runtime-dir"
+
+
+def pointer_path() -> str | None:
+    """``~/.atomic/runtime-dir``: the daemon writes its runtime dir there when it starts, so a client
+    whose environment names none (an MCP SDK passes a server only ``HOME`` and ``PATH``) finds the
+    daemon the user runs, wherever their own ``XDG_RUNTIME_DIR`` put it."""
+    home = os.environ.get("HOME", "").strip()
+    return os.path.join(home, ".atomic", POINTER_NAME) if os.path.isabs(home) else None
+
+
+def write_pointer(directory: str) -> None:
+    """Leave ``directory`` (the runtime dir a daemon serves in) in ``pointer_path()``, replaced whole."""
+    path = pointer_path()
+    if path is None:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, os.fsencode(directory) + b"\n")
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def _pointed_runtime_dir(areas: list[str]) -> str | None:
+    """The runtime dir ``pointer_path()`` names, when a daemon's socket is there: a regular file of
+    yours that no one else can write, naming a private directory of yours outside the projects of
+    ``areas``. Anything else is no pointer (the rule goes on as if there were none)."""
+    path = pointer_path()
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            return None
+        named = os.fsdecode(os.read(fd, 4096)).strip()
+    finally:
+        os.close(fd)
+    if not os.path.isabs(named) or _private_dir_problem(named) is not None:
+        return None
+    if not os.path.exists(os.path.join(named, SOCKET_NAME)):
+        return None
+    try:
+        return check_location("the runtime dir in " + path, named, areas)
+    except LocationError:
+        return None
+
+
 def runtime_dir(anchors: Iterable[str] | None = None) -> str:
     """The daemon's runtime directory, by the rule above.
 
@@ -268,7 +327,12 @@ def runtime_dir(anchors: Iterable[str] | None = None) -> str:
     xdg = _xdg_runtime_dir()
     if xdg is not None:
         check_location("XDG_RUNTIME_DIR", xdg, _areas(anchors))
-    base = xdg or login_runtime_dir()
+    if xdg is not None:
+        return os.path.join(xdg, APP_NAME)
+    pointed = _pointed_runtime_dir(_areas(anchors))
+    if pointed is not None:
+        return pointed
+    base = login_runtime_dir()
     if base is not None:
         return os.path.join(base, APP_NAME)
     import warnings

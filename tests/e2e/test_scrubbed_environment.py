@@ -81,3 +81,33 @@ def test_a_xdg_runtime_dir_open_to_others_is_refused_by_shim_cli_client_and_daem
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(open_dir))
     with pytest.raises(ConnectError, match="has mode 0755"):
         Client()
+
+
+def test_a_shim_started_with_only_home_and_path_finds_the_users_daemon(detached: Env) -> None:
+    """The MCP SDK passes a server only HOME and PATH: the shim of a project entry (no runtime dir
+    pinned) finds the daemon the user's CLI started from the pointer it left under HOME, instead
+    of starting a second daemon elsewhere that status would not show."""
+    env = detached
+    env.write_tool(env.global_tools, "echo.py", "def echo(text: str) -> str:\n    return text\n")
+    assert cli(env, "start").returncode == 0
+    assert (env.home / ".atomic" / "runtime-dir").read_text().strip() == str(env.runtime_dir)
+    # --no-autostart: a shim that looked elsewhere would fail here rather than start a second daemon.
+    agent_sees_the_clis_daemon(env, SHIM, ["mcp", "--agent", "sdk-default", "--no-autostart"], {}, "sdk-default")
+
+
+def test_status_shows_every_daemon_of_the_user(detached: Env, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = detached
+    assert cli(env, "start").returncode == 0
+    elsewhere = tmp_path / "other-runtime"
+    elsewhere.mkdir(mode=0o700)
+    other = {**env.vars, "ATOMICTOOLS_RUNTIME_DIR": str(elsewhere)}
+    assert cli(env, "start", environ=other).returncode == 0
+    try:
+        shown = cli(env, "status")
+        assert shown.returncode == 0, shown.stderr
+        assert "other daemons of yours" in shown.stdout and str(elsewhere / "atomictoolsd.sock") in shown.stdout
+        status = json.loads(cli(env, "status", "--json").stdout)
+        sockets = [d["socket"] for d in status["otherDaemons"]]  # other tests' daemons may run too
+        assert str(elsewhere / "atomictoolsd.sock") in sockets and status["socket"] not in sockets
+    finally:
+        cli(env, "stop", environ=other)

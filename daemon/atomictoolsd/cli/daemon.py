@@ -23,6 +23,7 @@ from atomictoolsd.cli._common import (
     print_json,
     raw_request,
     safe,
+    shown_command,
     table,
     wait_gone,
     where,
@@ -343,6 +344,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     except ConnectError:
         pid = lock_holder()
         if pid is None:
+            _print_other_daemons(other_daemons(None), sys.stderr)
             return not_running()
         status = _wait_for_socket()
         if status is None:
@@ -361,11 +363,47 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"atomictoolsd: the daemon answered: {exc}", file=sys.stderr)
             return 1
         print(f"atomictoolsd: this directory's project: {exc}", file=sys.stderr)
+    others = other_daemons(status.get("pid"))
     if args.json:
-        print_json(status)
+        print_json({**status, "otherDaemons": others})
         return 0
     print_status(status)
+    _print_other_daemons(others, sys.stdout)
     return 0
+
+
+def other_daemons(pid: int | None) -> list[dict[str, Any]]:
+    """The daemons of this user other than ``pid``, each with the socket it serves: one started with
+    another runtime dir (another ``XDG_RUNTIME_DIR``, an entry's ``ATOMICTOOLS_RUNTIME_DIR``) is
+    otherwise invisible to the CLI, which asks only the socket its own environment names."""
+    import psutil  # lazy: only status pays for it (start-up cost)
+
+    found: dict[str, dict[str, Any]] = {}
+    for process in psutil.process_iter(["pid", "uids", "cmdline"]):
+        info = process.info
+        cmdline = info.get("cmdline") or []
+        if info["pid"] == pid or not info.get("uids") or info["uids"].real != os.getuid():
+            continue
+        if "atomictoolsd" not in " ".join(cmdline) or "serve" not in cmdline:
+            continue
+        try:
+            listening = [c.laddr for c in process.net_connections(kind="unix") if c.status == psutil.CONN_NONE]
+        except (psutil.Error, OSError):
+            continue
+        for path in listening:
+            if isinstance(path, str) and path.endswith("/atomictoolsd.sock"):
+                found.setdefault(path, {"pid": info["pid"], "socket": path})
+    return sorted(found.values(), key=lambda d: d["pid"])
+
+
+def _print_other_daemons(others: list[dict[str, Any]], out: Any) -> None:
+    if not others:
+        return
+    print("\nother daemons of yours (this shell's environment names another socket):", file=out)
+    for daemon in others:
+        print(f"  pid {daemon['pid']}  socket {safe(daemon['socket'])}  "
+              f"(ATOMICTOOLS_RUNTIME_DIR={shown_command([os.path.dirname(daemon['socket'])])} atomictoolsd status)",
+              file=out)
 
 
 def print_status(status: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from atomictools._paths import write_pointer
 from atomictools._protocol import with_old_names
 from atomictoolsd import __version__
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
@@ -160,6 +161,7 @@ class Server:
             raise
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT"), (signal.SIGHUP, "SIGHUP")):
             loop.add_signal_handler(sig, self._on_signal, name)
+        self._leave_pointer()
         self.registry.ensure_scanned(self.registry.global_dir)
         for tools_dir in self.registry.builtin_dirs:
             self.registry.ensure_scanned(tools_dir)
@@ -175,6 +177,15 @@ class Server:
                 "manager": self.service.manager, "activated": self.listen_socket is not None,
             }},
         )
+
+    def _leave_pointer(self) -> None:
+        """Say where this daemon serves in ``~/.atomic/runtime-dir``, for clients whose environment
+        names no runtime dir (``atomictools._paths``)."""
+        try:
+            write_pointer(str(self.paths.runtime_dir))
+        except OSError as exc:
+            log.warning("could not leave the runtime dir's pointer in ~/.atomic (%s): a client started "
+                        "without XDG_RUNTIME_DIR may not find this daemon", exc.strerror)
 
     def _adopt(self, sock: socket.socket) -> socket.socket:
         self.socket_path = adopt_socket(sock, self.paths.socket)
