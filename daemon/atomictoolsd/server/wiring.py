@@ -93,6 +93,7 @@ def build_server(
         server.status_sections["http"] = http.info
     server.status_sections["watcher"] = watcher.info
     server.status_sections["sandbox"] = _sandbox_support
+    server.status_sections["netProxy"] = pool.net_proxy.info
     server.status_sections["monitor"] = monitor.info
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
@@ -100,8 +101,10 @@ def build_server(
 
 
 def _sandbox_support() -> dict[str, Any]:
+    from atomictoolsd.workers.runtime.netns import support as network  # lazy: ctypes, only when status is asked
     from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only when status is asked
 
-    return support()
+    offered = support()
+    return {**offered, "network": network()} if offered["available"] else offered
 
 
