@@ -95,6 +95,12 @@ def _attempt(what, target):
             line = sock.recv(200, socket.MSG_PEEK).decode(errors="replace").split("\r\n")[0] or "closed"
             seen[line] = seen.get(line, 0) + 1
         return "ok: " + json.dumps(seen, sort_keys=True)
+    if what == "namespace":  # a user namespace of its own, and with it every capability in it
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x10000000 | 0x40000000) != 0:  # CLONE_NEWUSER | CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), "unshare")
+        return "ok: unshared"
     if what == "env":
         return "ok: " + json.dumps({k: v for k, v in os.environ.items() if k.lower().endswith("_proxy")}, sort_keys=True)
     raise ValueError(what)
@@ -394,3 +400,25 @@ def test_without_user_namespaces_a_tool_allowed_the_network_has_none(project: En
             assert call(client, "env", child=child) == "ok: {}", "no proxy named"
     shown = cli(env, "list", extra={USERNS_ENV: "0"}).stdout
     assert "network of its confined tools: none, though allowed:" in shown, shown
+
+
+@pytest.mark.parametrize("level", ["--sandbox", "--allow-net", "full"])
+def test_a_confined_tool_makes_no_namespace(project: Env, make_daemon, level: str) -> None:  # type: ignore[no-untyped-def]
+    # A new user namespace would hand the tool every capability in it (netfilter, mounts: kernel code
+    # no confined tool needs), and a network namespace of its own a way around its proxy's rules.
+    env = project
+    args = {"--sandbox": ["--sandbox"], "--allow-net": ["--sandbox", "--allow-net"], "full": []}[level]
+    assert cli(env, "trust", *args).returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        # The tool runs on a thread the worker started after its seccomp filter: threads still start
+        # (clone3 answers ENOSYS, and the C library uses clone).
+        assert call(client, "env").startswith("ok")
+        for child in (False, True):
+            outcome = call(client, "namespace", child=child)
+            if level == "full":
+                # The control: the attempt works where nothing forbids it (a program the tool starts;
+                # the worker itself has threads, and the kernel makes namespaces for one thread only).
+                assert outcome == ("ok: unshared" if child else "failed: OSError errno 22 [Errno 22] unshare"), outcome
+            else:
+                assert outcome.startswith("failed: PermissionError errno 1"), outcome

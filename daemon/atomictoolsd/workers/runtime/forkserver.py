@@ -322,11 +322,12 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
     """Make what a confined worker needs before it is forked, so that the fork server knows it (and
     removes the temporary directory with the worker) and the worker's own start stays short: its
     directories, and its Landlock ruleset but for its own /proc/PID (``sandbox.prepare``)."""
-    from atomictoolsd.workers.runtime import sandbox  # once, with the first confined worker: then every fork has it
+    from atomictoolsd.workers.runtime import netns, sandbox  # once, with the first confined worker: then every fork has it
 
     if not _RUNTIME_PATHS:
         _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
         sandbox.warm_up()
+        netns.warm_up()  # for the workers allowed the network
         sandbox.open_shared_rules(_RUNTIME_PATHS)
         _TEMP_BASE.append(tempfile.mkdtemp(prefix="atomictools-sandbox-"))
     spec.runtime_paths = _RUNTIME_PATHS

@@ -35,7 +35,7 @@ import struct
 import sys
 from typing import Any
 
-__all__ = ["PROXY_HOST", "PROXY_PORT", "USERNS_ENV", "isolate", "proxy_environ", "support"]
+__all__ = ["PROXY_HOST", "PROXY_PORT", "USERNS_ENV", "isolate", "proxy_environ", "support", "warm_up"]
 
 PROXY_HOST = "127.0.0.1"
 PROXY_PORT = 3128  # in the worker's own namespace: no other process listens there
@@ -138,25 +138,40 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _last_capability() -> int:
+@functools.cache
+def _capabilities() -> range:
     try:
         with open("/proc/sys/kernel/cap_last_cap") as f:
-            return int(f.read())
+            return range(int(f.read()) + 1)
     except (OSError, ValueError):
-        return 63
+        return range(64)
+
+
+@functools.cache
+def _capset_args() -> tuple[Any, Any]:
+    return ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), (_CapData * 2)()
 
 
 def _drop_capabilities() -> None:
     """Drop every capability the new user namespace gave: the bounding set (no program started later
     regains one, even as uid 0 in it), the ambient set, then the process's own sets."""
-    libc = _libc()
-    for capability in range(_last_capability() + 1):
-        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: none such
+    prctl = _libc().prctl
+    for capability in _capabilities():
+        if prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: none such
             _check(-1, f"dropping capability {capability} from the bounding set")
-    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before Linux 4.3: nothing to clear
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    _check(libc.capset(ctypes.byref(header), data), "capset")
+    prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before Linux 4.3: nothing to clear
+    _check(_libc().capset(*_capset_args()), "capset")
+
+
+def warm_up() -> None:
+    """Do once, in the fork server, what every worker with the network would otherwise do after its
+    fork (each first touch of a page there copies it)."""
+    libc = _libc()
+    for name in ("unshare", "prctl", "capset"):
+        getattr(libc, name)
+    _capabilities()
+    _capset_args()
+    struct.pack("16sH14x", b"lo", _IFF_UP | _IFF_RUNNING)
 
 
 # -- can this machine do it? ----------------------------------------------------------------------

@@ -408,6 +408,7 @@ def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
         program.append((_JGE, "deny", 0, foreign))
     # The kernel keyrings are the user's, not the directory's: Landlock does not mediate them.
     program += [(_JEQ, "deny", 0, number) for number in keys]
+    program += _namespace_checks()
     program += [
         (_JEQ, "deny", 0, sys_io_uring),
         (_JEQ, "socket", 0, sys_socket),
@@ -430,8 +431,42 @@ def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
         (_RET, 0, 0, _ERRNO | _EACCES),
         ("deny",),  # type: ignore[list-item]
         (_RET, 0, 0, _ERRNO | _EPERM),
+        *_namespace_verdicts(),
     ]
     return program
+
+
+# clone, clone3, unshare, setns by architecture; the CLONE_NEW* flags (linux/sched.h).
+_NAMESPACE_CALLS = {"x86_64": (56, 435, 272, 308), "aarch64": (220, 435, 97, 268)}
+_CLONE_NEW_ANY = 0x7E020000  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+_ENOSYS = 38
+
+
+def _namespace_checks() -> list[tuple[Any, ...]]:
+    """No new namespace, nor joining one: a user namespace hands its maker every capability in it,
+    and with them kernel code (netfilter, mounts) no confined tool needs. A worker allowed the
+    network made its own namespaces before this filter (``netns.isolate``). ``clone3`` passes its
+    flags in memory a filter cannot read: it answers ENOSYS, and the C library falls back to
+    ``clone``, whose flags it can."""
+    sys_clone, sys_clone3, sys_unshare, sys_setns = _NAMESPACE_CALLS[os.uname().machine]
+    return [
+        (_JEQ, "deny", 0, sys_unshare),
+        (_JEQ, "deny", 0, sys_setns),
+        (_JEQ, "nosys", 0, sys_clone3),
+        (_JEQ, "clone", 0, sys_clone),
+    ]
+
+
+def _namespace_verdicts() -> list[tuple[Any, ...]]:
+    return [
+        ("clone",),
+        (_LD_W_ABS, 0, 0, 16), (_AND, 0, 0, _CLONE_NEW_ANY),  # the flags: the low half of the first argument
+        (_JEQ, 0, 1, 0),
+        (_RET, 0, 0, _ALLOW),
+        (_RET, 0, 0, _ERRNO | _EPERM),
+        ("nosys",),
+        (_RET, 0, 0, _ERRNO | _ENOSYS),
+    ]
 
 
 def _assemble(program: list[Any]) -> list[tuple[int, int, int, int]]:
