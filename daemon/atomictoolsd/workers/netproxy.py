@@ -37,6 +37,7 @@ import asyncio
 import errno
 import ipaddress
 import logging
+import re
 import socket
 import time
 import urllib.parse
@@ -58,6 +59,7 @@ _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "te", "trailer",
     "upgrade",
 })
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # a header's name (RFC 9110, 5.6.2)
 _LOGGED_REFUSALS = 20  # per worker: a worker that keeps asking is counted, not logged line by line
 
 
@@ -249,6 +251,8 @@ class NetProxy:
         self._open -= 1
         if self._freed is not None:
             self._freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a proxy connection of worker %d failed: %r", proxy.pid, task.exception())
 
     async def _serve(self, proxy: _WorkerProxy, conn: socket.socket) -> None:
         upstream: asyncio.StreamWriter | None = None
@@ -428,7 +432,7 @@ class _Request:
         for line in lines[1:]:
             if line:
                 name, sep, value = line.partition(":")
-                if not sep or not name or name != name.strip():
+                if not sep or not _TOKEN.match(name):
                     raise Refused(400, "Bad Request", f"a malformed header line: {line[:80]!r}")
                 headers.append((name, value.strip()))
         if method == "CONNECT":
@@ -446,11 +450,13 @@ class _Request:
         return cls(method, _host(url.hostname), port, origin, version, headers)
 
     def forwarded_head(self) -> bytes:
-        """The head sent to the host: origin form, no hop-by-hop headers, ``Connection: close``."""
+        """The head sent to the host: origin form, ``Host`` from the URL (the one that was checked,
+        never the client's), no hop-by-hop headers, ``Connection: close``."""
         named = {v.strip().lower() for n, v in self.headers if n.lower() == "connection" for v in v.split(",")}
-        kept = [(n, v) for n, v in self.headers if n.lower() not in _HOP_BY_HOP and n.lower() not in named]
-        if not any(n.lower() == "host" for n, _ in kept):
-            kept.insert(0, ("Host", self.host if self.port == 80 else f"{self.host}:{self.port}"))
+        dropped = _HOP_BY_HOP | named | {"host"}
+        kept = [(n, v) for n, v in self.headers if n.lower() not in dropped]
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        kept.insert(0, ("Host", host if self.port == 80 else f"{host}:{self.port}"))
         lines = [f"{self.method} {self.target} {self.version}", *(f"{n}: {v}" for n, v in kept), "Connection: close"]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
