@@ -33,6 +33,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 from typing import Any
 
 __all__ = ["PROXY_HOST", "PROXY_PORT", "USERNS_ENV", "isolate", "proxy_environ", "support", "warm_up"]
@@ -177,10 +178,21 @@ def warm_up() -> None:
 # -- can this machine do it? ----------------------------------------------------------------------
 
 
-@functools.cache
 def support() -> dict[str, Any]:
     """``{available, reason}``: whether a worker can be given a network namespace of its own here,
-    tried once by running this file as a program (a few milliseconds, once per process)."""
+    tried once by running this file as a program (~20 ms, once per process; the daemon tries in a
+    thread as it starts where a tool may have the network)."""
+    with _SUPPORT_LOCK:
+        if not _SUPPORT:
+            _SUPPORT.append(_support())
+        return _SUPPORT[0]
+
+
+_SUPPORT: list[dict[str, Any]] = []
+_SUPPORT_LOCK = threading.Lock()
+
+
+def _support() -> dict[str, Any]:
     if not sys.platform.startswith("linux"):
         return {"available": False, "reason": f"network namespaces need Linux; this is {sys.platform}"}
     if os.environ.get(USERNS_ENV, "").strip() == "0":

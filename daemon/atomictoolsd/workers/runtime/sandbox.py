@@ -179,7 +179,7 @@ def support() -> dict[str, Any]:
             "to keep a tool from signalling processes outside its own"
         )
     if reason is None:
-        enforced += ["sockets other than TCP (seccomp)", "no new privileges"]
+        enforced += ["sockets other than TCP and new namespaces (seccomp)", "no new privileges"]
     return {"abi": abi, "available": reason is None, "reason": reason, "enforced": enforced}
 
 
