@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from atomictoolsd.workers.runtime.netns import USERNS_ENV
@@ -88,6 +89,11 @@ def _attempt(what, target):
         for _ in range(int(target)):
             held.append(socket.create_connection(PROXY, timeout=5))
         return f"ok: {len(held)}"
+    if what == "stall":  # ask for a large page and never read it
+        sock = socket.create_connection(PROXY, timeout=30)
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        held.append(sock)
+        return "ok: asked"
     if what == "held":  # what each held connection got so far
         answered, _, _ = select.select(held, [], [], 0)
         seen = {"waiting": len(held) - len(answered)}
@@ -133,6 +139,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Page(BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.path == "/big":  # more than any buffer on the way holds: for a client that never reads
+            self.send_response(200)
+            self.send_header("Content-Length", str(256 << 20))
+            self.end_headers()
+            for _ in range(4096):
+                self.wfile.write(b"x" * (64 << 10))
+            return
         body = f"upstream {self.connection.getsockname()[0]} {self.path}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -377,6 +390,13 @@ def test_the_proxy_bounds_what_a_worker_can_take(project: Env, hosts: NetHosts, 
         too_big = f"GET http://{hosts.first}:8080/ HTTP/1.1\r\nX-Filler: {'a' * 17000}"
         assert call(client, "raw", too_big, tool="other") == "answer: HTTP/1.1 431 Request Header Fields Too Large"
         assert client.status()["netProxy"]["connections"] <= per_worker + 1, "one worker holds no more than its share"
+        # A client that never reads what it asked for: the proxy stops reading the host, and holds
+        # a buffer's worth, not the page.
+        rss = psutil.Process(daemon.pid).memory_info().rss
+        assert call(client, "stall", f"http://{hosts.first}:8080/big", tool="other") == "ok: asked"
+        time.sleep(2)
+        grown = (psutil.Process(daemon.pid).memory_info().rss - rss) / (1 << 20)
+        assert grown < 16, f"the daemon grew by {grown:.1f} MiB"
         # A request head that does not come in time is answered, and the next held ones are taken.
         wait_for(lambda: f'"HTTP/1.1 408 Request Timeout": {per_worker}' in call(client, "held"), timeout=30,
                  interval=0.2, message="the first held connections to time out")
@@ -384,7 +404,7 @@ def test_the_proxy_bounds_what_a_worker_can_take(project: Env, hosts: NetHosts, 
         seen = json.loads(call(client, "held").removeprefix("ok: "))
         assert seen.get("HTTP/1.1 408 Request Timeout") == per_worker and seen.get("waiting", 0) == 100 - per_worker, seen
     record(f"100 silent connections from one worker: {per_worker} taken at a time, answered 408 after {waited:.1f} s; "
-           "the daemon and another worker's requests unaffected")
+           f"the daemon and another worker's requests unaffected; a 256 MiB page never read grew the daemon by {grown:.1f} MiB")
 
 
 def test_without_user_namespaces_a_tool_allowed_the_network_has_none(project: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]

@@ -38,6 +38,7 @@ import errno
 import ipaddress
 import logging
 import re
+import resource
 import socket
 import time
 import urllib.parse
@@ -68,7 +69,7 @@ class ProxyLimits:
     """How much of the daemon the proxy may take; each bound is per connection unless it says so."""
 
     per_worker: int = 32  # connections of one worker at once; more wait in its listener's backlog
-    total: int = 256  # connections of every worker at once
+    total: int = 256  # connections of every worker at once (and an eighth of the open-file limit at most)
     head_bytes: int = 16 * 1024  # a request's line and headers
     head_timeout: float = 10.0  # seconds to send them
     resolve_timeout: float = 10.0
@@ -184,7 +185,7 @@ class NetProxy:
     def info(self) -> dict[str, Any]:
         """For status: the workers served, connections open, requests relayed and refused."""
         return {"workers": len(self._workers), "connections": self._open, "relayed": self.relayed,
-                "refused": self.refused, "perWorker": self.limits.per_worker, "total": self.limits.total}
+                "refused": self.refused, "perWorker": self.limits.per_worker, "total": self.total()}
 
     def _close_handoff(self, proxy: _WorkerProxy) -> None:
         if proxy.handoff is None:
@@ -242,9 +243,15 @@ class NetProxy:
         """Wait until this worker, and every worker together, may have one more connection."""
         if self._freed is None:
             self._freed = asyncio.Event()
-        while len(proxy.connections) >= self.limits.per_worker or self._open >= self.limits.total:
+        while len(proxy.connections) >= self.limits.per_worker or self._open >= self.total():
             self._freed.clear()
             await self._freed.wait()
+
+    def total(self) -> int:
+        """Connections of every worker at once: ``limits.total``, and no more than an eighth of the
+        open-file limit (each holds two descriptors; clients and workers need the rest)."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return self.limits.total if soft == resource.RLIM_INFINITY else max(1, min(self.limits.total, soft // 8))
 
     def _ended(self, proxy: _WorkerProxy, task: asyncio.Task[None]) -> None:
         proxy.connections.discard(task)
