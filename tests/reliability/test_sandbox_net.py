@@ -349,6 +349,12 @@ def test_a_tool_with_the_network_reaches_no_address_of_this_machine(project: Env
 
 def test_allow_net_hosts_names_the_only_hosts_and_private_ones_need_the_user(project: Env, hosts: NetHosts, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env = project
+    other = env.root / "elsewhere"
+    other.mkdir()
+    as_dir = subprocess.run([sys.executable, "-m", "atomictoolsd", "trust", "--sandbox", "--allow-net", str(env.project)],
+                            env=env.vars, cwd=other, capture_output=True, text=True, timeout=60)
+    assert as_dir.returncode == 0 and str(env.project) in as_dir.stdout, "--allow-net DIR: the project at DIR, any host"
+    assert "sandbox (+net)" in cli(env, "trust", "--list").stdout
     done = cli(env, "trust", "--sandbox", f"--allow-net={hosts.first}")
     assert done.returncode == 0, done.stderr
     assert f"network: through the daemon's proxy (HTTP_PROXY, HTTPS_PROXY): {hosts.first}" in done.stdout
