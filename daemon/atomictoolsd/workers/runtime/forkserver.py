@@ -322,7 +322,7 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
     """Make what a confined worker needs before it is forked, so that the fork server knows it (and
     removes the temporary directory with the worker) and the worker's own start stays short: its
     directories, and its Landlock ruleset but for its own /proc/PID (``sandbox.prepare``)."""
-    from atomictoolsd.workers.runtime import netns, sandbox  # once, with the first confined worker: then every fork has it
+    from atomictoolsd.workers.runtime import netns, sandbox  # with the first confined worker: every fork has them
 
     if not _RUNTIME_PATHS:
         _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
