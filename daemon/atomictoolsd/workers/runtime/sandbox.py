@@ -452,19 +452,19 @@ def _namespace_checks() -> list[tuple[Any, ...]]:
     return [
         (_JEQ, "deny", 0, sys_unshare),
         (_JEQ, "deny", 0, sys_setns),
-        (_JEQ, "nosys", 0, sys_clone3),
-        (_JEQ, "clone", 0, sys_clone),
+        (_JEQ, "clone3", 0, sys_clone3),
+        (_JEQ, "clone_flags", 0, sys_clone),
     ]
 
 
 def _namespace_verdicts() -> list[tuple[Any, ...]]:
     return [
-        ("clone",),
+        ("clone_flags",),
         (_LD_W_ABS, 0, 0, 16), (_AND, 0, 0, _CLONE_NEW_ANY),  # the flags: the low half of the first argument
         (_JEQ, 0, 1, 0),
         (_RET, 0, 0, _ALLOW),
         (_RET, 0, 0, _ERRNO | _EPERM),
-        ("nosys",),
+        ("clone3",),
         (_RET, 0, 0, _ERRNO | _ENOSYS),
     ]
 
