@@ -22,7 +22,11 @@ Measured here, with a one-line tool module (its import is a fraction of a millis
   ruleset the fork server builds before the fork (``sandbox.prepare()``: the Landlock ruleset and
   every rule but the worker's own ``/proc/PID``), and ``sandbox.confine()`` timed inside the child
   forked from a process prepared as the fork server prepares itself (that last rule,
-  ``restrict_self``, the seccomp filter).
+  ``restrict_self``, the seccomp filter);
+- **confined, with the network** (``trust --sandbox --allow-net``, where user namespaces can be
+  made): the same, for a worker that first moves into a user and network namespace of its own and
+  hands its proxy listener to the daemon (``netns.isolate``); and that step alone, timed inside
+  the child (``isolate()``).
 
 Daemon start: ``atomictoolsd serve --ready-fd`` spawned → it reports that its socket serves
 ("ready"), then → the first ``tools/call`` answered (the first call starts the fork server and a
@@ -47,9 +51,12 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from atomictoolsd.workers.netproxy import NetProxy  # noqa: E402
 from atomictoolsd.workers.pool import PoolSettings  # noqa: E402
 from atomictoolsd.workers.protocol import FrameReader, WorkerSpec  # noqa: E402
 from atomictoolsd.workers.runtime.forkserver import SPAWN_TIMES_ENV  # noqa: E402
+from atomictoolsd.workers.runtime.netns import proxy_environ  # noqa: E402
+from atomictoolsd.workers.runtime.netns import support as netns_support  # noqa: E402
 from atomictoolsd.workers.runtime.sandbox import support as sandbox_support  # noqa: E402
 from atomictoolsd.workers.spawner import Spawner  # noqa: E402
 from clients import measure_latency, socket_channel  # noqa: E402
@@ -58,6 +65,7 @@ from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affini
 # The spawn target's figure (bench/run.py): the worker's own start, its module's import excluded.
 AFTER_FORK = "worker: fork → module loaded, import excluded (the target)"
 AFTER_FORK_CONFINED = "worker, confined: fork → module loaded, import excluded (the target)"
+AFTER_FORK_NET = "worker, confined with the network: fork → module loaded, import excluded"
 MODULE = "def tiny() -> str:\n    return 'tiny'\n"
 
 
@@ -75,7 +83,7 @@ def read_loaded(sock: socket.socket) -> None:
 
 
 async def fork_server(spec: WorkerSpec, count: int) -> tuple[list[float], list[float], float]:
-    spawner = Spawner()
+    spawner = Spawner(net_proxy=NetProxy())  # serves the listener a worker with the network hands over
     started = time.perf_counter()
     pid, sock = await spawner.spawn(spec)  # starts the fork server: paid once per daemon
     first = time.perf_counter() - started
@@ -167,6 +175,33 @@ def confine_after_fork(count: int, project: str) -> tuple[list[float], list[floa
     return before, after
 
 
+def isolate_after_fork(count: int) -> list[float]:
+    """``netns.isolate()`` timed in children forked from a process that imported it (as the fork
+    server has), each handing its listener over a socket pair, as a worker does."""
+    from atomictoolsd.workers.runtime import netns
+
+    netns.warm_up()
+    samples = []
+    for _ in range(count):
+        ours, theirs = socket.socketpair()
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            started = time.perf_counter_ns()
+            netns.isolate(theirs.detach())
+            os.write(write_fd, str(time.perf_counter_ns() - started).encode())
+            os._exit(0)
+        theirs.close()
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as f:
+            samples.append(int(f.read()) / 1e9)
+        for fd in socket.recv_fds(ours, 16, 1)[1]:
+            os.close(fd)  # the listener, and with it the child's namespace
+        ours.close()
+        os.waitpid(pid, 0)
+    return samples
+
+
 def cold(spec: WorkerSpec, count: int) -> list[float]:
     samples = []
     spec_json = msgspec.json.encode(spec).decode()
@@ -236,11 +271,19 @@ def measure(quick: bool = False) -> Report:
             confined_loaded: list[float] = []
             confine_samples: list[float] = []
             prepare_samples: list[float] = []
+            networked_loaded: list[float] = []
+            isolate_samples: list[float] = []
             if sandbox_support()["available"]:
                 confined = msgspec.structs.replace(spec, sandbox={"read": [tmp], "write": [tmp], "net": False})
                 confined_loaded = uvloop.run(fork_server(confined, forks))[1]
                 timed["confined"] = after_fork(confined, forks, records)
                 prepare_samples, confine_samples = confine_after_fork(forks, tmp)
+                if netns_support()["available"]:
+                    networked = msgspec.structs.replace(spec, sandbox={
+                        "read": [tmp], "write": [tmp], "net": True, "env": proxy_environ()})
+                    networked_loaded = uvloop.run(fork_server(networked, forks))[1]
+                    timed["confined, network"] = after_fork(networked, forks, records)
+                    isolate_samples = isolate_after_fork(forks)
             cold_samples = cold(spec, colds)
             starting = daemon_start(starts)
         rows = {
@@ -254,6 +297,10 @@ def measure(quick: bool = False) -> Report:
             rows[AFTER_FORK_CONFINED] = Stats(timed["confined"]["start"]).ms()
             rows["sandbox set-up after the fork (confine())"] = Stats(confine_samples).ms()
             rows["sandbox set-up before the fork, in the fork server (prepare())"] = Stats(prepare_samples).ms()
+        if isolate_samples:
+            rows["fork server, confined with the network: request → module loaded"] = Stats(networked_loaded).ms()
+            rows[AFTER_FORK_NET] = Stats(timed["confined, network"]["start"]).ms()
+            rows["its own network namespace, after the fork (isolate())"] = Stats(isolate_samples).ms()
         cold_p50 = rows["cold python: start → module loaded"]["p50_ms"]
         for name, r in rows.items():
             worker_rows.append([name, mode, r["n"], r["p50_ms"], r["p99_ms"], r["min_ms"],

@@ -25,6 +25,7 @@ import pytest
 from atomictools import Client, RPCError
 from atomictoolsd.config.command import command_name
 from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME
+from atomictoolsd.workers.runtime.netns import PROXY_PORT
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, code_address, run_in_terminal, wait_for
 
@@ -466,7 +467,9 @@ def test_the_user_widens_a_sandbox_and_a_module_narrows_it(env: Env, world: dict
             assert call(client, "read", str(shared / "data.txt"), child=child) == "done: shared data"
             assert call(client, "write", str(out / "result.txt"), child=child) == "done: written"
             assert call(client, "write", str(shared / "data.txt"), child=child).startswith("refused"), "read only"
-            assert call(client, "tcp", port, child=child) == "done: connected"
+            # The network is the daemon's proxy (test_sandbox_net.py), never this machine's loopback.
+            assert call(client, "tcp", port, child=child).startswith("refused")
+            assert call(client, "tcp", PROXY_PORT, child=child) == "done: connected"
             assert call(client, "read", str(world["secret"]), child=child).startswith("refused"), "only what was allowed"
             # Even with the network, never a Unix socket: the daemon stays out of reach.
             rpc = call(client, "rpc", {"socket": str(env.socket), "requests": [{"jsonrpc": "2.0", "id": 1, "method": "ping"}]},
@@ -484,7 +487,7 @@ def test_the_user_widens_a_sandbox_and_a_module_narrows_it(env: Env, world: dict
                     elif what == "read":
                         return open({str(shared / "data.txt")!r}).read()
                     else:
-                        socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+                        socket.create_connection(("127.0.0.1", {PROXY_PORT}), timeout=5).close()
                     return "done"
                 except OSError as exc:
                     return f"refused: errno {{exc.errno}}"

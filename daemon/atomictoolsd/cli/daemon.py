@@ -525,6 +525,11 @@ def _print_sandbox(status: dict[str, Any]) -> None:
     builtins = (status.get("config") or {}).get("builtins", True)
     if sandbox["available"]:
         print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
+        network = sandbox.get("network")
+        if network:
+            print("          network (--allow-net): " + (
+                "from a namespace of its own, through the daemon's proxy" if network["available"]
+                else f"none: {network['reason']}"))
         if builtins:
             print("          built-in tools: confined to the project they are called for (read-only)")
     else:

@@ -27,7 +27,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         out = {
-            "root": listing.get("root"), "trust": listing.get("trust"),
+            "root": listing.get("root"), "trust": listing.get("trust"), "network": listing.get("network"),
             "tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"],
             "blocked": listing.get("blocked", []),
         }
@@ -57,6 +57,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     if listing.get("trust") in ("full", "sandbox"):
         how = "confined (trust --sandbox)" if listing["trust"] == "sandbox" else "with all your rights (trust)"
         print(f"\nproject {safe(listing['root'])}: trusted, its own tools run {how}")
+        if listing.get("network"):
+            print(f"network of its confined tools: {safe(listing['network'])}")
     blocked = listing.get("blocked", [])
     if blocked:
         reason = blocked[0].get("reason")

@@ -86,7 +86,11 @@ def cmd_trust(args: argparse.Namespace) -> int:
         return 2
     allow: dict[str, object] = {}
     if args.allow_net:
-        allow["net"] = True
+        try:
+            allow["net"] = _allowed_hosts(args)
+        except ValueError as exc:
+            print(f"atomictoolsd: --allow-net: {exc}", file=sys.stderr)
+            return 2
     for key in ("read", "write"):
         dirs = getattr(args, f"allow_{key}") or []
         missing = [d for d in dirs if not os.path.isdir(d)]
@@ -125,8 +129,40 @@ def cmd_trust(args: argparse.Namespace) -> int:
         if not offered["available"]:
             print(f"note: this machine cannot confine it ({offered['reason']}): its tools stay blocked until it can, "
                   f"or until you trust it fully: {trust_command(root)}")
+        elif args.allow_net:
+            _note_network(allow["net"])
     print(_tell_daemon(root, trusted=True))
     return 0
+
+
+def _allowed_hosts(args: argparse.Namespace) -> object:
+    """What ``--allow-net`` allows: True (any public host) or the hosts it names (``HOST,…``).
+
+    ``--allow-net DIR`` with no other DIR reads as it always has: the network, for the project at
+    DIR (a host list is never a directory here); ``--allow-net=HOST`` is always hosts.
+    """
+    from atomictoolsd.config.nethosts import parse_hosts  # lazy: only this command pays for it (start-up cost)
+
+    value = args.allow_net
+    if value is True:
+        return True
+    if args.directory is None and os.path.isdir(value):
+        args.directory = value
+        return True
+    return parse_hosts(value)
+
+
+def _note_network(hosts: object) -> None:
+    """Say how its tools reach the network, or why they cannot on this machine."""
+    from atomictoolsd.workers.runtime.netns import support  # lazy: only this command pays for it (start-up cost)
+
+    offered = support()
+    if not offered["available"]:
+        print(f"note: its tools get no network on this machine: a confined tool reaches the network only from a "
+              f"namespace of its own, and {offered['reason']}")
+    else:
+        reach = ", ".join(hosts) if isinstance(hosts, list) else "any public host"
+        print(f"network: through the daemon's proxy (HTTP_PROXY, HTTPS_PROXY): {reach}")
 
 
 def cmd_untrust(args: argparse.Namespace) -> int:
@@ -193,7 +229,9 @@ def _level_text(info: dict[str, object]) -> str:
     allow = info.get("allow")
     if level != "sandbox" or not isinstance(allow, dict):
         return level
-    extra = (["net"] if allow.get("net") else []) + [f"{key} {safe(d)}" for key in ("read", "write") for d in allow.get(key, [])]
+    net = allow.get("net")
+    extra = ([f"net {safe(', '.join(net))}" if isinstance(net, list) else "net"] if net else []) + [
+        f"{key} {safe(d)}" for key in ("read", "write") for d in allow.get(key, [])]
     return f"sandbox (+{', '.join(extra)})" if extra else level
 
 
@@ -202,7 +240,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     trust.add_argument("directory", nargs="?", metavar="DIR", help="a directory of the project (default: the current one)")
     trust.add_argument("--sandbox", action="store_true",
                        help="load its tools confined: they read and write the project only, no network (Linux, Landlock)")
-    trust.add_argument("--allow-net", action="store_true", help="with --sandbox: let its tools use the network")
+    trust.add_argument("--allow-net", nargs="?", const=True, default=False, metavar="HOST,…",
+                       help="with --sandbox: let its tools reach the network through the daemon's proxy: any public "
+                            "host, or only these hosts (example.com, *.example.com, addresses)")
     trust.add_argument("--allow-read", action="append", metavar="DIR", help="with --sandbox: let its tools read DIR too")
     trust.add_argument("--allow-write", action="append", metavar="DIR", help="with --sandbox: let its tools write DIR too")
     trust.add_argument("--yes", action="store_true",

@@ -18,13 +18,14 @@ import json
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.levels import DAEMON_LOG_LEVELS
+from atomictoolsd.config.nethosts import parse_private
 
 __all__ = ["Config", "ConfigError", "load_config"]
 
@@ -36,10 +37,15 @@ class ConfigError(SetupError):
     exit_code = 2
 
 
-def _setting(default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = (),
-             file_only: bool = False) -> Any:
-    """A setting of ``Config``; ``file_only``: read from ``config.toml`` alone, never from its variable."""
-    return field(default=default, metadata={"doc": doc, "minimum": minimum, "choices": choices, "file_only": file_only})
+def _setting(
+    default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = (),
+    check: Callable[[str], object] | None = None, file_only: bool = False,
+) -> Any:
+    """A setting of ``Config``. ``check`` reads a text value and raises ``ValueError`` saying what is
+    wrong with it; ``file_only``: read from ``config.toml`` alone, never from its variable."""
+    return field(default=default, metadata={
+        "doc": doc, "minimum": minimum, "choices": choices, "check": check, "file_only": file_only,
+    })
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,12 @@ class Config:
         False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir)."
     )
     sandbox_allow_net: bool = _setting(
-        False, "Let every confined worker use the network (TCP, UDP; never a Unix socket)."
+        False, "Let every confined worker reach any public host through the daemon's proxy (HTTP, HTTPS, CONNECT)."
+    )
+    sandbox_allow_net_private: str = _setting(
+        "", "Hosts, addresses and networks of your own network (10.1.0.0/16) that confined workers with the "
+        "network may reach, separated by ','; never loopback nor this machine's own addresses.",
+        check=parse_private,
     )
     sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
     sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
@@ -153,6 +164,12 @@ def _convert(f: dataclasses.Field[Any], raw: Any, source: str) -> Any:
     choices = f.metadata["choices"]
     if choices and value not in choices:
         raise ConfigError(f"{where}: must be one of {', '.join(choices)}; got {raw!r}")
+    check = f.metadata.get("check")
+    if check is not None:
+        try:
+            check(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     return value
 
 

@@ -35,13 +35,17 @@ from atomictoolsd.config.discovery import (
     git_config_path,
     locate_repository,
 )
+from atomictoolsd.config.nethosts import parse_hosts, parse_private
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
     from atomictoolsd.registry.model import Judgement, ToolsDir
     from atomictoolsd.registry.trust import TrustStore
 
-__all__ = ["TRUSTED_ENV", "builtin_policy", "git_config_identity", "git_config_paths", "judge", "policy"]
+__all__ = [
+    "TRUSTED_ENV", "builtin_policy", "git_config_identity", "git_config_paths", "judge",
+    "network_policy", "policy",
+]
 
 # How a confined built-in worker learns whether its project is trusted (``workspace-info`` says so):
 # it cannot read the trust store, which names every other project.
@@ -70,8 +74,33 @@ def policy(read: list[str], write: list[str], allow: dict[str, Any], config: Con
     return {
         "read": sorted(set(read)),
         "write": sorted(set(write)),
-        "net": bool(config.sandbox_allow_net or allow.get("net")),
+        **network_policy(allow.get("net"), config),
     }
+
+
+def network_policy(allowed: Any, config: Config) -> dict[str, Any]:
+    """The network part of a confined worker's policy: ``net`` (it runs in a network namespace of
+    its own, ``workers/runtime/netns``, whose one way out is the daemon's proxy), ``net_hosts`` (the
+    hosts ``--allow-net HOST,…`` named; absent: any public host), ``net_private``
+    (``sandbox_allow_net_private``) and ``env`` (the proxy's variables); where this machine cannot
+    make the namespace, no network and ``net_off`` saying why. ``allowed`` is the trust entry's
+    ``allow.net``: True, or the hosts."""
+    if not (config.sandbox_allow_net or allowed):
+        return {"net": False}
+    from atomictoolsd.workers.runtime import netns  # lazy: ctypes, only for a worker allowed the network
+
+    support = netns.support()
+    if not support["available"]:
+        return {"net": False, "net_off": f"a confined tool reaches the network only from a namespace of its own, and {support['reason']}"}
+    out: dict[str, Any] = {"net": True, "env": netns.proxy_environ()}
+    if isinstance(allowed, (list, str)) and not config.sandbox_allow_net:
+        try:
+            out["net_hosts"] = parse_hosts(allowed)
+        except ValueError as exc:  # the store was edited by hand: nothing wider than it says
+            return {"net": False, "net_off": f"the trust store's hosts are not readable ({exc})"}
+    if config.sandbox_allow_net_private:
+        out["net_private"] = parse_private(config.sandbox_allow_net_private)
+    return out
 
 
 def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) -> Judgement | Callable[[], Judgement]:

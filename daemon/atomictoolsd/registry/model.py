@@ -351,6 +351,19 @@ class Project:
                 return "blocked" if tools_dir.blocked_reason else "untrusted"
         return None
 
+    def network(self) -> str | None:
+        """What the project's own confined tools may reach, in words (from their policy,
+        ``confinement.network_policy``); None where they do not run confined."""
+        policy = next((d.sandbox for d in self.dirs if d.scope == "local" and d.trusted), None)
+        if policy is None:
+            return None
+        if policy.get("net_off"):
+            return f"none, though allowed: {policy['net_off']}"
+        if not policy.get("net"):
+            return "none"
+        hosts = policy.get("net_hosts")
+        return f"through the daemon's proxy: {', '.join(hosts) if hosts else 'any public host'}"
+
     def sees(self, tools_dir: ToolsDir) -> bool:
         return any(d is tools_dir for d in self.dirs)
 

@@ -10,6 +10,7 @@ gets what it needs from here (a narrow protocol its own module defines, which ``
 from __future__ import annotations
 
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from atomictoolsd.registry.confinement import judge
 from atomictoolsd.registry.idle import ProjectReaper
 from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.registry.projects import Registry
-from atomictoolsd.registry.trust import TrustStore
+from atomictoolsd.registry.trust import TrustError, TrustStore
 from atomictoolsd.registry.watcher import FileWatcher
 from atomictoolsd.server.lifecycle import Server
 from atomictoolsd.service.manager import ServiceContext
@@ -93,15 +94,33 @@ def build_server(
         server.status_sections["http"] = http.info
     server.status_sections["watcher"] = watcher.info
     server.status_sections["sandbox"] = _sandbox_support
+    _probe_network_early(config, trust)
+    server.status_sections["netProxy"] = pool.net_proxy.info
     server.status_sections["monitor"] = monitor.info
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
     return server
 
 
+def _probe_network_early(config: Config, trust: TrustStore) -> None:
+    """Where a confined tool is allowed the network, find out now, in a thread, whether this machine
+    can give it a namespace of its own (``netns.support`` runs a small program, once): the first
+    judgement of such a project then finds the answer instead of waiting for it on the event loop."""
+    try:
+        allowed = config.sandbox_allow_net or any((e.get("allow") or {}).get("net") for e in trust.entries().values())
+    except TrustError:
+        return
+    if allowed:
+        from atomictoolsd.workers.runtime import netns  # lazy: ctypes, only where a tool may have the network
+
+        threading.Thread(target=netns.support, name="atomictoolsd-netns-probe", daemon=True).start()
+
+
 def _sandbox_support() -> dict[str, Any]:
+    from atomictoolsd.workers.runtime.netns import support as network  # lazy: ctypes, only when status is asked
     from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only when status is asked
 
-    return support()
+    offered = support()
+    return {**offered, "network": network()} if offered["available"] else offered
 
 

@@ -600,6 +600,7 @@ class Session(Connection):
         result: dict[str, Any] = {
             "root": str(self.project.root) if self.project.root else None,
             "trust": self.project.trust_level(),
+            "network": self.project.network(),
             "tools": [t.listing() for t in tools],
             "counts": counts,
             "errors": view.errors,

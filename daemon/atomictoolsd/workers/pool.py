@@ -28,6 +28,7 @@ import msgspec
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
+from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
@@ -557,7 +558,8 @@ class WorkerPool:
     def __init__(self, settings: PoolSettings, first: EarlyForkServer | None = None) -> None:
         self.settings = settings
         self.spawner = Spawner(first=first)
-        self.confined_spawner = Spawner()
+        self.net_proxy = NetProxy()  # the one way out of confined workers allowed the network
+        self.confined_spawner = Spawner(net_proxy=self.net_proxy)
         self.deadlines = Deadlines(self._unanswered)
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
@@ -608,6 +610,7 @@ class WorkerPool:
         await asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))
         self.deadlines.close()
         await asyncio.gather(self.spawner.close(), self.confined_spawner.close())
+        await self.net_proxy.close()
 
     def spawner_for(self, spec: WorkerSpec) -> Spawner:
         return self.spawner if spec.sandbox is None else self.confined_spawner

@@ -57,6 +57,10 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     sandbox: dict[str, Any] | None = None
     temp_dir: str = ""  # a confined worker's private TMPDIR, made and removed by the fork server
     runtime_paths: list[str] = []  # what a confined worker reads of the Python runtime
+    # A confined worker allowed the network: the socket on which it hands the daemon its proxy
+    # listener (``runtime/netns.isolate``). Set by the fork server, which received it with the
+    # spawn request; -1 for every other worker.
+    net_handoff: int = -1
 
 
 class LoadFailure(Exception):

@@ -36,7 +36,10 @@ child keeps none of its descriptors, runs from
 lost one is exec'd: by then the daemon has threads, which a fork does not copy.
 
 Confined workers (``WorkerSpec.sandbox``) come from a fork server of their own, always exec'd, so that
-a confined worker does not learn where the daemon's code is: the daemon parses what it sends.
+a confined worker does not learn where the daemon's code is: the daemon parses what it sends. One
+allowed the network gets a second socket with its spawn request, on which it hands over its proxy
+listener; the spawner gives the daemon's end to the ``NetProxy`` until the worker ends
+(``_hand_over``).
 
 A ``SpawnError`` is never the module's doing: the caller fails what needed the worker, not the module.
 """
@@ -60,6 +63,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from atomictools._launch import SEALED_CWD, is_sealed, python_command, sealed_environ
+from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.processes import ForkedChild, stop_process
 from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
@@ -240,8 +244,10 @@ class Spawner:
         start_timeout: float = 30.0,
         answer_timeout: float = 5.0,
         first: EarlyForkServer | None = None,
+        net_proxy: NetProxy | None = None,
     ) -> None:
         self._loop = loop
+        self._net_proxy = net_proxy  # serves the workers allowed the network (confined ones only)
         self._first = first  # forked at start: the first fork server, until it is adopted or closed
         self._start_timeout = start_timeout
         self._answer_timeout = answer_timeout
@@ -508,21 +514,29 @@ class Spawner:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as exc:  # out of file descriptors: fail the calls now, not at their timeout
             raise SpawnError(f"cannot open the worker's channel: {_fd_cause(exc)}") from exc
+        try:
+            handoff = self._handoff_pair(spec)
+        except SpawnError:
+            ours.close()
+            theirs.close()
+            raise
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
         server.requests[request_id] = future
         server.expect_answer()
         message = _encode(["spawn", request_id, msgspec.json.encode(spec)])
+        fds = [theirs.fileno(), *([handoff[1].fileno()] if handoff else [])]
         try:
             while True:
                 try:
-                    socket.send_fds(server.control, [message], [theirs.fileno()])
+                    socket.send_fds(server.control, [message], fds)
                     break
                 except BlockingIOError:
                     await self._writable(server)
         except OSError as exc:
             server.requests.pop(request_id, None)
             ours.close()
+            _close_pair(handoff, 0)
             # A datagram socket reports no end-of-file: a failed send may be the first news of its death.
             self._lost(server, unexpected=True)
             raise _ForkServerGone(f"cannot reach the fork server ({exc})") from exc
@@ -531,16 +545,37 @@ class Spawner:
             if not server.requests:
                 server.waiting_since = None  # it was never asked: no answer is due
             ours.close()
+            _close_pair(handoff, 0)
             raise
         finally:
             theirs.close()
+            _close_pair(handoff, 1)
         try:
             pid = await future
         except BaseException:
             ours.close()
+            _close_pair(handoff, 0)
             raise
         self.exit_status(pid)
+        if handoff is not None:
+            self._hand_over(pid, handoff[0], spec)
         return pid, ours
+
+    def _handoff_pair(self, spec: WorkerSpec) -> tuple[socket.socket, socket.socket] | None:
+        """For a confined worker allowed the network: the socket pair on which it hands its proxy
+        listener over (``runtime/netns.isolate``); None for every other worker."""
+        if self._net_proxy is None or spec.sandbox is None or not spec.sandbox.get("net"):
+            return None
+        try:
+            return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as exc:
+            raise SpawnError(f"cannot open the worker's network hand-over socket: {_fd_cause(exc)}") from exc
+
+    def _hand_over(self, pid: int, handoff: socket.socket, spec: WorkerSpec) -> None:
+        """The proxy serves worker ``pid`` from now until it ends."""
+        assert self._net_proxy is not None and spec.sandbox is not None
+        served = self._net_proxy.attach(pid, handoff, spec.sandbox)
+        self.exit_status(pid).add_done_callback(lambda _: self._net_proxy.detach(served))  # type: ignore[union-attr]
 
     async def _writable(self, server: _ForkServer) -> None:
         if server.gone:
@@ -593,6 +628,11 @@ class Spawner:
 
 
 _STOPPED = ("T", "t")  # stopped by a signal; stopped by a tracer
+
+
+def _close_pair(pair: tuple[socket.socket, socket.socket] | None, which: int) -> None:
+    if pair is not None:
+        pair[which].close()
 
 
 def _process_state(pid: int) -> str | None:

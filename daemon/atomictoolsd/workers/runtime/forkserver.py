@@ -7,7 +7,9 @@ workers, is started as ``python -P -m atomictoolsd.workers.runtime.forkserver FD
 (sealed: see ``spawner``). The daemon talks to each over a datagram socket pair, so each request
 arrives whole with its file descriptor:
 
-daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket.
+daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket,
+and for a confined worker allowed the network a second socket, on which that worker hands the
+daemon its proxy listener (``netns``).
 The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer
 goes, so end-of-file on stdin is how the fork server learns that the daemon closed it or died.
 daemon → fork server: ``["ping", n]``, answered by ``["pong", n]``: the daemon's health check.
@@ -147,7 +149,7 @@ class _Server:
 
     def handle_request(self) -> None:
         try:
-            data, fds, _, _ = socket.recv_fds(self.control, 1 << 16, 1)
+            data, fds, _, _ = socket.recv_fds(self.control, 1 << 16, 2)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -159,7 +161,7 @@ class _Server:
         except msgspec.DecodeError:
             message = None
         if isinstance(message, list) and len(message) == 3 and message[0] == "spawn" and fds:
-            self.spawn(message[1], message[2], fds[0])
+            self.spawn(message[1], message[2], fds[0], *fds[1:2])
         elif isinstance(message, list) and len(message) == 2 and message[0] == "ping":
             self.send(["pong", message[1]])
             for fd in fds:
@@ -169,17 +171,19 @@ class _Server:
                 os.close(fd)
 
 
-    def spawn(self, request_id: int, spec_json: bytes, channel_fd: int) -> None:
+    def spawn(self, request_id: int, spec_json: bytes, channel_fd: int, net_fd: int = -1) -> None:
         spec = None
         try:
             spec = msgspec.json.decode(spec_json, type=runtime.WorkerSpec)
             runtime.prepare(spec.kind)  # once per kind: its workers then fork with the loader imported
             if spec.sandbox is not None:
                 _prepare_confined(spec)
+                spec.net_handoff = net_fd
             pid = os.fork()
         except Exception as exc:  # noqa: BLE001 - one worker that cannot start must cost no other
             _forget_prepared()
             os.close(channel_fd)
+            _close_handoff(net_fd)
             if spec is not None and spec.temp_dir:
                 shutil.rmtree(spec.temp_dir, ignore_errors=True)
             what = "cannot fork a worker process" if isinstance(exc, OSError) else "cannot start a worker"
@@ -189,6 +193,7 @@ class _Server:
             self._become_worker(channel_fd, spec)
         _forget_prepared()
         os.close(channel_fd)
+        _close_handoff(net_fd)
         self.children.add(pid)
         if spec.temp_dir:
             self.temp_dirs[pid] = spec.temp_dir
@@ -317,11 +322,12 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
     """Make what a confined worker needs before it is forked, so that the fork server knows it (and
     removes the temporary directory with the worker) and the worker's own start stays short: its
     directories, and its Landlock ruleset but for its own /proc/PID (``sandbox.prepare``)."""
-    from atomictoolsd.workers.runtime import sandbox  # once, with the first confined worker: then every fork has it
+    from atomictoolsd.workers.runtime import netns, sandbox  # with the first confined worker: every fork has them
 
     if not _RUNTIME_PATHS:
         _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
         sandbox.warm_up()
+        netns.warm_up()  # for the workers allowed the network
         sandbox.open_shared_rules(_RUNTIME_PATHS)
         _TEMP_BASE.append(tempfile.mkdtemp(prefix="atomictools-sandbox-"))
     spec.runtime_paths = _RUNTIME_PATHS
@@ -372,6 +378,13 @@ def _private_dir(parent: str) -> str:
             return path
         except FileExistsError:
             continue
+
+
+def _close_handoff(fd: int) -> None:
+    """The fork server's copy of a worker's hand-over socket: only that worker uses it (one that is
+    not confined never gets it)."""
+    if fd >= 0:
+        os.close(fd)
 
 
 def _forget_prepared() -> None:

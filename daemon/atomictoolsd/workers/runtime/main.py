@@ -79,6 +79,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
         # Before the first thread (Landlock binds the calling thread and what it starts) and
         # before the module's first line: nothing of it ever runs unconfined.
         try:
+            _isolate_network(spec)
             sandbox.confine(spec.sandbox, spec.runtime_paths, spec.temp_dir, spec.spill_dir)
         except sandbox.SandboxError as exc:
             send(Failed({"file": spec.path, "line": None, "traceback": "",
@@ -124,6 +125,22 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.
     threading.Event().wait()
+
+
+def _isolate_network(spec: WorkerSpec) -> None:
+    """A confined worker allowed the network gets a network namespace of its own, whose one way out
+    is the daemon's proxy (``netns``); raise ``SandboxError`` where that cannot be done: it must not
+    run with the host's network instead."""
+    if not (spec.sandbox or {}).get("net"):
+        return
+    from atomictoolsd.workers.runtime import netns, sandbox  # lazy: imported by the fork server already
+
+    if spec.net_handoff < 0:
+        raise sandbox.SandboxError("its network cannot be isolated (no hand-over socket from the fork server)")
+    try:
+        netns.isolate(spec.net_handoff)
+    except OSError as exc:
+        raise sandbox.SandboxError(f"its network cannot be isolated: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,9 +11,11 @@ starts, can:
 - write the project, its private temporary directory (``TMPDIR``) and its spill directory (the full
   text of truncated results), plus what the user allowed;
 - not connect or bind TCP (Landlock ABI 4), nor create any socket (seccomp: UDP, raw, netlink, and
-  pathname Unix sockets such as the daemon's own), unless the user allowed the network, and even
-  then no Unix socket; not set up ``io_uring`` (it would create sockets past seccomp); not use the
-  kernel keyrings (``keyctl``: the user's keys are not the project's);
+  pathname Unix sockets such as the daemon's own); where the user allowed the network, it runs in a
+  network namespace of its own (``netns``, set up before this) and may create sockets, but connect
+  only to the daemon's proxy port there and create no Unix socket; not set up ``io_uring`` (it would
+  create sockets past seccomp); not use the kernel keyrings (``keyctl``: the user's keys are not the
+  project's);
 - not signal, trace or read the memory of any process outside its own tree (Landlock scoping, ABI
   6, and Landlock's ptrace rule: each worker is a domain of its own), nor reach an abstract Unix
   socket outside it;
@@ -37,6 +39,8 @@ import stat
 import sys
 from collections.abc import Iterable
 from typing import Any
+
+from atomictoolsd.workers.runtime.netns import PROXY_PORT
 
 __all__ = [
     "ABI_ENV",
@@ -175,7 +179,7 @@ def support() -> dict[str, Any]:
             "to keep a tool from signalling processes outside its own"
         )
     if reason is None:
-        enforced += ["sockets other than TCP (seccomp)", "no new privileges"]
+        enforced += ["sockets other than TCP and new namespaces (seccomp)", "no new privileges"]
     return {"abi": abi, "available": reason is None, "reason": reason, "enforced": enforced}
 
 
@@ -230,8 +234,7 @@ def _ruleset(
     size = 8
     if abi >= 4:
         size = 16
-        if not net:
-            attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP  # no rule: no port at all
+        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP  # no rule: no port at all
     if abi >= 6:
         size = 24
         if scope:
@@ -245,6 +248,8 @@ def _ruleset(
             rights[path] = rights.get(path, 0) | _READ | _WRITE
         for path, access in rights.items():
             _add_path(ruleset, path, access & fs)
+        if net and abi >= 4:
+            _add_proxy_port(ruleset)
         if opened is _STATIC:
             _add_shared(ruleset, fs)
         else:
@@ -260,6 +265,18 @@ def _restrict(ruleset: int) -> None:
     if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise SandboxError(f"cannot set no_new_privs: {os.strerror(ctypes.get_errno())}")
     _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+
+
+class _NetPort(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def _add_proxy_port(ruleset: int) -> None:
+    """The one TCP port a worker with the network may connect to: the daemon's proxy, in the
+    worker's own network namespace (``netns``); it binds none."""
+    rule = _NetPort(_NET_CONNECT_TCP, PROXY_PORT)
+    _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT), ctypes.byref(rule), ctypes.c_uint32(0))
 
 
 def _add_path(ruleset: int, path: str, access: int) -> None:
@@ -391,6 +408,7 @@ def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
         program.append((_JGE, "deny", 0, foreign))
     # The kernel keyrings are the user's, not the directory's: Landlock does not mediate them.
     program += [(_JEQ, "deny", 0, number) for number in keys]
+    program += _namespace_checks()
     program += [
         (_JEQ, "deny", 0, sys_io_uring),
         (_JEQ, "socket", 0, sys_socket),
@@ -413,8 +431,42 @@ def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
         (_RET, 0, 0, _ERRNO | _EACCES),
         ("deny",),  # type: ignore[list-item]
         (_RET, 0, 0, _ERRNO | _EPERM),
+        *_namespace_verdicts(),
     ]
     return program
+
+
+# clone, clone3, unshare, setns by architecture; the CLONE_NEW* flags (linux/sched.h).
+_NAMESPACE_CALLS = {"x86_64": (56, 435, 272, 308), "aarch64": (220, 435, 97, 268)}
+_CLONE_NEW_ANY = 0x7E020000  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+_ENOSYS = 38
+
+
+def _namespace_checks() -> list[tuple[Any, ...]]:
+    """No new namespace, nor joining one: a user namespace hands its maker every capability in it,
+    and with them kernel code (netfilter, mounts) no confined tool needs. A worker allowed the
+    network made its own namespaces before this filter (``netns.isolate``). ``clone3`` passes its
+    flags in memory a filter cannot read: it answers ENOSYS, and the C library falls back to
+    ``clone``, whose flags it can."""
+    sys_clone, sys_clone3, sys_unshare, sys_setns = _NAMESPACE_CALLS[os.uname().machine]
+    return [
+        (_JEQ, "deny", 0, sys_unshare),
+        (_JEQ, "deny", 0, sys_setns),
+        (_JEQ, "clone3", 0, sys_clone3),
+        (_JEQ, "clone_flags", 0, sys_clone),
+    ]
+
+
+def _namespace_verdicts() -> list[tuple[Any, ...]]:
+    return [
+        ("clone_flags",),
+        (_LD_W_ABS, 0, 0, 16), (_AND, 0, 0, _CLONE_NEW_ANY),  # the flags: the low half of the first argument
+        (_JEQ, 0, 1, 0),
+        (_RET, 0, 0, _ALLOW),
+        (_RET, 0, 0, _ERRNO | _EPERM),
+        ("clone3",),
+        (_RET, 0, 0, _ERRNO | _ENOSYS),
+    ]
 
 
 def _assemble(program: list[Any]) -> list[tuple[int, int, int, int]]:
