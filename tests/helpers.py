@@ -8,6 +8,7 @@ checked to be gone after it stops.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -128,6 +129,17 @@ class Env:
     @property
     def state_dir(self) -> Path:
         return self.root / "state" / "atomictools"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config" / "atomictools" / "config.toml"
+
+    def write_config(self, **settings: Any) -> Path:
+        """Write ``config.toml`` holding these settings (and nothing else): what the user sets."""
+        self.config_file.parent.mkdir(parents=True, exist_ok=True)
+        lines = [f"{key} = {json.dumps(value)}" for key, value in settings.items()]  # TOML reads these JSON values
+        self.config_file.write_text("".join(f"{line}\n" for line in lines))
+        return self.config_file
 
     def write_tool(self, where: Path, filename: str, source: str) -> Path:
         """Write a tool module (dedented); ``where`` is a tools dir, created when missing."""

@@ -104,7 +104,9 @@ def cmd_config(args: argparse.Namespace) -> int:
         ["SETTING", "VALUE", "FROM", "MEANING"],
         [[i["key"], json.dumps(i["value"]), i["source"], i["doc"]] for i in items],
     )
-    print("\nEach setting can be set in the file, or by the variable ATOMICTOOLS_<SETTING>; "
+    file_only = [i["key"] for i in items if i["env"] is None]
+    print("\nEach setting can be set in the file, or by the variable ATOMICTOOLS_<SETTING>"
+          f"{' (but ' + ', '.join(file_only) + ': the file only)' if file_only else ''}; "
           "a running daemon rereads the file on SIGHUP.")
     return 0
 

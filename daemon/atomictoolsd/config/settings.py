@@ -3,6 +3,10 @@
 Every setting is a field of ``Config`` with its default and a one-line description; the file key is
 the field name and the variable is ``ATOMICTOOLS_`` + the name in upper case. ``Config.sources``
 says where each value came from. A bad value is a ``ConfigError`` naming the key and its source.
+
+A setting that widens what a confined tool may do (``file_only``: the sandbox's) is read from the
+file only: an agent started on a repository's word (its ``.mcp.json`` entry's ``env``) sets the
+environment of the daemon it autostarts, never the user's configuration file.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ class ConfigError(SetupError):
     exit_code = 2
 
 
-def _setting(default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = ()) -> Any:
-    return field(default=default, metadata={"doc": doc, "minimum": minimum, "choices": choices})
+def _setting(
+    default: Any, doc: str, *, minimum: float | None = None, choices: tuple[str, ...] = (), file_only: bool = False,
+) -> Any:
+    return field(default=default, metadata={"doc": doc, "minimum": minimum, "choices": choices, "file_only": file_only})
 
 
 @dataclass(frozen=True)
@@ -68,13 +74,30 @@ class Config:
     builtins: bool = _setting(True, "Serve the built-in tools.")
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.")
     sandbox_global: bool = _setting(
-        False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir)."
+        False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir).",
+        file_only=True,
     )
     sandbox_allow_net: bool = _setting(
-        False, "Let every confined worker use the network (TCP, UDP; never a Unix socket)."
+        False, "Let every confined worker use the network (TCP, UDP; never a Unix socket).", file_only=True
     )
-    sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
-    sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
+    sandbox_allow_read: str = _setting(
+        "", "More files and directories every confined worker may read, separated by ':'.", file_only=True
+    )
+    sandbox_allow_write: str = _setting(
+        "", "More directories every confined worker may read and write, separated by ':'.", file_only=True
+    )
+    sandbox_allow_env: str = _setting(
+        "", "Environment variables of the daemon every confined worker gets too, by name, separated by ':'.",
+        file_only=True,
+    )
+    sandbox_protect: str = _setting(
+        "", "More entries of a project kept read-only to its confined workers (names or relative paths, separated by ':').",
+        file_only=True,
+    )
+    sandbox_abi: int = _setting(
+        -1, "For testing: believe the kernel offers at most this Landlock ABI (0: none; -1: what it offers).",
+        minimum=-1, file_only=True,
+    )
     http: str = _setting(
         "", "Serve MCP's Streamable HTTP on [ADDRESS:]PORT (a bare port is loopback; 0: any free port; empty: off)."
     )
@@ -99,7 +122,7 @@ class Config:
                 "key": f.name,
                 "value": getattr(self, f.name),
                 "source": self.sources.get(f.name, "default"),
-                "env": env_name(f.name),
+                "env": None if f.metadata["file_only"] else env_name(f.name),
                 "doc": f.metadata["doc"],
             }
             for f in self.settings()
@@ -153,7 +176,8 @@ def _setting_hint(key: str, known: Mapping[str, Any]) -> str:
 
 
 def load_config(config_file: Path, environ: Mapping[str, str] | None = None) -> Config:
-    """Read the configuration: defaults, overridden by ``config_file``, overridden by the environment.
+    """Read the configuration: defaults, overridden by ``config_file``, overridden by the environment
+    (but for the ``file_only`` settings, which only the file sets).
 
     Raises:
         ConfigError: the file is not valid TOML, names an unknown key, or a value is unusable.
@@ -177,7 +201,7 @@ def load_config(config_file: Path, environ: Mapping[str, str] | None = None) -> 
         sources[key] = str(config_file)
     for key, f in fields.items():
         var = env_name(key)
-        if var in environ:
+        if var in environ and not f.metadata["file_only"]:
             values[key] = _convert(f, environ[var], var)
             sources[key] = var
     return Config(**values, sources=sources)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -84,6 +85,11 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             send(Failed({"file": spec.path, "line": None, "traceback": "",
                          "message": f"not loaded: its project is trusted with --sandbox, and {exc}"}))
             exit_worker()
+        if spec.sandbox.get("pass_env"):
+            try:
+                os.environ.update(_passed_env(sock))
+            except (OSError, struct.error, msgspec.DecodeError):
+                exit_worker()  # the daemon closed the channel first
     capture_output(send)  # first: what the module prints while it loads is the author's clue
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
@@ -124,6 +130,13 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.
     threading.Event().wait()
+
+
+def _passed_env(sock: socket.socket) -> dict[str, str]:
+    """The variables the daemon sent this worker alone, first on its channel (``Spawner.spawn``):
+    those the user allows a confined worker by name, which never pass through the fork server."""
+    (length,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
+    return msgspec.msgpack.decode(sock.recv(length, socket.MSG_WAITALL), type=dict[str, str])
 
 
 def main(argv: list[str] | None = None) -> None:
