@@ -152,6 +152,10 @@ def _fs(arg):
         os.replace(scratch, path)
     elif op == "symlink":
         os.symlink("/tmp", path)
+    elif op == "hardlink":  # a second name for it, in a directory the tool may write
+        os.link(path, scratch)
+        with open(scratch, "a") as f:
+            f.write("escaped\n")
     elif op == "chmod":
         os.chmod(path, arg["mode"])
     else:
@@ -812,7 +816,7 @@ def test_a_confined_builtin_reads_your_git_config_as_it_is_now(env: Env, make_da
 def guarded(env: Env, world: dict[str, Any]) -> dict[str, Any]:
     """The project as a git repository with what others execute: git's own files, a submodule the
     index lists but that is not checked out (``vendor/lib``) and one that is (``vendor/used``, its
-    ``.git`` a file), direnv's ``.envrc``, an editor's tasks; agents' configs that are not there
+    ``.git`` a file, and a submodule of its own, ``deep``), direnv's ``.envrc``, an editor's tasks; agents' configs that are not there
     yet; an entry the user protects by name (``--protect docs/conf.py``) and one by the
     configuration (``sandbox_protect``)."""
     make_repo(env.project, {"README.md": "# app\n", "src/app.py": "x = 1\n", "docs/conf.py": "project = 'app'\n",
@@ -823,6 +827,8 @@ def guarded(env: Env, world: dict[str, Any]) -> dict[str, Any]:
     (env.project / "vendor" / "lib").mkdir()
     (env.project / ".git" / "modules").mkdir()
     git(env.project, "init", "-q", "--separate-git-dir", str(env.project / ".git" / "modules" / "used"), "vendor/used")
+    git(env.project / "vendor" / "used", "update-index", "--add", "--cacheinfo", f"160000,{commit},deep")  # its own submodule
+    (env.project / "vendor" / "used" / "deep").mkdir()
     (env.project / ".envrc").write_text("export APP=1\n")
     (env.project / ".vscode").mkdir()
     (env.project / ".vscode" / "tasks.json").write_text('{"tasks": []}\n')
@@ -831,7 +837,8 @@ def guarded(env: Env, world: dict[str, Any]) -> dict[str, Any]:
     return {
         "files": files,
         "dirs": [".git", ".git/hooks", ".vscode", ".atomic"],
-        "missing": [".mcp.json", ".claude", ".cursor", ".foo", "vendor/lib/.git", ".git/hooks/pre-commit"],
+        "missing": [".mcp.json", ".claude", ".cursor", ".foo", "vendor/lib/.git", "vendor/used/deep/.git",
+                    ".git/hooks/pre-commit"],
         "before": {name: ((env.project / name).read_bytes(), (env.project / name).stat().st_mode) for name in files},
     }
 
@@ -845,7 +852,7 @@ def protected_matrix(env: Env, guarded: dict[str, Any]) -> list[tuple[str, dict[
     for name in guarded["files"]:
         path = str(project / name)
         ways += [(f"{op} {name}", {"op": op, "path": path, "scratch": scratch})
-                 for op in ("append", "replace", "move away", "delete", "symlink swap")]
+                 for op in ("append", "replace", "move away", "delete", "symlink swap", "hardlink")]
         ways += [(f"chmod {mode:o} {name}", {"op": "chmod", "path": path, "mode": mode}) for mode in (0o666, 0o4755)]
     for name in guarded["dirs"]:
         path = str(project / name)

@@ -436,15 +436,32 @@ def _add_entries(ruleset: int, directory: int, tree: _Tree, fs: int) -> None:
 # Per index file: its identity and the submodules it lists. Read again only once it changed.
 _SUBMODULES: dict[str, tuple[tuple[int, ...], list[str]]] = {}
 _GITLINK = 0o160000
+_MAX_REPOSITORIES = 64  # submodules of submodules, each with an index of its own
 
 
 def _submodule_git_dirs(project: str) -> list[str]:
     """The ``.git`` of each submodule that the index of ``project``'s repository lists, there or
-    not: ``git status`` runs git in each one there, with its ``.git``'s config (core.fsmonitor)."""
+    not, and of theirs in turn: ``git status`` runs git in each one checked out, with its
+    ``.git``'s config (core.fsmonitor)."""
     found = _repository_of(project)
-    if found is None:
-        return []
-    worktree, index = found
+    git_dirs: list[str] = []
+    pending = [found] if found is not None else []
+    seen: set[str] = set()
+    while pending and len(seen) < _MAX_REPOSITORIES:
+        worktree, index = pending.pop()
+        if index in seen:
+            continue
+        seen.add(index)
+        for path in _listed_gitlinks(index):
+            submodule = os.path.join(worktree, path)
+            git_dirs.append(os.path.join(submodule, ".git"))
+            inner = _index_of(submodule)
+            if inner is not None:
+                pending.append((submodule, inner))
+    return git_dirs
+
+
+def _listed_gitlinks(index: str) -> list[str]:
     try:
         info = os.stat(index)
     except OSError:
@@ -453,33 +470,40 @@ def _submodule_git_dirs(project: str) -> list[str]:
     cached = _SUBMODULES.get(index)
     if cached is None or cached[0] != key:
         cached = _SUBMODULES[index] = (key, _gitlinks(index))
-    return [os.path.join(worktree, path, ".git") for path in cached[1]]
+    return cached[1]
 
 
 def _repository_of(directory: str) -> tuple[str, str] | None:
     """The work tree and the index file of the git repository holding ``directory``, found as git
-    finds it (the nearest ``.git``: a directory, or a file naming one); None when there is none."""
+    finds it (the nearest ``.git``); None when there is none."""
     while True:
-        dot_git = os.path.join(directory, ".git")
-        try:
-            info = os.stat(dot_git)
-        except OSError:
-            info = None
-        if info is not None and stat.S_ISDIR(info.st_mode):
-            return directory, os.path.join(dot_git, "index")
-        if info is not None:
-            try:
-                with open(dot_git, "rb") as f:
-                    line = f.read(4096).split(b"\n", 1)[0]
-            except OSError:
-                return None
-            if not line.startswith(b"gitdir:"):
-                return None
-            return directory, os.path.join(directory, os.fsdecode(line[7:].strip()), "index")
+        index = _index_of(directory)
+        if index is not None:
+            return directory, index
         parent = os.path.dirname(directory)
         if parent == directory:
             return None
         directory = parent
+
+
+def _index_of(directory: str) -> str | None:
+    """The index file of the repository whose ``.git`` is in ``directory`` (a directory, or a file
+    naming one: a worktree's, a submodule's); None when it has none."""
+    dot_git = os.path.join(directory, ".git")
+    try:
+        info = os.stat(dot_git)
+    except OSError:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return os.path.join(dot_git, "index")
+    try:
+        with open(dot_git, "rb") as f:
+            line = f.read(4096).split(b"\n", 1)[0]
+    except OSError:
+        return None
+    if not line.startswith(b"gitdir:"):
+        return None
+    return os.path.join(directory, os.fsdecode(line[7:].strip()), "index")
 
 
 def _gitlinks(index: str) -> list[str]:
