@@ -26,6 +26,7 @@ It never applies a confinement (the worker does, ``workers/runtime/sandbox.confi
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -61,6 +62,7 @@ __all__ = [
 TRUSTED_ENV = "ATOMICTOOLS_PROJECT_TRUSTED"
 
 _FULL: Judgement = (True, None, None)
+log = logging.getLogger("atomictoolsd.trust")
 
 
 def _dirs(value: str | list[str] | None, home: Path) -> list[str]:
@@ -116,13 +118,26 @@ def _project_policy(project: Path, allow: dict[str, Any], config: Config, home: 
     names = [*_items(config.sandbox_allow_env), *(allow.get("env") or [])]
     made: dict[str, Any] = {
         "project": os.path.realpath(project),
-        "protect": sorted({_clean(p) for p in protect if protect_path_problem(p) is None}),
+        "protect": sorted({_clean(p) for p in protect if _usable(p, protect_path_problem, "sandbox_protect")}),
         "gitconfig": harmless_copy(home),
     }
-    passed = sorted({name for name in names if env_name_problem(name) is None})
+    passed = sorted({name for name in names if _usable(name, env_name_problem, "sandbox_allow_env")})
     if passed:
         made["pass_env"] = passed
     return made
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _usable(value: str, problem_of: Callable[[str], str | None], setting: str) -> bool:
+    """Whether ``value`` can be used; one that cannot is left out, and said once in the log (the CLI
+    refuses it; the configuration file may hold it)."""
+    problem = problem_of(value)
+    if problem is not None and (setting, value) not in _WARNED:
+        _WARNED.add((setting, value))
+        log.warning("%s: %r is left out: %s", setting, value, problem)
+    return problem is None
 
 
 def _items(value: str) -> list[str]:
