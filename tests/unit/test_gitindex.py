@@ -1,5 +1,5 @@
 """The submodules a confined worker's sandbox finds in a repository's index (their ``.git`` stays
-read-only: ``workers/runtime/sandbox.py``), read from indexes real git wrote, in each format."""
+read-only: ``workers/runtime/gitindex.py``), read from indexes real git wrote, in each format."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.workers.runtime import sandbox
+from atomictoolsd.workers.runtime.gitindex import gitlinks
 
 
 def git(repo: Path, *args: str) -> str:
@@ -34,7 +34,7 @@ def test_the_gitlinks_of_an_index_in_each_format(tmp_path: Path, version: int, o
     git(repo, "update-index", f"--index-version={version}")
     index = repo / ".git" / "index"
     assert index.read_bytes()[4:8] == version.to_bytes(4, "big")
-    assert sandbox._gitlinks(str(index)) == [long, "third_party/deep/mod", "vendor/lib"]
+    assert gitlinks(str(index)) == [long, "third_party/deep/mod", "vendor/lib"]
 
 
 def test_an_index_without_gitlinks_or_not_an_index_lists_none(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_an_index_without_gitlinks_or_not_an_index_lists_none(tmp_path: Path) ->
     git(repo, "init", "-q")
     (repo / "a.txt").write_text("a")
     git(repo, "add", "-A")
-    assert sandbox._gitlinks(str(repo / ".git" / "index")) == []
+    assert gitlinks(str(repo / ".git" / "index")) == []
     (tmp_path / "garbage").write_bytes(b"DIRC\x00\x00\x00\x02\x00\x00\x00\x05" + b"\x00\x00\xe0\x00" * 40)
-    assert sandbox._gitlinks(str(tmp_path / "garbage")) == []
-    assert sandbox._gitlinks(str(tmp_path / "missing")) == []
+    assert gitlinks(str(tmp_path / "garbage")) == []
+    assert gitlinks(str(tmp_path / "missing")) == []
