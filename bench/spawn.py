@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -111,13 +112,15 @@ def after_fork(spec: WorkerSpec, count: int, records: str) -> dict[str, list[flo
     """What the spawn target judges: each worker's start from its return from ``fork()`` to its
     ``loaded`` message, its module's import excluded, as the worker itself timed it (a fork server
     started with ``SPAWN_TIMES_ENV``, whose workers append their times to ``records``, a file in the
-    project, which a confined worker may write); and its CPU time and page faults over the same span.
+    project, which a confined worker may write: made first, as a confined worker can make nothing at
+    its project's root); and its CPU time and page faults over the same span.
 
     From the fork: the clock starts at the worker's first line of Python, and the CPU time it spent
     before it (the fork's return, CPython's after-fork handlers) is added, a new process's CPU clock
     starting at zero."""
     import uvloop
 
+    open(records, "w").close()
     os.environ[SPAWN_TIMES_ENV] = records
     try:
         uvloop.run(fork_server(spec, count))
@@ -143,18 +146,48 @@ def _blocking_loaded(sock: socket.socket) -> None:
     read_loaded(sock)
 
 
+def confined_policy(project: str) -> dict[str, Any]:
+    """The policy the daemon makes for a project trusted with ``--sandbox`` (its root granted entry by
+    entry, its protected entries left out; the copy of your git configuration)."""
+    from atomictoolsd.config.settings import Config
+    from atomictoolsd.registry.confinement import policy
+
+    return policy([project], [project], {}, Config(), Path.home(), Path(project))
+
+
 def confine_after_fork(count: int, project: str) -> tuple[list[float], list[float]]:
     """The sandbox set-up as the fork server and a worker share it: ``sandbox.prepare()`` (the
-    ruleset, before the fork) in a warm process, and ``sandbox.confine()`` in the child it forks."""
+    ruleset, before the fork) in a warm process, and ``sandbox.confine()`` in the child it forks.
+    That warm process is a child of this one, made as the fork server makes itself (as root, it
+    empties its capability bounding set, which this process keeps to start daemons)."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(reader)
+            with os.fdopen(writer, "w") as out:
+                out.write(repr(_confine_after_fork(count, project)))
+        finally:
+            os._exit(0)
+    os.close(writer)
+    with os.fdopen(reader) as result:
+        text = result.read()
+    os.waitpid(pid, 0)
+    before, after = eval(text)  # noqa: S307 - two lists of floats from our own child
+    return before, after
+
+
+def _confine_after_fork(count: int, project: str) -> tuple[list[float], list[float]]:
     from atomictoolsd.workers.runtime import sandbox
 
     runtime = sandbox.runtime_read_paths()
     sandbox.warm_up()
+    sandbox.drop_bounding_set()
     sandbox.open_shared_rules(runtime)
     before, after = [], []
     for _ in range(count):
         temp_dir = tempfile.mkdtemp(prefix="atb-sandbox-")
-        policy = {"read": [project], "write": [project], "net": False}
+        policy = confined_policy(project)
         read_fd, write_fd = os.pipe()
         started = time.perf_counter()
         sandbox.prepare(policy, runtime, temp_dir, temp_dir)
@@ -170,7 +203,7 @@ def confine_after_fork(count: int, project: str) -> tuple[list[float], list[floa
         os.waitpid(pid, 0)
         with os.fdopen(read_fd, "rb") as result:
             after.append(float(result.read()))
-        os.rmdir(temp_dir)
+        shutil.rmtree(temp_dir)  # the copy of your git configuration is written there
     sandbox.drop_shared_rules()
     return before, after
 
@@ -274,7 +307,7 @@ def measure(quick: bool = False) -> Report:
             networked_loaded: list[float] = []
             isolate_samples: list[float] = []
             if sandbox_support()["available"]:
-                confined = msgspec.structs.replace(spec, sandbox={"read": [tmp], "write": [tmp], "net": False})
+                confined = msgspec.structs.replace(spec, sandbox=confined_policy(tmp))
                 confined_loaded = uvloop.run(fork_server(confined, forks))[1]
                 timed["confined"] = after_fork(confined, forks, records)
                 prepare_samples, confine_samples = confine_after_fork(forks, tmp)

@@ -8,6 +8,7 @@ checked to be gone after it stops.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -129,10 +130,11 @@ class Env:
     def config_file(self) -> Path:
         return self.root / "config" / "atomictools" / "config.toml"
 
-    def write_config(self, text: str = "") -> Path:
-        """Write ``config.toml``: ``text`` (dedented), with this environment's ``trust_all`` unless
-        ``text`` sets it. A running daemon reads it on SIGHUP."""
-        text = textwrap.dedent(text)
+    def write_config(self, text: str = "", **settings: Any) -> Path:
+        """Write ``config.toml``: ``text`` (dedented) and ``settings`` (each ``key = value``), with
+        this environment's ``trust_all`` unless they set it; nothing else. A running daemon reads it
+        on SIGHUP."""
+        text = textwrap.dedent(text) + "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())
         if not any(line.strip().startswith("trust_all") for line in text.splitlines()):
             text = f"trust_all = {'true' if self.trust_all else 'false'}\n{text}"
         self.config_file.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -104,7 +105,63 @@ def _attempt(what, arg):
         return "the user keyring"
     if what == "env":
         return os.environ.get("TMPDIR", "")
+    if what == "fs":
+        return _fs(arg)
+    if what == "environ":
+        import subprocess
+        with open("/proc/self/environ", "rb") as f:
+            initial = f.read().decode(errors="replace")
+        child = subprocess.run(["env"], capture_output=True, text=True, timeout=60).stdout
+        return json.dumps({"environ": dict(os.environ), "initial": initial, "child": child})
+    if what == "caps":  # asked of the kernel (a program's own /proc/PID is not readable confined)
+        libc = ctypes.CDLL(None, use_errno=True)
+        header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+        if libc.capget(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capget")
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            caps = range(int(f.read()) + 1)
+        return json.dumps({
+            "CapEff": data[0] | data[3] << 32, "CapPrm": data[1] | data[4] << 32, "CapInh": data[2] | data[5] << 32,
+            "CapBnd": sum(1 << c for c in caps if libc.prctl(23, c, 0, 0, 0) == 1),  # PR_CAPBSET_READ
+            "CapAmb": sum(1 << c for c in caps if libc.prctl(47, 1, c, 0, 0) == 1),  # PR_CAP_AMBIENT_IS_SET
+        })
+    if what == "run":
+        import subprocess
+        done = subprocess.run(arg["cmd"], cwd=arg["cwd"], capture_output=True, text=True, timeout=120)
+        return json.dumps({"rc": done.returncode, "out": done.stdout, "err": done.stderr})
     raise ValueError(what)
+
+def _fs(arg):
+    op, path, scratch = arg["op"], arg["path"], arg.get("scratch")
+    if op == "append":
+        with open(path, "a") as f:
+            f.write("escaped\n")
+    elif op == "create":
+        open(path, "x").close()
+    elif op == "mkdir":
+        os.mkdir(path)
+    elif op == "replace":  # a file made beside it, moved over it
+        with open(scratch, "w") as f:
+            f.write("escaped\n")
+        os.replace(scratch, path)
+    elif op == "move away":
+        os.rename(path, scratch)
+    elif op == "delete":
+        os.rmdir(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+    elif op == "symlink swap":
+        os.symlink("/tmp", scratch)
+        os.replace(scratch, path)
+    elif op == "symlink":
+        os.symlink("/tmp", path)
+    elif op == "hardlink":  # a second name for it, in a directory the tool may write
+        os.link(path, scratch)
+        with open(scratch, "a") as f:
+            f.write("escaped\n")
+    elif op == "chmod":
+        os.chmod(path, arg["mode"])
+    else:
+        raise ValueError(op)
+    return op
 
 if __name__ == "__main__":
     print(attempt(sys.argv[1], sys.argv[2]))
@@ -341,7 +398,8 @@ def test_a_kernel_without_the_feature_blocks_the_project(env: Env, world: dict[s
     marker = env.root / "imported"
     env.write_tool(env.local_tools, "probe.py", f"open({str(marker)!r}, 'w').close()\n\ndef probe() -> str:\n    return 'ran'\n")
     assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
-    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": abi})
+    env.write_config(sandbox_abi=int(abi))
+    daemon: Daemon = make_daemon()
     with daemon.client() as client:
         listing = client.request("atomic/list", {})
         with pytest.raises(RPCError) as refused:
@@ -382,7 +440,9 @@ def test_a_blocked_project_is_offered_the_trust_this_kernel_can_give(env: Env, w
     offered the full trust for what it is; the command offered unblocks the project."""
     root = str(env.project.resolve())
     confined, full = f"{command_name()} trust --sandbox {root}", f"{command_name()} trust {root}"
-    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": "0"} if sandbox == "missing" else {})
+    if sandbox == "missing":
+        env.write_config(sandbox_abi=0)  # as a kernel without Landlock; the CLI reads it too
+    daemon: Daemon = make_daemon()
     told = instructions(daemon, env.project)
     with daemon.client() as client:
         listing = client.request("atomic/list", {})
@@ -405,10 +465,7 @@ def test_a_blocked_project_is_offered_the_trust_this_kernel_can_give(env: Env, w
     for where, text in (("instructions", told), ("the refused call", str(refused.value))):
         assert to_agent in text and message not in text, f"{where}: {text}"  # about the user, to the agent
     assert message in shown, shown
-    if sandbox == "missing":
-        env.vars["ATOMICTOOLS_SANDBOX_ABI"] = "0"  # the CLI asks this kernel itself
     hint = cli(env, "trust", "--list").stdout
-    env.vars.pop("ATOMICTOOLS_SANDBOX_ABI", None)
     assert ("trust --sandbox" in hint) == (sandbox == "available"), hint
 
     offered = run_in_terminal([sys.executable, "-m", "atomictoolsd", *shlex.split(command)[1:]], env=env.vars, cwd=env.project)
@@ -523,7 +580,8 @@ def test_confined_global_tools_and_spilled_output(env: Env, world: dict[str, Any
             except OSError as exc:
                 return f"refused: errno {{exc.errno}}"
     ''')
-    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1"})
+    env.write_config(sandbox_global=True)
+    daemon: Daemon = make_daemon()
     with daemon.client() as client:
         assert client.call("peek", what="secret").text.startswith("refused")
         big = client.call("peek", what="big")
@@ -532,8 +590,9 @@ def test_confined_global_tools_and_spilled_output(env: Env, world: dict[str, Any
     spilled = big.meta["atomic/fullOutput"]  # written from inside the sandbox, readable by the user
     assert Path(spilled).read_text() == "line\n" * 5000
 
-    blocked = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1", "ATOMICTOOLS_SANDBOX_ABI": "0"}, start=False)
+    blocked = make_daemon(start=False)
     daemon.stop()
+    env.write_config(sandbox_global=True, sandbox_abi=0)
     blocked.start()
     with blocked.client() as client:
         listing = client.request("atomic/list", {})
@@ -652,7 +711,8 @@ def test_a_builtin_cannot_read_another_project_or_the_home(env: Env, borrowed: d
 def test_unconfined_the_same_trick_reads_the_other_project(env: Env, borrowed: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
     """The control: where the sandbox is unavailable (simulated), the built-ins run as before, and
     git follows the alternates into project B — so the refusal above is the sandbox's."""
-    daemon: Daemon = make_daemon({"ATOMICTOOLS_SANDBOX_ABI": "0"})
+    env.write_config(sandbox_abi=0)
+    daemon: Daemon = make_daemon()
     with daemon.client() as client:
         staged = client.call("git-diff-summary", staged=True)
         modules = builtin_modules(client)
@@ -753,3 +813,245 @@ def test_a_confined_builtin_reads_your_git_config_as_it_is_now(env: Env, make_da
         subprocess.run(["git", "config", "--global", "status.showUntrackedFiles", "normal"], env=env.vars, check=True)
         wait_for(lambda: client.call("git-status").text == "?? new.txt\n", timeout=15, message="the rewritten ~/.gitconfig read")
         assert all(m["confined"] for m in builtin_modules(client) if "project" in m)
+
+
+# -- what others execute stays read-only: protected entries -------------------------------------------
+
+
+@pytest.fixture
+def guarded(env: Env, world: dict[str, Any]) -> dict[str, Any]:
+    """The project as a git repository with what others execute: git's own files, a submodule the
+    index lists but that is not checked out (``vendor/lib``) and one that is (``vendor/used``, its
+    ``.git`` a file, and a submodule of its own, ``deep``), direnv's ``.envrc``, an editor's tasks; agents' configs that are not there
+    yet; an entry the user protects by name (``--protect docs/conf.py``) and one by the
+    configuration (``sandbox_protect``)."""
+    make_repo(env.project, {"README.md": "# app\n", "src/app.py": "x = 1\n", "docs/conf.py": "project = 'app'\n",
+                            "vendor/README": "vendored\n"})
+    commit = git(env.project, "rev-parse", "HEAD").strip()
+    for link in ("vendor/lib", "vendor/used"):
+        git(env.project, "update-index", "--add", "--cacheinfo", f"160000,{commit},{link}")
+    (env.project / "vendor" / "lib").mkdir()
+    (env.project / ".git" / "modules").mkdir()
+    git(env.project, "init", "-q", "--separate-git-dir", str(env.project / ".git" / "modules" / "used"), "vendor/used")
+    git(env.project / "vendor" / "used", "update-index", "--add", "--cacheinfo", f"160000,{commit},deep")  # its own submodule
+    (env.project / "vendor" / "used" / "deep").mkdir()
+    (env.project / ".envrc").write_text("export APP=1\n")
+    (env.project / ".vscode").mkdir()
+    (env.project / ".vscode" / "tasks.json").write_text('{"tasks": []}\n')
+    env.write_config(sandbox_protect=".foo:.bar")
+    files = [".envrc", ".git/config", ".git/HEAD", ".vscode/tasks.json", "docs/conf.py", "vendor/used/.git"]
+    return {
+        "files": files,
+        "dirs": [".git", ".git/hooks", ".vscode", ".atomic"],
+        "missing": [".mcp.json", ".claude", ".cursor", ".foo", "vendor/lib/.git", "vendor/used/deep/.git",
+                    ".git/hooks/pre-commit"],
+        "before": {name: ((env.project / name).read_bytes(), (env.project / name).stat().st_mode) for name in files},
+    }
+
+
+def protected_matrix(env: Env, guarded: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each protected entry, and each way to change it: write it, make it (when it is not there),
+    move something over it, remove it or move it away, put a symlink in its place, widen its mode."""
+    project = env.project
+    scratch = str(project / "src" / "scratch")
+    ways: list[tuple[str, dict[str, Any]]] = []
+    for name in guarded["files"]:
+        path = str(project / name)
+        ways += [(f"{op} {name}", {"op": op, "path": path, "scratch": scratch})
+                 for op in ("append", "replace", "move away", "delete", "symlink swap", "hardlink")]
+        ways += [(f"chmod {mode:o} {name}", {"op": "chmod", "path": path, "mode": mode}) for mode in (0o666, 0o4755)]
+    for name in guarded["dirs"]:
+        path = str(project / name)
+        ways += [(f"create in {name}", {"op": "create", "path": f"{path}/evil"}),
+                 (f"move {name} away", {"op": "move away", "path": path, "scratch": scratch}),
+                 (f"symlink swap {name}", {"op": "symlink swap", "path": path, "scratch": scratch}),
+                 (f"chmod 777 {name}", {"op": "chmod", "path": path, "mode": 0o777})]
+    for name in guarded["missing"]:
+        path = str(project / name)
+        ways += [(f"{op} {name}", {"op": op, "path": path, "scratch": scratch})
+                 for op in ("create", "mkdir", "replace", "symlink")]
+    return ways
+
+
+def test_what_others_execute_stays_read_only_to_a_confined_tool(env: Env, world: dict[str, Any], guarded: dict[str, Any], make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    assert cli(env, "trust", "--yes", "--sandbox", "--protect", "docs/conf.py").returncode == 0
+    daemon: Daemon = make_daemon()
+    ways = protected_matrix(env, guarded)
+    outcomes: dict[str, str] = {}
+    with daemon.client() as client:
+        for child in (False, True):
+            for name, arg in ways:
+                where = "from a program it starts" if child else "from the tool"
+                outcomes[f"{name} ({where})"] = call(client, "fs", arg, child=child)
+                scratch = env.project / "src" / "scratch"
+                shutil.rmtree(scratch) if scratch.is_dir() and not scratch.is_symlink() else scratch.unlink(missing_ok=True)
+        # What is not protected stays writable: the files and directories there, the root's files.
+        works = {
+            "write src/": call(client, "fs", {"op": "create", "path": str(env.project / "src" / "new.py")}),
+            "write a file at the root": call(client, "fs", {"op": "append", "path": str(env.project / "README.md")}),
+            "make a directory in src/": call(client, "fs", {"op": "mkdir", "path": str(env.project / "src" / "pkg")}),
+            "git status": call(client, "run", {"cmd": ["git", "status", "--short"], "cwd": str(env.project)}),
+        }
+        new_at_root = call(client, "fs", {"op": "create", "path": str(env.project / "new.txt")})
+    escaped = {name: outcome for name, outcome in outcomes.items() if not outcome.startswith("refused")}
+    assert not escaped, escaped
+    assert all(outcome.startswith("done") for outcome in works.values()), works
+    assert json.loads(works["git status"].removeprefix("done: "))["rc"] == 0, works["git status"]
+    # The price of refusing a protected name that is not there: nothing new is made at the root.
+    assert new_at_root.startswith("refused"), new_at_root
+    for name, (content, mode) in guarded["before"].items():
+        path = env.project / name
+        assert not path.is_symlink() and (path.read_bytes(), path.stat().st_mode) == (content, mode), name
+    for name in guarded["missing"]:
+        assert not os.path.lexists(env.project / name), name
+    assert (env.project / ".vscode").is_dir() and (env.project / ".git").is_dir()
+    record(f"{len(outcomes)} changes to what others execute tried ({len(ways)} ways, from the tool and a child): all refused")
+
+
+def test_fully_trusted_the_same_changes_go_through(env: Env, world: dict[str, Any], guarded: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # The control: the probes work, so each refusal above is the sandbox's.
+    assert cli(env, "trust", "--yes").returncode == 0
+    daemon: Daemon = make_daemon()
+    tried = {name: arg for name, arg in protected_matrix(env, guarded)
+             if name in ("append .git/config", "chmod 666 .envrc", "create .mcp.json", "create in .git/hooks",
+                         "mkdir vendor/lib/.git", "replace .foo")}
+    with daemon.client() as client:
+        outcomes = {name: call(client, "fs", arg) for name, arg in tried.items()}
+    assert len(outcomes) == 6 and all(o.startswith("done") for o in outcomes.values()), outcomes
+
+
+def test_an_entry_made_at_the_root_is_writable_by_the_next_call(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A worker may write what its project's root held when it was made; a directory you make there
+    later (mkdir build) sends the next call to a new worker, which may write it."""
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon()
+    build = env.project / "build"
+    with daemon.client() as client:
+        assert call(client, "fs", {"op": "mkdir", "path": str(build)}).startswith("refused")
+        build.mkdir()
+        assert call(client, "fs", {"op": "create", "path": str(build / "out.o")}) == "done: create"
+    assert (build / "out.o").exists()
+
+
+# -- the environment: an allowlist, and what the user allows by name ----------------------------------
+
+SECRETS = {"GITHUB_TOKEN": "ghp_daemon_secret", "AWS_SECRET_ACCESS_KEY": "aws-daemon-secret",
+           "ATOMICTOOLS_TOKEN": "the-daemons-http-token", "MY_API_KEY": "allowed-by-name", "OTHER_KEY": "allowed-by-config"}
+
+
+def environments(client: Client) -> dict[str, str]:
+    """What a confined tool sees of its environment: ``os.environ``, ``/proc/self/environ`` (its
+    fork server's, as exec'd) and a program's it starts, each as text."""
+    seen = json.loads(call(client, "environ").removeprefix("done: "))
+    return {"os.environ": json.dumps(seen["environ"]), "/proc/self/environ": seen["initial"], "a child's": seen["child"]}
+
+
+def test_a_confined_worker_gets_an_allowlisted_environment(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    other = env.root / "other"
+    (other / ".atomic").mkdir(parents=True)
+    env.write_tool(other / ".atomic" / "tools", "_escapes.py", ESCAPES)
+    env.write_tool(other / ".atomic" / "tools", "escape.py", TOOL)
+    outside = env.root / "outside"
+    outside.mkdir()
+    env.write_config(sandbox_allow_env="OTHER_KEY")
+    assert cli(env, "trust", "--yes", "--sandbox", "--allow-env", "MY_API_KEY").returncode == 0
+    refused = cli(env, "trust", "--yes", "--sandbox", "--allow-env", "ATOMICTOOLS_TOKEN")
+    assert refused.returncode == 2 and "never given to a confined tool" in refused.stderr, refused.stderr
+    assert cli(env, "trust", "--yes", "--sandbox", str(other)).returncode == 0
+    # Widening from the environment (an agent's entry can set it) is not the user's configuration.
+    daemon: Daemon = make_daemon({**SECRETS, "ATOMICTOOLS_SANDBOX_ALLOW_WRITE": str(outside),
+                                  "ATOMICTOOLS_SANDBOX_ALLOW_NET": "1"})
+    assert "ghp_daemon_secret" in Path(f"/proc/{daemon.pid}/environ").read_text(errors="replace")  # the setting
+    with daemon.client() as client:
+        seen = environments(client)
+        ignored = {
+            "ATOMICTOOLS_SANDBOX_ALLOW_WRITE": call(client, "write", str(outside / "x")),
+            "ATOMICTOOLS_SANDBOX_ALLOW_NET": call(client, "tcp", world["listener"].port),
+        }
+        client.call("workspace-info")  # a built-in worker of this project
+        builtin_pids = [m["worker"] for m in client.status()["modules"]
+                        if m["scope"] == "builtin" and m.get("project") and m["worker"]]
+        status = client.status()
+    with daemon.client(directory=other) as client:
+        seen_elsewhere = environments(client)
+    assert builtin_pids
+    builtins_seen = {f"built-in worker {pid}": Path(f"/proc/{pid}/environ").read_text(errors="replace") for pid in builtin_pids}
+    fork_server = status["confinedForkserver"]["pid"]
+    builtins_seen["the confined fork server"] = Path(f"/proc/{fork_server}/environ").read_text(errors="replace")
+    for where, text in {**seen, **builtins_seen}.items():
+        for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "ATOMICTOOLS_TOKEN"):
+            assert SECRETS[name] not in text and name not in text, (where, name)
+        assert "ATOMICTOOLS_" not in text, where
+    for where in ("os.environ", "a child's"):
+        assert "allowed-by-name" in seen[where] and "allowed-by-config" in seen[where], where
+        assert "PATH" in seen[where] and str(env.home) in seen[where], where
+        assert "allowed-by-name" not in seen_elsewhere[where], "a variable one project is allowed reached another"
+        assert "allowed-by-config" in seen_elsewhere[where], where
+    for where, text in builtins_seen.items():
+        assert "allowed-by-name" not in text and "allowed-by-config" not in text, where
+    assert all(outcome.startswith("refused") for outcome in ignored.values()), ignored
+    assert not (outside / "x").exists() and world["listener"].received == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a daemon run by a user holds no capabilities to drop")
+def test_a_confined_worker_of_a_root_daemon_holds_no_capabilities(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon()
+    daemon_caps = {line.split(":")[0]: line.split(":")[1].strip()
+                   for line in Path(f"/proc/{daemon.pid}/status").read_text().splitlines() if line.startswith("Cap")}
+    assert int(daemon_caps["CapEff"], 16) != 0  # the setting: root, with its capabilities
+    nothing = dict.fromkeys(("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"), 0)
+    with daemon.client() as client:
+        for child in (False, True):
+            assert json.loads(call(client, "caps", child=child).removeprefix("done: ")) == nothing, child
+        worker = next(m["worker"] for m in client.status()["modules"] if m["path"].endswith("escape.py"))
+    seen = {line.split(":")[0]: int(line.split(":")[1], 16)
+            for line in Path(f"/proc/{worker}/status").read_text().splitlines() if line.startswith("Cap")}
+    assert seen == nothing, seen
+
+
+# -- everyday programs: git with your configuration's harmless part, a file allowed by name -----------
+
+
+def test_a_confined_tool_runs_everyday_programs_and_git_without_your_credentials(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    (env.home / ".gitconfig").write_text(
+        '[user]\n\tname = Jane Doe\n\temail = jane@example.com\n'
+        '[url "https://x-access-token:ghp_gitconfig_secret@github.com/"]\n\tinsteadOf = https://github.com/\n'
+        '[http]\n\textraHeader = Authorization: Bearer gitconfig_header_secret\n[credential]\n\thelper = store --file ~/.my-credential-store\n'
+    )
+    make_repo(env.project, {"README.md": "# app\n", "tests/test_app.py": "def test_app():\n    assert True\n",
+                            "Makefile": "all:\n\t@echo made\n", "app.js": "console.log('from node')\n",
+                            "app.py": "print('ok')\n"})
+    notes = env.home / "notes.txt"
+    notes.write_text("notes the user allows\n")
+    (env.home / "diary.txt").write_text("not allowed\n")
+    assert cli(env, "trust", "--yes", "--sandbox", "--allow-read", str(notes)).returncode == 0
+    daemon: Daemon = make_daemon()
+    project = str(env.project)
+    programs = {
+        "git status": ["git", "status", "--short"],
+        "git log": ["git", "log", "--oneline"],
+        "git config": ["git", "config", "--list", "--show-origin"],
+        "pytest": [sys.executable, "-m", "pytest", "-q", "tests"],
+        "ruff": [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "app.py"],
+        "make": ["make"],
+        "node": ["node", "app.js"],
+    }
+    with daemon.client() as client:
+        ran = {name: json.loads(call(client, "run", {"cmd": cmd, "cwd": project}).removeprefix("done: "))
+               for name, cmd in programs.items() if shutil.which(cmd[0])}
+        allowed = call(client, "read", str(notes))
+        diary = call(client, "read", str(env.home / "diary.txt"))
+        gitconfig = call(client, "read", str(env.home / ".gitconfig"))
+        seen = environments(client)
+    assert set(ran) >= {"git status", "git log", "git config", "pytest", "ruff"}
+    failed = {name: done for name, done in ran.items() if done["rc"] != 0}
+    assert not failed, failed
+    assert "first" in ran["git log"]["out"] and "1 passed" in ran["pytest"]["out"]
+    assert "user.name=Jane Doe" in ran["git config"]["out"]  # the harmless part of your configuration
+    everything = json.dumps([ran, seen])
+    for secret in ("ghp_gitconfig_secret", "gitconfig_header_secret", "my-credential-store"):
+        assert secret not in everything, secret
+    assert gitconfig.startswith("refused") and diary.startswith("refused"), (gitconfig, diary)
+    assert allowed == "done: notes the user allows"

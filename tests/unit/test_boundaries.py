@@ -93,7 +93,8 @@ def test_the_sandbox_needs_only_the_standard_library() -> None:
     # daemon, and nothing outside the standard library.
     loaded = modules_after("import atomictoolsd.workers.runtime.sandbox")
     assert not ours(loaded, ("atomictoolsd",)) - {"atomictoolsd", "atomictoolsd.workers", "atomictoolsd.workers.runtime",
-                                                  "atomictoolsd.workers.runtime.sandbox", "atomictoolsd.workers.runtime.netns"}
+                                                  "atomictoolsd.workers.runtime.sandbox", "atomictoolsd.workers.runtime.netns",
+                                                  "atomictoolsd.workers.runtime.gitindex"}
     assert not loaded & {"msgspec", "uvloop", "watchfiles", "psutil", "platformdirs"}
     # And workers that are not confined never import it.
     assert "atomictoolsd.workers.runtime.sandbox" not in modules_after(

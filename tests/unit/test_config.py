@@ -27,6 +27,20 @@ def test_environment_overrides_file_overrides_default(tmp_path: Path) -> None:
     assert sources["truncate_lines"] == "default"
 
 
+def test_the_sandboxs_settings_come_from_the_file_only(tmp_path: Path) -> None:
+    # An agent started on a repository's word sets the daemon's environment, never the user's file.
+    widening = {"ATOMICTOOLS_SANDBOX_ALLOW_NET": "1", "ATOMICTOOLS_SANDBOX_ALLOW_WRITE": "/", "ATOMICTOOLS_SANDBOX_ABI": "0",
+                "ATOMICTOOLS_SANDBOX_ALLOW_ENV": "GITHUB_TOKEN", "ATOMICTOOLS_SANDBOX_GLOBAL": "0"}
+    path = tmp_path / "config.toml"
+    path.write_text('sandbox_global = true\nsandbox_protect = ".foo"\n')
+    config = load_config(path, widening)
+    assert (config.sandbox_allow_net, config.sandbox_allow_write, config.sandbox_abi) == (False, "", -1)
+    assert (config.sandbox_allow_env, config.sandbox_global, config.sandbox_protect) == ("", True, ".foo")
+    described = {item["key"]: item for item in config.describe()}
+    assert described["sandbox_global"]["source"] == str(path) and described["sandbox_allow_net"]["source"] == "default"
+    assert all(described[key]["env"] is None for key in described if key.startswith("sandbox_"))
+
+
 @pytest.mark.parametrize(
     ("text", "env", "message"),
     [

@@ -16,7 +16,7 @@ def test_every_setting_is_documented_with_its_default_and_variable() -> None:
         assert row is not None, f"{item['key']} is missing from docs/configuration.md"
         value = item["value"]
         shown = str(value).lower() if isinstance(value, bool) else f'"{value}"' if isinstance(value, str) else str(value)
-        variable = f"`{item['env']}`" if item["env"] else "config.toml only"  # a file-only setting has none
+        variable = f"`{item['env']}`" if item["env"] is not None else "config.toml only"  # a file-only setting has none
         assert f"`{shown}`" in row and variable in row, row
 
 

@@ -1,4 +1,4 @@
-"""Project trust commands: trust [--sandbox [--allow-…]], untrust, trust --list.
+"""Project trust commands: trust [--sandbox [--allow-…] [--protect …]], untrust, trust --list.
 
 They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
 so the change takes effect at once; they never start a daemon.
@@ -80,25 +80,9 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
     if args.list:
         return _list(args)
-    widening = bool(args.allow_net or args.allow_read or args.allow_write)
-    if widening and not args.sandbox:
-        print("atomictoolsd: --allow-net, --allow-read and --allow-write widen a sandbox: add --sandbox", file=sys.stderr)
+    allow = _sandbox_options(args)
+    if allow is None:
         return 2
-    allow: dict[str, object] = {}
-    if args.allow_net:
-        try:
-            allow["net"] = _allowed_hosts(args)
-        except ValueError as exc:
-            print(f"atomictoolsd: --allow-net: {exc}", file=sys.stderr)
-            return 2
-    for key in ("read", "write"):
-        dirs = getattr(args, f"allow_{key}") or []
-        missing = [d for d in dirs if not os.path.isdir(d)]
-        if missing:
-            print(f"atomictoolsd: --allow-{key} {safe(missing[0])}: not a directory", file=sys.stderr)
-            return 2
-        if dirs:
-            allow[key] = sorted({os.path.realpath(d) for d in dirs})
     if not args.yes and not os.isatty(0):
         print(f"atomictoolsd: trust lets a project's code run, so it asks for a terminal: run it yourself in one "
               f"(an agent must ask you to, not run it), or add --yes in a script of your own: "
@@ -123,9 +107,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
     how = "confined" if args.sandbox else "with all your rights"
     print(f"{'trusted' if added else 'already trusted'}: {safe(root)} ({what} will load, {how})")
     if args.sandbox:
-        from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
-
-        offered = support()
+        offered = _support()
         if not offered["available"]:
             print(f"note: this machine cannot confine it ({offered['reason']}): its tools stay blocked until it can, "
                   f"or until you trust it fully: {trust_command(root)}")
@@ -165,6 +147,60 @@ def _note_network(hosts: object) -> None:
         print(f"network: through the daemon's proxy (HTTP_PROXY, HTTPS_PROXY): {reach}")
 
 
+def _sandbox_options(args: argparse.Namespace) -> dict[str, object] | None:
+    """What ``--allow-*`` and ``--protect`` add to the sandbox (the trust entry's ``allow``); None,
+    with the reason printed, when one of them cannot be."""
+    from atomictoolsd.registry.confinement import (  # lazy: only this command pays for it (start-up cost)
+        env_name_problem,
+        protect_path_problem,
+    )
+
+    if (args.allow_net or args.allow_read or args.allow_write or args.allow_env or args.protect) and not args.sandbox:
+        print("atomictoolsd: --allow-net, --allow-read, --allow-write, --allow-env and --protect shape a sandbox: "
+              "add --sandbox", file=sys.stderr)
+        return None
+    allow: dict[str, object] = {}
+    if args.allow_net:
+        try:
+            allow["net"] = _allowed_hosts(args)
+        except ValueError as exc:
+            print(f"atomictoolsd: --allow-net: {exc}", file=sys.stderr)
+            return None
+    checks = {"read": (os.path.exists, "no such file or directory"), "write": (os.path.isdir, "not a directory")}
+    for key, (exists, problem) in checks.items():
+        paths = getattr(args, f"allow_{key}") or []
+        missing = [p for p in paths if not exists(p)]
+        if missing:
+            print(f"atomictoolsd: --allow-{key} {safe(missing[0])}: {problem}", file=sys.stderr)
+            return None
+        if paths:
+            allow[key] = sorted({os.path.realpath(p) for p in paths})
+    for option, key, problem_of in (("--allow-env", "env", env_name_problem), ("--protect", "protect", protect_path_problem)):
+        values = getattr(args, option[2:].replace("-", "_")) or []
+        for value in values:
+            problem = problem_of(value)
+            if problem is not None:
+                print(f"atomictoolsd: {option} {safe(value)}: {problem}", file=sys.stderr)
+                return None
+        if values:
+            allow[key] = sorted({value.strip().strip("/") if key == "protect" else value for value in values})
+    return allow
+
+
+def _support() -> dict[str, object]:
+    """What this machine can confine, as the daemon sees it (the configuration's ``sandbox_abi`` too)."""
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import ConfigError, load_config  # lazy: only this command pays for it
+    from atomictoolsd.registry.confinement import configure_sandbox  # lazy: only this command pays for it
+    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
+
+    try:
+        configure_sandbox(load_config(Paths.from_env().config_file))
+    except ConfigError:
+        pass  # the daemon says what is wrong with it; the kernel is what it is
+    return support()
+
+
 def cmd_untrust(args: argparse.Namespace) -> int:
     """Stop trusting a project: its own tools stop loading (running calls finish)."""
     from atomictoolsd.registry.trust import TrustError  # lazy: only this command pays for it (start-up cost)
@@ -202,9 +238,7 @@ def _list(args: argparse.Namespace) -> int:
         print_json([{"root": root, "state": store.state(root), "level": "full", **info} for root, info in entries.items()])  # type: ignore[attr-defined]
         return 0
     if not entries:
-        from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
-
-        offered = support()
+        offered = _support()
         if offered["available"]:
             print(f"no trusted projects (trust one with: {command_name()} trust --sandbox [DIR])")
         else:  # trust --sandbox would leave it blocked here
@@ -231,7 +265,8 @@ def _level_text(info: dict[str, object]) -> str:
         return level
     net = allow.get("net")
     extra = ([f"net {safe(', '.join(net))}" if isinstance(net, list) else "net"] if net else []) + [
-        f"{key} {safe(d)}" for key in ("read", "write") for d in allow.get(key, [])]
+        f"{key} {safe(value)}" for key in ("read", "write", "env", "protect") for value in allow.get(key, [])
+    ]
     return f"sandbox (+{', '.join(extra)})" if extra else level
 
 
@@ -243,8 +278,13 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     trust.add_argument("--allow-net", nargs="?", const=True, default=False, metavar="HOST,…",
                        help="with --sandbox: let its tools reach the network through the daemon's proxy: any public "
                             "host, or only these hosts (example.com, *.example.com, addresses)")
-    trust.add_argument("--allow-read", action="append", metavar="DIR", help="with --sandbox: let its tools read DIR too")
+    trust.add_argument("--allow-read", action="append", metavar="PATH",
+                       help="with --sandbox: let its tools read PATH too (a file or a directory)")
     trust.add_argument("--allow-write", action="append", metavar="DIR", help="with --sandbox: let its tools write DIR too")
+    trust.add_argument("--allow-env", action="append", metavar="NAME",
+                       help="with --sandbox: give its tools the daemon's variable NAME too (none but the basics by default)")
+    trust.add_argument("--protect", action="append", metavar="PATH",
+                       help="with --sandbox: keep PATH (relative to the project's root) read-only too, as .git is")
     trust.add_argument("--yes", action="store_true",
                        help="trust without a terminal (in a script of your own; never let an agent run it)")
     trust.add_argument("--list", action="store_true", help="list the trusted projects and the level of each")

@@ -4,11 +4,11 @@ Every setting is a field of ``Config`` with its default and a one-line descripti
 the field name and the variable is ``ATOMICTOOLS_`` + the name in upper case. ``Config.sources``
 says where each value came from. A bad value is a ``ConfigError`` naming the key and its source.
 
-A setting that widens what a project's code may do (``trust_all``) is *file only*
-(``_setting(..., file_only=True)``): read from the user's ``config.toml`` and never from the
-environment, which an agent's config entry, written by a repository, can fill. Its variable, when
-set, is ignored and named in ``Config.ignored`` with the line to put in the file instead; the daemon
-logs that and ``status`` shows it.
+A setting that widens what a project's code may do (``trust_all``, the sandbox's widening and its
+ABI) is *file only* (``_setting(..., file_only=True)``): read from the user's ``config.toml`` and
+never from the environment, which an agent's config entry, written by a repository, can fill. Its
+variable, when set, is ignored and named in ``Config.ignored`` with the line to put in the file
+instead; the daemon logs that and ``status`` shows it.
 """
 
 from __future__ import annotations
@@ -83,18 +83,36 @@ class Config:
     builtins: bool = _setting(True, "Serve the built-in tools.")
     trust_all: bool = _setting(False, "Load every project's local tools without asking for trust.", file_only=True)
     sandbox_global: bool = _setting(
-        False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir)."
+        False, "Confine the global tools too, as `trust --sandbox` confines a project's (they then read only their own dir).",
+        file_only=True,
     )
     sandbox_allow_net: bool = _setting(
-        False, "Let every confined worker reach any public host through the daemon's proxy (HTTP, HTTPS, CONNECT)."
+        False, "Let every confined worker reach any public host through the daemon's proxy (HTTP, HTTPS, CONNECT).",
+        file_only=True,
     )
     sandbox_allow_net_private: str = _setting(
         "", "Hosts, addresses and networks of your own network (10.1.0.0/16) that confined workers with the "
         "network may reach, separated by ','; never loopback nor this machine's own addresses.",
-        check=parse_private,
+        check=parse_private, file_only=True,
     )
-    sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
-    sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
+    sandbox_allow_read: str = _setting(
+        "", "More files and directories every confined worker may read, separated by ':'.", file_only=True
+    )
+    sandbox_allow_write: str = _setting(
+        "", "More directories every confined worker may read and write, separated by ':'.", file_only=True
+    )
+    sandbox_allow_env: str = _setting(
+        "", "Environment variables of the daemon every confined worker gets too, by name, separated by ':'.",
+        file_only=True,
+    )
+    sandbox_protect: str = _setting(
+        "", "More entries of a project kept read-only to its confined workers (names or relative paths, separated by ':').",
+        file_only=True,
+    )
+    sandbox_abi: int = _setting(
+        -1, "For testing: believe the kernel offers at most this Landlock ABI (0: none; -1: what it offers).",
+        minimum=-1, file_only=True,
+    )
     http: str = _setting(
         "", "Serve MCP's Streamable HTTP on [ADDRESS:]PORT (a bare port is loopback; 0: any free port; empty: off)."
     )
@@ -181,7 +199,8 @@ def _setting_hint(key: str, known: Mapping[str, Any]) -> str:
 
 
 def load_config(config_file: Path, environ: Mapping[str, str] | None = None) -> Config:
-    """Read the configuration: defaults, overridden by ``config_file``, overridden by the environment.
+    """Read the configuration: defaults, overridden by ``config_file``, overridden by the environment
+    (but for the ``file_only`` settings, which only the file sets).
 
     Raises:
         ConfigError: the file is not valid TOML, names an unknown key, or a value is unusable.

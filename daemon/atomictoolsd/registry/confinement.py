@@ -14,14 +14,24 @@ Their policy is made by running ``git config`` on each file of your git configur
 walking up to the project's repository: ``judge`` hands that work back as a function, which the
 registry runs in a thread (``Registry._judged``), never on the daemon's event loop.
 
+A confined project's policy names its root and the entries of it that stay read-only
+(``sandbox.PROTECTED``, plus the user's ``sandbox_protect`` and ``trust --protect``: the list only
+grows), the variables of the daemon's environment its workers get by name (``sandbox_allow_env``,
+``--allow-env``: their values go to each worker over its own channel, never through the fork
+server, which serves every project), and the copy of your git configuration they get
+(``config/gitcopy.py``).
+
 It never applies a confinement (the worker does, ``workers/runtime/sandbox.confine``) and never writes trust.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import stat
 import subprocess
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -35,6 +45,7 @@ from atomictoolsd.config.discovery import (
     git_config_path,
     locate_repository,
 )
+from atomictoolsd.config.gitcopy import harmless_copy
 from atomictoolsd.config.nethosts import parse_hosts, parse_private
 
 if TYPE_CHECKING:
@@ -43,8 +54,8 @@ if TYPE_CHECKING:
     from atomictoolsd.registry.trust import TrustStore
 
 __all__ = [
-    "TRUSTED_ENV", "builtin_policy", "git_config_identity", "git_config_paths", "judge",
-    "network_policy", "policy",
+    "TRUSTED_ENV", "builtin_policy", "configure_sandbox", "env_name_problem", "git_config_identity", "git_config_paths",
+    "judge", "network_policy", "policy", "protect_path_problem", "root_listing",
 ]
 
 # How a confined built-in worker learns whether its project is trusted (``workspace-info`` says so):
@@ -52,6 +63,7 @@ __all__ = [
 TRUSTED_ENV = "ATOMICTOOLS_PROJECT_TRUSTED"
 
 _FULL: Judgement = (True, None, None)
+log = logging.getLogger("atomictoolsd.trust")
 
 
 def _dirs(value: str | list[str] | None, home: Path) -> list[str]:
@@ -67,15 +79,100 @@ def _dirs(value: str | list[str] | None, home: Path) -> list[str]:
     return out
 
 
-def policy(read: list[str], write: list[str], allow: dict[str, Any], config: Config, home: Path) -> dict[str, Any]:
-    """The policy a confined worker applies: what it reads, writes, and whether it has the network."""
+def configure_sandbox(config: Config) -> None:
+    """Have this process rely on the Landlock ABI the user's configuration says (``sandbox_abi``: a
+    lower kernel, for testing), where the sandbox is in use or the setting is made."""
+    module = sys.modules.get("atomictoolsd.workers.runtime.sandbox")
+    if module is None and config.sandbox_abi >= 0:
+        from atomictoolsd.workers.runtime import sandbox as module  # ctypes, only once the setting asks for it
+    if module is not None:
+        module.limit_abi(config.sandbox_abi)
+
+
+def policy(
+    read: list[str], write: list[str], allow: dict[str, Any], config: Config, home: Path, project: Path | None = None,
+) -> dict[str, Any]:
+    """The policy a confined worker applies: what it reads, writes, and whether it has the network;
+    for a project (``project``), what of it stays read-only, the variables it gets by name and the
+    copy of your git configuration it gets."""
     write = [*write, *_dirs(config.sandbox_allow_write, home), *_dirs(allow.get("write"), home)]
     read = [*read, *_dirs(config.sandbox_allow_read, home), *_dirs(allow.get("read"), home)]
-    return {
+    made: dict[str, Any] = {
         "read": sorted(set(read)),
         "write": sorted(set(write)),
         **network_policy(allow.get("net"), config),
     }
+    if project is not None:
+        made.update(_project_policy(project, allow, config, home))
+    if config.sandbox_abi >= 0:
+        made["abi"] = config.sandbox_abi
+    return made
+
+
+def _project_policy(project: Path, allow: dict[str, Any], config: Config, home: Path) -> dict[str, Any]:
+    """What a confined project's policy holds beyond its paths: the entries kept read-only, the
+    variables passed by name (``pass_env``: the daemon sends their values to each worker), the
+    git configuration's copy."""
+    from atomictoolsd.workers.runtime.sandbox import PROTECTED  # ctypes, only once a dir is to be confined
+
+    protect = [*PROTECTED, *_items(config.sandbox_protect), *(allow.get("protect") or [])]
+    names = [*_items(config.sandbox_allow_env), *(allow.get("env") or [])]
+    made: dict[str, Any] = {
+        "project": os.path.realpath(project),
+        "protect": sorted({_clean(p) for p in protect if _usable(p, protect_path_problem, "sandbox_protect")}),
+        "gitconfig": harmless_copy(home),
+    }
+    passed = sorted({name for name in names if _usable(name, env_name_problem, "sandbox_allow_env")})
+    if passed:
+        made["pass_env"] = passed
+    return made
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _usable(value: str, problem_of: Callable[[str], str | None], setting: str) -> bool:
+    """Whether ``value`` can be used; one that cannot is left out, and said once in the log (the CLI
+    refuses it; the configuration file may hold it)."""
+    problem = problem_of(value)
+    if problem is not None and (setting, value) not in _WARNED:
+        _WARNED.add((setting, value))
+        log.warning("%s: %r is left out: %s", setting, value, problem)
+    return problem is None
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(":") if item.strip()]
+
+
+def _clean(path: str) -> str:
+    return "/".join(part for part in path.strip().split("/") if part not in ("", "."))
+
+
+def protect_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot name an entry of a project to keep read-only (None: it can): it must be
+    relative to the project's root, and stay in it."""
+    parts = [part for part in path.strip().split("/") if part not in ("", ".")]
+    if path.strip().startswith("/") or not parts:
+        return "a name or a path relative to the project's root (such as .github/workflows) is expected"
+    if ".." in parts:
+        return "a path in the project is expected, without '..'"
+    return None
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why a confined worker cannot be given the variable ``name`` (None: it can): not a variable's
+    name, the daemon's own (``ATOMICTOOLS_*``: its token, its paths), or one the sandbox sets."""
+    if not _ENV_NAME.match(name):
+        return "not a variable's name"
+    if name.upper().startswith("ATOMICTOOLS_"):
+        return "the daemon's own variables are never given to a confined tool"
+    if name in ("TMPDIR", "GIT_CONFIG_GLOBAL"):
+        return "the sandbox sets it (a private temporary directory; the copy of your git configuration)"
+    return None
 
 
 def network_policy(allowed: Any, config: Config) -> dict[str, Any]:
@@ -115,11 +212,11 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
             # path is not UTF-8 cannot reach the fork server: the shared workers serve it).
             return _FULL
         trusted = config.trust_all or store.is_trusted(tools_dir.cwd)
-        return partial(_confined_builtins, tools_dir.cwd, home, trusted)
+        return partial(_confined_builtins, tools_dir.cwd, home, trusted, config.sandbox_abi)
     if tools_dir.scope == "global":
         if not config.sandbox_global:
             return _FULL
-        read, write, allow = [str(tools_dir.path)], [], {}
+        read, write, allow, project = [str(tools_dir.path)], [], {}, None
         what = "the global tools are confined (sandbox_global)"
     else:
         if config.trust_all:
@@ -129,22 +226,23 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
             return (False, None, None)
         if entry.get("level", "full") != "sandbox":
             return _FULL
-        read = write = [str(tools_dir.cwd)]
+        read = write = [os.path.realpath(tools_dir.cwd)]  # as the protected entries' paths are made
         allow = entry.get("allow") or {}
+        project = tools_dir.cwd
         what = "this project is trusted with --sandbox"
     from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a dir is to be confined
 
     support = sandbox.support()
     if not support["available"]:
         return (False, None, f"{what}, but {support['reason']}: its tools do not run unconfined")
-    return (True, policy(read, write, allow, config, home), None)
+    return (True, policy(read, write, allow, config, home, project), None)
 
 
-def _confined_builtins(root: Path, home: Path, trusted: bool) -> Judgement:
-    return (True, builtin_policy(root, home, trusted), None)
+def _confined_builtins(root: Path, home: Path, trusted: bool, abi: int) -> Judgement:
+    return (True, builtin_policy(root, home, trusted, abi), None)
 
 
-def builtin_policy(root: Path, home: Path, trusted: bool) -> dict[str, Any]:
+def builtin_policy(root: Path, home: Path, trusted: bool, abi: int = -1) -> dict[str, Any]:
     """What the built-in tools of the project at ``root`` may do: read the project and what git needs
     of its repository and of your git configuration; write nothing (their temporary dir aside).
 
@@ -170,12 +268,16 @@ def builtin_policy(root: Path, home: Path, trusted: bool) -> dict[str, Any]:
     # Your own configuration's files are followed to where they are (a dotfiles repository's link):
     # a Landlock rule binds the file, not the link.
     mine = [os.path.realpath(p) for p in git_files if os.access(p, os.R_OK)]
+    # Which git configuration git reads is yours to say (the fork server's environment has none
+    # of these: it serves every confined worker).
+    chosen = {name: os.environ[name] for name in KEPT_GIT_VARS if name in os.environ}
     return {
         # A path that is not UTF-8 cannot reach the fork server: left out (git goes without it).
         "read": sorted({p for p in (*read, *mine) if _utf8(p)}), "write": [], "net": False,
-        "env": {TRUSTED_ENV: "1" if trusted else "0"},
+        "env": {**chosen, TRUSTED_ENV: "1" if trusted else "0"},
         "git_files": git_files,
         "git_config": git_config_identity(git_files),
+        **({"abi": abi} if abi >= 0 else {}),
     }
 
 
@@ -240,6 +342,17 @@ def _config_entries(config: Path, env: dict[str, str]) -> list[tuple[str, str]]:
         if key:
             entries.append((key, value))
     return entries
+
+
+def root_listing(root: Path) -> tuple[int, int] | None:
+    """What tells whether entries were made, removed or renamed in the directory ``root`` since
+    (its inode and modification time); None when it is gone. A confined worker may write the
+    entries its project's root held when it was made, and make none there."""
+    try:
+        info = os.stat(root)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns)
 
 
 def git_config_identity(paths: list[str]) -> list[list[int] | None]:

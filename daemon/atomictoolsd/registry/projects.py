@@ -42,6 +42,7 @@ import asyncio
 import logging
 import os
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
@@ -60,7 +61,7 @@ from atomictoolsd.config.discovery import (
     scan_tools_dir,
 )
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
-from atomictoolsd.registry.confinement import git_config_identity
+from atomictoolsd.registry.confinement import git_config_identity, root_listing
 from atomictoolsd.registry.model import (
     Change,
     DirListener,
@@ -218,6 +219,10 @@ class Registry:
         # Built-in dirs judged again because your git configuration changed: until that is done, their
         # workers (made for the files as they were) take no call (``stale``).
         self._config_changed: set[ToolsDir] = set()
+        # What a confined project's root held when its module's last worker was made (``root_listing``):
+        # the worker may write the entries there then, no other (``sandbox._add_split``), so one made
+        # since (mkdir build) sends the next call to a new worker.
+        self._listed: weakref.WeakKeyDictionary[ModuleRunner, tuple[int, int] | None] = weakref.WeakKeyDictionary()
         self._git_config_check = Periodic(
             "checking your git configuration", self._check_git_config, GIT_CONFIG_INTERVAL,
             while_=self._confined_builtins, logger=log,
@@ -560,6 +565,8 @@ class Registry:
                 return file, Cached(entry)
         runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
         runner.spec.sandbox = tools_dir.sandbox
+        if tools_dir.scope == "local":
+            self._listed[runner] = root_listing(tools_dir.cwd)
         task = asyncio.ensure_future(load_outcome(runner.load()))
         await asyncio.wait([task], timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
         return file, (task.result() if task.done() else Late(task))
@@ -608,6 +615,7 @@ class Registry:
                 runner.verify = lambda worker, m=module: self._read_whole(m, worker)
                 if tools_dir.scope == "local":
                     runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
+                    runner.stale = lambda d=tools_dir, r=runner: d.sandbox is not None and self._listed.get(r) != root_listing(d.cwd)
                 elif tools_dir.scope == "builtin":
                     # The policy its current worker was made for: a new one (a trust or git
                     # configuration change, ``_check_git_config``) sends the next call to a new worker.
@@ -880,6 +888,7 @@ class Registry:
             if not tools_dir.trusted:
                 return tools_dir.blocked_reason or "its project is not trusted (now)"
         runner.spec.sandbox = tools_dir.sandbox
+        self._listed[runner] = root_listing(tools_dir.cwd)
         return None
 
     async def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner, made_for: list[dict[str, Any] | None]) -> None:

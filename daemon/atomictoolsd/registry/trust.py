@@ -13,9 +13,9 @@ path: each root is stored with the directory's identity (device, inode, birth ti
 removed and made again, or another one renamed into its place, is not trusted until trusted again.
 
 Each trusted root has a level: ``full`` (its tools run with all the user's rights) or ``sandbox``
-(its workers are confined: see ``workers/runtime/sandbox.py``), with what the user allowed it beyond the
-sandbox's defaults (``allow``: ``net``, ``read``, ``write``). A store written before levels existed
-reads as ``full``.
+(its workers are confined: see ``workers/runtime/sandbox.py``), with what the user set for its sandbox
+beyond the defaults (``allow``: ``net``, ``read``, ``write`` and ``env`` widen it, ``protect`` keeps
+more of the project read-only). A store written before levels existed reads as ``full``.
 
 This module is light (standard library only): the registry, the CLI and the built-in tools' workers
 import it. It never knows the server or the sessions.

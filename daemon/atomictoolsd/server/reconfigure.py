@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from atomictoolsd.config.settings import Config, ConfigError, load_config
 from atomictoolsd.eventlog.writer import events
+from atomictoolsd.registry.confinement import configure_sandbox
 from atomictoolsd.workers.pool import PoolSettings
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ def apply_config(server: Reconfigurable, config: Config) -> list[str]:
     config = dataclasses.replace(config, **{key: getattr(old, key) for key in RESTART_SETTINGS})
     changed = [f.name for f in Config.settings() if getattr(old, f.name) != getattr(config, f.name)]
     server.config = config
+    configure_sandbox(config)
     server.pool.reconfigure(PoolSettings.from_config(config, server.pool.settings.spill_dir))
     server.registry.load_wait = config.load_wait
     if events.is_open:

@@ -20,7 +20,7 @@ from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.cache import DefinitionCache
-from atomictoolsd.registry.confinement import judge
+from atomictoolsd.registry.confinement import configure_sandbox, judge
 from atomictoolsd.registry.idle import ProjectReaper
 from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.registry.projects import Registry
@@ -49,6 +49,7 @@ def build_server(
     """The daemon, ready to ``serve()``: ``service`` is what the service manager told this process,
     ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
     ``NOTIFY_SOCKET`` (when set), ``first_forkserver`` the fork server ``serve`` forked at start."""
+    configure_sandbox(config)
     pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver)
     events.running_calls = pool.running_calls  # its flush writes tool.start for the calls still running
     trust = TrustStore(paths.state_dir)

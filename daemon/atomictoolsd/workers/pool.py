@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -30,7 +31,7 @@ from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, eve
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
-from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError
+from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
 __all__ = ["Call", "CallOwner", "LoadFailure", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
@@ -77,6 +78,15 @@ class PoolSettings:
     def worker_spec(self, path: str, kind: str, cwd: str) -> WorkerSpec:
         """What a new worker of the module at ``path`` is told."""
         return msgspec.structs.replace(self.worker, path=path, kind=kind, cwd=cwd)
+
+
+def passed_env(spec: WorkerSpec) -> dict[str, str] | None:
+    """The variables of the daemon's environment a confined worker is given by name (its policy's
+    ``pass_env``: the user allowed them), read now; None for a worker that is given none."""
+    names = (spec.sandbox or {}).get("pass_env")
+    if not names:
+        return None
+    return {name: os.environ[name] for name in names if name in os.environ}
 
 
 class ModuleRunner:
@@ -131,7 +141,7 @@ class ModuleRunner:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         spawner = self.pool.spawner_for(self.spec)
-        pid, sock = await spawner.spawn(self.spec)
+        pid, sock = await spawner.spawn(self.spec, passed_env(self.spec))
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
@@ -559,7 +569,7 @@ class WorkerPool:
         self.settings = settings
         self.spawner = Spawner(first=first)
         self.net_proxy = NetProxy()  # the one way out of confined workers allowed the network
-        self.confined_spawner = Spawner(net_proxy=self.net_proxy)
+        self.confined_spawner = Spawner(environ=confined_environ, net_proxy=self.net_proxy)
         self.deadlines = Deadlines(self._unanswered)
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}

@@ -36,10 +36,13 @@ child keeps none of its descriptors, runs from
 lost one is exec'd: by then the daemon has threads, which a fork does not copy.
 
 Confined workers (``WorkerSpec.sandbox``) come from a fork server of their own, always exec'd, so that
-a confined worker does not learn where the daemon's code is: the daemon parses what it sends. One
-allowed the network gets a second socket with its spawn request, on which it hands over its proxy
-listener; the spawner gives the daemon's end to the ``NetProxy`` until the worker ends
-(``_hand_over``).
+a confined worker does not learn where the daemon's code is: the daemon parses what it sends. Its
+environment is the allowlisted one (``confined_environ``): a confined worker's memory is a copy of
+its fork server's, so nothing the confined workers may not see (a token of the daemon's, a variable
+one project is allowed) ever enters that process. What one worker is allowed by name goes to it
+alone, over its own channel (``spawn(env=…)``), before anything else. One allowed the network gets
+a second socket with its spawn request, on which it hands over its proxy listener; the spawner
+gives the daemon's end to the ``NetProxy`` until the worker ends (``_hand_over``).
 
 A ``SpawnError`` is never the module's doing: the caller fails what needed the worker, not the module.
 """
@@ -65,11 +68,13 @@ import msgspec
 from atomictools._launch import SEALED_CWD, is_sealed, python_command, sealed_environ
 from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.processes import ForkedChild, stop_process
-from atomictoolsd.workers.protocol import WorkerSpec
+from atomictoolsd.workers.protocol import WorkerSpec, encode_frame
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import STATE, proc_stat
 
-__all__ = ["FORKSERVER_GONE", "EarlyForkServer", "SpawnError", "Spawner", "describe_status", "fork_early"]
+__all__ = [
+    "FORKSERVER_GONE", "EarlyForkServer", "SpawnError", "Spawner", "confined_environ", "describe_status", "fork_early",
+]
 
 log = logging.getLogger("atomictoolsd.workers")
 
@@ -181,6 +186,17 @@ def _close_all_but(keep: set[int]) -> None:
                 pass  # the listing's own descriptor, gone with it
 
 
+def confined_environ() -> dict[str, str]:
+    """The environment of the confined workers' fork server: what a confined worker may see of the
+    daemon's (``sandbox.worker_environ``), and the interpreter's sealed ``PYTHON*`` variables."""
+    from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, once a confined worker is asked for
+    from atomictoolsd.workers.runtime.forkserver import SPAWN_TIMES_ENV  # lazy: imported with the sandbox
+
+    sealed = sealed_environ()
+    kept = {key: value for key, value in sealed.items() if key.startswith("PYTHON") or key == SPAWN_TIMES_ENV}
+    return {**sandbox.worker_environ(sealed), **kept}
+
+
 class SpawnError(Exception):
     """A worker could not be started: the fork server could not fork it, or is gone."""
 
@@ -245,9 +261,11 @@ class Spawner:
         answer_timeout: float = 5.0,
         first: EarlyForkServer | None = None,
         net_proxy: NetProxy | None = None,
+        environ: Callable[[], dict[str, str]] = sealed_environ,
     ) -> None:
         self._loop = loop
         self._net_proxy = net_proxy  # serves the workers allowed the network (confined ones only)
+        self._environ = environ  # the fork servers' environment, made as each one starts
         self._first = first  # forked at start: the first fork server, until it is adopted or closed
         self._start_timeout = start_timeout
         self._answer_timeout = answer_timeout
@@ -309,7 +327,7 @@ class Spawner:
             proc = subprocess.Popen(
                 python_command("atomictoolsd.workers.runtime.forkserver", str(theirs.fileno()), str(os.getpid()), str(alive_w)),
                 cwd=SEALED_CWD,
-                env=sealed_environ(),
+                env=self._environ(),
                 pass_fds=(theirs.fileno(), alive_w),
                 stdin=subprocess.PIPE,  # its EOF tells the fork server that we are gone
                 close_fds=True,
@@ -494,26 +512,37 @@ class Spawner:
         """Drop the bookkeeping of a worker whose end has been handled."""
         self._exits.pop(pid, None)
 
-    async def spawn(self, spec: WorkerSpec) -> tuple[int, socket.socket]:
-        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel.
+    async def spawn(self, spec: WorkerSpec, env: dict[str, str] | None = None) -> tuple[int, socket.socket]:
+        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel. ``env``:
+        variables for this worker alone (a confined one's, allowed by name), sent over its channel
+        ahead of anything else, never through the fork server; it reads them before its module.
 
         Raises:
             SpawnError: no fork server could be started, it could not fork, or two died in turn.
         """
         try:
-            return await self._spawn_on(await self._ensure_started(), spec)
+            return await self._spawn_on(await self._ensure_started(), spec, env)
         except _ForkServerGone:
             pass  # died before it answered, or before we noticed: once more, on a new one
         try:
-            return await self._spawn_on(await self._ensure_started(), spec)
+            return await self._spawn_on(await self._ensure_started(), spec, env)
         except _ForkServerGone as exc:
             raise SpawnError(f"{exc}, twice in a row") from None
 
-    async def _spawn_on(self, server: _ForkServer, spec: WorkerSpec) -> tuple[int, socket.socket]:
+    async def _spawn_on(
+        self, server: _ForkServer, spec: WorkerSpec, env: dict[str, str] | None = None,
+    ) -> tuple[int, socket.socket]:
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as exc:  # out of file descriptors: fail the calls now, not at their timeout
             raise SpawnError(f"cannot open the worker's channel: {_fd_cause(exc)}") from exc
+        if env is not None:
+            try:
+                ours.sendall(encode_frame(env))  # a few bytes into an empty buffer: it never waits
+            except OSError as exc:
+                ours.close()
+                theirs.close()
+                raise SpawnError(f"cannot open the worker's channel: {exc}") from exc
         try:
             handoff = self._handoff_pair(spec)
         except SpawnError:

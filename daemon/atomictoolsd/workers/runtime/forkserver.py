@@ -328,6 +328,7 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
         _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path
         sandbox.warm_up()
         netns.warm_up()  # for the workers allowed the network
+        sandbox.drop_bounding_set()  # as root: once here, not in each worker (it runs no program)
         sandbox.open_shared_rules(_RUNTIME_PATHS)
         _TEMP_BASE.append(tempfile.mkdtemp(prefix="atomictools-sandbox-"))
     spec.runtime_paths = _RUNTIME_PATHS

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -85,6 +86,11 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             send(Failed({"file": spec.path, "line": None, "traceback": "",
                          "message": f"not loaded: its project is trusted with --sandbox, and {exc}"}))
             exit_worker()
+        if spec.sandbox.get("pass_env"):
+            try:
+                os.environ.update(_passed_env(sock))
+            except (OSError, struct.error, msgspec.DecodeError):
+                exit_worker()  # the daemon closed the channel first
     capture_output(send)  # first: what the module prints while it loads is the author's clue
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
@@ -141,6 +147,13 @@ def _isolate_network(spec: WorkerSpec) -> None:
         netns.isolate(spec.net_handoff)
     except OSError as exc:
         raise sandbox.SandboxError(f"its network cannot be isolated: {exc}") from None
+
+
+def _passed_env(sock: socket.socket) -> dict[str, str]:
+    """The variables the daemon sent this worker alone, first on its channel (``Spawner.spawn``):
+    those the user allows a confined worker by name, which never pass through the fork server."""
+    (length,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
+    return msgspec.msgpack.decode(sock.recv(length, socket.MSG_WAITALL), type=dict[str, str])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,8 +8,13 @@ starts, can:
 - read the project, the Python runtime (prefixes, ``sys.path``, the packages of this program), the
   system directories programs need (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/etc``), its own
   ``/proc/PID`` and a few system-wide files of ``/proc``, and a few devices (``/dev/null``, ``/dev/zero``, ``/dev/full``, ``/dev/random``, ``/dev/urandom``);
-- write the project, its private temporary directory (``TMPDIR``) and its spill directory (the full
-  text of truncated results), plus what the user allowed;
+- write the project but what others execute (``PROTECTED``: git's directory and config, agents' and
+  editors' configs, ``.envrc``, the tools dir itself; and the ``.git`` of every submodule the
+  repository's index names), its private temporary directory (``TMPDIR``) and its spill directory
+  (the full text of truncated results), plus what the user allowed. Landlock cannot take an
+  exception out of a writable tree, so a tree holding a protected entry is granted entry by entry
+  (``_add_split``): each other entry written whole, the tree's own directory read only, so that
+  nothing can be created, removed or renamed in it, a protected name that is not there included;
 - not connect or bind TCP (Landlock ABI 4), nor create any socket (seccomp: UDP, raw, netlink, and
   pathname Unix sockets such as the daemon's own); where the user allowed the network, it runs in a
   network namespace of its own (``netns``, set up before this) and may create sockets, but connect
@@ -19,7 +24,9 @@ starts, can:
 - not signal, trace or read the memory of any process outside its own tree (Landlock scoping, ABI
   6, and Landlock's ptrace rule: each worker is a domain of its own), nor reach an abstract Unix
   socket outside it;
-- not gain privileges (``no_new_privs``: set-uid programs run without them).
+- not gain privileges (``no_new_privs``: set-uid programs run without them), nor keep any: a worker
+  of a daemon run as root drops every capability, the bounding set included; not make a file set-uid
+  or set-gid, nor let others write it (``chmod``; seccomp), nor set extended attributes (an ACL).
 
 Rules only ever add up: a module that declares it needs less (``__atomic_sandbox__``) gets a second
 layer on top after its import, never a wider one.
@@ -40,15 +47,19 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from atomictoolsd.workers.runtime.gitindex import submodule_git_dirs
 from atomictoolsd.workers.runtime.netns import PROXY_PORT
 
 __all__ = [
-    "ABI_ENV",
+    "BASE_ENV",
+    "PROTECTED",
     "REQUIRED_ABI",
     "SandboxError",
     "confine",
+    "drop_bounding_set",
     "drop_shared_rules",
     "kernel_abi",
+    "limit_abi",
     "narrow",
     "open_shared_rules",
     "prepare",
@@ -56,9 +67,9 @@ __all__ = [
     "runtime_read_paths",
     "support",
     "warm_up",
+    "worker_environ",
 ]
 
-ABI_ENV = "ATOMICTOOLS_SANDBOX_ABI"  # lowers the ABI the daemon believes in (tests simulate old kernels)
 REQUIRED_ABI = 6  # signal scoping; below it a tool could stop the daemon, so nothing runs
 
 # Landlock (include/uapi/linux/landlock.h); the syscall numbers are the generic ones on every arch.
@@ -96,6 +107,24 @@ PROC_READ = (
 DEVICES_READ = ("/dev/random", "/dev/urandom")
 DEVICES_WRITE = ("/dev/null", "/dev/zero", "/dev/full")
 
+# What others execute, kept read-only in a project (names at its root; compared case-insensitively):
+# git's directory (config: core.fsmonitor, hooks) and its submodule list, the other version
+# controls', the configs that agents and editors run commands from (MCP servers, hooks, tasks run on
+# open), direnv's, the commit hooks' managers, and this program's tools dir. The user adds more
+# (``sandbox_protect``, ``trust --protect``); a repository can take none away.
+PROTECTED = (
+    ".git", ".gitmodules", ".hg", ".jj", ".envrc", ".mcp.json", ".claude", ".gemini", ".codex", ".cursor",
+    ".opencode", ".vscode", ".idea", ".devcontainer", ".husky", ".pre-commit-config.yaml", ".atomic",
+)
+
+# The variables a confined worker takes from the daemon's environment: what programs need to run
+# (where they are, who and where the user is, the locale and the terminal), none that names a
+# secret; and every ``LC_*``. Anything else only by name (``sandbox_allow_env``, ``--allow-env``).
+BASE_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ",
+    "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+})
+
 # seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h), per architecture:
 # (audit arch, socket, socketpair, io_uring_setup, seccomp, first number of another ABI or None,
 #  add_key/request_key/keyctl)
@@ -104,7 +133,30 @@ _ARCHES = {
     "aarch64": (0xC00000B7, 198, 199, 425, 277, None, (217, 218, 219)),
 }
 _AF_UNIX, _SOCK_STREAM = 1, 1
-_EACCES, _EPERM = 13, 1
+_EACCES, _EPERM, _ENOSYS = 13, 1, 38
+
+# Per architecture, the calls that touch a file's mode or attributes (seccomp; Landlock mediates
+# neither): those that set a mode ((number, index of the mode argument)), that create a file with
+# one, that open with flags (the index of the flags; the mode follows), that set or remove extended
+# attributes (an ACL grants as a mode does), and openat2, whose mode the filter cannot see.
+_FILE_CALLS = {
+    "x86_64": {
+        "chmod": ((90, 1), (91, 1), (268, 2), (452, 2)),  # chmod, fchmod, fchmodat, fchmodat2
+        "make": ((85, 1), (133, 1), (259, 2)),  # creat, mknod, mknodat
+        "open": ((2, 1), (257, 2)),  # open, openat
+        "xattr": (188, 189, 190, 197, 198, 199, 463, 466),
+        "openat2": 437,
+    },
+    "aarch64": {
+        "chmod": ((52, 1), (53, 2), (452, 2)),
+        "make": ((33, 2),),
+        "open": ((56, 2),),
+        "xattr": (5, 6, 7, 14, 15, 16, 463, 466),
+        "openat2": 437,
+    },
+}
+_SET_ID, _OTHERS_WRITE = 0o6000, 0o0002
+_O_CREAT, _O_TMPFILE = 0o100, 0o20000000  # the same on both
 
 
 class SandboxError(Exception):
@@ -137,13 +189,29 @@ def kernel_abi() -> int:
         return 0
 
 
-def _abi() -> int:
-    """The ABI to rely on: the kernel's, or less where ``ATOMICTOOLS_SANDBOX_ABI`` says so."""
+# The highest ABI the daemon and the CLI rely on (``sandbox_abi`` of the user's configuration, for
+# testing a lower kernel); -1: the kernel's. A worker is told in its policy (``"abi"``).
+_ABI_LIMIT = [-1]
+
+
+def limit_abi(abi: int) -> None:
+    """Rely on at most Landlock ABI ``abi`` (0: none at all; -1: on what the kernel offers)."""
+    _ABI_LIMIT[0] = abi
+
+
+def _abi(policy: dict[str, Any] | None = None) -> int:
+    """The ABI to rely on: the kernel's, or less where the configuration (``limit_abi``) or a
+    worker's policy says so."""
     abi = kernel_abi()
-    override = os.environ.get(ABI_ENV, "").strip()
-    if override.isdigit():
-        abi = min(abi, int(override))
+    for limit in (_ABI_LIMIT[0], (policy or {}).get("abi", -1)):
+        if limit >= 0:
+            abi = min(abi, int(limit))
     return abi
+
+
+def worker_environ(environ: dict[str, str]) -> dict[str, str]:
+    """What of ``environ`` a confined worker may see (``BASE_ENV``, ``LC_*``)."""
+    return {key: value for key, value in environ.items() if key in BASE_ENV or key.startswith("LC_")}
 
 
 def support() -> dict[str, Any]:
@@ -226,9 +294,10 @@ def _landlock(
 
 def _ruleset(
     abi: int, read: Iterable[str], write: Iterable[str], net: bool, scope: bool = True,
-    opened: Iterable[tuple[int, int]] = (),
+    opened: Iterable[tuple[int, int]] = (), split: dict[str, _Tree] | None = None,
 ) -> int:
-    """A Landlock ruleset (its descriptor) holding these rules; not applied yet."""
+    """A Landlock ruleset (its descriptor) holding these rules; not applied yet. ``split``: the
+    writable trees that hold a protected entry, each granted entry by entry (``_add_split``)."""
     fs = _FS_BY_ABI.get(abi, _FS_ALL_LATEST)
     attr = _RulesetAttr(fs, 0, 0)
     size = 8
@@ -250,6 +319,8 @@ def _ruleset(
             _add_path(ruleset, path, access & fs)
         if net and abi >= 4:
             _add_proxy_port(ruleset)
+        for root, tree in (split or {}).items():
+            _add_split(ruleset, root, tree, fs)
         if opened is _STATIC:
             _add_shared(ruleset, fs)
         else:
@@ -296,6 +367,87 @@ def _add_fd(ruleset: int, fd: int, access: int) -> None:
     rule = _PathBeneath(access, fd)
     _syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
              ctypes.c_uint32(0))
+
+
+# -- protected entries ---------------------------------------------------------------------------
+
+# A writable tree's protected entries as a tree of (case-folded) names: None marks a protected entry,
+# a dict a directory on the way to one. Everything else in the tree is written whole.
+_Tree = dict[str, Any]
+_WHOLE: Any = object()
+
+
+def _writable(write: Iterable[str], project: str | None, protect: Iterable[str]) -> tuple[list[str], dict[str, _Tree]]:
+    """The writable directories ``write``, split: those written whole, and those that hold a
+    protected entry of ``project`` (``protect``, relative to it, and the ``.git`` of each submodule
+    its repository's index lists), each with the tree of what it protects."""
+    if not project:
+        return list(write), {}
+    protected = [os.path.join(project, path) for path in protect] + submodule_git_dirs(project)
+    whole: list[str] = []
+    split: dict[str, _Tree] = {}
+    for root in write:
+        prefix = root.rstrip("/") + "/"
+        inside = [os.path.relpath(path, root) for path in protected if path.startswith(prefix)]
+        if inside:
+            split[root] = _tree(inside)
+        else:
+            whole.append(root)  # outside the project, or a protected entry the user allowed by name
+    return whole, split
+
+
+def _tree(paths: Iterable[str]) -> _Tree:
+    tree: _Tree = {}
+    for path in paths:
+        parts = [part.casefold() for part in path.split("/") if part not in ("", ".")]
+        if not parts or ".." in parts:
+            continue
+        node: _Tree | None = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if node is None:
+                break  # beneath an entry protected whole
+        else:
+            node[parts[-1]] = None
+    return tree
+
+
+def _add_split(ruleset: int, root: str, tree: _Tree, fs: int) -> None:
+    """Grant the entries of ``root`` one by one: each written whole but those ``tree`` protects and
+    the directories on the way to them, whose entries are granted so in turn. ``root`` itself and
+    those directories are not written (their rules are read rules above them): nothing can be
+    created, removed or renamed there, so no protected name can be made, nor an entry moved over one.
+    A symlink is not followed: its target is not granted."""
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _add_entries(ruleset, fd, tree, fs)
+    finally:
+        os.close(fd)
+
+
+def _add_entries(ruleset: int, directory: int, tree: _Tree, fs: int) -> None:
+    for name in os.listdir(directory):
+        below = tree.get(name.casefold(), _WHOLE)
+        if below is None:
+            continue  # protected: read, as what is above it
+        flags = os.O_PATH if below is _WHOLE else os.O_RDONLY | os.O_DIRECTORY
+        try:
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+        except OSError:
+            continue  # gone, or a symlink on the way to a protected entry
+        try:
+            mode = os.fstat(fd).st_mode
+            if below is not _WHOLE:
+                _add_entries(ruleset, fd, below, fs)
+            elif stat.S_ISDIR(mode):
+                _add_fd(ruleset, fd, (_READ | _WRITE) & fs)
+            elif stat.S_ISREG(mode):
+                _add_fd(ruleset, fd, (_READ | _WRITE) & _FILE_ONLY & fs)
+        finally:
+            os.close(fd)
 
 
 # The rules every confined worker shares (system dirs, devices, the runtime), opened once by the fork
@@ -413,6 +565,7 @@ def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
         (_JEQ, "deny", 0, sys_io_uring),
         (_JEQ, "socket", 0, sys_socket),
         (_JEQ, "socketpair", 0, sys_socketpair),
+        *_file_dispatch(),
         (_RET, 0, 0, _ALLOW),
         ("socket",),  # type: ignore[list-item]
     ]
@@ -427,6 +580,7 @@ def _seccomp_program(net: bool) -> list[tuple[int, int | str, int | str, int]]:
         (_LD_W_ABS, 0, 0, 16), (_JEQ, 0, "refuse", _AF_UNIX),
         (_LD_W_ABS, 0, 0, 24), (_AND, 0, 0, 0xF), (_JEQ, 0, "refuse", _SOCK_STREAM),
         (_RET, 0, 0, _ALLOW),
+        *_file_checks(),
         ("refuse",),  # type: ignore[list-item]
         (_RET, 0, 0, _ERRNO | _EACCES),
         ("deny",),  # type: ignore[list-item]
@@ -466,6 +620,43 @@ def _namespace_verdicts() -> list[tuple[Any, ...]]:
         (_RET, 0, 0, _ERRNO | _EPERM),
         ("clone3",),
         (_RET, 0, 0, _ERRNO | _ENOSYS),
+    ]
+
+
+def _file_dispatch() -> list[Any]:
+    """The file calls the filter looks at (``_FILE_CALLS``), each sent to its check."""
+    calls = _FILE_CALLS[os.uname().machine]
+    return [
+        *[(_JEQ, f"chmod{arg}", 0, number) for number, arg in calls["chmod"]],
+        *[(_JEQ, f"make{arg}", 0, number) for number, arg in calls["make"]],
+        *[(_JEQ, f"open{arg}", 0, number) for number, arg in calls["open"]],
+        *[(_JEQ, "deny", 0, number) for number in calls["xattr"]],
+        (_JEQ, "nosys", 0, calls["openat2"]),  # ENOSYS: callers fall back on openat, which is checked
+    ]
+
+
+def _file_checks() -> list[Any]:
+    """What a confined tool may not do to a file's mode, whichever file (Landlock does not mediate
+    it): make it set-uid or set-gid (anyone who runs it would run as the user, outside the sandbox),
+    nor, by ``chmod``, writable by every user (a protected entry handed to anyone)."""
+
+    def arg(index: int) -> tuple[int, int, int, int]:
+        return (_LD_W_ABS, 0, 0, 16 + 8 * index)  # seccomp_data.args[index], its low 32 bits (little-endian)
+
+    always = "chmod_mode"
+    return [
+        ("chmod1",), arg(1), (_JEQ, always, always, 0),
+        ("chmod2",), arg(2), (_JEQ, always, always, 0),
+        (always,), (_AND, 0, 0, _SET_ID | _OTHERS_WRITE), (_JEQ, "allowed", "deny", 0),
+        # Opening creates a file only with O_CREAT or O_TMPFILE: only then is its mode looked at.
+        ("open1",), arg(1), (_AND, 0, 0, _O_CREAT | _O_TMPFILE), (_JEQ, "allowed", "make2", 0),
+        ("open2",), arg(2), (_AND, 0, 0, _O_CREAT | _O_TMPFILE), (_JEQ, "allowed", "make3", 0),
+        ("make1",), arg(1), (_JEQ, "new_mode", "new_mode", 0),
+        ("make2",), arg(2), (_JEQ, "new_mode", "new_mode", 0),
+        ("make3",), arg(3), (_JEQ, "new_mode", "new_mode", 0),
+        ("new_mode",), (_AND, 0, 0, _SET_ID), (_JEQ, "allowed", "deny", 0),
+        ("allowed",), (_RET, 0, 0, _ALLOW),
+        ("nosys",), (_RET, 0, 0, _ERRNO | _ENOSYS),
     ]
 
 
@@ -515,9 +706,12 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
     of it cannot be applied.
 
     Args:
-        policy: ``{"read": [dirs], "write": [dirs], "net": bool}`` from the daemon (the project root
-            is in both lists; the user's widening is in them too), and ``"env"``: variables the
-            daemon tells the worker (a built-in's project trust, which it cannot read itself).
+        policy: from the daemon: ``"read"`` and ``"write"``, the directories (and files) it reads and
+            writes, the user's widening included; ``"project"``, the project root (written but for
+            its protected entries, ``"protect"``, relative to it); ``"net"``; ``"env"``, variables
+            the daemon tells it (a built-in's project trust, which it cannot read itself);
+            ``"gitconfig"``, the text of the git configuration it gets (``GIT_CONFIG_GLOBAL``), and
+            ``"abi"``, the highest Landlock ABI to rely on, where the user's configuration says so.
         runtime: the Python runtime's paths (``runtime_read_paths`` of the fork server).
         temp_dir: the worker's private temporary directory; it becomes ``TMPDIR``.
         spill_dir: where this worker may write the full text of truncated results.
@@ -536,21 +730,27 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
             prepared.close()
             drop_shared_rules()  # this worker's copies; the fork server keeps its own
         return
-    abi = _abi()
+    abi = _abi(policy)
     if abi < REQUIRED_ABI or os.uname().machine not in _ARCHES:
         raise SandboxError(support()["reason"] or "the sandbox is not available")
     if len(os.listdir("/proc/self/task")) != 1:
         # Landlock binds the calling thread only: a thread started before would stay free.
         raise SandboxError("a worker must be confined before it starts a thread")
-    os.environ.update(policy.get("env") or {})
-    os.environ["TMPDIR"] = temp_dir
-    import tempfile  # noqa: PLC0415 - already imported in the fork server; the cache must forget /tmp
-
-    tempfile.tempdir = None
-    runtime = list(runtime)
-    read, write = _rules(policy, runtime, temp_dir, spill_dir, f"/proc/{os.getpid()}")  # its own /proc/self only
     try:
-        _landlock(abi, read, write, bool(policy.get("net")), opened=_STATIC if _STATIC_FOR == runtime else ())
+        os.environ.update(_worker_env(policy, temp_dir))
+        import tempfile  # noqa: PLC0415 - already imported in the fork server; the cache must forget /tmp
+
+        tempfile.tempdir = None
+        runtime = list(runtime)
+        read, write, split = _rules(policy, runtime, temp_dir, spill_dir, f"/proc/{os.getpid()}")  # its own /proc/self only
+        ruleset = _ruleset(abi, read, write, bool(policy.get("net")),
+                           opened=_STATIC if _STATIC_FOR == runtime else (), split=split)
+        try:
+            if _capabilities_held():
+                _drop_capabilities()
+            _restrict(ruleset)
+        finally:
+            os.close(ruleset)
         _seccomp(bool(policy.get("net")))
     except OSError as exc:
         raise SandboxError(f"cannot confine the worker: {exc}") from None
@@ -560,15 +760,105 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
 
 def _rules(
     policy: dict[str, Any], runtime: list[str], temp_dir: str, spill_dir: str, *extra_read: str,
-) -> tuple[list[str], list[str]]:
-    """The paths a confined worker reads and writes, but for the shared rules the fork server opened
+) -> tuple[list[str], list[str], dict[str, _Tree]]:
+    """The paths a confined worker reads and writes whole, and the writable trees it is granted entry
+    by entry (``_writable``), but for the shared rules the fork server opened
     (``open_shared_rules``) when they are open for this runtime."""
     read = [*extra_read, *policy.get("read", ())]
-    write = [temp_dir, spill_dir, *policy.get("write", ())]
+    whole, split = _writable(policy.get("write", ()), policy.get("project"), policy.get("protect", ()))
+    write = [temp_dir, spill_dir, *whole]
     if not (_STATIC and _STATIC_FOR == runtime):
         read += [*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime]
         write += DEVICES_WRITE
-    return read, write
+    return read, write, split
+
+
+def _worker_env(policy: dict[str, Any], temp_dir: str) -> dict[str, str]:
+    """The variables a confined worker gets beyond the fork server's own: the policy's, ``TMPDIR``,
+    and ``GIT_CONFIG_GLOBAL`` naming the copy of the user's git configuration it is given (written
+    into its temporary directory), so that git reads neither the user's own (credentials, which it
+    could not read anyway) nor fails on it."""
+    env = {**(policy.get("env") or {}), "TMPDIR": temp_dir}
+    text = policy.get("gitconfig")
+    if text is not None:
+        path = os.path.join(temp_dir, "gitconfig")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            with open(fd, "wb", closefd=False) as f:
+                f.write(str(text).encode())
+        finally:
+            os.close(fd)
+        env["GIT_CONFIG_GLOBAL"] = path
+    return env
+
+
+# -- capabilities --------------------------------------------------------------------------------
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_CAPABILITY_VERSION_3 = 0x20080522
+_PR_CAPBSET_DROP = 24
+_EINVAL = 22
+
+
+@functools.cache
+def _capabilities_held() -> bool:
+    """Whether this process holds any capability (it runs as root): its workers drop them all."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except OSError:
+        return True  # unknown: drop them, if any
+    return any(int(fields.get(name, "0").strip() or "0", 16) for name in ("CapInh", "CapPrm", "CapEff", "CapAmb"))
+
+
+@functools.cache
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+_BOUNDING_DROPPED: list[bool] = []
+
+
+def drop_bounding_set() -> None:
+    """Empty this process's capability bounding set, where it holds capabilities (a daemon run as
+    root): no program it or a process it forks runs later gains one, set-uid root or run as root.
+    The confined workers' fork server does it once (it runs no program), so that each worker has
+    only its own sets to drop (``_drop_capabilities``): a system call per capability is ~40."""
+    if not _capabilities_held() or _BOUNDING_DROPPED:
+        return
+    libc = _libc()
+    for capability in range(_last_capability() + 1):
+        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() != _EINVAL:
+            raise OSError(ctypes.get_errno(), f"cannot drop capability {capability} from the bounding set")
+    _BOUNDING_DROPPED.append(True)
+
+
+@functools.cache
+def _capset() -> tuple[Any, ...]:
+    """``capset``'s arguments that drop every capability of the calling thread (the ambient ones
+    go with the permitted), made once."""
+    return (_libc().capset, ctypes.byref(_CapHeader(_CAPABILITY_VERSION_3, 0)), ctypes.byref((_CapData * 2)()))
+
+
+def _drop_capabilities(capset: tuple[Any, ...] | None = None) -> None:
+    """Drop every capability for good: the bounding set (``drop_bounding_set``, if the fork server
+    has not), then the permitted, effective, inheritable and ambient sets."""
+    drop_bounding_set()
+    function, *arguments = capset or _capset()
+    if function(*arguments) != 0:
+        raise OSError(ctypes.get_errno(), "cannot drop the capabilities")
 
 
 class _Prepared:
@@ -578,7 +868,8 @@ class _Prepared:
 
     After the fork, each first touch of a page of the worker's memory copies it (measured on this
     machine: a first ctypes call ~150 µs there, ~2 µs again); so the worker runs as little Python as
-    it can: its own rule, no_new_privs, restrict_self, the seccomp filter.
+    it can: its own rule, no_new_privs, restrict_self, the seccomp filter (and, as root, dropping
+    its capabilities).
     """
 
     def __init__(self, ruleset: int, abi: int, policy: dict[str, Any], temp_dir: str) -> None:
@@ -588,6 +879,7 @@ class _Prepared:
         self.syscall = libc.syscall
         self.prctl = libc.prctl
         self.ruleset = ruleset
+        self.capset = _capset() if _capabilities_held() else None
         self.rule = _PathBeneath(_READ & _FS_BY_ABI.get(abi, _FS_ALL_LATEST), -1)
         self.add_rule = (ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
                          ctypes.byref(self.rule), ctypes.c_uint32(0))
@@ -595,7 +887,7 @@ class _Prepared:
         _filters, prog = _filter(bool(policy.get("net")))
         self.seccomp = (ctypes.c_long(_ARCHES[os.uname().machine][4]), ctypes.c_uint(1), ctypes.c_uint(1),
                         ctypes.byref(prog))
-        env = {**(policy.get("env") or {}), "TMPDIR": temp_dir}
+        env = _worker_env(policy, temp_dir)
         self.saved_env = {name: os.environ.get(name) for name in env}
         self.saved_tempdir = tempfile.tempdir
         os.environ.update(env)  # the worker inherits it; the fork server puts its own back (close)
@@ -609,6 +901,8 @@ class _Prepared:
             self._call(self.syscall(*self.add_rule))
         finally:
             os.close(fd)
+        if self.capset is not None:
+            _drop_capabilities(self.capset)
         if self.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise SandboxError(f"cannot set no_new_privs: {os.strerror(ctypes.get_errno())}")
         self._call(self.syscall(*self.restrict))
@@ -647,15 +941,19 @@ def prepare(policy: dict[str, Any], runtime: list[str], temp_dir: str, spill_dir
     ``forget_prepared`` once forked. Where it cannot be made here, the worker makes it itself (and
     says why it cannot, if it cannot either)."""
     forget_prepared()
-    abi = _abi()
+    abi = _abi(policy)
     if abi < REQUIRED_ABI or os.uname().machine not in _ARCHES:
         return
     try:
-        ruleset = _ruleset(abi, *_rules(policy, runtime, temp_dir, spill_dir), bool(policy.get("net")),
-                           opened=_STATIC if _STATIC_FOR == runtime else ())
+        read, write, split = _rules(policy, runtime, temp_dir, spill_dir)
+        ruleset = _ruleset(abi, read, write, bool(policy.get("net")),
+                           opened=_STATIC if _STATIC_FOR == runtime else (), split=split)
     except OSError:
         return
-    _PREPARED[(id(policy), temp_dir, spill_dir)] = _Prepared(ruleset, abi, policy, temp_dir)
+    try:
+        _PREPARED[(id(policy), temp_dir, spill_dir)] = _Prepared(ruleset, abi, policy, temp_dir)
+    except OSError:
+        os.close(ruleset)  # the worker tries itself, and says what keeps it from it
 
 
 def forget_prepared() -> None:
@@ -683,7 +981,7 @@ def narrow(declared: Any, policy: dict[str, Any], temp_dir: str, spill_dir: str)
         everything = ["/"]
         write = [*DEVICES_WRITE, temp_dir, spill_dir] if no_write else ["/"]
         try:
-            _landlock(_abi(), everything, write, net=not no_net, scope=False)
+            _landlock(_abi(policy), everything, write, net=not no_net, scope=False)
             if no_net:
                 _seccomp(False)
         except OSError as exc:

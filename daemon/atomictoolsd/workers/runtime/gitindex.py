@@ -1,0 +1,153 @@
+"""The submodules a git repository's index lists, read without running git: their ``.git`` stays
+read-only to a confined worker (``sandbox``), as ``git status`` in the repository runs git in each
+one checked out, with its ``.git``'s config.
+
+A small reader of git's index format (versions 2 to 4, SHA-1 and SHA-256; git's
+``Documentation/gitformat-index.txt``): it walks the entries for their mode and path, and nothing
+else. What it cannot read lists no submodule. Standard library only: it runs in the confined
+workers' fork server.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+
+__all__ = ["gitlinks", "submodule_git_dirs"]
+
+# Per index file: its identity and the submodules it lists. Read again only once it changed.
+_SUBMODULES: dict[str, tuple[tuple[int, ...], list[str]]] = {}
+_GITLINK = 0o160000
+_MAX_REPOSITORIES = 64  # submodules of submodules, each with an index of its own
+
+
+def submodule_git_dirs(project: str) -> list[str]:
+    """The ``.git`` of each submodule that the index of ``project``'s repository lists, there or
+    not, and of theirs in turn: ``git status`` runs git in each one checked out, with its
+    ``.git``'s config (core.fsmonitor)."""
+    found = _repository_of(project)
+    git_dirs: list[str] = []
+    pending = [found] if found is not None else []
+    seen: set[str] = set()
+    while pending and len(seen) < _MAX_REPOSITORIES:
+        worktree, index = pending.pop()
+        if index in seen:
+            continue
+        seen.add(index)
+        for path in _listed_gitlinks(index):
+            submodule = os.path.join(worktree, path)
+            git_dirs.append(os.path.join(submodule, ".git"))
+            inner = _index_of(submodule)
+            if inner is not None:
+                pending.append((submodule, inner))
+    return git_dirs
+
+
+def _listed_gitlinks(index: str) -> list[str]:
+    try:
+        info = os.stat(index)
+    except OSError:
+        return []
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    cached = _SUBMODULES.get(index)
+    if cached is None or cached[0] != key:
+        cached = _SUBMODULES[index] = (key, gitlinks(index))
+    return cached[1]
+
+
+def _repository_of(directory: str) -> tuple[str, str] | None:
+    """The work tree and the index file of the git repository holding ``directory``, found as git
+    finds it (the nearest ``.git``); None when there is none."""
+    while True:
+        index = _index_of(directory)
+        if index is not None:
+            return directory, index
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return None
+        directory = parent
+
+
+def _index_of(directory: str) -> str | None:
+    """The index file of the repository whose ``.git`` is in ``directory`` (a directory, or a file
+    naming one: a worktree's, a submodule's); None when it has none."""
+    dot_git = os.path.join(directory, ".git")
+    try:
+        info = os.stat(dot_git)
+    except OSError:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return os.path.join(dot_git, "index")
+    try:
+        with open(dot_git, "rb") as f:
+            line = f.read(4096).split(b"\n", 1)[0]
+    except OSError:
+        return None
+    if not line.startswith(b"gitdir:"):
+        return None
+    return os.path.join(directory, os.fsdecode(line[7:].strip()), "index")
+
+
+def gitlinks(index: str) -> list[str]:
+    """The paths of the submodules (gitlinks) a git index file lists; [] when it cannot be read."""
+    try:
+        with open(index, "rb") as f:
+            data = f.read()
+    except OSError:
+        return []
+    # Each entry holds its mode in 4 bytes: an index without a gitlink's (most) needs no parsing.
+    if data[:4] != b"DIRC" or b"\x00\x00\xe0\x00" not in data:
+        return []
+    version, count = struct.unpack_from(">II", data, 4)
+    for hash_size in (20, 32):  # SHA-1, SHA-256: the wrong one fails the first entry's checks
+        try:
+            return _index_gitlinks(data, version, count, hash_size)
+        except (ValueError, IndexError):
+            continue
+    return []
+
+
+def _index_gitlinks(data: bytes, version: int, count: int, hash_size: int) -> list[str]:
+    """Walk the entries of an index (git's index-format.txt, versions 2 to 4)."""
+    if version not in (2, 3, 4):
+        raise ValueError(f"index version {version}")
+    fixed = 40 + hash_size + 2  # stat data and mode, the object's hash, the flags
+    links: list[str] = []
+    previous = b""
+    pos = 12
+    for _ in range(count):
+        mode = int.from_bytes(data[pos + 24:pos + 28], "big")
+        flags = int.from_bytes(data[pos + fixed - 2:pos + fixed], "big")
+        start = pos + fixed + (2 if version >= 3 and flags & 0x4000 else 0)
+        if version == 4:
+            strip, start = _varint(data, start)
+            end = data.index(b"\0", start)
+            if strip > len(previous):
+                raise ValueError("bad path prefix")
+            path = previous[:len(previous) - strip] + data[start:end]
+            pos = end + 1
+        else:
+            end = data.index(b"\0", start)
+            path = data[start:end]
+            pos += (end - pos + 8) & ~7
+            if pos > len(data) or data[end:pos].strip(b"\0"):
+                raise ValueError("bad padding")
+        if not path or flags & 0xFFF != min(len(path), 0xFFF):
+            raise ValueError("bad path length")
+        if mode & 0o170000 == _GITLINK:
+            links.append(os.fsdecode(path))
+        previous = path
+    return links
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """git's offset varint (an index v4 entry's prefix length): its value and where it ends."""
+    byte = data[pos]
+    value = byte & 0x7F
+    pos += 1
+    while byte & 0x80:
+        byte = data[pos]
+        value = ((value + 1) << 7) | (byte & 0x7F)
+        pos += 1
+    return value, pos
