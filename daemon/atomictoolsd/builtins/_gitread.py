@@ -145,10 +145,11 @@ def _diff(repo: pygit2.Repository, index: pygit2.Index, prefix: str, *, staged: 
     with StrArray([prefix] if prefix else []) as pathspec:
         pathspec.assign_to(options.pathspec)
         if staged:
+            head = None if repo.head_is_unborn else repo.head.peel(pygit2.Tree)  # alive until the diff is made
             tree = ffi.NULL
-            if not repo.head_is_unborn:
+            if head is not None:
                 pointer = ffi.new("git_tree **")
-                ffi.buffer(pointer)[:] = repo.head.peel(pygit2.Tree)._pointer[:]
+                ffi.buffer(pointer)[:] = head._pointer[:]
                 tree = pointer[0]
             check_error(C.git_diff_tree_to_index(out, repo._repo, tree, index._index, options))
         else:
