@@ -22,7 +22,6 @@ import os
 import pty
 import re
 import shlex
-import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -59,14 +58,23 @@ def git(repo: Path, *args: str, check: bool = True, **kwargs: Any) -> subprocess
 
 
 class Traps:
-    """Programs that say they ran: ``path(name)`` is one (an executable script), ``ran()`` the
-    names of those that did."""
+    """Programs that say they ran: ``path(name)`` makes one (an executable script) in ``self.dir``,
+    ``ran()`` names those that did.
+
+    A hostile repository ships its programs itself: ``inside(repo)`` puts the next ones in its
+    ``.git``, where a worker confined to the project may run them too (elsewhere the kernel would
+    refuse to execute them, and the test would prove nothing confined)."""
 
     def __init__(self, root: Path) -> None:
         self.dir = root / "traps"
         self.markers = root / "markers"
         self.dir.mkdir()
         self.markers.mkdir()
+
+    def inside(self, repo: Path) -> Traps:
+        self.dir = repo / ".git" / "traps"
+        self.dir.mkdir(exist_ok=True)
+        return self
 
     def path(self, name: str) -> str:
         script = self.dir / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
@@ -206,6 +214,7 @@ VARIANTS: dict[str, tuple[Callable[..., None], tuple[str, ...]]] = {
 def plant(root: Path, name: str, traps: Traps, http_url: str) -> Path:
     planter, _ = VARIANTS[name]
     repo = changed_repository(root / re.sub(r"[^A-Za-z0-9]+", "-", name), missing=getattr(planter, "missing", False))
+    traps.inside(repo)
     if "insteadOf" in name:  # the key names the trap itself
         git(repo, "config", f"url.ext::{traps.path('insteadof-ext')} %S.insteadOf", "https://git.example.invalid/")
         git(repo, "config", "protocol.ext.allow", "always")
@@ -329,6 +338,7 @@ def test_every_command_key_of_the_installed_git_is_planted_and_none_runs(  # typ
             "diff.trap.textconv", "filter.trap.process", "core.gitproxy"} <= {k.lower() for k in keys}, keys
     traps = Traps(builtin_env.root)
     repo = changed_repository(builtin_env.root / "every-key", missing=True)
+    traps.inside(repo)
     (repo / ".git" / "info" / "attributes").write_text("* filter=trap diff=trap merge=trap\n")
     git(repo, "config", "remote.origin.url", "/nonexistent/origin.git")
     for key in keys:
@@ -368,6 +378,7 @@ def _leaky_repositories(root: Path, home: Path, traps: Traps) -> dict[str, Path]
     with open(make("bad config") / ".git" / "config", "a") as f:
         f.write("[broken\n\tkey = value\n")
     uploadpack = changed_repository(root / "uploadpack-prints-env", missing=True)
+    traps.inside(uploadpack)
     git(uploadpack, "config", "remote.origin.url", "/nonexistent/origin.git")
     git(uploadpack, "config", "remote.origin.uploadpack", f"cat {secret}; {traps.path('uploadpack-env')}")
     repos["uploadpack prints the environment and a home file"] = uploadpack
@@ -405,21 +416,23 @@ def test_errors_carry_neither_the_environment_nor_your_files(  # type: ignore[no
 
 @pytest.mark.parametrize("abi", ABIS)
 def test_the_builtins_never_run_git(builtin_env: Env, make_daemon, abi: str | None) -> None:  # type: ignore[no-untyped-def]
-    """A ``git`` first on the daemon's PATH logs every run: the git tools' calls run none. (The
-    daemon reads your own git config files with ``git config --file`` to confine a project's
-    built-ins; that reads one named file of yours and runs nothing else.)"""
-    real = shutil.which("git")
-    assert real
-    bin_dir = builtin_env.root / "bin"
+    """A ``git`` first on the daemon's PATH, in the project (where a confined worker may run it
+    too), logs each run where it can and fails saying so: the git tools run it never. (The daemon
+    reads your own git config files with ``git config --file`` to confine a project's built-ins;
+    that reads one named file of yours and nothing of a repository.)"""
+    repo = changed_repository(builtin_env.project, missing=False)
+    bin_dir = repo / ".git" / "bin"
     bin_dir.mkdir()
     log = builtin_env.root / "git-runs"
-    (bin_dir / "git").write_text(f'#!/bin/sh\necho "$PWD: $*" >> {shlex.quote(str(log))}\nexec {shlex.quote(real)} "$@"\n')
+    (bin_dir / "git").write_text(
+        f'#!/bin/sh\necho "$PWD: $*" >> {shlex.quote(str(log))} 2>/dev/null\necho "THE-GIT-BINARY-RAN" >&2\nexit 1\n'
+    )
     (bin_dir / "git").chmod(0o755)
-    repo = changed_repository(builtin_env.project, missing=False)
     (builtin_env.home / ".gitconfig").write_text("[core]\n\tquotepath = true\n")
     daemon = daemon_for(make_daemon, abi, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     answers = call_all(daemon, repo)
     assert "M  staged.txt" in answers["git-status "], answers
+    assert not [text for text in answers.values() if "THE-GIT-BINARY-RAN" in text], answers
     runs = log.read_text().splitlines() if log.exists() else []
     assert [run for run in runs if " config --file " not in run] == [], runs
 
