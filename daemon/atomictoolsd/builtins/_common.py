@@ -8,9 +8,10 @@ everything in a repository is taken as hostile:
   (hooks, filter drivers, fsmonitor, an external diff, textconv, a pager, and the transport of a
   partial clone's lazy fetch: ``remote.<name>.uploadpack``, ``core.sshCommand``, ``ext::`` URLs),
   and a list of keys to switch off never keeps up with git. The repository is read with libgit2,
-  which runs none of them and fetches nothing, in a process of its own (``_gitread``, the repository
-  reader), started from ``/`` in an environment that holds nothing of the daemon's: no token, no
-  variable of yours but the ones saying where your git configuration is (``git_config_files``).
+  which runs none of them and fetches nothing, each reading in a process of its own, forked by the
+  repository reader's server (``_gitreader``, ``_gitread``), which was started from ``/`` in an
+  environment that holds nothing of the daemon's: no token, no variable of yours. The request says
+  where your git configuration is (``git_config_files``).
 - **Where it looks.** The reader finds the repository without git's help and refuses one that
   leads outside itself (``_gitcheck``); its answer, errors included, holds nothing it read outside.
 - **Hangs.** Whatever still blocks the reader (a FIFO where a ``.gitignore`` is read, a huge index)
@@ -21,7 +22,7 @@ everything in a repository is taken as hostile:
   Each project runs at most ``PER_PROJECT`` readings at once; more wait for their own project's
   turn (within their deadline), never for another project's.
 
-This module must never start the reader without ``GitCall.read`` (the deadline, the bare environment).
+This module must never read a repository but through ``GitCall.read`` (the turn, the deadline).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -37,14 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from atomictools import Context, ToolError
-from atomictools._launch import SEALED_CWD, python_command, sealed_environ
+from atomictoolsd.builtins._gitreader import ReaderGone, read
 from atomictoolsd.config.discovery import project_root, within
 
 __all__ = [
     "GIT_TIMEOUT",
     "MAX_READ_BYTES",
     "PER_PROJECT",
-    "READER",
     "GitCall",
     "NotARepository",
     "git_call",
@@ -60,9 +59,6 @@ GIT_TIMEOUT = 10.0
 PER_PROJECT = 4
 """Readings of one project that run at once; more wait their turn."""
 MAX_READ_BYTES = 1024 * 1024
-READER = "atomictoolsd.builtins._gitread"
-"""The repository reader's module (run as ``python -P -m``)."""
-MAX_ANSWER = 64 * 1024 * 1024  # a reader that says more is not believed
 
 
 def home() -> Path:
@@ -105,12 +101,6 @@ def git_config_files(environ: Mapping[str, str] | None = None) -> dict[str, Any]
     if environ.get("GIT_CONFIG_NOSYSTEM", "").lower() not in ("1", "true", "yes", "on"):
         files.append([environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig", "system"])
     return {"home": str(you), "xdg": "" if chosen else str(xdg), "files": files}
-
-
-def reader_environ() -> dict[str, str]:
-    """The reader's whole environment: how to find this program's code, nothing else of the
-    worker's (no token, no ``GIT_*``, no ``HOME``: the request says where your config is)."""
-    return {key: value for key, value in sealed_environ().items() if key.startswith("PYTHON")}
 
 
 _turns: dict[Path, asyncio.Semaphore] = {}
@@ -159,36 +149,17 @@ class GitCall:
         if left <= 0:
             raise self._late()
         try:
-            process = await asyncio.create_subprocess_exec(
-                *python_command(READER),
-                cwd=SEALED_CWD, env=reader_environ(), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: a deadline ends it and all it started
-            )
-        except OSError as exc:
-            raise ToolError(f"{self.what}: cannot start the repository reader ({exc.strerror or exc})") from None
+            said = await read(request, left)
+        except ReaderGone as exc:
+            raise ToolError(f"{self.what}: {exc}") from None
+        if said is None:
+            raise self._late()
         try:
-            stdout, _ = await asyncio.wait_for(process.communicate(request), left)
-        except TimeoutError:
-            raise self._late() from None
-        finally:
-            if process.returncode is None:  # late, or the call was cancelled
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await process.wait()
-        return self._answer(process.returncode, stdout)
-
-    def _answer(self, returncode: int | None, stdout: bytes) -> dict[str, Any]:
-        """The reader's answer; never its raw output when it failed (it says nothing of ours)."""
-        try:
-            answer = json.loads(stdout) if returncode == 0 and len(stdout) <= MAX_ANSWER else None
+            answer = json.loads(said)
         except ValueError:
             answer = None
-        if not isinstance(answer, dict):
-            how = f"was killed by signal {-returncode}" if returncode and returncode < 0 else f"exited with {returncode}"
-            raise ToolError(f"{self.what}: the repository reader {how} without an answer")
+        if not isinstance(answer, dict):  # never its raw output: it says nothing of ours
+            raise ToolError(f"{self.what}: the repository reader ended without an answer")
         return answer
 
     def _late(self) -> ToolError:

@@ -1,10 +1,16 @@
 """The repository reader: what the git built-ins learn of a repository, read with libgit2 (through
-pygit2) in a short-lived process of its own.
+pygit2), each reading in a short-lived process of its own.
 
-Started by ``_common.GitCall.read`` as ``python -P -m atomictoolsd.builtins._gitread`` from ``/``,
-in an environment that holds nothing of the daemon's (this program's own ``PYTHONPATH`` at most):
-one JSON request on stdin, one JSON answer on stdout, then it exits. Its caller kills its process
-group at the call's deadline, so a FIFO, a device or an enormous index costs this process only.
+Its server runs as ``python -P -m atomictoolsd.builtins._gitread --serve FD``, started by the
+worker (``_gitreader``) from ``/`` in an environment that holds nothing of the daemon's (this
+program's own ``PYTHONPATH`` at most). It imports pygit2 once and reads no repository itself: for
+each request it forks a child, which leads a session of its own, answers and exits. On the stream
+socket ``FD``, the worker sends a request (4 bytes of length, then JSON) with the write end of a
+pipe attached to its first byte; the server answers the child's pid (4 bytes), in order; the child
+writes its JSON answer to the pipe. The worker kills the child's process group at the call's
+deadline, so a FIFO, a device or an enormous index costs that child only. End of file on ``FD``
+(the worker is gone) ends the server. Without ``--serve`` it answers the one request on stdin on
+stdout (a person debugging, or a test).
 
 Why libgit2: it runs no program at all. No hooks, no fsmonitor, no filter drivers (only its
 built-in end-of-line and ident filters), no external diff or textconv, no pager, no credential
@@ -27,6 +33,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -336,14 +344,55 @@ def _failure(exc: BaseException, request: dict[str, Any]) -> dict[str, Any]:
     return {"error": f"libgit2 could not read the repository{detail}{hint}", "kind": "git"}
 
 
-def main() -> None:
-    request: dict[str, Any] = {}
+def _reply(request: bytes) -> bytes:
+    parsed: dict[str, Any] = {}
     try:
-        request = json.loads(sys.stdin.buffer.read(MAX_REQUEST))
-        reply = answer(request)
+        parsed = json.loads(request)
+        reply = answer(parsed)
     except Exception as exc:  # noqa: BLE001 - every failure is an answer, in our words
-        reply = _failure(exc, request)
-    sys.stdout.buffer.write(json.dumps(reply).encode())
+        reply = _failure(exc, parsed)
+    return json.dumps(reply).encode()
+
+
+def _child(request: bytes, out: int) -> None:
+    """In a forked child: a session of its own (the deadline kills its group), the answer, exit."""
+    try:
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        reply = memoryview(_reply(request))
+        while reply:
+            reply = reply[os.write(out, reply):]
+    finally:
+        os._exit(0)
+
+
+def serve(control: socket.socket) -> None:
+    """Fork a child for each request on ``control`` until it closes (see the module)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the children reap themselves
+    pending = b""
+    outs: list[int] = []
+    while True:
+        data, fds, _, _ = socket.recv_fds(control, 1 << 16, 8)
+        if not data:
+            return
+        pending += data
+        outs += fds
+        while len(pending) >= 4 and len(pending) >= 4 + (size := int.from_bytes(pending[:4], "big")):
+            request, pending = pending[4:4 + size], pending[4 + size:]
+            out = outs.pop(0)
+            pid = os.fork()
+            if pid == 0:
+                control.close()
+                _child(request, out)
+            os.close(out)
+            control.sendall(pid.to_bytes(4, "big"))
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(socket.socket(fileno=int(sys.argv[2])))
+        return
+    sys.stdout.buffer.write(_reply(sys.stdin.buffer.read(MAX_REQUEST)))
     sys.stdout.buffer.flush()
 
 
