@@ -435,6 +435,11 @@ def test_the_builtins_never_run_git(builtin_env: Env, make_daemon, abi: str | No
     assert not [text for text in answers.values() if "THE-GIT-BINARY-RAN" in text], answers
     runs = log.read_text().splitlines() if log.exists() else []
     assert [run for run in runs if " config --file " not in run] == [], runs
+    # What read the repository had nothing of the daemon's environment: no token, no PATH, no HOME.
+    readers = [p for p in daemon.descendants() if "_gitread" in " ".join(p.cmdline())]
+    assert readers, "the repository reader's server runs for the worker that used it"
+    for reader in readers:
+        assert [key for key in reader.environ() if not key.startswith("PYTHON")] == [], reader.environ()
 
 
 @pytest.mark.parametrize("abi", ABIS)
