@@ -104,15 +104,14 @@ def _scale(it: int, width: int, most: int) -> int:
 
 def stat(files: list[StatFile], *, fully: bool = True) -> str:
     """The ``git diff --stat`` text of ``files`` (in the order given), empty for none."""
-    shown = files
-    if not shown:
+    if not files:
         return ""
-    names = [_renamed(f.old, f.new, fully) if f.old != f.new else quote(f.new, fully=fully) for f in shown]
+    names = [_renamed(f.old, f.new, fully) if f.old != f.new else quote(f.new, fully=fully) for f in files]
     longest = max(len(name) for name in names)
     most = 0
     number_width = 0
     bin_width = 0
-    for f in shown:
+    for f in files:
         if f.unmerged:
             bin_width = max(bin_width, 8)
         elif f.binary:
@@ -131,8 +130,8 @@ def stat(files: list[StatFile], *, fully: bool = True) -> str:
             name_width = width - number_width - 6 - graph_width
         else:
             graph_width = width - number_width - 6 - name_width
-    lines = [_stat_line(f, name, name_width, number_width, graph_width, most) for f, name in zip(shown, names, strict=True)]
-    counted = [f for f in shown if not f.unmerged]
+    lines = [_stat_line(f, name, name_width, number_width, graph_width, most) for f, name in zip(files, names, strict=True)]
+    counted = [f for f in files if not f.unmerged]
     added = sum(f.added for f in counted if not f.binary)
     deleted = sum(f.deleted for f in counted if not f.binary)
     return "".join(lines) + _summary(len(counted), added, deleted)

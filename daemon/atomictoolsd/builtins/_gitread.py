@@ -67,7 +67,7 @@ _UNMERGED = {
     (True, False, False): "DD", (False, True, False): "AU", (True, True, False): "UD", (False, False, True): "UA",
     (True, False, True): "DU", (False, True, True): "AA", (True, True, True): "UU",
 }
-_ABSOLUTE = re.compile(r"/[^\s'\"`()\[\]<>,;]*")
+_ABSOLUTE = re.compile(r"(?<![\w.~-])/[^\s'\"`()\[\]<>,;]*")  # a slash that starts a word
 _STAGE_MASK = 0x3000  # an index entry's merge stage: only stage 0 is the work tree's
 _FLAGS = DiffOption.INCLUDE_TYPECHANGE | DiffOption.IGNORE_SUBMODULES | DiffOption.DISABLE_PATHSPEC_MATCH
 
@@ -94,7 +94,7 @@ class _Reading:
             raise Refused(f"Refused: {request['path']!r} is outside the project root {self.root}")
         prefix = os.path.relpath(where, self.located.worktree)
         self.prefix = "" if prefix == "." else prefix
-        self.listable = _listable(self.located.worktree)
+        self.listable = not self.prefix or _listable(self.located.worktree)
 
     def setting(self, name: str, default: str) -> str:
         value = self.settings.get(name)
@@ -335,7 +335,7 @@ def _failure(exc: BaseException, request: dict[str, Any]) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - the message is redacted against what can be known
         pass
     said = _redacted(str(exc), areas) if isinstance(exc, (pygit2.GitError, KeyError, ValueError, OSError)) else ""
-    missing = isinstance(exc, KeyError) or "not found" in said
+    missing = "object not found" in said
     hint = (
         "; the repository lacks an object it needs (a partial clone?): the built-ins never fetch, "
         "so run git yourself to see it" if missing else ""

@@ -87,6 +87,12 @@ class _Server:
             self.owed.append(future)
         return future
 
+    def stop(self) -> None:
+        """Close it and end its process (its readings live on in sessions of their own)."""
+        self.close()
+        if self.process.returncode is None:
+            self.process.kill()
+
     def close(self) -> None:
         if self.gone:
             return
@@ -134,7 +140,10 @@ async def read(request: bytes, timeout: float) -> bytes | None:
     try:
         os.set_blocking(answer, False)
         try:
-            pid_owed = await server.start(request, out)
+            pid_owed = await asyncio.wait_for(server.start(request, out), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            server.stop()  # a request may be half sent: this server is of no more use
+            raise
         finally:
             os.close(out)  # the child holds it now: its exit is our end of file
         try:
