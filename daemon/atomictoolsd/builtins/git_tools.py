@@ -1,7 +1,9 @@
 """Built-in tools ``git-status`` and ``git-diff-summary``: what changed in the caller's project (and
 only there: paths are limited to the project root, which may be part of a larger repository).
 
-They are async (see ``_common``): a git run that hangs holds no thread of the shared worker."""
+They never run git: the repository reader (``_gitread``, libgit2 in a process of its own) reads the
+repository, and its text is laid out as git's (``_gitformat``). They are async (see ``_common``):
+a reading that hangs holds no thread of the shared worker."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import os
 from typing import Annotated
 
 from atomictools import Context, Field, ToolError, tool
-from atomictoolsd.builtins._common import git, inside, project_of
+from atomictoolsd.builtins._common import inside, project_of, read_repository
 
 __all__ = ["git_diff_summary", "git_status"]
 
@@ -27,9 +29,8 @@ async def git_status(
     where = inside(root, subdirectory) if subdirectory else root
     if not where.is_dir():
         raise ToolError(f"{subdirectory!r} is not a directory in {root}")
-    # cwd is the project root: "--" + the directory keeps it to the project when the repository is larger.
-    pathspec = os.path.relpath(where, root)
-    out = (await git(root, ["status", "--porcelain", "--ignore-submodules=all", "--", pathspec], "git-status", filters=True)).stdout
+    # Paths under the directory only: the project may be a part of a larger repository.
+    out = (await read_repository(root, "status", "git-status", path=os.path.relpath(where, root)))["text"]
     return out if out.strip() else f"Clean: nothing to commit in {where}"
 
 
@@ -40,8 +41,5 @@ async def git_diff_summary(
 ) -> str:
     """Summarise the project's changes per file (`git diff --stat`): lines added and removed."""
     root = project_of(ctx)
-    args = ["diff", "--stat", "--no-ext-diff", "--no-textconv", "--no-color", "--ignore-submodules=all"]
-    if staged:
-        args.append("--staged")
-    out = (await git(root, [*args, "--", "."], "git-diff-summary", filters=True)).stdout
+    out = (await read_repository(root, "diff", "git-diff-summary", staged=staged))["text"]
     return out if out.strip() else f"No {'staged' if staged else 'unstaged'} changes in {root}"

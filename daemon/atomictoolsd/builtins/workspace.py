@@ -10,7 +10,7 @@ import msgspec
 
 from atomictools import Context, tool
 from atomictoolsd.builtins import BUILTIN_DIR
-from atomictoolsd.builtins._common import GitCall, NotARepository, git_call, home, project_of
+from atomictoolsd.builtins._common import NotARepository, home, project_of, read_repository
 from atomictoolsd.config.discovery import escape_path, global_tools_dir, local_tools_dir
 from atomictoolsd.registry.confinement import TRUSTED_ENV
 
@@ -40,20 +40,12 @@ async def workspace_info(ctx: Context) -> WorkspaceInfo:
     is trusted to load its own tools, and the tools directories in use (highest precedence first)."""
     root = project_of(ctx)
     git_root = branch = remote = None
-    async with git_call(root, "workspace-info") as call:
-        try:
-            top = await call.run(["rev-parse", "--show-toplevel"], check=False)
-        except NotARepository:
-            top = None
-        if top is not None and top.returncode == 0:
-            git_root = top.stdout.strip()
-            head = await call.run(["symbolic-ref", "--short", "-q", "HEAD"], check=False)
-            if head.returncode == 0:
-                branch = head.stdout.strip()
-            else:
-                commit = await call.run(["rev-parse", "--short", "HEAD"], check=False)
-                branch = f"(detached at {commit.stdout.strip()})" if commit.returncode == 0 else None
-            remote = await _remote_url(call)
+    try:
+        found = await read_repository(root, "workspace", "workspace-info")
+    except NotARepository:
+        pass
+    else:
+        git_root, branch, remote = found["git_root"], found["branch"], _without_credentials(found["remote"])
     trusted = _trusted(root)
     dirs = []
     local = local_tools_dir(root)
@@ -74,19 +66,15 @@ async def workspace_info(ctx: Context) -> WorkspaceInfo:
     )
 
 
-async def _remote_url(call: GitCall) -> str | None:
-    names = (await call.run(["remote"], check=False)).stdout.split()
-    if not names:
-        return None
-    name = "origin" if "origin" in names else names[0]
-    url = (await call.run(["remote", "get-url", name], check=False)).stdout.strip() or None
+def _without_credentials(url: str | None) -> str | None:
+    """``url`` without a user name or password in it: a token in a URL never reaches the model."""
     if url and "://" in url:
         parts = urllib.parse.urlsplit(url)
-        if parts.username or parts.password:  # never hand a token in a URL to the model
+        if parts.username or parts.password:
             host = parts.hostname or ""
             netloc = f"{host}:{parts.port}" if parts.port else host
             url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    return url
+    return url or None
 
 
 def _trusted(root: os.PathLike[str]) -> bool:
