@@ -11,8 +11,8 @@ marker) and confined, where it could write nothing but its words would come back
 error. Each plant is shown live: after the tools, real git on the same repository runs it.
 
 Every test runs twice: with the sandbox ABI lowered below what the built-ins' confinement needs
-(``ATOMICTOOLS_SANDBOX_ABI=5`` in the daemon's environment, as on macOS or an older kernel: the
-built-ins then run unconfined), and at the kernel's.
+(``sandbox_abi = 5`` in the configuration, as on macOS or an older kernel: the built-ins then run
+unconfined), and at the kernel's.
 """
 
 from __future__ import annotations
@@ -251,14 +251,15 @@ def call_all(daemon: Daemon, repo: Path) -> dict[str, str]:
     return answers
 
 
-def daemon_for(make_daemon: Callable[..., Daemon], abi: str | None, **extra: str) -> Daemon:
-    return make_daemon({**({"ATOMICTOOLS_SANDBOX_ABI": abi} if abi else {}), **SECRETS, **extra})
+def daemon_for(env: Env, make_daemon: Callable[..., Daemon], abi: str | None, **extra: str) -> Daemon:
+    env.write_config(**({"sandbox_abi": int(abi)} if abi else {}))
+    return make_daemon({**SECRETS, **extra})
 
 
 @pytest.fixture
 def builtin_env(env: Env) -> Env:
     del env.vars["ATOMICTOOLS_BUILTINS"]
-    del env.vars["ATOMICTOOLS_TRUST_ALL"]  # the repositories are nobody's trusted projects
+    env.set_trust_all(False)  # the repositories are nobody's trusted projects
     return env
 
 
@@ -270,7 +271,7 @@ def test_no_program_a_repository_names_runs(  # type: ignore[no-untyped-def]
     no trap runs, and each answer is right, the missing blobs an error that says so."""
     traps = Traps(builtin_env.root)
     repos = {name: plant(builtin_env.root / "hostile", name, traps, http_401) for name in VARIANTS}
-    daemon = daemon_for(make_daemon, abi)
+    daemon = daemon_for(builtin_env, make_daemon, abi)
     answers = {name: call_all(daemon, repo) for name, repo in repos.items()}
     assert traps.ran() == [], f"programs the repositories name ran: {traps.ran()}"
     said = {f"{name}: {call}": text for name, calls in answers.items() for call, text in calls.items() if "RAN-" in text}
@@ -346,7 +347,7 @@ def test_every_command_key_of_the_installed_git_is_planted_and_none_runs(  # typ
         git(repo, "config", key, value)
     for hook in HOOKS:  # and the hooks where git looks by default
         (repo / ".git" / "hooks" / hook).symlink_to(traps.path(f"dot-git-{hook}"))
-    daemon = daemon_for(make_daemon, abi)
+    daemon = daemon_for(builtin_env, make_daemon, abi)
     answers = call_all(daemon, repo)
     assert traps.ran() == [], f"programs the repository names ran: {traps.ran()}"
     assert not [text for text in answers.values() if "RAN-" in text], answers
@@ -394,7 +395,7 @@ def test_errors_carry_neither_the_environment_nor_your_files(  # type: ignore[no
     (or a right answer), and none holds a token or the file's content."""
     traps = Traps(builtin_env.root)
     repos = _leaky_repositories(builtin_env.root / "leaky", builtin_env.home, traps)
-    daemon = daemon_for(make_daemon, abi)
+    daemon = daemon_for(builtin_env, make_daemon, abi)
     answers = {name: call_all(daemon, repo) for name, repo in repos.items()}
     leaks = {
         f"{name}: {call}": text for name, calls in answers.items() for call, text in calls.items()
@@ -429,7 +430,7 @@ def test_the_builtins_never_run_git(builtin_env: Env, make_daemon, abi: str | No
     )
     (bin_dir / "git").chmod(0o755)
     (builtin_env.home / ".gitconfig").write_text("[core]\n\tquotepath = true\n")
-    daemon = daemon_for(make_daemon, abi, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    daemon = daemon_for(builtin_env, make_daemon, abi, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     answers = call_all(daemon, repo)
     assert "M  staged.txt" in answers["git-status "], answers
     assert not [text for text in answers.values() if "THE-GIT-BINARY-RAN" in text], answers
@@ -448,7 +449,7 @@ def test_your_own_broken_git_config_is_not_shown(builtin_env: Env, make_daemon, 
     say where in our words, the file's path and content left out."""
     repo = changed_repository(builtin_env.project, missing=False)
     (builtin_env.home / ".gitconfig").write_text(f"[user]\n\tname = me\n[{HOME_SECRET}\n")
-    daemon = daemon_for(make_daemon, abi)
+    daemon = daemon_for(builtin_env, make_daemon, abi)
     answers = call_all(daemon, repo)
     status = answers["git-status "]
     assert status.startswith("git-status: libgit2 could not read the repository"), status
