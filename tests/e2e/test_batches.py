@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from e2e.test_http import Http, _initialize, _messages, _project_path, served  # noqa: F401 - served is a fixture
 from helpers import Daemon, Env, RawConnection
 
 ECHO = '''
@@ -189,3 +190,85 @@ def test_a_batch_is_bounded_and_a_cancelled_request_leaves_it(env: Env, tools_da
         assert time.monotonic() - started < 5
         assert [a["id"] for a in answers] == ["quick"], answers
         assert not (env.project / "m1").exists()
+
+
+# -- over HTTP: the body of a POST in a 2025-03-26 session -------------------------------------------
+
+
+def _http_session(endpoint: Http, path: str, version: str) -> str:
+    status, headers, _ = endpoint.request("POST", _initialize(version), path=path)
+    assert status == 200, status
+    session = headers["mcp-session-id"]
+    endpoint.request("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"}, path=path,
+                     headers={"Mcp-Session-Id": session})
+    return session
+
+
+def test_a_batch_posted_in_a_2025_03_26_session_is_answered_as_one_json_array(
+    env: Env, served: tuple[Any, Http]
+) -> None:
+    _, endpoint = served
+    path = _project_path(env)
+    session = _http_session(endpoint, path, "2025-03-26")
+    status, headers, body = endpoint.request("POST", [
+        _request(1, "tools/list"),
+        _request(2, "tools/call", {"name": "echo", "arguments": {"text": "hi"}}),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        _request(3, "tools/call", {"name": "ecko", "arguments": {}}),
+        "not a message",
+        _request(4, "initialize", {"protocolVersion": "2025-03-26"}),
+    ], path=path, headers={"Mcp-Session-Id": session})
+    assert status == 200 and headers["content-type"] == "application/json", (status, headers, body)
+    answers = json.loads(body)
+    found = {a["id"]: a for a in answers}
+    assert len(answers) == 5 and set(found) == {1, 2, 3, 4, None}
+    assert sorted(t["name"] for t in found[1]["result"]["tools"]) == ["echo", "slow", "touch"]
+    assert found[2]["result"]["content"] == [{"type": "text", "text": "hi"}]
+    assert found[3]["error"]["code"] == -32602 and "echo" in found[3]["error"]["message"]
+    assert found[4]["error"]["code"] == -32600 and found[None]["error"]["code"] == -32600
+    # Notifications alone: 202, no body.
+    status, _, body = endpoint.request("POST", [{"jsonrpc": "2.0", "method": "notifications/initialized"}],
+                                       path=path, headers={"Mcp-Session-Id": session})
+    assert (status, body) == (202, b"")
+    status, _, body = endpoint.request("POST", [], path=path, headers={"Mcp-Session-Id": session})
+    assert status == 400 and "empty batch" in json.loads(body)["error"]["message"]
+
+
+def test_a_batch_whose_tool_reports_progress_is_answered_as_an_sse_stream(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    path = _project_path(env)
+    session = _http_session(endpoint, path, "2025-03-26")
+    status, headers, body = endpoint.request("POST", [
+        _request(1, "tools/call", {"name": "echo", "arguments": {"text": "first"}}),
+        _request(2, "tools/call", {"name": "slow", "arguments": {"seconds": 0.3, "marker": "m1"},
+                                   "_meta": {"progressToken": "p"}}),
+    ], path=path, headers={"Mcp-Session-Id": session})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream"), (status, headers)
+    events = _messages(headers, body)
+    progress = [e for e in events if e.get("method") == "notifications/progress"]
+    assert [p["params"]["progressToken"] for p in progress] == ["p"]
+    answers = {e["id"]: e for e in events if "id" in e}
+    assert answers[1]["result"]["content"][0]["text"] == "first"
+    assert answers[2]["result"]["content"][0]["text"] == "slept"
+    assert events.index(answers[2]) == len(events) - 1  # the stream ends with the last answer
+    # A client that takes only JSON gets the array; the progress has nowhere to go.
+    status, headers, body = endpoint.request("POST", [
+        _request(3, "tools/call", {"name": "slow", "arguments": {"seconds": 0.1, "marker": "m2"},
+                                   "_meta": {"progressToken": "q"}}),
+    ], path=path, headers={"Mcp-Session-Id": session, "Accept": "application/json"})
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert [a["result"]["content"][0]["text"] for a in json.loads(body)] == ["slept"]
+
+
+def test_a_batch_is_refused_over_http_outside_a_2025_03_26_session(env: Env, served: tuple[Any, Http]) -> None:
+    _, endpoint = served
+    path = _project_path(env)
+    batch = [_request(1, "ping"), _request(2, "tools/list")]
+    newer = _http_session(endpoint, path, "2025-11-25")
+    for headers in ({"Mcp-Session-Id": newer}, {}):  # a 2025-11-25 session; a stateless request
+        status, _, body = endpoint.request("POST", batch, path=path, headers=headers)
+        assert status == 400, (headers, status, body)
+        error = json.loads(body)["error"]
+        assert error["code"] == -32600 and "Batches are not supported" in error["message"]
+    status, _, _ = endpoint.request("POST", batch, path=path, headers={"Mcp-Session-Id": "no-such-session"})
+    assert status == 404

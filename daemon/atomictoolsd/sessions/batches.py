@@ -23,11 +23,12 @@ from msgspec import UNSET, UnsetType
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.sessions.messages import TOO_DEEP, clip
 
-__all__ = ["MOST", "Batch", "BatchHost", "reused", "serve", "too_many"]
+__all__ = ["MOST", "Batch", "BatchHost", "error_answer", "refusal", "reused", "serve", "too_many"]
 
 MOST = 1000  # messages in one batch: their answers are held until the last is in
 
 _encode = msgspec.json.encode
+_ID_STARTS = b'"-0123456789'  # how an id that is a string or a number starts, as JSON
 
 
 class Batch:
@@ -133,7 +134,7 @@ def reused(id_json: bytes) -> str:
 def _read(host: BatchHost, batch: Batch, message: bytes) -> None:
     """Hand one message of ``batch`` to the connection, its answer bound for the batch."""
     if message[:1] == b"[":
-        batch.add(_error(b"null", INVALID_REQUEST, "Invalid request: a batch holds messages, not batches"))
+        batch.add(error_answer(b"null", INVALID_REQUEST, "Invalid request: a batch holds messages, not batches"))
         return
     try:
         head = _decode_head(message)
@@ -141,16 +142,18 @@ def _read(host: BatchHost, batch: Batch, message: bytes) -> None:
         host.handle_line(message)  # not a request object: refused with no id, which goes to the batch
         return
     except RecursionError:
-        batch.add(_error(b"null", INVALID_REQUEST, f"Invalid request: {TOO_DEEP}"))
+        batch.add(error_answer(b"null", INVALID_REQUEST, f"Invalid request: {TOO_DEEP}"))
         return
     if head.id is UNSET:
         host.handle_line(message)  # a notification: no answer
         return
     id_json = _encode(head.id)
     if head.method is not UNSET:
-        refusal = _refuse(head, id_json, host)
-        if refusal:
-            batch.add(_error(b"null" if head.id is None else id_json, INVALID_REQUEST, refusal))
+        why = refusal(id_json, head.method)
+        if not why and (id_json in host.batched or host.in_flight(id_json)):
+            why = reused(id_json)
+        if why:
+            batch.add(error_answer(id_json, INVALID_REQUEST, why))
             return
     elif head.id is None or id_json in host.batched or host.in_flight(id_json):
         host.handle_line(message)  # the client's answer to a tool's question: no answer
@@ -163,16 +166,15 @@ def _read(host: BatchHost, batch: Batch, message: bytes) -> None:
         batch.waiting -= 1
 
 
-def _refuse(head: _Head, id_json: bytes, host: BatchHost) -> str:
-    """Why a request of a batch is refused before it is read, or ""."""
-    if head.id is None:
+def refusal(id_json: bytes, method: Any) -> str:
+    """Why the request ``id_json`` of a batch is refused before it is read, or ""."""
+    if id_json[:1] not in _ID_STARTS:
         return "Invalid request: a request's id must be a string or a number (MCP does not allow null)"
-    if head.method == "initialize":
+    if method == "initialize":
         return "Invalid request: initialize cannot be part of a batch; send it on its own first"
-    if id_json in host.batched or host.in_flight(id_json):
-        return reused(id_json)
     return ""
 
 
-def _error(id_json: bytes, code: int, message: str) -> bytes:
+def error_answer(id_json: bytes, code: int, message: str) -> bytes:
+    """A JSON-RPC error response, as one element of a batch's answer."""
     return b'{"jsonrpc":"2.0","id":' + id_json + b',"error":' + _encode({"code": code, "message": message}) + b"}"

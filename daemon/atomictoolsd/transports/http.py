@@ -50,6 +50,7 @@ from msgspec import UNSET, UnsetType
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
+from atomictoolsd.sessions import batches
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION, with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
@@ -229,6 +230,93 @@ class _Exchange:
             self.response.send(200, _JSON_HEAD + self.extra, b"")
 
 
+class _Batch:
+    """One POST holding a batch (a 2025-03-26 session): the answers of its requests, sent as one JSON
+    array once the last is in; or, once a notification or a question of a tool's comes first, an SSE
+    stream of them with each answer as it comes, ended after the last. No request: 202."""
+
+    __slots__ = ("answers", "parts", "reading", "response", "session", "streams")
+
+    def __init__(self, session: HttpSession, response: Response, streams: bool) -> None:
+        self.session = session
+        self.response = response
+        self.streams = streams  # as _Exchange's
+        self.parts: dict[bytes, _BatchPart] = {}  # its requests not yet answered, by the session's id
+        self.answers: list[bytes] = []  # held until the last is in, unless a stream has started
+        self.reading = True
+
+    def add(self, answer: bytes) -> None:
+        if self.response.started:
+            self.response.write(_sse(answer))
+        else:
+            self.answers.append(answer)
+
+    def note(self, message: bytes) -> None:
+        """A notification or a question of one of its requests' tools: the answer becomes a stream."""
+        response = self.response
+        if not self.streams:
+            if self.session.stream is not None:
+                self.session.stream.push(message)
+            return
+        if not response.started:
+            response.start(200, _SSE_HEAD)
+            for answer in self.answers:
+                response.write(_sse(answer))
+            self.answers.clear()
+        response.write(_sse(message))
+
+    def settle(self) -> None:
+        if self.reading or self.parts:
+            return
+        response = self.response
+        if response.started:
+            response.end()
+        elif self.answers:
+            response.send(200, _JSON_HEAD, b"[" + b",".join(self.answers) + b"]")
+        else:
+            response.send(202, b"", b"")
+
+    def gone(self) -> None:
+        """The client went away before the answers: the batch's calls stop."""
+        session = self.session
+        for internal in list(self.parts):
+            if session.exchanges.pop(internal, None) is not None:
+                session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + internal + b"}"))
+        self.parts.clear()
+
+
+class _BatchPart:
+    """One request of a ``_Batch``, as the session's exchanges hold it."""
+
+    __slots__ = ("batch", "client_id", "internal", "method", "streams")
+
+    def __init__(self, batch: _Batch, internal: bytes, client_id: bytes, method: str) -> None:
+        self.batch = batch
+        self.internal = internal
+        self.client_id = client_id
+        self.method = method
+        self.streams = batch.streams
+
+    def push(self, message: bytes, final: bool = False) -> None:
+        if not final:
+            self.batch.note(message)
+            return
+        self._leave()
+        self.batch.add(message)
+        self.batch.settle()
+
+    def drop(self) -> None:
+        """No answer will come (the client cancelled it, the session ended)."""
+        self._leave()
+        self.batch.settle()
+
+    def _leave(self) -> None:
+        batch = self.batch
+        batch.session.exchanges.pop(self.internal, None)
+        batch.parts.pop(self.internal, None)
+        batch.session.used = time.monotonic()
+
+
 class _Attaching:
     """The answer to the ``atomic/attach`` a new session sends for its URL's directory."""
 
@@ -310,7 +398,7 @@ class HttpSession(Session):
         super().__init__(server)
         self.key = key  # the Mcp-Session-Id, or the URL of a stateless session
         self.stateful = stateful
-        self.exchanges: dict[bytes, _Exchange | _Attaching] = {}
+        self.exchanges: dict[bytes, _Exchange | _Attaching | _BatchPart] = {}
         self.stream: _Stream | None = None
         self.used = time.monotonic()
         self._route: bytes | None = None  # the request a call's message belongs to, while it is sent
@@ -371,7 +459,7 @@ class HttpSession(Session):
         if exchange is not None:
             exchange.push(message)
 
-    def _target(self) -> _Exchange | _Attaching | _Stream | None:
+    def _target(self) -> _Exchange | _Attaching | _BatchPart | _Stream | None:
         """The call's own exchange when a call's message is being sent, else the latest request's,
         else the GET stream."""
         if self._route is not None:
@@ -651,9 +739,10 @@ class HttpTransport:
         try:
             message = msgspec.json.decode(body, type=_Envelope)
         except msgspec.ValidationError:
-            text = body.lstrip()[:1]
-            note = "Batches are not supported: send one JSON-RPC message per request" if text == b"[" else "Invalid request: expected a JSON-RPC object"
-            response.send(*_refusal(400, INVALID_REQUEST, note))
+            if body.lstrip()[:1] == b"[":
+                self._post_batch(request, response)
+            else:
+                response.send(*_refusal(400, INVALID_REQUEST, "Invalid request: expected a JSON-RPC object"))
             return
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # Unicode…: a string not UTF-8
             response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
@@ -746,6 +835,66 @@ class HttpTransport:
         internal = _internal_id(exchanges)
         exchange = exchanges[internal] = _Exchange(session, internal, client_id, method, response, extra, streams)
         response.on_gone = exchange.gone
+        params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
+        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
+
+    def _post_batch(self, request: Request, response: Response) -> None:
+        """A POST whose body is a batch: taken in a stateful 2025-03-26 session, refused elsewhere."""
+        headers = request.headers
+        session_id = headers.get(b"mcp-session-id")
+        session = self.sessions.get(session_id) if session_id is not None else None
+        if session_id is not None and session is None:
+            response.send(*_refusal(404, INVALID_REQUEST, "Session not found: it ended or the daemon restarted; initialize again"))
+            return
+        if session is None or not session.batching:
+            response.send(*_refusal(400, INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per "
+                                    "request (only a session initialized with MCP 2025-03-26 takes batches)"))
+            return
+        if not _acceptable(headers.get(b"accept")):
+            response.send(*_refusal(406, INVALID_REQUEST, "Not acceptable: an answer comes as application/json or "
+                                    "text/event-stream; send Accept: application/json, text/event-stream"))
+            return
+        try:
+            messages = msgspec.json.decode(request.body, type=list[msgspec.Raw])
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+            response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
+            return
+        refusal = batches.too_many(len(messages))
+        if refusal:
+            response.send(*_refusal(400, INVALID_REQUEST, refusal))
+            return
+        session.used = time.monotonic()
+        batch = _Batch(session, response, _takes_sse(headers.get(b"accept")))
+        response.on_gone = batch.gone
+        for message in messages:
+            self._deliver_part(batch, bytes(message))
+        batch.reading = False
+        batch.settle()
+
+    def _deliver_part(self, batch: _Batch, raw: bytes) -> None:
+        """Hand one message of a batch to its session; a request's answer goes to the batch."""
+        session = batch.session
+        try:
+            message = msgspec.json.decode(raw, type=_Envelope)
+        except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
+            batch.add(_jsonrpc_error(INVALID_REQUEST, "Invalid request: expected a JSON-RPC object"))
+            return
+        method = message.method
+        if method is UNSET or message.id is UNSET:
+            if method == "notifications/cancelled":
+                self._cancel_by_client_id(session, message.params)
+            else:
+                session.handle_line(raw)  # a notification, or the client's answer to a tool's question
+            return
+        client_id = bytes(message.id)
+        why = batches.refusal(client_id, method)
+        if not why and message.jsonrpc != "2.0":
+            why = 'Invalid request: "jsonrpc" must be "2.0"'
+        if why:
+            batch.add(batches.error_answer(client_id, INVALID_REQUEST, why))
+            return
+        internal = _internal_id(session.exchanges)
+        session.exchanges[internal] = batch.parts[internal] = _BatchPart(batch, internal, client_id, method)
         params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
         session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
 
