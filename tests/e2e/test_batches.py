@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
-from e2e.test_http import Http, _initialize, _messages, _project_path, served  # noqa: F401 - served is a fixture
+from e2e import test_http
+from e2e.test_http import Http, _initialize, _messages, _project_path
 from helpers import Daemon, Env, RawConnection
+
+served = test_http.served  # the fixture: a daemon serving HTTP, with echo, slow and touch in its project
 
 ECHO = '''
 def echo(text: str) -> str:

@@ -22,6 +22,10 @@ owns is what HTTP adds:
   when it comes (no task or future waits for it).
 - **The project.** The URL picks it as the shim's ``--directory`` does:
   ``/mcp?directory=/abs/path&allow=glob&deny=glob&dispatcher=1``; the session is locked to it.
+- **Batches.** A 2025-03-26 session may POST a JSON array of messages (``_Batch``): the answers
+  of its requests come back as one JSON array, or as an SSE stream once a notification comes first.
+- **The tools REST API.** ``/api/tools…`` (``transports/rest.py``) passes the same checks (the
+  token, Host, Origin) and is then that module's.
 
 HTTP/1.1 itself (httptools' parser on an asyncio Protocol, in the daemon's own event loop) is in
 ``transports/http1.py``, imported only when HTTP is on (see ``HttpTransport.start``).
@@ -54,6 +58,7 @@ from atomictoolsd.sessions import batches
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION, with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
+from atomictoolsd.transports.rest import RestApi
 from atomictoolsd.workers.periodic import Periodic
 
 if TYPE_CHECKING:
@@ -545,6 +550,7 @@ class HttpTransport:
         self.server: HttpHost | None = None
         self.sessions: dict[bytes, HttpSession] = {}  # stateful, by Mcp-Session-Id
         self.stateless: dict[bytes, HttpSession] = {}  # by the URL's query: the project and lists it chose
+        self.rest = RestApi(self._new_session, self._spawn)  # /api/tools: the tools REST API
         self._allowed_hosts: frozenset[str] = frozenset()
         self._our_hosts: frozenset[bytes] = frozenset()  # the Host values that pass as sent, for a set lookup
         self._bearer = b""  # the Authorization value that passes as sent
@@ -594,6 +600,7 @@ class HttpTransport:
             session.end()
         self.sessions.clear()
         self.stateless.clear()
+        self.rest.end()
         for task in list(self._tasks):
             task.cancel()
         if self._sweeper is not None:
@@ -637,7 +644,7 @@ class HttpTransport:
         if self._sweep_connections is not None:
             self._sweep_connections(self._connections)
         now = time.monotonic()
-        for table in (self.sessions, self.stateless):
+        for table in (self.sessions, self.stateless, self.rest.sessions):
             for key, session in list(table.items()):
                 if not session.exchanges and session.stream is None and now - session.used > SESSION_IDLE:
                     del table[key]
@@ -661,13 +668,18 @@ class HttpTransport:
         self.requests += 1
         headers = request.headers
         path = request.path
+        rest = False
         if path != b"/mcp" and (b"%" not in path or unquote_to_bytes(path) != b"/mcp"):
-            # Before the token: a 401 for /.well-known/oauth-* would send a client into OAuth discovery.
-            return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}")
+            rest = self.rest.serves(path)
+            if not rest:
+                # Before the token: a 401 for /.well-known/oauth-* would send a client into OAuth discovery.
+                return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}, the tools REST API under /api/tools")
         refusal = self._refuse(headers)
         if refusal is not None:
             self.refused += 1
             return refusal
+        if rest:
+            return self.rest.head(request, self.max_body)
         method = request.method
         if method == b"POST":
             content_type = headers.get(b"content-type", b"")
@@ -684,6 +696,8 @@ class HttpTransport:
     def handle(self, request: Request, response: Response) -> None:
         if request.too_large:
             response.send(*self._too_large())
+        elif request.path != b"/mcp" and self.rest.serves(request.path):
+            self.rest.handle(request, response)
         elif request.method == b"POST":
             self._post(request, response)
         elif request.method == b"GET":
