@@ -68,7 +68,7 @@ class RestSession(Protocol):
     def end(self) -> None: ...
 
 
-class _Error(msgspec.Struct):
+class _RpcError(msgspec.Struct):
     code: int = INTERNAL_ERROR
     message: str = ""
     data: Any = None
@@ -76,7 +76,7 @@ class _Error(msgspec.Struct):
 
 class _Answer(msgspec.Struct):
     result: msgspec.Raw | UnsetType = UNSET
-    error: _Error | UnsetType = UNSET
+    error: _RpcError | UnsetType = UNSET
 
 
 class _Text(msgspec.Struct):
@@ -232,7 +232,7 @@ class _RestExchange:
         try:
             answer = msgspec.json.decode(message, type=_Answer)
         except msgspec.MsgspecError:
-            answer = _Answer(error=_Error(message="the daemon's answer could not be read"))
+            answer = _Answer(error=_RpcError(message="the daemon's answer could not be read"))
         if answer.error is not UNSET:
             error = answer.error
             self.response.send(_status(error), _JSON_HEAD, _error_body(error.code, error.message, error.data))
@@ -309,7 +309,7 @@ def _invalid_arguments(result: bytes) -> str:
     return text if text.startswith(INVALID_ARGUMENTS + " ") else ""
 
 
-def _status(error: _Error) -> int:
+def _status(error: _RpcError) -> int:
     """The HTTP status of a JSON-RPC error: an unknown tool 404, one the URL's lists hide 403, bad
     params or a bad request 400, an unknown method 404, a fault of the daemon's 500."""
     data = error.data
