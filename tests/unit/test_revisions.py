@@ -24,6 +24,7 @@ def test_each_revision_has_exactly_its_features() -> None:
     assert june.asks == november.asks == {"sampling/createMessage", "elicitation/create"}
     assert [r.elicitation_forms for r in (oldest, march, june, november)] == [False, False, False, True]
     assert not any(r.stateless for r in (oldest, march, june, november))
+    assert [r.batches for r in (oldest, march, june, november)] == [False, True, False, False]
 
 
 def test_the_stateless_revision_takes_everything() -> None:
@@ -31,6 +32,7 @@ def test_the_stateless_revision_takes_everything() -> None:
     assert STATELESS_REVISION.full_results and not STATELESS_REVISION.tool_fields_dropped
     assert STATELESS_REVISION.asks == {"sampling/createMessage", "elicitation/create"}  # through input_required
     assert STATELESS_REVISION.elicitation_forms
+    assert not STATELESS_REVISION.batches  # 2025-06-18 removed them
 
 
 def test_negotiation_answers_the_clients_revision_else_the_newest_stateful_one() -> None:

@@ -7,7 +7,9 @@ Each request is answered exactly once (``send_result``/``send_error``); an id st
 refused. A line holding ``"tools/call"`` is decoded whole, envelope, params and ``_meta``, in one
 step (``messages.CallRequest``) and goes straight to ``start_call``; any other request goes to the
 handler its subclass names for the method (``HANDLERS``), or to one a component registered in the
-host's ``methods``. Answers are written joined once, with no intermediate bytes objects.
+host's ``methods``. Answers are written joined once, with no intermediate bytes objects. A line
+holding a JSON array is a batch: taken in a session whose revision has them (2025-03-26, see
+``batches``), refused otherwise.
 
 It knows no method itself: ``session.Session`` adds them (the handlers, what a session sees, the
 call path) and the state they keep.
@@ -34,11 +36,12 @@ from atomictools._protocol import (
     PARSE_ERROR,
 )
 from atomictoolsd.config.discovery import escape_strings
-from atomictoolsd.sessions import revisions
+from atomictoolsd.sessions import batches, revisions
 from atomictoolsd.sessions.messages import (
     TOO_DEEP,
     CallParams,
     ParamsError,
+    clip,
     decode_call,
     decode_message,
 )
@@ -115,6 +118,11 @@ class Connection(asyncio.Protocol):
         self._pending: set[bytes] = set()  # ids of the requests a task answers (attach, reload, …)
         self._eof = False  # the client half-closed: answer every request read, then close
         self._hangup_watch: select.epoll | asyncio.TimerHandle | None = None  # after _eof (_watch_hangup)
+        # JSON-RPC batches (sessions.batches): taken when the client's revision has them (2025-03-26);
+        # the requests whose answers go to a batch, by id; the batch being read.
+        self.batching = False
+        self.batched: dict[bytes, batches.Batch] = {}
+        self.batch: batches.Batch | None = None
 
     # What the subclass provides: the client's answers to its tools' questions, notifications, the
     # 2026-07-28 _meta of a request, and the call path.
@@ -282,8 +290,14 @@ class Connection(asyncio.Protocol):
             return
         except msgspec.ValidationError as exc:
             stripped = line.lstrip()
-            if stripped.startswith(b"["):
-                self.send_error(b"null", INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per line")
+            if stripped.startswith(b"[") and self.batching:
+                batches.serve(self, stripped)
+            elif stripped.startswith(b"["):
+                self.send_error(
+                    b"null", INVALID_REQUEST,
+                    "Batches are not supported: send one JSON-RPC message per line (only a session initialized "
+                    "with MCP 2025-03-26 takes batches)",
+                )
             else:
                 self.send_error(self._salvage_id(line), INVALID_REQUEST, f"Invalid request: {exc}")
             return
@@ -307,6 +321,8 @@ class Connection(asyncio.Protocol):
             return  # a response: to a tool's question (ctx.elicit, ctx.sample), or to nothing
         if message.id is UNSET:
             self.handle_notification(method, message.params)
+            if self.batched:
+                self._settle_batches()  # a request of a batch the client cancelled gets no answer
             return
         id_json = _encode(message.id)
         if _META_VERSION in line:
@@ -334,11 +350,16 @@ class Connection(asyncio.Protocol):
     def _refuse_reused(self, id_json: bytes) -> None:
         # Answers and cancels are matched by id: a second request with the id of one in flight
         # would make both ambiguous, so it is refused and the first one stands.
-        self.send_error(
-            id_json, INVALID_REQUEST,
-            f"Invalid request: id {clip(id_json.decode())} is already used by a request in flight; "
-            f"use a new id for each request",
-        )
+        self.send_error(id_json, INVALID_REQUEST, batches.reused(id_json))
+
+    def in_flight(self, id_json: bytes) -> bool:
+        """Whether the request ``id_json`` has been read and not yet answered."""
+        return id_json in self.calls or id_json in self._pending or id_json in self.listens
+
+    def _settle_batches(self) -> None:
+        """Let go of the batched requests that will not be answered (cancelled)."""
+        for id_json in [i for i in self.batched if not self.in_flight(i)]:
+            self.batched.pop(id_json).forget()
 
     def _run_handler(self, method: str, handler: Handler, id_json: bytes, params: Any) -> None:
         try:
@@ -394,6 +415,8 @@ class Connection(asyncio.Protocol):
                 # In the step that answered, not in a done callback a loop turn later: the client
                 # may reuse the id as soon as it reads the answer.
                 self._pending.discard(id_json)
+                if self.batched:
+                    self._settle_batches()
                 self._close_if_done()
 
         task = asyncio.get_running_loop().create_task(run())
@@ -406,6 +429,9 @@ class Connection(asyncio.Protocol):
     def send_result(self, id_json: bytes, result: bytes) -> None:
         if self.modern:
             result = revisions.with_result_type(result)
+        if self.batched and id_json in self.batched:
+            self.batched.pop(id_json).answered(_join((_RESULT_HEAD, id_json, _RESULT_MID, result, b"}")))
+            return
         transport = self.transport
         if transport is not None:
             # One join: the line is built once, with no intermediate bytes objects on the call path.
@@ -415,8 +441,29 @@ class Connection(asyncio.Protocol):
         error: dict[str, Any] = {"code": code, "message": message}
         if data is not None:
             error["data"] = data
+        if (self.batched or self.batch is not None) and self._to_batch(
+            id_json, _join((_RESULT_HEAD, id_json, _ERROR_MID, encode_report(error), b"}"))
+        ):
+            return
         if self.transport is not None:
             self.transport.write(_join((_RESULT_HEAD, id_json, _ERROR_MID, encode_report(error), _LINE_END)))
+
+    def _to_batch(self, id_json: bytes, answer: bytes) -> bool:
+        """Give ``answer`` to the batch it belongs to; False when it belongs to none: its request
+        was not batched, and it is not an error without an id while a batch is read."""
+        batch = self.batched.pop(id_json, None)
+        if batch is not None:
+            batch.answered(answer)
+            return True
+        if id_json == b"null" and self.batch is not None:
+            self.batch.add(answer)
+            return True
+        return False
+
+    def write_line(self, data: bytes) -> None:
+        """Write one message the connection has built whole (a batch's answers)."""
+        if self.transport is not None:
+            self.transport.write(data + b"\n")
 
     def send_request(self, id_json: bytes, method: str, params: bytes) -> bool:
         """Send the client a request of the daemon's own (a tool's question); False when it is gone."""
@@ -479,11 +526,6 @@ def _peer_closed(transport: Any) -> bool:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLOUT)
     return any(events & select.POLLHUP for _, events in poller.poll(0))
-
-
-def clip(text: str, limit: int = 80) -> str:
-    """``text`` short enough to echo in an error message (a client's value can be megabytes)."""
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 # Tokens of a JSON text, enough to walk its nesting: strings, punctuation, other scalars.

@@ -18,7 +18,7 @@ from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
 
 __all__ = [
     "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
-    "InitializeParams", "ListParams", "Message", "ParamsError", "SetLevelParams", "decode_call", "decode_message",
+    "InitializeParams", "ListParams", "Message", "ParamsError", "SetLevelParams", "clip", "decode_call", "decode_message",
     "decode_params",
 ]
 
@@ -129,3 +129,8 @@ def decode_params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
 # The JSON decoder refuses nesting deeper than the interpreter's recursion limit allows (about 1,000
 # levels, fewer the deeper the stack it is called from). Such a message is answered, never fatal.
 TOO_DEEP = "nested too deeply to decode (keep JSON under a few hundred levels of arrays and objects)"
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """``text`` short enough to echo in an error message (a client's value can be megabytes)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"

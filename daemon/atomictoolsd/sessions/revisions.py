@@ -17,6 +17,8 @@ the daemon that write what a client reads ask that value, never a revision strin
   ``elicitation/create`` since 2025-06-18), for ``sessions.asking``: as requests to the client, or
   in the stateless revision, which takes none, as ``input_required`` results; ``elicitation_forms``:
   the form fields of SEP-1034 (defaults) and SEP-1330 (titled and multi-select enums), 2025-11-25 on;
+- ``batches``: JSON-RPC batches (a line or POST body holding an array of messages) are taken:
+  2025-03-26 alone (2025-06-18 removed them), for ``sessions.batches``;
 - ``stateless``: 2026-07-28 (no handshake, ``_meta`` on each request, ``resultType`` on results,
   cache hints on lists, list changes only on a ``subscriptions/listen`` stream).
 
@@ -63,7 +65,10 @@ _SINCE = {
     "sampling/createMessage": "2024-11-05",
     "elicitation/create": "2025-06-18",
     "elicitation forms": "2025-11-25",  # SEP-1034 defaults, SEP-1330 enum forms
+    "batches": "2025-03-26",
 }
+# The first revision whose clients no longer take a feature.
+_UNTIL = {"batches": "2025-06-18"}
 _TOOL_FIELDS = ("annotations", "title", "outputSchema", "_meta", "icons", "execution")
 _BLOCKS = ("text", "image", "resource", "audio", "resource_link")
 _ASKS = ("sampling/createMessage", "elicitation/create")
@@ -82,11 +87,12 @@ class Revision(msgspec.Struct, frozen=True):
     server_title: bool
     asks: frozenset[str]
     elicitation_forms: bool
+    batches: bool
 
 
 def _make(version: str) -> Revision:
     def has(feature: str) -> bool:
-        return version >= _SINCE[feature]
+        return _SINCE[feature] <= version < _UNTIL.get(feature, "9999")
 
     blocks = frozenset(b for b in _BLOCKS if b not in _SINCE or has(b))
     stateless = version in STATELESS
@@ -101,6 +107,7 @@ def _make(version: str) -> Revision:
         server_title=has("serverInfo.title"),
         asks=frozenset(m for m in _ASKS if has(m)),
         elicitation_forms=has("elicitation forms"),
+        batches=has("batches"),
     )
 
 

@@ -295,6 +295,7 @@ class Session(Connection):
         self.revision = revision
         self.protocol_version = revision.version
         self.modern = revision.stateless
+        self.batching = revision.batches
         self._tool_shape = revision.tool_fields_dropped
         return revision
 

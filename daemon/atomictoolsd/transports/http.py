@@ -22,6 +22,10 @@ owns is what HTTP adds:
   when it comes (no task or future waits for it).
 - **The project.** The URL picks it as the shim's ``--directory`` does:
   ``/mcp?directory=/abs/path&allow=glob&deny=glob&dispatcher=1``; the session is locked to it.
+- **Batches.** A 2025-03-26 session may POST a JSON array of messages (``_Batch``): the answers
+  of its requests come back as one JSON array, or as an SSE stream once a notification comes first.
+- **The tools REST API.** ``/api/tools…`` (``transports/rest.py``) passes the same checks (the
+  token, Host, Origin) and is then that module's.
 
 HTTP/1.1 itself (httptools' parser on an asyncio Protocol, in the daemon's own event loop) is in
 ``transports/http1.py``, imported only when HTTP is on (see ``HttpTransport.start``).
@@ -50,9 +54,11 @@ from msgspec import UNSET, UnsetType
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
+from atomictoolsd.sessions import batches
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION, with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
+from atomictoolsd.transports.rest import RestApi
 from atomictoolsd.workers.periodic import Periodic
 
 if TYPE_CHECKING:
@@ -229,6 +235,93 @@ class _Exchange:
             self.response.send(200, _JSON_HEAD + self.extra, b"")
 
 
+class _Batch:
+    """One POST holding a batch (a 2025-03-26 session): the answers of its requests, sent as one JSON
+    array once the last is in; or, once a notification or a question of a tool's comes first, an SSE
+    stream of them with each answer as it comes, ended after the last. No request: 202."""
+
+    __slots__ = ("answers", "parts", "reading", "response", "session", "streams")
+
+    def __init__(self, session: HttpSession, response: Response, streams: bool) -> None:
+        self.session = session
+        self.response = response
+        self.streams = streams  # as _Exchange's
+        self.parts: dict[bytes, _BatchPart] = {}  # its requests not yet answered, by the session's id
+        self.answers: list[bytes] = []  # held until the last is in, unless a stream has started
+        self.reading = True
+
+    def add(self, answer: bytes) -> None:
+        if self.response.started:
+            self.response.write(_sse(answer))
+        else:
+            self.answers.append(answer)
+
+    def note(self, message: bytes) -> None:
+        """A notification or a question of one of its requests' tools: the answer becomes a stream."""
+        response = self.response
+        if not self.streams:
+            if self.session.stream is not None:
+                self.session.stream.push(message)
+            return
+        if not response.started:
+            response.start(200, _SSE_HEAD)
+            for answer in self.answers:
+                response.write(_sse(answer))
+            self.answers.clear()
+        response.write(_sse(message))
+
+    def settle(self) -> None:
+        if self.reading or self.parts:
+            return
+        response = self.response
+        if response.started:
+            response.end()
+        elif self.answers:
+            response.send(200, _JSON_HEAD, b"[" + b",".join(self.answers) + b"]")
+        else:
+            response.send(202, b"", b"")
+
+    def gone(self) -> None:
+        """The client went away before the answers: the batch's calls stop."""
+        session = self.session
+        for internal in list(self.parts):
+            if session.exchanges.pop(internal, None) is not None:
+                session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + internal + b"}"))
+        self.parts.clear()
+
+
+class _BatchPart:
+    """One request of a ``_Batch``, as the session's exchanges hold it."""
+
+    __slots__ = ("batch", "client_id", "internal", "method", "streams")
+
+    def __init__(self, batch: _Batch, internal: bytes, client_id: bytes, method: str) -> None:
+        self.batch = batch
+        self.internal = internal
+        self.client_id = client_id
+        self.method = method
+        self.streams = batch.streams
+
+    def push(self, message: bytes, final: bool = False) -> None:
+        if not final:
+            self.batch.note(message)
+            return
+        self._leave()
+        self.batch.add(message)
+        self.batch.settle()
+
+    def drop(self) -> None:
+        """No answer will come (the client cancelled it, the session ended)."""
+        self._leave()
+        self.batch.settle()
+
+    def _leave(self) -> None:
+        batch = self.batch
+        batch.session.exchanges.pop(self.internal, None)
+        batch.parts.pop(self.internal, None)
+        batch.session.used = time.monotonic()
+
+
 class _Attaching:
     """The answer to the ``atomic/attach`` a new session sends for its URL's directory."""
 
@@ -310,7 +403,7 @@ class HttpSession(Session):
         super().__init__(server)
         self.key = key  # the Mcp-Session-Id, or the URL of a stateless session
         self.stateful = stateful
-        self.exchanges: dict[bytes, _Exchange | _Attaching] = {}
+        self.exchanges: dict[bytes, _Exchange | _Attaching | _BatchPart] = {}
         self.stream: _Stream | None = None
         self.used = time.monotonic()
         self._route: bytes | None = None  # the request a call's message belongs to, while it is sent
@@ -371,7 +464,7 @@ class HttpSession(Session):
         if exchange is not None:
             exchange.push(message)
 
-    def _target(self) -> _Exchange | _Attaching | _Stream | None:
+    def _target(self) -> _Exchange | _Attaching | _BatchPart | _Stream | None:
         """The call's own exchange when a call's message is being sent, else the latest request's,
         else the GET stream."""
         if self._route is not None:
@@ -457,6 +550,7 @@ class HttpTransport:
         self.server: HttpHost | None = None
         self.sessions: dict[bytes, HttpSession] = {}  # stateful, by Mcp-Session-Id
         self.stateless: dict[bytes, HttpSession] = {}  # by the URL's query: the project and lists it chose
+        self.rest = RestApi(self._new_session, self._spawn)  # /api/tools: the tools REST API
         self._allowed_hosts: frozenset[str] = frozenset()
         self._our_hosts: frozenset[bytes] = frozenset()  # the Host values that pass as sent, for a set lookup
         self._bearer = b""  # the Authorization value that passes as sent
@@ -506,6 +600,7 @@ class HttpTransport:
             session.end()
         self.sessions.clear()
         self.stateless.clear()
+        self.rest.end()
         for task in list(self._tasks):
             task.cancel()
         if self._sweeper is not None:
@@ -549,7 +644,7 @@ class HttpTransport:
         if self._sweep_connections is not None:
             self._sweep_connections(self._connections)
         now = time.monotonic()
-        for table in (self.sessions, self.stateless):
+        for table in (self.sessions, self.stateless, self.rest.sessions):
             for key, session in list(table.items()):
                 if not session.exchanges and session.stream is None and now - session.used > SESSION_IDLE:
                     del table[key]
@@ -573,13 +668,18 @@ class HttpTransport:
         self.requests += 1
         headers = request.headers
         path = request.path
+        rest = False
         if path != b"/mcp" and (b"%" not in path or unquote_to_bytes(path) != b"/mcp"):
-            # Before the token: a 401 for /.well-known/oauth-* would send a client into OAuth discovery.
-            return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}")
+            rest = self.rest.serves(path)
+            if not rest:
+                # Before the token: a 401 for /.well-known/oauth-* would send a client into OAuth discovery.
+                return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}, the tools REST API under /api/tools")
         refusal = self._refuse(headers)
         if refusal is not None:
             self.refused += 1
             return refusal
+        if rest:
+            return self.rest.head(request, self.max_body)
         method = request.method
         if method == b"POST":
             content_type = headers.get(b"content-type", b"")
@@ -596,6 +696,8 @@ class HttpTransport:
     def handle(self, request: Request, response: Response) -> None:
         if request.too_large:
             response.send(*self._too_large())
+        elif request.path != b"/mcp" and self.rest.serves(request.path):
+            self.rest.handle(request, response)
         elif request.method == b"POST":
             self._post(request, response)
         elif request.method == b"GET":
@@ -651,9 +753,10 @@ class HttpTransport:
         try:
             message = msgspec.json.decode(body, type=_Envelope)
         except msgspec.ValidationError:
-            text = body.lstrip()[:1]
-            note = "Batches are not supported: send one JSON-RPC message per request" if text == b"[" else "Invalid request: expected a JSON-RPC object"
-            response.send(*_refusal(400, INVALID_REQUEST, note))
+            if body.lstrip()[:1] == b"[":
+                self._post_batch(request, response)
+            else:
+                response.send(*_refusal(400, INVALID_REQUEST, "Invalid request: expected a JSON-RPC object"))
             return
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # Unicode…: a string not UTF-8
             response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
@@ -746,6 +849,66 @@ class HttpTransport:
         internal = _internal_id(exchanges)
         exchange = exchanges[internal] = _Exchange(session, internal, client_id, method, response, extra, streams)
         response.on_gone = exchange.gone
+        params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
+        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
+
+    def _post_batch(self, request: Request, response: Response) -> None:
+        """A POST whose body is a batch: taken in a stateful 2025-03-26 session, refused elsewhere."""
+        headers = request.headers
+        session_id = headers.get(b"mcp-session-id")
+        session = self.sessions.get(session_id) if session_id is not None else None
+        if session_id is not None and session is None:
+            response.send(*_refusal(404, INVALID_REQUEST, "Session not found: it ended or the daemon restarted; initialize again"))
+            return
+        if session is None or not session.batching:
+            response.send(*_refusal(400, INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per "
+                                    "request (only a session initialized with MCP 2025-03-26 takes batches)"))
+            return
+        if not _acceptable(headers.get(b"accept")):
+            response.send(*_refusal(406, INVALID_REQUEST, "Not acceptable: an answer comes as application/json or "
+                                    "text/event-stream; send Accept: application/json, text/event-stream"))
+            return
+        try:
+            messages = msgspec.json.decode(request.body, type=list[msgspec.Raw])
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+            response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
+            return
+        refusal = batches.too_many(len(messages))
+        if refusal:
+            response.send(*_refusal(400, INVALID_REQUEST, refusal))
+            return
+        session.used = time.monotonic()
+        batch = _Batch(session, response, _takes_sse(headers.get(b"accept")))
+        response.on_gone = batch.gone
+        for message in messages:
+            self._deliver_part(batch, bytes(message))
+        batch.reading = False
+        batch.settle()
+
+    def _deliver_part(self, batch: _Batch, raw: bytes) -> None:
+        """Hand one message of a batch to its session; a request's answer goes to the batch."""
+        session = batch.session
+        try:
+            message = msgspec.json.decode(raw, type=_Envelope)
+        except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
+            batch.add(_jsonrpc_error(INVALID_REQUEST, "Invalid request: expected a JSON-RPC object"))
+            return
+        method = message.method
+        if method is UNSET or message.id is UNSET:
+            if method == "notifications/cancelled":
+                self._cancel_by_client_id(session, message.params)
+            else:
+                session.handle_line(raw)  # a notification, or the client's answer to a tool's question
+            return
+        client_id = bytes(message.id)
+        why = batches.refusal(client_id, method)
+        if not why and message.jsonrpc != "2.0":
+            why = 'Invalid request: "jsonrpc" must be "2.0"'
+        if why:
+            batch.add(batches.error_answer(client_id, INVALID_REQUEST, why))
+            return
+        internal = _internal_id(session.exchanges)
+        session.exchanges[internal] = batch.parts[internal] = _BatchPart(batch, internal, client_id, method)
         params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
         session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
 

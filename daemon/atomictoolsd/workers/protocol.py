@@ -24,7 +24,7 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
+    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
     "DaemonMessage", "Dropped", "Failed",
     "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
     "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length",
@@ -237,6 +237,11 @@ def encode_frame(message: Any) -> bytes:
 # common result so, and the daemon relays one of this shape without decoding and encoding it again.
 TEXT_HEAD = b'{"content":[{"type":"text","text":'
 TEXT_TAIL = b"}]}"
+
+
+# How the runtime's answer to arguments that do not fit a tool's schema begins (then the tool's name
+# and what is wrong): the REST API tells it from a tool's own error by it (transports/rest.py).
+INVALID_ARGUMENTS = "Invalid arguments for tool"
 
 
 def error_result(text: str) -> bytes:

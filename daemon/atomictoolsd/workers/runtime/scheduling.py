@@ -25,6 +25,7 @@ from atomictools._authoring import Context
 from atomictools._errors import AskError
 from atomictools._schema import ToolSpec
 from atomictoolsd.workers.protocol import (
+    INVALID_ARGUMENTS,
     TEXT_HEAD,
     TEXT_TAIL,
     Answer,
@@ -388,7 +389,7 @@ class Runtime:
             kwargs = spec.parse_arguments(kept)
         except (msgspec.ValidationError, msgspec.DecodeError, Undeclared) as exc:
             explained = with_choices(str(exc), spec.input_schema)
-            self.send(Result(call_id, error_result(f"Invalid arguments for tool {spec.name!r}: {explained}")))
+            self.send(Result(call_id, error_result(f"{INVALID_ARGUMENTS} {spec.name!r}: {explained}")))
             return None
         if dropped:
             self.send(Dropped(call_id, dropped))
