@@ -10,7 +10,7 @@ import ipaddress
 import pytest
 
 from atomictoolsd.config.nethosts import host_matches, normal_host, parse_hosts, parse_private
-from atomictoolsd.workers.netproxy import Refused, _Request, address_refusal
+from atomictoolsd.workers.netproxy import ProxyRefusal, _Request, address_refusal
 
 
 def test_hosts_are_read_as_the_user_means_them() -> None:
@@ -73,6 +73,6 @@ def test_a_plain_request_goes_to_the_host_it_names_and_no_other() -> None:
     b"GET http://a.example/ HTTP/2\r\n\r\n", b"GET  http://a.example/ HTTP/1.1\r\n\r\n", b"GET http://a b/ HTTP/1.1\r\n\r\n",
 ])
 def test_a_malformed_request_is_refused_with_400(head: bytes) -> None:
-    with pytest.raises(Refused) as refused:
+    with pytest.raises(ProxyRefusal) as refused:
         _Request.parse(head)
     assert refused.value.status == 400

@@ -49,7 +49,7 @@ from typing import Any
 from atomictoolsd.config.command import command_name
 from atomictoolsd.config.nethosts import host_matches, normal_host, private_allows
 
-__all__ = ["NetProxy", "ProxyLimits", "Refused", "address_refusal"]
+__all__ = ["NetProxy", "ProxyLimits", "ProxyRefusal", "address_refusal"]
 
 log = logging.getLogger("atomictoolsd.workers")
 
@@ -79,7 +79,7 @@ class ProxyLimits:
     resolvers: int = 2  # threads resolving names (a slow resolver holds these, never the event loop)
 
 
-class Refused(Exception):
+class ProxyRefusal(Exception):
     """A request the proxy answers itself: ``status`` and a message for the user."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
@@ -274,7 +274,7 @@ class NetProxy:
                 if request is None:
                     return
                 up_reader, upstream = await self._open_upstream(proxy, request)
-            except Refused as refusal:
+            except ProxyRefusal as refusal:
                 self._refused(proxy, refusal)
                 await self._answer(writer, refusal.status, refusal.reason, str(refusal))
                 return
@@ -297,10 +297,10 @@ class NetProxy:
         except asyncio.IncompleteReadError:
             return None  # gone before it asked anything
         except asyncio.LimitOverrunError:
-            raise Refused(431, "Request Header Fields Too Large",
+            raise ProxyRefusal(431, "Request Header Fields Too Large",
                           f"the request's head is larger than {self.limits.head_bytes} bytes") from None
         except TimeoutError:
-            raise Refused(408, "Request Timeout",
+            raise ProxyRefusal(408, "Request Timeout",
                           f"the request's head did not arrive within {self.limits.head_timeout:g} s") from None
         return _Request.parse(head)
 
@@ -308,7 +308,7 @@ class NetProxy:
         host = request.host
         where = f"{host}:{request.port}"
         if proxy.hosts is not None and not host_matches(host, proxy.hosts):
-            raise Refused(403, "Forbidden", (
+            raise ProxyRefusal(403, "Forbidden", (
                 f"{host} is not among the hosts this project's tools may reach ({', '.join(proxy.hosts)}); "
                 f"the user can add it to the hosts of `{command_name()} trust --sandbox --allow-net HOST,…`"
             ))
@@ -321,7 +321,7 @@ class NetProxy:
             else:
                 why = why or refusal
         if not allowed:
-            raise Refused(403, "Forbidden", f"{where} is {why}: a confined tool never reaches it")
+            raise ProxyRefusal(403, "Forbidden", f"{where} is {why}: a confined tool never reaches it")
         return await self._connect(where, allowed)
 
     async def _resolve(self, host: str, port: int) -> list[tuple[int, Any]]:
@@ -340,9 +340,9 @@ class NetProxy:
                 self.limits.resolve_timeout,
             )
         except TimeoutError:
-            raise Refused(504, "Gateway Timeout", f"{host} did not resolve within {self.limits.resolve_timeout:g} s") from None
+            raise ProxyRefusal(504, "Gateway Timeout", f"{host} did not resolve within {self.limits.resolve_timeout:g} s") from None
         except OSError as exc:
-            raise Refused(502, "Bad Gateway", f"{host} does not resolve: {exc}") from None
+            raise ProxyRefusal(502, "Bad Gateway", f"{host} does not resolve: {exc}") from None
         return [(family, sockaddr) for family, _, _, _, sockaddr in found if family in (socket.AF_INET, socket.AF_INET6)]
 
     async def _connect(self, where: str, addresses: list[tuple[int, Any]]) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -353,7 +353,7 @@ class NetProxy:
             try:
                 sock.setblocking(False)
                 if _own_address(sock, sockaddr[0]):
-                    raise Refused(403, "Forbidden", f"{where} is one of this machine's own addresses: a confined tool never reaches it")
+                    raise ProxyRefusal(403, "Forbidden", f"{where} is one of this machine's own addresses: a confined tool never reaches it")
                 await asyncio.wait_for(loop.sock_connect(sock, sockaddr), self.limits.connect_timeout)
                 return await asyncio.open_connection(sock=sock, limit=self.limits.chunk)
             except TimeoutError:
@@ -365,7 +365,7 @@ class NetProxy:
             except BaseException:
                 sock.close()
                 raise
-        raise Refused(502, "Bad Gateway", f"cannot connect to {where}: {failure}")
+        raise ProxyRefusal(502, "Bad Gateway", f"cannot connect to {where}: {failure}")
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      up_reader: asyncio.StreamReader, upstream: asyncio.StreamWriter) -> None:
@@ -406,7 +406,7 @@ class NetProxy:
         except (OSError, TimeoutError):
             pass
 
-    def _refused(self, proxy: _WorkerProxy, refusal: Refused) -> None:
+    def _refused(self, proxy: _WorkerProxy, refusal: ProxyRefusal) -> None:
         self.refused += 1
         proxy.refused += 1
         if proxy.refused <= _LOGGED_REFUSALS:
@@ -433,14 +433,14 @@ class _Request:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            raise Refused(400, "Bad Request", "not an HTTP/1.x request")
+            raise ProxyRefusal(400, "Bad Request", "not an HTTP/1.x request")
         method, target, version = parts
         headers = []
         for line in lines[1:]:
             if line:
                 name, sep, value = line.partition(":")
                 if not sep or not _TOKEN.match(name):
-                    raise Refused(400, "Bad Request", f"a malformed header line: {line[:80]!r}")
+                    raise ProxyRefusal(400, "Bad Request", f"a malformed header line: {line[:80]!r}")
                 headers.append((name, value.strip()))
         if method == "CONNECT":
             host, port = _authority(target)
@@ -448,11 +448,11 @@ class _Request:
         url = urllib.parse.urlsplit(target)
         if url.scheme.lower() != "http" or not url.hostname:
             how = "use CONNECT for https" if url.scheme.lower() == "https" else "send an absolute http:// URL"
-            raise Refused(400, "Bad Request", f"this is a proxy: {how}")
+            raise ProxyRefusal(400, "Bad Request", f"this is a proxy: {how}")
         try:
             port = url.port or 80
         except ValueError:
-            raise Refused(400, "Bad Request", f"a bad port in {target[:200]!r}") from None
+            raise ProxyRefusal(400, "Bad Request", f"a bad port in {target[:200]!r}") from None
         origin = (url.path or "/") + (f"?{url.query}" if url.query else "")
         return cls(method, _host(url.hostname), port, origin, version, headers)
 
@@ -471,7 +471,7 @@ class _Request:
 def _authority(target: str) -> tuple[str, int]:
     host, sep, port = target.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise Refused(400, "Bad Request", f"CONNECT needs host:port, got {target[:200]!r}")
+        raise ProxyRefusal(400, "Bad Request", f"CONNECT needs host:port, got {target[:200]!r}")
     return _host(host), int(port)
 
 
@@ -479,7 +479,7 @@ def _host(host: str) -> str:
     try:
         return normal_host(host)
     except ValueError as exc:
-        raise Refused(400, "Bad Request", str(exc)) from None
+        raise ProxyRefusal(400, "Bad Request", str(exc)) from None
 
 
 def _is_tcp_listener(sock: socket.socket) -> bool:
