@@ -1055,3 +1055,20 @@ def test_a_confined_tool_runs_everyday_programs_and_git_without_your_credentials
         assert secret not in everything, secret
     assert gitconfig.startswith("refused") and diary.startswith("refused"), (gitconfig, diary)
     assert allowed == "done: notes the user allows"
+
+
+def test_built_ins_get_the_allowlisted_environment_where_the_kernel_cannot_confine_them(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Without Landlock the built-ins run unconfined, the product's own code; they still come from
+    the fork server of the allowlisted environment, so no variable of the daemon's reaches them."""
+    del env.vars["ATOMICTOOLS_BUILTINS"]
+    env.write_config(sandbox_abi=0)  # as a kernel without Landlock
+    daemon: Daemon = make_daemon(SECRETS)
+    with daemon.client() as client:
+        client.call("workspace-info")  # a built-in worker of this project
+        pids = [m["worker"] for m in client.status()["modules"] if m["scope"] == "builtin" and m["worker"]]
+    assert pids
+    for pid in pids:
+        seen = Path(f"/proc/{pid}/environ").read_text(errors="replace")
+        assert "PATH=" in seen, seen
+        for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "ATOMICTOOLS_TOKEN"):
+            assert SECRETS[name] not in seen and f"{name}=" not in seen, (pid, name)

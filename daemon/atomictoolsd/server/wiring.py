@@ -50,7 +50,7 @@ def build_server(
     ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
     ``NOTIFY_SOCKET`` (when set), ``first_forkserver`` the fork server ``serve`` forked at start."""
     configure_sandbox(config)
-    pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver)
+    pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver, (str(BUILTIN_DIR),))
     events.running_calls = pool.running_calls  # its flush writes tool.start for the calls still running
     trust = TrustStore(paths.state_dir)
     server: Server | None = None

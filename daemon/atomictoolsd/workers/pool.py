@@ -562,11 +562,18 @@ class WorkerPool:
 
     ``spawner`` starts the workers that run unconfined; its first fork server is ``first``, forked
     from the daemon at start when it could be (``spawner.fork_early``). ``confined_spawner`` starts
-    the confined ones, from an exec'd fork server of their own, started when the first is needed.
+    the confined ones, and the built-ins' (``allowlisted``) confined or not, from an exec'd fork
+    server of their own with the allowlisted environment, started when the first is needed.
     """
 
-    def __init__(self, settings: PoolSettings, first: EarlyForkServer | None = None) -> None:
+    def __init__(
+        self, settings: PoolSettings, first: EarlyForkServer | None = None, allowlisted: tuple[str, ...] = (),
+    ) -> None:
         self.settings = settings
+        # Modules under these dirs (the built-ins) always come from the allowlisted environment's
+        # fork server, confined or not: where the kernel cannot confine them they still never see
+        # a variable of the daemon's (a token, a key).
+        self.allowlisted = tuple(path.rstrip("/") + "/" for path in allowlisted)
         self.spawner = Spawner(first=first)
         self.net_proxy = NetProxy()  # the one way out of confined workers allowed the network
         self.confined_spawner = Spawner(environ=confined_environ, net_proxy=self.net_proxy)
@@ -623,4 +630,6 @@ class WorkerPool:
         await self.net_proxy.close()
 
     def spawner_for(self, spec: WorkerSpec) -> Spawner:
-        return self.spawner if spec.sandbox is None else self.confined_spawner
+        if spec.sandbox is None and not (self.allowlisted and spec.path.startswith(self.allowlisted)):
+            return self.spawner
+        return self.confined_spawner
