@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import Env, RawConnection
 
 # A module that lies in its load report: the runtime's own function that lists the helpers a
@@ -99,3 +101,79 @@ def test_a_load_report_naming_fifos_devices_and_links_blocks_nothing(env: Env, m
     record(f"a load report naming {len(named)} paths (FIFOs in and outside the tools dir, /dev/zero, /dev/tty, a link "
            f"to a FIFO, a link to a dir, '..' escapes): attach, calls and a bystander project's calls answered in "
            f"seconds; no FIFO opened")
+
+
+# A confined tool that makes, in its own spill dir, a directory and a link to a victim directory,
+# then swaps them (renameat2 RENAME_EXCHANGE) as fast as it can, in a thread, while calls go on.
+SWAPPER = '''
+import ctypes, os, threading, time
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def swapper(what: str, spill_dir: str = "", victim: str = "", seconds: float = 0.0) -> str:
+    if what == "spill":
+        return "line\\n" * 5000  # past the truncation limit: the whole goes to this worker's spill dir
+    if what == "delete":
+        try:
+            os.unlink(os.path.join(victim, "file0"))
+        except OSError as exc:
+            return f"refused: errno {exc.errno}"
+        return "deleted"
+    real, link = os.path.join(spill_dir, "sandbox-real"), os.path.join(spill_dir, "sandbox-link")
+    os.mkdir(real)
+    for name in ("own.txt", "gone.txt"):
+        with open(os.path.join(real, name), "w") as f:
+            f.write("mine")
+    with open(os.path.join(spill_dir, "old.txt"), "w") as f:
+        f.write("mine")
+    past = time.time() - 3 * 86400
+    for path in (os.path.join(real, "own.txt"), os.path.join(spill_dir, "old.txt")):
+        os.utime(path, (past, past))
+    os.symlink(victim, link)
+
+    def swap() -> None:
+        a, b = real.encode(), link.encode()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            _libc.renameat2(_AT_FDCWD, a, _AT_FDCWD, b, _RENAME_EXCHANGE)
+
+    threading.Thread(target=swap, daemon=True).start()
+    return "swapping"
+'''
+
+
+def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+    from atomictoolsd.workers.runtime.truncate import remove_old_spills
+
+    if kernel_abi() < REQUIRED_ABI:
+        pytest.skip(f"this kernel offers Landlock ABI {kernel_abi()}; confining workers needs {REQUIRED_ABI}")
+    victim = env.root / "victim"
+    victim.mkdir()
+    past = time.time() - 3 * 86400
+    for i in range(40):
+        (victim / f"file{i}").write_text("the user's")
+        os.utime(victim / f"file{i}", (past, past))
+    env.write_tool(env.global_tools, "swapper.py", SWAPPER)
+    daemon = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1", "ATOMICTOOLS_SPILL_MAX_AGE": "86400"})
+    with daemon.client() as client:
+        spilled = client.call("swapper", what="spill").meta["atomic/fullOutput"]
+        spill_dir = os.path.dirname(spilled)
+        assert os.path.basename(spill_dir).startswith("sandbox-"), spill_dir  # a confined worker's own
+        # The sandbox keeps the worker itself from the victim's files.
+        assert client.call("swapper", what="delete", victim=str(victim)).text.startswith("refused")
+        assert client.call("swapper", what="race", spill_dir=spill_dir, victim=str(victim), seconds=6.0).text == "swapping"
+        # The daemon's housekeeping (it runs this very function in a thread), again and again while the
+        # worker swaps: each walk may find the directory it listed turned into the link to the victim.
+        walks = 0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            remove_old_spills(str(env.state_dir / "spill"), 86400)
+            walks += 1
+        left = sorted(p.name for p in victim.iterdir())
+        assert len(left) == 40, f"{40 - len(left)} files of the victim dir deleted through the worker's link"
+        assert not os.path.exists(os.path.join(spill_dir, "old.txt")), "the worker's old spill file stays"
+    record(f"{walks} spill housekeeping walks while a confined worker swapped a dir of its spill dir with a link "
+           f"to a victim dir (renameat2 RENAME_EXCHANGE): the victim's 40 old files kept, the worker's old file removed")

@@ -8,6 +8,7 @@ daemon's state dir; the daemon deletes old spill files. Runs inside workers (sta
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import time
 
@@ -69,22 +70,73 @@ def spill(data: bytes, spill_dir: str, label: str, suffix: str = ".txt") -> str:
 
 def remove_old_spills(spill_dir: str, max_age_seconds: float) -> int:
     """Delete spill files older than ``max_age_seconds``, also those in the directory of each
-    confined worker (``sandbox-*``, removed once empty and old); return how many were removed."""
-    removed = 0
-    cutoff = time.time() - max_age_seconds
+    confined worker (``sandbox-*``, removed once empty and old); return how many were removed.
+
+    A confined worker's directory is its own to write, while this runs: it may hold links, FIFOs and
+    directories of its making, and swap a directory for a link at any moment (``renameat2``). So
+    nothing is reached by path: each directory is opened by descriptor without following a link
+    (and entered only when it is still the directory that was looked at), its entries are looked at
+    and removed relative to it, and a link is removed as a link, never followed. Below a worker's
+    directory, ``_DEPTH`` levels are walked; what lies deeper stays.
+    """
     try:
-        entries = list(os.scandir(spill_dir))
-    except FileNotFoundError:
+        fd = os.open(spill_dir, _DIR_FLAGS)
+    except OSError:
+        return 0  # gone, or not a directory of ours (a link): nothing to walk
+    try:
+        return _remove_old(fd, time.time() - max_age_seconds, None)
+    finally:
+        os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DEPTH = 8  # levels walked below a confined worker's spill directory
+
+
+def _remove_old(fd: int, cutoff: float, depth: int | None) -> int:
+    """In the directory ``fd`` (the spill dir when ``depth`` is None, else a worker's or one below
+    it): remove the old entries that are not directories (at the top, regular files only), and walk
+    the directories there are to walk."""
+    try:
+        names = os.listdir(fd)
+    except OSError:
         return 0
-    for entry in entries:
+    removed = 0
+    for name in names:
         try:
-            if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
-                os.unlink(entry.path)
-                removed += 1
-            elif entry.name.startswith("sandbox-") and entry.is_dir(follow_symlinks=False):
-                removed += remove_old_spills(entry.path, max_age_seconds)
-                if entry.stat().st_mtime < cutoff:
-                    os.rmdir(entry.path)  # fails while it holds a file still young enough
-        except (FileNotFoundError, OSError):
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
             continue
+        if stat.S_ISDIR(info.st_mode):
+            if depth is None and name.startswith("sandbox-"):
+                removed += _remove_old_dir(fd, name, info, cutoff, _DEPTH)
+            elif depth is not None and depth > 0:
+                removed += _remove_old_dir(fd, name, info, cutoff, depth - 1)
+        elif info.st_mtime < cutoff and (depth is not None or stat.S_ISREG(info.st_mode)):
+            try:
+                os.unlink(name, dir_fd=fd)  # the name itself: a link goes, what it points to stays
+                removed += 1
+            except OSError:
+                continue
+    return removed
+
+
+def _remove_old_dir(parent: int, name: str, info: os.stat_result, cutoff: float, depth: int) -> int:
+    """Walk the directory ``name`` in ``parent`` (looked at as ``info``), then remove it if empty and old."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError:
+        return 0  # swapped for a link, or gone, since it was looked at: not entered
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+            return 0  # another directory than the one looked at
+        removed = _remove_old(fd, cutoff, depth)
+    finally:
+        os.close(fd)
+    if info.st_mtime < cutoff:
+        try:
+            os.rmdir(name, dir_fd=parent)  # fails while it holds an entry still young enough
+        except OSError:
+            pass
     return removed
