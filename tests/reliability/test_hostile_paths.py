@@ -177,3 +177,4 @@ def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make
         assert not os.path.exists(os.path.join(spill_dir, "old.txt")), "the worker's old spill file stays"
     record(f"{walks} spill housekeeping walks while a confined worker swapped a dir of its spill dir with a link "
            f"to a victim dir (renameat2 RENAME_EXCHANGE): the victim's 40 old files kept, the worker's old file removed")
+

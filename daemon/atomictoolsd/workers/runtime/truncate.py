@@ -12,6 +12,8 @@ import stat
 import tempfile
 import time
 
+from atomictoolsd.workers.runtime.removal import DIR_FLAGS, walk_dir
+
 __all__ = ["Truncated", "remove_old_spills", "spill", "truncate"]
 
 
@@ -72,71 +74,32 @@ def remove_old_spills(spill_dir: str, max_age_seconds: float) -> int:
     """Delete spill files older than ``max_age_seconds``, also those in the directory of each
     confined worker (``sandbox-*``, removed once empty and old); return how many were removed.
 
-    A confined worker's directory is its own to write, while this runs: it may hold links, FIFOs and
-    directories of its making, and swap a directory for a link at any moment (``renameat2``). So
-    nothing is reached by path: each directory is opened by descriptor without following a link
-    (and entered only when it is still the directory that was looked at), its entries are looked at
-    and removed relative to it, and a link is removed as a link, never followed. Below a worker's
-    directory, ``_DEPTH`` levels are walked; what lies deeper stays.
+    A confined worker's directory is its own to write, while this runs: it is walked by descriptor,
+    never following a link (``removal``), and at most ``_DEPTH`` levels below it.
     """
     try:
-        fd = os.open(spill_dir, _DIR_FLAGS)
+        fd = os.open(spill_dir, DIR_FLAGS)
     except OSError:
         return 0  # gone, or not a directory of ours (a link): nothing to walk
-    try:
-        return _remove_old(fd, time.time() - max_age_seconds, None)
-    finally:
-        os.close(fd)
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_DEPTH = 8  # levels walked below a confined worker's spill directory
-
-
-def _remove_old(fd: int, cutoff: float, depth: int | None) -> int:
-    """In the directory ``fd`` (the spill dir when ``depth`` is None, else a worker's or one below
-    it): remove the old entries that are not directories (at the top, regular files only), and walk
-    the directories there are to walk."""
-    try:
-        names = os.listdir(fd)
-    except OSError:
-        return 0
+    cutoff = time.time() - max_age_seconds
     removed = 0
-    for name in names:
-        try:
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode):
-            if depth is None and name.startswith("sandbox-"):
-                removed += _remove_old_dir(fd, name, info, cutoff, _DEPTH)
-            elif depth is not None and depth > 0:
-                removed += _remove_old_dir(fd, name, info, cutoff, depth - 1)
-        elif info.st_mtime < cutoff and (depth is not None or stat.S_ISREG(info.st_mode)):
+    try:
+        for name in os.listdir(fd):
             try:
-                os.unlink(name, dir_fd=fd)  # the name itself: a link goes, what it points to stays
-                removed += 1
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
-    return removed
-
-
-def _remove_old_dir(parent: int, name: str, info: os.stat_result, cutoff: float, depth: int) -> int:
-    """Walk the directory ``name`` in ``parent`` (looked at as ``info``), then remove it if empty and old."""
-    try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except OSError:
-        return 0  # swapped for a link, or gone, since it was looked at: not entered
-    try:
-        now = os.fstat(fd)
-        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
-            return 0  # another directory than the one looked at
-        removed = _remove_old(fd, cutoff, depth)
+            if stat.S_ISDIR(info.st_mode) and name.startswith("sandbox-"):
+                removed += walk_dir(fd, name, info, cutoff, _DEPTH)
+            elif stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    removed += 1
+                except OSError:
+                    continue
     finally:
         os.close(fd)
-    if info.st_mtime < cutoff:
-        try:
-            os.rmdir(name, dir_fd=parent)  # fails while it holds an entry still young enough
-        except OSError:
-            pass
     return removed
+
+
+_DEPTH = 8  # levels walked below a confined worker's spill directory
