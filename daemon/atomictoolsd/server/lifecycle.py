@@ -9,8 +9,8 @@ it. Every connection is checked for the peer's uid, and counted: past ``max_conn
 fewer file descriptors would be left than workers need (``fd_reserve``), a new connection gets one
 error line and is closed. When HTTP is on, its connections have a share of the descriptors of
 their own (``http_share``), kept from the socket's; its sessions are bounded by the HTTP transport
-and never counted here, so the socket's clients never wait for HTTP's. Once a second the daemon checks that the socket file and the lock file at
-their paths are still its own (a cleaner or a user may delete them): it binds a fresh socket, or
+and never counted here, so the socket's clients never wait for HTTP's. Once a second the daemon
+checks that the socket file and the lock file at their paths are still its own (a cleaner or a user may delete them): it binds a fresh socket, or
 takes the lock again, and when another daemon has taken over meanwhile it stops. Shutdown stops accepting, lets calls in flight
 finish (bounded by ``shutdown_grace``), stops every worker, and removes the socket and lock files.
 
