@@ -73,7 +73,7 @@ def test_an_unknown_tool_suggests_the_near_names(env: Env, make_daemon: object, 
 
 
 def test_a_misspelled_setting_is_answered_with_the_right_one(env: Env) -> None:
-    config = env.write_config("call_timout = 5\n")
+    env.write_config("call_timout = 5\n")
     result = run(env, "config")
     assert result.returncode == 2
     assert "unknown setting 'call_timout'; did you mean 'call_timeout'?" in result.stderr
@@ -93,7 +93,7 @@ def test_a_file_with_no_tool_is_told_what_it_defines_and_what_to_do(env: Env, ma
 
 
 def test_an_automatic_start_that_fails_leads_with_the_cause_in_one_line(env: Env) -> None:
-    config = env.write_config("call_timeout = 'never'\n")
+    env.write_config("call_timeout = 'never'\n")
     env.runtime_dir.mkdir(mode=0o700, parents=True)
     (env.runtime_dir / "atomictoolsd.stderr").write_text("atomictoolsd: a complaint of an earlier daemon\n")
     called = run(env, "call", "greet")

@@ -124,7 +124,7 @@ def test_status_and_logs_reflect_calls_failures_deaths_and_reloads(env: Env, mak
 
 def test_logs_follow_across_rotation(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "greet.py", TOOLS)
-    config = env.write_config("log_max_bytes = 4096\nlog_backups = 1\n")
+    env.write_config("log_max_bytes = 4096\nlog_backups = 1\n")
     daemon = make_daemon()
     follower = subprocess.Popen(
         [sys.executable, "-m", "atomictoolsd", "logs", "-f", "--json", "--tool", "greet"],

@@ -126,7 +126,10 @@ def unsafe_templates() -> list[tuple[str, str]]:
 
 
 # The safe forms: the value after the code, where the program reads it as an argument. Each prints
-# its arguments one a line, bracketed.
+# its arguments one a line, bracketed. perl and awk may read an argument as more than data (perl
+# -n opens "x|" as a command; awk assigns an operand v=x), so the rule takes free text there only
+# when the file says so: their forms carry "unsafeFreeText" (this code never reads them as files).
+DECLARED_UNSAFE = ("perl", "awk")
 SAFE_INTERPRETERS = {
     "sh": "sh -c 'printf \"[%s]\\n\" \"$@\"' sh {{v}}",
     "bash": "bash -euc 'printf \"[%s]\\n\" \"$@\"' bash {{v}}",
@@ -174,6 +177,9 @@ def test_safe_forms_load_and_take_every_payload_as_one_argument(env: Env, make_d
         tools[name] = (wrapper + " " + command).strip()
     one_or_many = {"type": ["string", "array"], "items": STRING}
     safe = [{**shell_tool(n, c), "inputSchema": {"type": "object", "properties": {"v": one_or_many}}} for n, c in tools.items()]
+    for tool in safe:
+        if tool["name"].startswith(DECLARED_UNSAFE):
+            tool["handler"]["unsafeFreeText"] = ["v"]
     env.write_tool(env.local_tools, "safe.json", json.dumps({"tools": safe}))
     # The unsafe neighbours of each safe form, in the same file's directory: refused, nothing of theirs runs.
     unsafe = {f"bad-{i}": f"{wrapper} {form}".strip() for i, (wrapper, form) in enumerate(zip(
@@ -393,3 +399,107 @@ def test_a_dripping_server_cannot_hold_a_call_past_its_timeout(env: Env, make_da
     record(f"4 servers dripping a byte every 0.1 s (the status line, the headers, the body, a TLS handshake) against "
            f"a 1 s timeout: each answered 'timed out after 1 s' in {max(took.values()):.1f} s at most, the connection "
            f"closed, the same worker served the next call")
+
+
+# -- the positive rule: free text only where a program reads data ----------------------------------------
+
+MAKEFILE = "all:\n\t@echo built\n"
+# A name make, perl and the like read as more than data; with the pattern the same tools load.
+CONSTRAINED = {"type": "string", "pattern": "^[A-Za-z0-9_./][A-Za-z0-9_./-]*$"}
+
+
+def _walkarounds(marker: Path) -> dict[str, tuple[str, str, str]]:
+    """name: (the command, as docs/declarative.md once advised it, a value that ran a command, a harmless value)."""
+    return {
+        # An operand NAME=VALUE overrides a variable: .SHELLFLAGS runs the recipe through a command of the value's.
+        "make": ("make -- {{v}}", f".SHELLFLAGS=-c touch\\ {marker};:", "all"),
+        # -n opens each argument with the two-argument open: "x|" is a command.
+        "perl": ("perl -ne 'print' -- {{v}}", f"touch {marker}|", "Makefile"),
+    }
+
+
+def test_values_after_double_dash_that_ran_commands_need_a_constrained_schema(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    marker = env.root / "ran"
+    (env.project / "Makefile").write_text(MAKEFILE)
+    cases = _walkarounds(marker)
+    free = [shell_tool(f"{name}-free", command) for name, (command, _, _) in cases.items()]
+    kept = [{**shell_tool(f"{name}-kept", command), "inputSchema": {"type": "object", "properties": {"v": CONSTRAINED}}}
+            for name, (command, _, _) in cases.items()]
+    # What the file may still say: the payloads are real (each runs its command when let through).
+    declared = [{**shell_tool(f"{name}-declared", command), "handler": {
+        "type": "shell", "command": command, "unsafeFreeText": ["v"], "okExitCodes": [0, 2]}}
+        for name, (command, _, _) in cases.items()]
+    env.write_tool(env.local_tools, "walkarounds.json", json.dumps({"tools": free + kept + declared}))
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        listing = client.request("atomic/list")
+        errors = {e.get("tool"): e["message"] for e in listing["errors"]}
+        assert {t["name"] for t in listing["tools"]} == {t["name"] for t in kept + declared}, errors
+        for name, (_command, payload, harmless) in cases.items():
+            message = errors[f"{name}-free"]
+            assert "{{v}}" in message and name in message and "Constrain 'v' in inputSchema" in message, message
+            assert '"unsafeFreeText": ["v"]' in message, message
+            refused = client.call_tool(f"{name}-kept", {"v": payload})
+            assert refused.is_error and "must match pattern" in refused.text, refused.text
+            served = client.call_tool(f"{name}-kept", {"v": harmless})
+            assert not served.is_error, served.text
+        assert not marker.exists(), "a value ran a command"
+        for name, (_, payload, _) in cases.items():
+            client.call_tool(f"{name}-declared", {"v": payload})
+            assert marker.exists(), f"the {name} payload is not what runs a command: the test proves nothing"
+            marker.unlink()
+    record(f"{len(cases)} templates with the value after -- as the docs advised ({', '.join(c for c, _, _ in cases.values())}): "
+           f"refused at load naming the parameter, the program and both fixes; with a pattern they load, the payload "
+           f"that ran a command is refused by the schema, a plain value served; declared unsafeFreeText, the payload runs")
+
+
+# Runners the table did not know, where a value is code, a script or the program: refused whatever
+# the schema says (a pattern does not make code safe).
+RUNNERS = ["ipython -c {{v}}", "ipython3 -c {{v}}", "python3-dbg -c {{v}}", "/usr/bin/python3.12-dbg -c {{v}}",
+           "python3.13d -c {{v}}", "dc -e {{v}}", "dc {{v}}", "bc -e {{v}}", "xonsh -c {{v}}", "nu -c {{v}}",
+           "nu --commands {{v}}", "uv run {{v}}", "uv run --with {{v}} black", "uv tool run {{v}}", "pipx run {{v}}",
+           "pipx install {{v}}", "npm exec {{v}}", "npm exec -c {{v}}", "npm x -- {{v}}", "pnpm dlx {{v}}",
+           "yarn dlx {{v}}", "npm install {{v}}", "npm run {{v}}", "prlimit {{v}}", "prlimit --nofile=64 {{v}}",
+           "setarch x86_64 {{v}}", "setarch x86_64 -R {{v}}", "linux64 {{v}}", "make -f {{v}}", "make --eval={{v}}",
+           "make -C {{v}} all", "git -c {{v}} log", "git -C {{v}} status", "git {{v}}", "git --exec-path={{v}} log",
+           "groovy -e {{v}}", "scala -e {{v}}", "elixir -e {{v}}", "erl -eval {{v}}", "guile -c {{v}}",
+           "sbcl --eval {{v}}", "java -jar {{v}}", "sort --compress-program={{v}} f", "rg --pre={{v}} x",
+           "env -P {{v}} ls", "uvx --python {{v}} black", "timeout 5 ipython -c {{v}}", "env -S 'xonsh -c' {{v}}"]
+# Programs the table does not know, and arguments a known one may read as more than data: free
+# text is refused, a constrained value loads.
+UNKNOWN = ["frobnicate {{v}}", "./tool.sh {{v}}", "/opt/bin/run -- {{v}}", "docker run alpine {{v}}",
+           "kubectl exec pod -- {{v}}", "cargo run -- {{v}}", "git checkout -b {{v}}", "git push origin {{v}}",
+           "git config user.name {{v}}", "awk '{print}' {{v}}", "perl -e 'print @ARGV' -- {{v}}", "ruby s.rb {{v}}",
+           "make {{v}}", "sort -o {{v}} f", "uniq in {{v}}", "jq {{v}} f.json", "find {{v}} -name x",
+           "find . -name x {{v}}", "systemd-run --property={{v}} true", "chroot {{v}} ls", "sudo -u {{v}} ls",
+           "time -o {{v}} ls", "xargs -a {{v}} echo", "date -s {{v}}", "vim {{v}}", "psql {{v}}", "sqlite3 {{v}} .tables",
+           "timeout 5 frobnicate {{v}}", "env A=1 make -- {{v}}"]
+
+
+def test_a_positive_rule_refuses_what_no_table_listed(tmp_path: Path, record) -> None:  # type: ignore[no-untyped-def]
+    def load(commands: list[str], schema: dict[str, Any]) -> tuple[set[str], dict[str, str]]:
+        tools = [{**shell_tool(f"c{i}", command), "inputSchema": {"type": "object", "properties": {"v": schema}}}
+                 for i, command in enumerate(commands)]
+        path = tmp_path / "rule.json"
+        path.write_text(json.dumps({"tools": tools}))
+        specs, problems = load_file(str(path))
+        loaded = {commands[int(spec.name[1:])] for spec in specs}
+        return loaded, {commands[int(p["tool"][1:])]: p["message"] for p in problems}
+
+    loaded, _ = load(RUNNERS, CONSTRAINED)
+    assert loaded == set(), f"run by a value whatever its schema: {sorted(loaded)}"
+    loaded, messages = load(UNKNOWN, STRING)
+    assert loaded == set(), f"free text where a program may read more than data: {sorted(loaded)}"
+    for command, message in messages.items():
+        assert "{{v}}" in message and "Constrain 'v' in inputSchema instead" in message, (command, message)
+    loaded, messages = load(UNKNOWN, CONSTRAINED)
+    assert loaded == set(UNKNOWN), messages
+    unsafe_key = [{**shell_tool(f"c{i}", command), "handler": {"type": "shell", "command": command, "unsafeFreeText": ["v"]}}
+                  for i, command in enumerate(UNKNOWN)]
+    (tmp_path / "declared.json").write_text(json.dumps({"tools": unsafe_key}))
+    specs, problems = load_file(str(tmp_path / "declared.json"))
+    assert len(specs) == len(UNKNOWN), problems
+    record(f"{len(RUNNERS)} templates where a value is code, a script or the program for runners the old table missed "
+           f"(ipython, python3-dbg, dc, xonsh, nu, uv run, pipx run, npm exec, prlimit, setarch, …): refused even with a "
+           f"pattern; {len(UNKNOWN)} templates handing free text to unknown programs or to arguments read as more "
+           f"than data: refused with the fix, loaded with a constrained schema or unsafeFreeText")

@@ -15,11 +15,13 @@ from atomictoolsd.declarative.templates import TemplateError, ValueRejected
 
 
 def role(command: str) -> str | None:
+    """The role that refuses a placeholder of ``command`` whatever its schema; ``guarded`` when its
+    value must be constrained by the schema; None when free text may go everywhere it is put."""
     try:
-        check(shlex.split(command))
+        reading = check(shlex.split(command))
     except Unsafe as exc:
         return exc.role
-    return None
+    return "guarded" if reading.guards else None
 
 
 @pytest.mark.parametrize(
@@ -38,10 +40,11 @@ def role(command: str) -> str | None:
         ("python3 -Ic '{{v}}'", "code"),
         ("perl -e{{v}}", "code"),
         ("node --eval={{v}}", "code"),
-        ("perl -e 'print @ARGV' {{v}}", "option"),
-        ("node -e 'x' {{v}}", "option"),
-        ("sed -n p {{v}}", "option"),
-        ("python3 -X {{v}} s.py", "option"),
+        ("perl -e 'print @ARGV' {{v}}", "guarded"),  # where options are still read: a value -e… would be one
+        ("node -e 'x' {{v}}", "guarded"),
+        ("sed -n p {{v}}", "guarded"),
+        ("python3 -X {{v}} s.py", "option"),  # an interpreter's own option's argument: never
+        ("perl -{{v}} s.pl", "option"),
         # The program, a script or a module chosen by the value.
         ("{{prog}} x", "program"),
         ("timeout 5 {{prog}}", "program"),
@@ -61,11 +64,46 @@ def role(command: str) -> str | None:
         ("su -c 'echo {{v}}'", "code"),
         ("flock /tmp/l -c 'echo {{v}}'", "code"),
         ("env {{name}}=1 sh s.sh", "variable"),
-        ("timeout {{t}} true", "option"),
-        # Safe: the value after the code, behind -- where options are still read, or data to a plain program.
+        ("timeout {{t}} true", "guarded"),
+        # The issue's walk-arounds of the table: arguments a program reads as more than data, and
+        # programs the table did not know.
+        ("make -- {{target}}", "guarded"),  # NAME=VALUE sets a variable (.SHELLFLAGS)
+        ("perl -ne 'print' -- {{file}}", "guarded"),  # "x|" is a command to perl's two-argument open
+        ("perl -e 'print @ARGV' -- {{v}}", "guarded"),
+        ("awk '{print}' {{file}}", "guarded"),  # an operand v=x assigns the program's variable
+        ("mytool {{x}}", "guarded"),
+        ("git checkout -b {{name}}", "guarded"),
+        ("docker run alpine {{v}}", "guarded"),
+        ("ipython -c {{v}}", "code"),
+        ("python3-dbg -c {{v}}", "code"),
+        ("python3.12d -c {{v}}", "code"),
+        ("dc -e {{v}}", "code"),
+        ("xonsh -c {{v}}", "code"),
+        ("nu -c {{v}}", "code"),
+        ("uv run {{v}}", "program"),
+        ("uv run --with {{v}} x", "program"),
+        ("pipx run {{v}}", "program"),
+        ("npm exec {{v}}", "program"),
+        ("npm exec -c {{v}}", "code"),
+        ("npm run {{v}}", "script"),
+        ("prlimit --nofile=10 {{v}}", "program"),
+        ("setarch x86_64 -R {{v}}", "program"),
+        ("systemd-run --property={{v}} true", "guarded"),  # ExecStartPre=… would run a command
+        ("make -f {{file}}", "script"),
+        ("make --eval={{v}}", "code"),
+        ("git -c {{v}} log", "code"),
+        ("git -C {{dir}} log", "script"),
+        ("git {{sub}}", "script"),
+        ("git grep -O{{v}} x", "option"),
+        ("git grep --open-files-in-pager={{v}} x", "program"),
+        ("git log --output={{f}} -1", "guarded"),
+        ("sort -o {{f}} x", "guarded"),
+        ("env -P {{path}} ls", "program"),
+        # Free text: the value after the code, behind -- where options are still read, or data to a
+        # program whose arguments are data.
         ("sh -c 'echo \"$1\"' sh {{v}}", None),
         ("bash -lc 'grep -- \"$1\" f' bash {{v}}", None),
-        ("perl -ne 'print if /$ENV{X}/' -- {{v}}", None),
+        ("perl -ne 'print if /$ENV{X}/' f", None),
         ("node -e 'console.log(process.argv[1])' -- {{v}}", None),
         ("python3 -c 'import sys; print(sys.argv[1])' {{v}}", None),
         ("python3 tool.py --name {{v}}", None),
@@ -77,6 +115,14 @@ def role(command: str) -> str | None:
         ("find . -name {{v}} -exec grep -l x {} +", None),
         ("grep -rn -- {{v}} .", None),
         ("git log -n {{count}} -- {{path}}", None),
+        ("git log '--format=%h {{fmt}}' --author={{who}} -- {{paths}}", None),
+        ("git grep -n -e {{p}} -- {{path}}", None),
+        ("echo {{v}}", None),
+        ("ls {{dir}}", None),
+        ("printf '[%s]' {{v}} --opt={{v}}", None),
+        ("rg -e {{p}} -- {{path}}", None),
+        ("date -d {{when}} +%s", None),
+        ("timeout 5 grep -c -- {{v}} f", None),
     ],
 )
 def test_where_a_value_lands(command: str, expected: str | None) -> None:
@@ -98,12 +144,63 @@ def test_the_refusal_says_what_to_do_instead() -> None:
     with pytest.raises(TemplateError) as info:
         ShellHandler({"command": "perl -lne 'print if /{{p}}/'"})
     assert "inside the code that perl runs" in str(info.value)
-    assert "perl -e 'print $ARGV[0]' -- {{p}}" in str(info.value)
+    assert "env P={{p}} perl ... (perl: $ENV{P})" in str(info.value)
     with pytest.raises(TemplateError) as info:
         ShellHandler({"command": "bash -ec 'grep {{p}} f'"})
     assert "bash -c '... \"$1\" ...' bash {{p}}" in str(info.value)
-    with pytest.raises(TemplateError, match=r"where perl reads its own options .* behind --"):
-        ShellHandler({"command": "perl -e 'print @ARGV' {{p}}"})
+    with pytest.raises(TemplateError, match=r"where python reads its own options .* behind --"):
+        ShellHandler({"command": "python3 -X {{p}} s.py"})
+    free = {"type": "object", "properties": {"p": {"type": "string"}}}
+    with pytest.raises(TemplateError) as info:
+        ShellHandler({"command": "perl -e 'print @ARGV' {{p}}"}).check_schema(free)
+    message = str(info.value)
+    assert "{{p}}, whose schema lets it be any text, where perl still reads its own options" in message
+    assert "Constrain 'p' in inputSchema instead" in message and '"unsafeFreeText": ["p"]' in message
+    free_t = {"type": "object", "properties": {"t": {"type": "string"}}}
+    with pytest.raises(TemplateError, match=r"in an argument of make \('\{\{t\}\}', word 3 of the command\) that make may read as more"):
+        ShellHandler({"command": "make -- {{t}}"}).check_schema(free_t)
+    with pytest.raises(TemplateError, match=r"in an argument of mytool \('\{\{t\}\}', word 3 of the command\), a program whose reading"):
+        ShellHandler({"command": "mytool -- {{t}}"}).check_schema(free_t)
+
+
+@pytest.mark.parametrize(
+    ("schema", "loads"),
+    [
+        ({"type": "string"}, False),
+        ({"type": "string", "maxLength": 20}, False),
+        ({"type": "string", "pattern": "^[a-z][a-z0-9_-]*$"}, True),
+        ({"type": "string", "pattern": "^[a-z0-9_-]+$"}, False),  # may start with -
+        ({"type": "string", "pattern": "^[^-+][^=|]*$"}, False),  # may hold < or >
+        ({"type": "string", "pattern": "[a-z]+"}, False),  # not anchored: a search finds it inside anything
+        ({"type": "string", "pattern": "^(?!-)[A-Za-z0-9_./-]+$"}, True),
+        ({"type": "string", "format": "date-time"}, True),
+        ({"type": "string", "format": "email"}, False),
+        ({"enum": ["all", "-k clean"]}, True),  # the author's own values
+        ({"type": "integer", "minimum": 0}, True),
+        ({"type": "integer"}, False),  # -5 would be an option
+        ({"type": ["string", "null"], "pattern": "^[a-z]+$"}, True),
+        ({"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}, True),
+        ({"anyOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"type": "string"}]}, False),
+        ({"pattern": "^[a-z]+$"}, False),  # untyped: a number is no string, the pattern never applies
+    ],
+)
+def test_a_guarded_value_loads_when_its_schema_constrains_it(schema: dict, loads: bool) -> None:  # type: ignore[type-arg]
+    handler = ShellHandler({"command": "make -- {{t}}"})
+    try:
+        handler.check_schema({"type": "object", "properties": {"t": schema}})
+    except TemplateError:
+        assert not loads, schema
+    else:
+        assert loads, schema
+
+
+def test_unsafe_free_text_is_the_authors_say_and_names_used_parameters() -> None:
+    free = {"type": "object", "properties": {"t": {"type": "string"}}}
+    ShellHandler({"command": "make -- {{t}}", "unsafeFreeText": ["t"]}).check_schema(free)
+    with pytest.raises(TemplateError, match="which handler.command does not use"):
+        ShellHandler({"command": "make -- {{t}}", "unsafeFreeText": ["x"]})
+    with pytest.raises(TemplateError, match="inside the code"):  # never where a program runs it
+        ShellHandler({"command": "sh -c {{t}}", "unsafeFreeText": ["t"]})
 
 
 def test_a_list_cannot_become_several_words_where_a_program_reads_one() -> None:

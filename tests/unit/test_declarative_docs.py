@@ -35,3 +35,12 @@ def test_documented_tool_files_load_cleanly(tmp_path: Path, where: str, text: st
 
 def test_the_docs_show_at_least_the_readme_and_reference_examples() -> None:
     assert {w.split("#")[0] for w, _ in tool_files()} == {"README.md", "declarative.md", "toolbox.json"}
+
+
+def test_the_programs_whose_arguments_are_data_are_the_ones_documented() -> None:
+    from atomictoolsd.declarative.commands import PLAIN
+
+    text = (ROOT / "docs" / "declarative.md").read_text()
+    listed = re.search(r"<!-- plain-programs -->(.*?)<!-- /plain-programs -->", text, re.DOTALL)
+    assert listed is not None
+    assert re.findall(r"`([^`]+)`", listed.group(1)) == sorted(PLAIN)

@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from atomictoolsd.workers.runtime.removal import remove_tree
 from atomictoolsd.workers.runtime.truncate import remove_old_spills, truncate
 
 
@@ -52,3 +53,23 @@ def test_old_spill_files_are_removed(tmp_path: Path) -> None:
     assert remove_old_spills(str(tmp_path), 3600) == 1
     assert not old.exists() and new.exists()
     assert remove_old_spills(str(tmp_path / "missing"), 3600) == 0
+
+
+def test_a_workers_tree_is_removed_without_following_or_blocking(tmp_path: Path) -> None:
+    # What a worker may leave in its TMPDIR: FIFOs (an open for reading would wait for a writer), links
+    # to a directory of the user's, directories deep and wide. All of it goes; the user's files stay.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("the user's")
+    tree = tmp_path / "tmpdir"
+    deep = tree.joinpath(*(f"d{i}" for i in range(20)))
+    deep.mkdir(parents=True)
+    for where in (tree, deep):
+        os.mkfifo(where / "fifo")
+        os.symlink(victim, where / "link")
+        os.symlink(victim / "keep", where / "file-link")
+        (where / "file").write_text("x")
+    remove_tree(str(tree))
+    assert not tree.exists()
+    assert (victim / "keep").read_text() == "the user's"
+    remove_tree(str(tree))  # gone already: nothing to do, nothing raised

@@ -141,7 +141,6 @@ def _wants_string(prop: dict[str, Any]) -> bool:
 def cmd_call(args: argparse.Namespace) -> int:
     """Call a tool. Its result goes to stdout; every error goes to stderr, with a non-zero exit code."""
     from atomictools._errors import ConnectError, RPCError
-
     from atomictoolsd.cli.prompts import Progress, ask_on_terminal  # lazy: only `call` pays for it (start-up cost)
 
     progress = Progress() if sys.stderr.isatty() else None

@@ -1,22 +1,30 @@
 """Where a ``shell`` template's values land: refuse a template whose value a program would run.
 
 The ``shell`` handler never runs a shell, so a value is always one argument. What that argument
-becomes is up to the program that reads it, and some programs run an argument: a shell's ``-c``
-script, an interpreter's ``-e`` code or script file, a command that a wrapper (``env``, ``sudo``,
-``timeout``, ``xargs``, ``find -exec`` …) runs in turn, a command line that ``ssh``, ``watch``,
-``su -c`` or ``env -S`` hands to a shell. ``check`` walks a template's words the way those programs
-read their arguments (clustered short options, ``--``, options still read after ``-e``, ``env -S``
-splitting, wrappers in front of wrappers) and raises ``Unsafe`` when a placeholder lands in:
+becomes is up to the program that reads it, and no table of programs can say that for every
+program. So the rule is positive: a free-text value may go only where the program's reading of it
+is known to be data; anywhere else the value must be constrained by its schema (``Guard``, judged
+by ``shell.ShellHandler.check_schema``), or the tool file must say, by a key named unsafe, that its
+author takes that on. ``check`` walks a template's words the way the programs it knows read their
+arguments (clustered short options, ``--``, options still read after ``-e``, ``env -S`` splitting,
+wrappers in front of wrappers) and, for each placeholder:
 
-- the program (``{{prog}} …``, also as the command of a wrapper), or the script or module an
-  interpreter loads;
-- the code an interpreter or shell runs, or a command line something hands to a shell;
-- an interpreter's or wrapper's own options, or where it still reads options: a value starting
-  with ``-`` would be one (``perl -e '…' {{v}}`` reads ``-e…`` from the value).
+- raises ``Unsafe`` where no value may go, whatever its schema: the program (``{{prog}} …``, also as
+  the command of a wrapper), the script or module an interpreter loads, the code an interpreter or
+  shell runs, a command line something hands to a shell, the argument of an interpreter's or
+  wrapper's own option, inside an option word (``-{{v}}``), the name of a variable ``env`` sets;
+- lets it be (free text) where it is data by the program's own definition: an argument of a
+  program in the table of programs whose arguments are data (``grep``, ``ls``, ``git log`` …, each
+  read as it reads them: after ``--``, or as the argument of an option that takes data), or an
+  argument of code the template gives an interpreter that hands its arguments to that code
+  untouched (``python3 -c '…' {{v}}``, ``sh -c '…' sh {{v}}``, ``node -e '…' -- {{v}}``);
+- records a ``Guard`` everywhere else: where a program still reads its options (a value starting
+  with ``-`` would be one), and every argument of a program the table does not know, or whose
+  arguments it knows to be more than data (``make`` reads ``NAME=VALUE``, ``perl -n`` opens ``x|``
+  as a command, ``awk`` assigns ``v=x`` operands).
 
-When a reading is ambiguous (an option this table does not know may or may not take the next word),
-every reading is checked and the template is refused if any of them is unsafe. A program the table
-does not know is an ordinary program: a value is data to it (``grep -- {{pattern}} .``).
+When a reading is ambiguous (an option the table does not know may or may not take the next word),
+every reading is checked, and the strictest answer holds.
 
 Must never run anything: this is read when a file loads. Standard library only.
 """
@@ -30,9 +38,9 @@ from dataclasses import dataclass, field, replace
 
 from atomictoolsd.declarative.templates import PLACEHOLDER
 
-__all__ = ["Unsafe", "check", "program_name"]
+__all__ = ["Guard", "Reading", "Unsafe", "check", "program_name"]
 
-# The roles a word can have. Only "data" may hold a placeholder.
+# The roles a word can have. "data" takes free text, "guard" a value its schema constrains, the rest nothing.
 DATA = "data"
 CODE = "code"  # code the program runs
 SCRIPT = "script"  # a file or module of code the program loads
@@ -41,6 +49,8 @@ OPTION = "option"  # the program's own options, or where it still reads them
 LINE = "line"  # words joined into a command line that a shell reads
 VARIABLE = "variable"  # the name of an environment variable (``env NAME=VALUE``)
 MAIN = "main"  # in the option table: a script or code that is the program's main program (``python -m``)
+GUARD = "guard"  # data the program may read as more than data: a value there must be constrained
+ASSIGN = "assign"  # in the option table: NAME=VALUE, whose VALUE is data (``awk -v``)
 
 
 class Unsafe(Exception):
@@ -62,12 +72,14 @@ class Unsafe(Exception):
                     f"would run any program. Name the program in the template and pass the value as its argument")
         if self.role == CODE:
             if prog in SHELL_NAMES:
-                fix = f"e.g. {prog} -c '... \"$1\" ...' {prog} {p}"
+                fix = f"as an argument after the code, e.g. {prog} -c '... \"$1\" ...' {prog} {p}"
+            elif prog in ("perl", "ruby", "awk"):  # they may read an argument as more than data
+                fix = f"as the value of a variable the code reads, e.g. env P={p} {prog} ... (perl: $ENV{{P}})"
             else:
-                fix = (f"behind --, where the code reads it (sys.argv, @ARGV, process.argv, ARGV), "
-                       f"e.g. perl -e 'print $ARGV[0]' -- {p}")
+                fix = (f"as an argument after the code, where the code reads it (sys.argv, process.argv, ARGV), "
+                       f"e.g. python3 -c 'import sys; print(sys.argv[1])' {p}")
             return (f"handler.command puts {p} inside the code that {prog}{run_by} runs ({word!r}): a value there "
-                    f"would run as code. Pass it as an argument after the code instead, {fix}")
+                    f"would run as code. Pass it {fix} instead")
         if self.role == SCRIPT:
             return (f"handler.command lets {p} choose the script or module that {prog}{run_by} runs ({word!r}): "
                     f"a value there picks the code. Name the script in the template and pass the value after it "
@@ -85,13 +97,62 @@ class Unsafe(Exception):
 
 
 @dataclass(frozen=True)
+class Guard:
+    """A placeholder whose value must be constrained by its schema: ``where`` is ``option`` (the
+    program still reads its options there), ``guard`` (the program may read it as more than data)
+    or ``unknown`` (the table does not know how the program reads its arguments)."""
+
+    param: str
+    word: str
+    index: int  # the word's place in the template (0: the program), -1 for a word ``env -S`` made
+    program: str
+    where: str
+    via: str | None
+
+    def message(self) -> str:
+        p, prog = f"{{{{{self.param}}}}}", self.program
+        run_by = f" (run by {self.via})" if self.via else ""
+        at = f"{self.word!r}, word {self.index + 1} of the command" if self.index >= 0 else repr(self.word)
+        if self.where == OPTION:
+            what = (f"where {prog}{run_by} still reads its own options ({at}): a value starting "
+                    f"with - would be one (such as -e, which runs code)")
+        elif self.where == "unknown":
+            what = (f"in an argument of {prog}{run_by} ({at}), a program whose reading of its arguments "
+                    f"is not known here (see the programs whose arguments are data in docs/declarative.md): "
+                    f"a value there could be an option, an assignment (NAME=VALUE) or a command to open (x|)")
+        else:
+            what = (f"in an argument of {prog}{run_by} ({at}) that {prog} may read as more than data: "
+                    f"an option, an assignment (NAME=VALUE) or a command to open (x|)")
+        return (f"handler.command puts {p}, whose schema lets it be any text, {what}. Constrain "
+                f"{self.param!r} in inputSchema instead: an enum, or a string whose pattern, anchored ^...$, admits "
+                f"no - or + first and no =, |, < or > (e.g. \"^[A-Za-z0-9_./][A-Za-z0-9_./-]*$\"), or an integer "
+                f"with a minimum of 0; or, to pass any text there at your own risk, name it in the handler: "
+                f"\"unsafeFreeText\": [\"{self.param}\"]")
+
+
+@dataclass
+class Reading:
+    """What ``check`` found: the words where a list value must stay one value (``single``), and the
+    placeholders whose value must be constrained (``guards``)."""
+
+    single: set[int] = field(default_factory=set)
+    guards: list[Guard] = field(default_factory=list)
+
+    def guard(self, word: str, program: str, where: str, via: str | None) -> None:
+        for match in PLACEHOLDER.finditer(word):
+            self.guards.append(Guard(match.group(1), word, getattr(word, "at", -1), program, where, via))
+
+
+@dataclass(frozen=True)
 class Program:
     """How a program reads its arguments. ``short`` and ``long`` map an option to what it takes:
     ``flag``; ``arg:ROLE`` (the rest of the cluster or the next word); ``opt:ROLE`` (only attached,
     possibly empty: ``perl -l0``); ``mode`` (its first operand is code: ``sh -c``); ``split`` (its
     argument is split into more words: ``env -S``); ``line`` (what follows is a command line:
     ``sudo -s``); ``command`` (what follows is a command: ``gdb --args``). A role ending in ``!``
-    ends the options (``python -c``)."""
+    ends the options (``python -c``). ``DATA`` is data by the program's own definition (free text
+    may go there); ``GUARD`` is an argument it may read as more than data. A program in ``PLAIN``
+    needs no entry: every argument is data to it, its options included."""
 
     runner: bool = False  # what follows the options is a command it runs (after ``lead`` operands)
     short: dict[str, str] = field(default_factory=dict)
@@ -105,6 +166,11 @@ class Program:
     assign: bool = False  # ``NAME=VALUE`` operands come before the command (``env``)
     subcommands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     code_main: bool = True  # code given by an option is the program (not so for ``gdb -ex``)
+    argv: str = DATA  # the role of the arguments of code an option gave (``python -c … ARGS``)
+    unknown: str = ""  # the role of an unknown option's argument: by default data for runners, else option
+    lead_as: str = DATA  # runners: the role of their ``lead`` operands (``chroot DIR``: guarded)
+    subprograms: dict[str, Program] = field(default_factory=dict)  # subcommands read as programs of their own
+    others: str = ""  # GUARD: every argument after a subcommand in neither table is guarded
 
 
 def _opts(spec: str) -> dict[str, str]:
@@ -134,11 +200,14 @@ _FISH = Program(short=_opts("ilnpPvhN:flag dD:arg:option cC:arg:code"),
                             "version help no-config features:arg:option debug:arg:option"))
 _PYTHON = Program(short=_opts("bBdEhiIOPqsSuvVxR3:flag WX:arg:option c:arg:code! m:arg:main!"),
                   long=_longs("help version help-env help-xoptions help-all check-hash-based-pycs:arg:option"))
-_PERL = Program(short=_opts("acfhnpsStTuUvwWX:flag eE:arg:code IMm:arg:script F:arg:option 0CdDilVx:opt:option"))
+# perl opens each argument with the two-argument open when -n, -p or <> reads them: "x|" runs x.
+_PERL = Program(short=_opts("acfhnpsStTuUvwWX:flag eE:arg:code IMm:arg:script F:arg:option 0CdDilVx:opt:option"),
+                operands=(SCRIPT, GUARD), argv=GUARD)
 _RUBY = Program(short=_opts("acdlnpsSvwyh:flag e:arg:code rI:arg:script CEFK:arg:option 0TWx:opt:option"),
                 long=_longs("version verbose help copyright yjit jit enable:arg:option disable:arg:option "
                             "encoding:arg:option external-encoding:arg:option internal-encoding:arg:option "
-                            "dump:arg:option"))
+                            "dump:arg:option"),
+                operands=(SCRIPT, GUARD), argv=GUARD)  # ruby -s reads switches from the arguments
 # node reads no clusters, only its own aliases (``-pe`` is ``--print --eval``).
 _NODE = Program(single_dash_long=True,
                 long=_longs("e:arg:code p:arg:code pe:arg:code eval:arg:code print:arg:code r:arg:script "
@@ -147,9 +216,11 @@ _NODE = Program(single_dash_long=True,
                             "version h help"))
 _PHP = Program(short=_opts("aChHilmnqsvw:flag rBRE:arg:code f:arg:main Fz:arg:script dct:arg:option"))
 _LUA = Program(short=_opts("iEvW:flag e:arg:code l:arg:script"))
-_AWK = Program(short=_opts("vF:arg:data f:arg:main e:arg:code E:arg:main! il:arg:script"), operands=(CODE, DATA),
+# awk reads an operand NAME=VALUE as an assignment to the program's variables.
+_AWK = Program(short=_opts("v:arg:assign F:arg:data f:arg:main e:arg:code E:arg:main! il:arg:script"),
+               operands=(CODE, GUARD), argv=GUARD,
                long=_longs("file:arg:main source:arg:code exec:arg:main! include:arg:script load:arg:script "
-                           "assign:arg:data field-separator:arg:data sandbox posix traditional lint characters-as-bytes"))
+                           "assign:arg:assign field-separator:arg:data sandbox posix traditional lint characters-as-bytes"))
 _SED = Program(short=_opts("nsuzErbv:flag l:arg:data e:arg:code f:arg:main i:opt:option"), operands=(CODE, DATA),
                permute=True,
                long=_longs("expression:arg:code file:arg:main quiet silent debug posix sandbox separate "
@@ -165,40 +236,40 @@ _OSASCRIPT = Program(short=_opts("e:arg:code l:arg:option s:arg:option i:flag"))
 _PWSH = Program(single_dash_long=True, short=_opts("c:line e:line f:arg:main!"),
                 long=_longs("command:line c:line encodedcommand:line ec:line e:line file:arg:main! f:arg:main! "
                             "noprofile nologo noninteractive nop noni executionpolicy:arg:option ep:arg:option"))
-_GDB = Program(code_main=False, single_dash_long=True, operands=(SCRIPT, DATA),
+_GDB = Program(code_main=False, single_dash_long=True, operands=(SCRIPT, GUARD),
                short=_opts("nqx:flag"),
                long=_longs("ex:arg:code eval-command:arg:code x:arg:script command:arg:script iex:arg:code "
                            "ix:arg:script init-eval-command:arg:code batch nx quiet q n args:command"))
-_VIM = Program(code_main=False, short=_opts("c:arg:code S:arg:script"), operands=(DATA,))
-_SQLITE = Program(code_main=False, single_dash_long=True, operands=(DATA, CODE),
+_VIM = Program(code_main=False, short=_opts("c:arg:code S:arg:script"), operands=(GUARD,))  # +CMD runs CMD
+_SQLITE = Program(code_main=False, single_dash_long=True, operands=(GUARD, CODE),
                   long=_longs("cmd:arg:code init:arg:script bail batch csv json line list readonly"))
-_PSQL = Program(code_main=False, short=_opts("c:arg:code f:arg:script v:arg:option"), operands=(DATA,),
+_PSQL = Program(code_main=False, short=_opts("c:arg:code f:arg:script v:arg:option"), operands=(GUARD,),
                 long=_longs("command:arg:code file:arg:script set:arg:option variable:arg:option"))
-_MYSQL = Program(code_main=False, short=_opts("e:arg:code"), operands=(DATA,), long=_longs("execute:arg:code init-command:arg:code"))
-_EMACS = Program(code_main=False, single_dash_long=True, operands=(DATA,),
+_MYSQL = Program(code_main=False, short=_opts("e:arg:code"), operands=(GUARD,), long=_longs("execute:arg:code init-command:arg:code"))
+_EMACS = Program(code_main=False, single_dash_long=True, operands=(GUARD,),
                  long=_longs("eval:arg:code l:arg:script load:arg:script f:arg:code funcall:arg:code "
                              "batch q Q no-init-file"))
 _DENO = Program(operands=(SCRIPT, DATA), short=_opts("A:flag"),
                 subcommands={"eval": (CODE, DATA), "run": (SCRIPT, DATA), "x": (SCRIPT, DATA),
-                             "repl": (DATA,), "fmt": (DATA,), "lint": (DATA,), "check": (DATA,), "test": (DATA,),
+                             "repl": (GUARD,), "fmt": (DATA,), "lint": (DATA,), "check": (DATA,), "test": (SCRIPT,),
                              "task": (CODE, DATA), "install": (SCRIPT, DATA), "compile": (SCRIPT, DATA)})
 _BUN = Program(short=_opts("e:arg:code p:arg:code r:arg:script"), operands=(SCRIPT, DATA),
                long=_longs("eval:arg:code print:arg:code preload:arg:script"),
                subcommands={"run": (SCRIPT, DATA), "x": (SCRIPT, DATA), "exec": (CODE, DATA),
-                            "test": (DATA,), "install": (DATA,), "add": (DATA,)})
+                            "test": (SCRIPT,), "install": (SCRIPT,), "add": (SCRIPT,)})
 
 # Wrappers that run a command given as their operands (after their options and ``lead`` operands).
-_ENV = Program(runner=True, assign=True, short=_opts("i0v:flag uCP:arg:data S:split"),
+_ENV = Program(runner=True, assign=True, short=_opts("i0v:flag uC:arg:data P:arg:program S:split"),
                long=_longs("ignore-environment null debug list-signal-handling unset:arg:data chdir:arg:data "
                            "split-string:split block-signal:flag default-signal:flag ignore-signal:flag"))
-_SUDO = Program(runner=True, short=_opts("AbEeHkKlnPSVvhBN:flag CDghpRrTtUu:arg:data si:line"),
-                long=_longs("login:line shell:line user:arg:data group:arg:data chdir:arg:data "
+_SUDO = Program(runner=True, short=_opts("AbEeHkKlnPSVvhBN:flag CDhpTt:arg:data gRrUu:arg:guard si:line"),
+                long=_longs("login:line shell:line user:arg:guard group:arg:guard chdir:arg:data "
                             "preserve-env:flag non-interactive stdin askpass background"))
-_DOAS = Program(runner=True, short=_opts("nL:flag uC:arg:data s:line"))
+_DOAS = Program(runner=True, short=_opts("nL:flag C:arg:data u:arg:guard s:line"))
 _NICE = Program(runner=True, short=_opts("0123456789:flag n:arg:data"), long=_longs("adjustment:arg:data"))
 _PLAIN = Program(runner=True)  # nohup, builtin, …
-_TIME = Program(runner=True, short=_opts("pvqV:flag fo:arg:data"),
-                long=_longs("format:arg:data output:arg:data append portability verbose quiet"))
+_TIME = Program(runner=True, short=_opts("pvqV:flag f:arg:data o:arg:guard"),
+                long=_longs("format:arg:data output:arg:guard append portability verbose quiet"))
 _COMMAND = Program(runner=True, short=_opts("pvV:flag"))
 _EXEC = Program(runner=True, short=_opts("cl:flag a:arg:data"))
 _STDBUF = Program(runner=True, short=_opts("ioe:arg:data"), long=_longs("input:arg:data output:arg:data error:arg:data"))
@@ -208,33 +279,160 @@ _TIMEOUT = Program(runner=True, lead=1, short=_opts("v:flag sk:arg:data"),
 _CHRT = Program(runner=True, lead=1, short=_opts("abdefiomrRv:flag TPD:arg:data"))
 _IONICE = Program(runner=True, short=_opts("t:flag cnpPu:arg:data"))
 _TASKSET = Program(runner=True, lead=1, short=_opts("acp:flag"))
-_CHROOT = Program(runner=True, lead=1, long=_longs("userspec:arg:data groups:arg:data skip-chdir"))
-_XARGS = Program(runner=True, short=_opts("0oprtx:flag adEILnPs:arg:data eil:opt:data"),
-                 long=_longs("null open-tty interactive no-run-if-empty verbose exit arg-file:arg:data "
+_CHROOT = Program(runner=True, lead=1, lead_as=GUARD, long=_longs("userspec:arg:guard groups:arg:guard skip-chdir"))
+_XARGS = Program(runner=True, short=_opts("0oprtx:flag dELnPs:arg:data aI:arg:guard e:opt:data il:opt:guard"),
+                 long=_longs("null open-tty interactive no-run-if-empty verbose exit arg-file:arg:guard "
                              "delimiter:arg:data max-args:arg:data max-procs:arg:data max-chars:arg:data "
-                             "replace:flag max-lines:flag eof:flag process-slot-var:arg:data"))
+                             "replace:flag max-lines:flag eof:flag process-slot-var:arg:variable"))
 _FLOCK = Program(runner=True, lead=1, permute=True, short=_opts("sxeunoF:flag wE:arg:data c:arg:code"),
                  long=_longs("shared exclusive unlock nonblock close no-fork verbose timeout:arg:data "
                              "wait:arg:data conflict-exit-code:arg:data command:arg:code"))
-_SCRIPT = Program(runner=True, then=DATA, short=_opts("aefqk:flag EIOTBm:arg:data c:arg:code"),
-                  long=_longs("command:arg:code append return flush quiet log-in:arg:data log-out:arg:data "
-                              "log-io:arg:data log-timing:arg:data echo:arg:data logging-format:arg:data"))
-_SU = Program(runner=True, then=LINE, short=_opts("lmpfP:flag gGw:arg:data s:arg:program c:arg:code"),
-              long=_longs("login preserve-environment pty group:arg:data supp-group:arg:data "
-                          "whitelist-environment:arg:data shell:arg:program command:arg:code "
+_SCRIPT = Program(runner=True, then=GUARD, short=_opts("aefqk:flag Em:arg:data IOTB:arg:guard c:arg:code"),
+                  long=_longs("command:arg:code append return flush quiet log-in:arg:guard log-out:arg:guard "
+                              "log-io:arg:guard log-timing:arg:guard echo:arg:data logging-format:arg:data"))
+_SU = Program(runner=True, then=LINE, short=_opts("lmpfP:flag gGw:arg:guard s:arg:program c:arg:code"),
+              long=_longs("login preserve-environment pty group:arg:guard supp-group:arg:guard "
+                          "whitelist-environment:arg:guard shell:arg:program command:arg:code "
                           "session-command:arg:code"))
-_SG = Program(runner=True, lead=1, then=LINE, short=_opts("c:arg:code"))
+_SG = Program(runner=True, lead=1, lead_as=GUARD, then=LINE, short=_opts("c:arg:code"))
 _WATCH = Program(runner=True, then=LINE, short=_opts("bcegtxpwrC:flag nq:arg:data d:opt:data"),
                  long=_longs("beep color differences:flag errexit exec interval:arg:data precise no-title "
                              "no-wrap no-rerun chgexit equexit:arg:data"))
 _SSH = Program(runner=True, lead=1, then=LINE, permute=True,
-               short=_opts("46AaCfGgKkMNnqsTtVvXxYy:flag BbcDEeIiJLlmOpQRSWw:arg:data oF:arg:code"))
+               short=_opts("46AaCfGgKkMNnqsTtVvXxYy:flag BbcDeIiJLlmOpQRSWw:arg:data E:arg:guard oF:arg:code"))
 _LINE = Program(runner=True, then=LINE)  # eval, parallel: the words become a command line
 _NPX = Program(runner=True, short=_opts("yq:flag c:arg:code p:arg:program"),
                long=_longs("yes no quiet call:arg:code package:arg:program"))
-_UVX = Program(runner=True, short=_opts("qv:flag p:arg:data"),
-               long=_longs("from:arg:program with:arg:program python:arg:data quiet verbose"))
-_GENERIC = Program(runner=True)  # strace, valgrind, …: unknown options are read every way
+_UVX = Program(runner=True, short=_opts("qv:flag p:arg:program"),
+               long=_longs("from:arg:program with:arg:program python:arg:program quiet verbose"))
+# strace, valgrind, systemd-run, …: unknown options are read every way, their arguments guarded
+# (systemd-run -p ExecStartPre=… runs a command).
+_GENERIC = Program(runner=True, unknown=GUARD)
+
+# More interpreters and runners, so that their code, scripts and commands are refused whatever the
+# schema says (a constrained value can still be code to a program that runs an argument).
+_IPYTHON = Program(short=_opts("ihV:flag c:arg:code! m:arg:main!"),
+                   long=_longs("profile:arg:option ipython-dir:arg:script config:arg:script c:arg:code m:arg:main "
+                               "quick classic no-banner no-confirm-exit pylab:arg:option gui:arg:option"))
+_XONSH = Program(short=_opts("ilDV:flag c:arg:code! "), long=_longs("rc:arg:script interactive login no-rc shell-type:arg:option"))
+_NU = Program(short=_opts("ilnh:flag c:arg:code e:arg:code"),
+              long=_longs("commands:arg:code execute:arg:code config:arg:script env-config:arg:script plugin-config:arg:script "
+                          "include-path:arg:script login interactive no-config-file stdin help version"))
+_DC = Program(short=_opts("hV:flag e:arg:code f:arg:main"), long=_longs("expression:arg:code file:arg:main"),
+              operands=(SCRIPT,))
+_BC = Program(short=_opts("hilqsvwg:flag e:arg:code f:arg:main"), operands=(SCRIPT,),
+              long=_longs("expression:arg:code file:arg:main mathlib quiet standard warn"))
+_JVM_SCRIPT = Program(short=_opts("e:arg:code"), long=_longs("eval:arg:code"))  # groovy, kotlin, scala, elixir, …
+_PLAIN_SCRIPT = Program()  # runghc, escript: a script, then its arguments
+_ERL = Program(single_dash_long=True, long=_longs("eval:arg:code s:arg:code run:arg:code noshell noinput pa:arg:script "
+                                                   "pz:arg:script sname:arg:data name:arg:data"))
+_GUILE = Program(short=_opts("cCeLlsx:arg:code"), long=_longs("no-auto-compile debug"))
+_LISP = Program(single_dash_long=True, short=_opts("x:arg:code i:arg:script"),
+                long=_longs("eval:arg:code load:arg:script script:arg:main script non-interactive"))
+_JAVA = Program(single_dash_long=True, operands=(SCRIPT, DATA),
+                long=_longs("jar:arg:main! cp:arg:script classpath:arg:script p:arg:script module-path:arg:script "
+                            "m:arg:main! module:arg:main! javaagent:arg:script agentlib:arg:script agentpath:arg:script "
+                            "version showversion"))
+_MAKE = Program(permute=True, operands=(GUARD,), unknown=GUARD, code_main=False,
+                short=_opts("BbeiknpqrRsStvw:flag fI:arg:script C:arg:script E:arg:code oW:arg:data jlO:opt:data"),
+                long=_longs("file:arg:script makefile:arg:script directory:arg:script include-dir:arg:script "
+                            "eval:arg:code old-file:arg:data assume-old:arg:data what-if:arg:data new-file:arg:data "
+                            "assume-new:arg:data jobs:arg:data load-average:arg:data always-make dry-run just-print "
+                            "silent quiet keep-going ignore-errors environment-overrides"))
+_UV_RUN = Program(runner=True, short=_opts("qv:flag p:arg:program w:arg:program"),
+                  long=_longs("with:arg:program from:arg:program python:arg:program with-requirements:arg:script "
+                              "project:arg:script directory:arg:script env-file:arg:script script module quiet verbose "
+                              "no-project isolated frozen locked"))
+_UV = Program(subprograms={"run": _UV_RUN, "tool": Program(subprograms={"run": _UVX}, others=GUARD)},
+              subcommands={"pip": (SCRIPT,), "add": (SCRIPT,), "sync": (SCRIPT,)}, others=GUARD)
+_PIPX = Program(subprograms={"run": Program(runner=True, long=_longs("spec:arg:program python:arg:program"))},
+                subcommands={"install": (SCRIPT,), "inject": (DATA, SCRIPT), "upgrade": (SCRIPT,)}, others=GUARD)
+_NPM_EXEC = Program(runner=True, short=_opts("yq:flag c:arg:code p:arg:program"),
+                    long=_longs("yes no quiet call:arg:code package:arg:program"))
+_NODE_PM = Program(subprograms={"exec": _NPM_EXEC, "x": _NPM_EXEC, "dlx": _NPM_EXEC},
+                   subcommands={name: (SCRIPT,) for name in ("run", "run-script", "install", "i", "add", "ci", "test",
+                                                             "start", "create", "init")},
+                   others=GUARD)  # npm, pnpm, yarn: run a package's scripts, install what runs code
+_PRLIMIT = Program(runner=True, short=_opts("cdefilmnqrstuvxy:opt:data p:arg:data o:arg:data"),
+                   long=_longs("pid:arg:data output:arg:data noheadings raw verbose"))
+_SETARCH = Program(runner=True, lead=1, permute=True, short=_opts("vRFZLXBIST3:flag"), long=_longs("verbose uname-2.6 list"))
+
+# Programs whose arguments are all data to them, their options included: none of their options
+# runs, loads or writes anything (``grep -f`` reads a list of patterns, ``ls -R`` lists more).
+PLAIN = frozenset({
+    "echo", "printf", "true", "false", "sleep", "basename", "dirname", "realpath", "readlink", "pwd", "whoami",
+    "id", "uname", "ls", "cat", "tac", "head", "tail", "wc", "nl", "rev", "cut", "paste", "join", "tr", "expand",
+    "unexpand", "fold", "fmt", "seq", "od", "hexdump", "base64", "base32", "strings", "md5sum", "sha1sum",
+    "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum", "cksum", "stat", "du", "df", "diff", "cmp", "comm",
+    "grep", "egrep", "fgrep", "zgrep", "touch", "mkdir", "which",
+})
+# Programs whose arguments are data where they read data: after --, or as an option's data; where
+# they still read options (some of which run or write something) a value must be constrained.
+_RG = Program(permute=True, operands=(DATA,), unknown=GUARD,
+              short=_opts("iIsSvwxFLPUzacnNlqopuh0:flag efgtTmABCjMEdr:arg:data"),
+              long=_longs("regexp:arg:data file:arg:data glob:arg:data iglob:arg:data type:arg:data "
+                          "type-not:arg:data max-count:arg:data after-context:arg:data before-context:arg:data "
+                          "context:arg:data threads:arg:data max-columns:arg:data encoding:arg:data "
+                          "max-depth:arg:data max-filesize:arg:data replace:arg:data sort:arg:data sortr:arg:data "
+                          "type-add:arg:data pre:arg:program pre-glob:arg:data ignore-file:arg:data "
+                          "ignore-case smart-case fixed-strings word-regexp line-number hidden no-ignore "
+                          "files-with-matches count json vimgrep"))
+_SORT = Program(permute=True, operands=(DATA,), unknown=GUARD,
+                short=_opts("bdfgiMhnRrVcCmsuz:flag ktST:arg:data o:arg:guard"),
+                long=_longs("key:arg:data field-separator:arg:data buffer-size:arg:data temporary-directory:arg:data "
+                            "output:arg:guard compress-program:arg:program files0-from:arg:data batch-size:arg:data "
+                            "parallel:arg:data sort:arg:data random-source:arg:data"))
+_UNIQ = Program(permute=True, operands=(DATA, GUARD), unknown=GUARD,  # uniq INPUT OUTPUT writes OUTPUT
+                short=_opts("cdDiuz:flag fsw:arg:data"),
+                long=_longs("skip-fields:arg:data skip-chars:arg:data check-chars:arg:data all-repeated:flag group:flag"))
+_DATE = Program(permute=True, operands=(DATA,), unknown=GUARD,
+                short=_opts("Ru:flag dfr:arg:data s:arg:guard I:opt:data"),
+                long=_longs("date:arg:data file:arg:data reference:arg:data set:arg:guard utc universal rfc-email"))
+_JQ = Program(permute=True, operands=(GUARD, DATA), unknown=GUARD, code_main=False,  # the filter is a program
+              short=_opts("acCeMnrRsSjh:flag f:arg:script L:arg:script"),
+              long=_longs("arg:arg:guard argjson:arg:guard slurpfile:arg:guard rawfile:arg:guard from-file:arg:script "
+                          "indent:arg:data tab raw-output join-output compact-output slurp null-input exit-status "
+                          "args jsonargs sort-keys"))
+_GIT_READ = dict(permute=True, operands=(DATA,), unknown=GUARD, code_main=False)
+_GIT_DIFF_OPTIONS = ("stat name-only name-status numstat shortstat patch no-patch raw cached staged no-color color "
+                     "ignore-all-space ignore-space-change word-diff:flag unified:arg:data diff-filter:arg:data "
+                     "output:arg:guard relative:flag src-prefix:arg:data dst-prefix:arg:data find-renames:flag "
+                     "ext-diff no-ext-diff textconv no-textconv")
+_GIT_LOG = Program(**_GIT_READ, short=_opts("pPsuzqrt:flag nSGLU:arg:data"),
+                   long=_longs("max-count:arg:data skip:arg:data since:arg:data after:arg:data until:arg:data "
+                               "before:arg:data author:arg:data committer:arg:data grep:arg:data format:arg:data "
+                               "pretty:arg:data date:arg:data oneline abbrev-commit all follow reverse merges "
+                               "no-merges first-parent graph decorate " + _GIT_DIFF_OPTIONS))
+_GIT_DIFF = Program(**_GIT_READ, short=_opts("pPsuzqrRaw:flag SGU:arg:data O:arg:data"),
+                    long=_longs(_GIT_DIFF_OPTIONS))
+# git grep -O runs a pager of the value's choosing.
+_GIT_GREP = Program(**_GIT_READ, short=_opts("ivwnhlLcIEFGPzqp:flag efmABC:arg:data O:opt:program"),
+                    long=_longs("regexp:arg:data file:arg:data max-count:arg:data after-context:arg:data "
+                                "before-context:arg:data context:arg:data open-files-in-pager:opt:program untracked "
+                                "cached no-index ignore-case word-regexp line-number count files-with-matches "
+                                "extended-regexp fixed-strings perl-regexp"))
+_GIT_BLAME = Program(**_GIT_READ, short=_opts("bcfnpsewt:flag LCM:arg:data S:arg:data"),
+                     long=_longs("porcelain line-porcelain incremental show-name show-number root since:arg:data "
+                                 "contents:arg:data ignore-rev:arg:data ignore-revs-file:arg:data date:arg:data"))
+_GIT_PLAIN = Program(**_GIT_READ, short=_opts("asuzqrltdv:flag"),
+                     long=_longs("short long porcelain branch untracked-files:flag ignored cached modified others "
+                                 "stage deleted abbrev:flag verify show-toplevel show-prefix git-dir is-inside-work-tree "
+                                 "format:arg:data sort:arg:data contains:arg:data merged:arg:data no-merged:arg:data "
+                                 "points-at:arg:data list tags always"))
+_GIT = Program(
+    short=_opts("pPv:flag c:arg:code C:arg:script"),
+    long=_longs("no-pager paginate bare no-replace-objects literal-pathspecs glob-pathspecs noglob-pathspecs "
+                "git-dir:arg:script work-tree:arg:script namespace:arg:data exec-path:arg:script "
+                "config-env:arg:code version help"),
+    subprograms={
+        **dict.fromkeys(("log", "show", "whatchanged", "shortlog", "reflog", "rev-list"), _GIT_LOG),
+        **dict.fromkeys(("diff", "diff-tree", "diff-index", "diff-files"), _GIT_DIFF),
+        "grep": _GIT_GREP, "blame": _GIT_BLAME, "annotate": _GIT_BLAME,
+        **dict.fromkeys(("status", "ls-files", "ls-tree", "rev-parse", "describe", "cat-file", "show-ref",
+                         "for-each-ref", "name-rev", "merge-base", "count-objects", "branch", "tag"), _GIT_PLAIN),
+    },
+    others=GUARD,
+)
 
 SHELL_NAMES = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "pdksh", "oksh", "loksh",
                          "rbash", "posh", "csh", "tcsh", "fish"})
@@ -258,33 +456,43 @@ PROGRAMS: dict[str, Program] = {
     "firejail": _GENERIC, "systemd-run": _GENERIC, "xvfb-run": _GENERIC, "dbus-run-session": _GENERIC,
     "unbuffer": _GENERIC, "rlwrap": _GENERIC, "torsocks": _GENERIC, "proxychains": _GENERIC,
     "proxychains4": _GENERIC, "catchsegv": _GENERIC, "caffeinate": _GENERIC,
+    "ipython": _IPYTHON, "xonsh": _XONSH, "nu": _NU, "dc": _DC, "bc": _BC, "groovy": _JVM_SCRIPT, "kotlin": _JVM_SCRIPT,
+    "kotlinc": _JVM_SCRIPT, "scala": _JVM_SCRIPT, "elixir": _JVM_SCRIPT, "iex": _JVM_SCRIPT, "racket": _JVM_SCRIPT,
+    "ghc": _JVM_SCRIPT, "runghc": _PLAIN_SCRIPT, "runhaskell": _PLAIN_SCRIPT, "swift": _JVM_SCRIPT,
+    "erl": _ERL, "escript": _PLAIN_SCRIPT, "guile": _GUILE, "sbcl": _LISP, "clisp": _LISP, "java": _JAVA,
+    "make": _MAKE, "gmake": _MAKE, "uv": _UV, "pipx": _PIPX, "npm": _NODE_PM, "pnpm": _NODE_PM, "yarn": _NODE_PM,
+    "prlimit": _PRLIMIT, "setarch": _SETARCH, "linux32": _PLAIN, "linux64": _PLAIN, "chpst": _GENERIC,
+    "rg": _RG, "sort": _SORT, "uniq": _UNIQ, "date": _DATE, "jq": _JQ, "git": _GIT,
 }
 _EXEC_ACTIONS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _VERSIONED = re.compile(r"([A-Za-z][A-Za-z_-]*?)[-_.]?\d+(?:\.\d+)*[a-z]?")
+_BUILDS = ("-dbg", "-debug", "d")  # python3-dbg, python3.12d: a debug build of the same program
 
 
 def program_name(word: str) -> str:
     """The program a word names, as the table knows it: ``/usr/bin/python3.11`` → ``python``,
-    ``perl5.36`` → ``perl``."""
+    ``perl5.36`` → ``perl``, ``python3-dbg`` → ``python``."""
     base = os.path.basename(word)
-    if base in PROGRAMS:
-        return base
-    versioned = _VERSIONED.fullmatch(base)
-    if versioned is not None and versioned.group(1) in PROGRAMS:
-        return versioned.group(1)
+    for name in (base, *(base[: -len(b)] for b in _BUILDS if base.endswith(b) and len(base) > len(b))):
+        if name in PROGRAMS or name in PLAIN:
+            return name
+        versioned = _VERSIONED.fullmatch(name)
+        if versioned is not None and (versioned.group(1) in PROGRAMS or versioned.group(1) in PLAIN):
+            return versioned.group(1)
     return base
 
 
-def check(words: list[str]) -> set[int]:
+def check(words: list[str]) -> Reading:
     """Raise ``Unsafe`` when a placeholder in ``words`` (a split template) lands where a program runs it.
 
-    Returns the indexes of the words that are a placeholder a program reads as one argument among
-    its own (``timeout -- {{t}} cmd``, ``nice -n {{n}} cmd``, ``find {{dir}} -name x``): a list value
-    there would become several words and could add an option or a command, so it must be one value.
+    Returns the ``Reading``: the placeholders whose value must be constrained (``guards``), and the
+    indexes of the words that are a placeholder a program reads as one argument among its own
+    (``timeout -- {{t}} cmd``, ``nice -n {{n}} cmd``, ``find {{dir}} -name x``): a list value there
+    would become several words and could add an option or a command, so it must be one value.
     """
-    single: set[int] = set()
-    _command([_Word(word, i) for i, word in enumerate(words)], None, single)
-    return single
+    reading = Reading()
+    _command([_Word(word, i) for i, word in enumerate(words)], None, reading)
+    return reading
 
 
 class _Word(str):
@@ -307,36 +515,69 @@ def _holds(word: str) -> bool:
     return PLACEHOLDER.search(word) is not None
 
 
-def _put(word: str, role: str, program: str, via: str | None) -> None:
-    if role != DATA and _holds(word):
-        raise Unsafe(word, role, program, via)
+def _put(word: str, role: str, program: str, via: str | None, reading: Reading) -> None:
+    if role == DATA or not _holds(word):
+        return
+    if role == GUARD:
+        reading.guard(word, program, GUARD, via)
+        return
+    raise Unsafe(word, role, program, via)
 
 
-def _command(words: list[str], via: str | None, single: set[int]) -> None:
+def _command(words: list[str], via: str | None, reading: Reading) -> None:
     """``words[0]`` is a program the template runs (``via`` the wrapper that runs it, if any)."""
     if not words:
         return
-    _put(words[0], PROGRAM, via or "", None)
+    _put(words[0], PROGRAM, via or "", None, reading)
     name = program_name(words[0])
     if name == "find":
-        _find(words, via, single)
+        _find(words, via, reading)
         return
+    if name in PLAIN:
+        return  # every argument is data to it
     spec = PROGRAMS.get(name)
-    if spec is not None:
-        _Walk(words, name, spec, via, single).run(1, _State(operands=spec.operands))
+    if spec is None:
+        for word in words[1:]:
+            reading.guard(word, name, "unknown", via)
+        return
+    _Walk(words, name, spec, via, reading).run(1, _State(operands=spec.operands))
 
 
-def _find(words: list[str], via: str | None, single: set[int]) -> None:
+# find's tests and actions whose one argument is data (a name, a pattern, a time, a format).
+_FIND_DATA = frozenset({
+    "-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex", "-lname", "-ilname",
+    "-newer", "-anewer", "-cnewer", "-samefile", "-user", "-group", "-uid", "-gid", "-type", "-xtype", "-size",
+    "-perm", "-mtime", "-mmin", "-atime", "-amin", "-ctime", "-cmin", "-used", "-links", "-inum", "-fstype",
+    "-maxdepth", "-mindepth", "-printf", "-regextype", "-context",
+})
+
+
+def _find(words: list[str], via: str | None, reading: Reading) -> None:
+    """find's starting points (a value there could be an expression: ``-delete``), then its
+    expression: the argument of a test that takes data is data, a command after ``-exec`` is walked,
+    anything else a value could make an action of its choosing."""
     i = 1
+    while i < len(words) and (words[i] in ("-H", "-L", "-P") or words[i].startswith("-O")):
+        i += 1
+    while i < len(words) and not words[i].startswith(("-", "(", "!", ",")):
+        reading.guard(words[i], "find", OPTION, via)  # a starting point
+        _one_value(words[i], reading.single)
+        i += 1
     while i < len(words):
-        if words[i] in _EXEC_ACTIONS:
+        word = words[i]
+        if word in _EXEC_ACTIONS:
             end = i + 1
             while end < len(words) and words[end] not in (";", "+"):
                 end += 1
-            _command(words[i + 1:end], f"find {words[i]}", single)
-            i = end
-        else:
-            _one_value(words[i], single)  # a list could add ``-exec sh -c …``
+            _command(words[i + 1:end], f"find {word}", reading)
+            i = end + 1
+            continue
+        if word in _FIND_DATA and i + 1 < len(words):
+            _one_value(words[i + 1], reading.single)  # a list could add ``-exec sh -c …``
+            i += 2
+            continue
+        reading.guard(word, "find", GUARD, via)
+        _one_value(word, reading.single)
         i += 1
 
 
@@ -354,13 +595,14 @@ class _State:
 class _Walk:
     """One program's arguments, read as the program reads them; ambiguous readings are all tried."""
 
-    def __init__(self, words: list[str], name: str, spec: Program, via: str | None, single: set[int]) -> None:
-        self.words, self.name, self.spec, self.via, self.single = words, name, spec, via, single
+    def __init__(self, words: list[str], name: str, spec: Program, via: str | None, reading: Reading) -> None:
+        self.words, self.name, self.spec, self.via, self.reading = words, name, spec, via, reading
+        self.single = reading.single
         self.seen: set[tuple[int, int, _State]] = set()
 
     def put(self, word: str, role: str) -> None:
-        _put(word, role, self.name, self.via)
-        if role == DATA:
+        _put(word, role, self.name, self.via, self.reading)
+        if role in (DATA, GUARD):
             _one_value(word, self.single)
 
     def run(self, i: int, st: _State) -> None:
@@ -384,26 +626,47 @@ class _Walk:
             if spec.runner:
                 self._runner_operand(i, st)
                 return
-            if spec.subcommands and not st.subcommand and not st.coded and not st.mode:
+            if self._subcommand_first(st):
+                if self._subprogram(i, st):
+                    return
                 sub = spec.subcommands.get(word)
                 if sub is not None:
                     st = replace(st, subcommand=True, operands=sub)
                     i += 1
                     continue
                 st = replace(st, subcommand=True)
-            role = DATA if st.coded else CODE if st.mode else st.operands[0]
-            _put(word, role, self.name, self.via)
+            role = spec.argv if st.coded else CODE if st.mode else st.operands[0]
             self._not_an_option(word, st)
+            _put(word, role, self.name, self.via, self.reading)
             st = replace(st, operands=st.operands[1:] or st.operands, mode=False,
                          in_options=spec.permute and st.in_options, coded=st.coded or role == CODE)
-            if st.in_options or not (st.coded or set(st.operands) == {DATA}):
+            if st.in_options or not (st.coded or set(st.operands) <= {DATA, GUARD}):
                 _one_value(word, self.single)  # more words here would shift what comes next
             i += 1
+
+    def _subcommand_first(self, st: _State) -> bool:
+        spec = self.spec
+        return bool(spec.subcommands or spec.subprograms or spec.others) and not (st.subcommand or st.coded or st.mode)
+
+    def _subprogram(self, i: int, st: _State) -> bool:
+        """A subcommand read as a program of its own (``git log``), or one the table does not know,
+        after which every argument is guarded; False for the others."""
+        word, spec = self.words[i], self.spec
+        sub = spec.subprograms.get(word)
+        if sub is not None:
+            _Walk(self.words[i:], f"{self.name} {word}", sub, self.via, self.reading).run(1, _State(operands=sub.operands))
+            return True
+        if not spec.others or word in spec.subcommands:
+            return False
+        _put(word, SCRIPT, self.name, self.via, self.reading)  # the value would choose what runs
+        for rest in self.words[i + 1:]:
+            self.reading.guard(rest, f"{self.name} {word}", "unknown", self.via)
+        return True
 
     def _not_an_option(self, word: str, st: _State) -> None:
         """Where the program still reads options, a word that a value starts could be one."""
         if st.in_options and PLACEHOLDER.match(word):
-            raise Unsafe(word, OPTION, self.name, self.via)
+            self.reading.guard(word, self.name, OPTION, self.via)
 
     def _runner_operand(self, i: int, st: _State) -> None:
         words, spec = self.words, self.spec
@@ -416,6 +679,7 @@ class _Walk:
                 continue
             if st.lead < spec.lead:
                 self._not_an_option(word, st)
+                self.put(word, spec.lead_as)
                 _one_value(word, self.single)
                 st = replace(st, lead=st.lead + 1, in_options=spec.permute and st.in_options)
                 i += 1
@@ -424,18 +688,18 @@ class _Walk:
                     return
                 continue
             then = st.then or spec.then
-            if then == LINE:
+            if then in (LINE, GUARD):
                 for rest in words[i:]:
-                    self.put(rest, LINE)
+                    self.put(rest, then)
             elif then == "command":
-                _command(words[i:], self.name, self.single)
+                _command(words[i:], self.name, self.reading)
             return
 
     def _is_option(self, word: str) -> bool:
         return len(word) > 1 and (word[0] == "-" or (self.spec.plus and word[0] == "+"))
 
     def _unknown(self) -> str:
-        return "arg:" + (DATA if self.spec.runner else OPTION)
+        return "arg:" + (self.spec.unknown or (DATA if self.spec.runner else OPTION))
 
     def _option(self, i: int, st: _State) -> None:
         word, spec = self.words[i], self.spec
@@ -501,7 +765,7 @@ class _Walk:
         if what == "split":
             self._split(value, i + 1, st)
         elif what == "command":
-            _command(self.words[i + 1:], self.name, self.single)
+            _command(self.words[i + 1:], self.name, self.reading)
         else:
             self.run(i + 1, st)
 
@@ -525,11 +789,15 @@ class _Walk:
         if not what.startswith(("arg:", "opt:")):
             return st
         role = what[4:].rstrip("!")
+        if role == ASSIGN:
+            name, eq, _ = value.partition("=")
+            self.put(name if eq else value, GUARD)  # the name the value gives is the program's variable
+            return st
         if role == MAIN:
             self.put(word, SCRIPT)
             st = replace(st, coded=True)
         else:
-            self.put(word if role != DATA else value, role)
+            self.put(value if role in (DATA, GUARD) else word, role)
         if role == CODE:
             if self.spec.runner:
                 st = replace(st, then=DATA)  # ``flock f -c CMD``: that code is the command
@@ -547,4 +815,4 @@ class _Walk:
             for rest in self.words[j:]:
                 self.put(rest, LINE)
             return
-        _Walk(parts + self.words[j:], self.name, self.spec, self.via, self.single).run(0, st)
+        _Walk(parts + self.words[j:], self.name, self.spec, self.via, self.reading).run(0, st)

@@ -196,6 +196,12 @@ def build_tool(entry: Any) -> DeclarativeSpec:
     problems = schema_problems(served)
     if problems:
         raise ToolProblem(f"inputSchema: {'; '.join(problems)}: some agents (Gemini) refuse such a schema")
+    check_schema = getattr(handler, "check_schema", None)
+    if check_schema is not None:
+        try:
+            check_schema(served)  # where a template needs a value the schema constrains (shell)
+        except TemplateError as exc:
+            raise ToolProblem(str(exc)) from None
 
     annotations = entry.get("annotations")
     if annotations is None:

@@ -5,13 +5,14 @@ template group words as a reader expects). At call time each ``{{param}}`` is re
 own word: a value can never become two words, a flag the template did not write, or a command of its
 own, because no shell ever reads the result. The program (the first word) is fixed by the template.
 
-A value still lands where the template put it, so a value starting with ``-`` is an option to the
-program if the template puts it where options are read: templates should write ``--`` before
-placeholders that are operands (``grep -rn -- {{pattern}} .``). And a program that runs an argument
-would run the value: a template that puts a placeholder where a shell, an interpreter or a wrapper
-runs it (``sh -c '… {{v}}'``, ``perl -ne``, ``env -S``, ``ssh host …``) is refused when the file loads
-(``commands.check``); the value can go after the code, as an argument the code reads
-(``sh -c 'grep -- "$1" f' sh {{pattern}}``).
+A value still lands where the template put it, and what the program makes of it there is the
+program's. So a template is checked when the file loads (``commands.check``): a placeholder where a
+shell, an interpreter or a wrapper runs it (``sh -c '… {{v}}'``, ``env -S``, ``ssh host …``) is
+refused whatever its schema; free text may go only where the program reads data by its own
+definition (``grep -rn -- {{pattern}} .``, ``sh -c 'grep -- "$1" f' sh {{pattern}}``); anywhere else
+(where options are still read, any argument of a program the checker does not know, ``make``'s or
+``perl -n``'s arguments) its parameter must be constrained by the schema (``check_schema``,
+``constraints.constrained``), or named in the handler's ``unsafeFreeText``.
 
 Runs inside a worker; standard library only.
 """
@@ -29,6 +30,7 @@ from typing import Any
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictoolsd.declarative.commands import Unsafe, check
+from atomictoolsd.declarative.constraints import constrained
 from atomictoolsd.declarative.exitcodes import ok_exit_codes
 from atomictoolsd.declarative.templates import (
     PLACEHOLDER,
@@ -67,9 +69,10 @@ def timeout_ms(handler: Mapping[str, Any], default: int) -> int:
 
 
 class ShellHandler:
-    """``{"type": "shell", "command": "...", "timeout": ms, "cwd": "...", "okExitCodes": [0, 1]}``."""
+    """``{"type": "shell", "command": "...", "timeout": ms, "cwd": "...", "okExitCodes": [0, 1],
+    "unsafeFreeText": ["param"]}``."""
 
-    KEYS = frozenset({"type", "command", "timeout", "cwd", "okExitCodes"})
+    KEYS = frozenset({"type", "command", "timeout", "cwd", "okExitCodes", "unsafeFreeText"})
 
     def __init__(self, handler: Mapping[str, Any]) -> None:
         command = handler.get("command")
@@ -80,9 +83,11 @@ class ShellHandler:
         except ValueError as exc:
             raise TemplateError(f"handler.command cannot be split into words: {exc}") from None
         try:
-            self.single = check(self.words)  # words where a list value must not become several words
+            reading = check(self.words)
         except Unsafe as exc:
             raise TemplateError(str(exc)) from None
+        self.single = reading.single  # words where a list value must not become several words
+        self.guards = reading.guards  # placeholders whose schema must constrain them
         cwd = handler.get("cwd")
         if cwd is not None and (not isinstance(cwd, str) or PLACEHOLDER.search(cwd)):
             raise TemplateError("handler.cwd must be a path without {{placeholders}}")
@@ -90,6 +95,20 @@ class ShellHandler:
         self.timeout = timeout_ms(handler, DEFAULT_TIMEOUT_MS) / 1000
         self.ok_codes = ok_exit_codes(handler)
         self.params = placeholders(command)
+        self.unsafe = _unsafe_names(handler, self.params)
+
+    def check_schema(self, schema: Mapping[str, Any]) -> None:
+        """Refuse a placeholder the checker guards whose parameter ``schema`` (``$ref``s inlined)
+        leaves free, unless the file names it in ``unsafeFreeText``.
+
+        Raises:
+            TemplateError: naming the parameter, where it lands, and the two ways to fix it.
+        """
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, Mapping) else {}
+        for guard in self.guards:
+            if guard.param not in self.unsafe and not constrained(properties.get(guard.param)):
+                raise TemplateError(guard.message())
 
     def argv(self, tool: str, args: Mapping[str, Any]) -> list[str]:
         """The argument list for one call.
@@ -200,6 +219,17 @@ class ShellHandler:
                 return proc.communicate(timeout=min(remaining, _POLL))
             except subprocess.TimeoutExpired:
                 continue
+
+
+def _unsafe_names(handler: Mapping[str, Any], params: list[str]) -> frozenset[str]:
+    """The parameters the file lets take free text wherever the command puts them (``unsafeFreeText``)."""
+    names = handler.get("unsafeFreeText", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise TemplateError('handler.unsafeFreeText must be a list of parameter names, e.g. ["target"]')
+    unused = [n for n in names if n not in params]
+    if unused:
+        raise TemplateError(f"handler.unsafeFreeText names {', '.join(map(repr, unused))}, which handler.command does not use")
+    return frozenset(names)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import weakref
-import zlib
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
@@ -73,6 +71,7 @@ from atomictoolsd.registry.model import (
     ToolDef,
     ToolsDir,
 )
+from atomictoolsd.registry.ondisk import off_loop, read_whole, youngest_mtime
 from atomictoolsd.registry.outcome import (
     BLOCKED,
     Blocked,
@@ -113,31 +112,24 @@ def _reads(outcome: LoadOutcome) -> tuple[list[int] | None, list[list[Any]]]:
             return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
 
 
-def _same_bytes(path: str, read: list[int]) -> bool:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return False
-    return read == [len(data), zlib.crc32(data)]
+def _judged(
+    results: list[tuple[ModuleFile, LoadOutcome]], current: dict[str, ModuleFile]
+) -> tuple[list[int], list[int]]:
+    """(the loads torn by what the listing shows, the loads whose bytes are still to be read back)."""
+    torn, to_read = [], []
+    for i, (file, outcome) in enumerate(results):
+        if not isinstance(outcome, (Loaded, NotLoaded)):
+            continue  # nothing was read by a worker
+        now = current.get(file.path)
+        (torn if now is None or now.key != file.key else to_read).append(i)
+    return torn, to_read
 
 
-def read_whole(path: str, fingerprint: list[int] | None, helpers: list[list[Any]]) -> bool:
-    """Whether the bytes a worker loaded from module ``path`` (``fingerprint``: None if it read none,
-    when the file did not matter) and from its ``helpers`` are the bytes on disk now."""
-    if fingerprint is not None and not _same_bytes(path, fingerprint):
-        return False
-    return all(_same_bytes(helper, [size, crc]) for helper, size, crc in helpers)
-
-
-def _torn(file: ModuleFile, outcome: LoadOutcome, current: dict[str, ModuleFile]) -> bool:
-    """Whether a worker's load of ``file`` may not be of the files as they are now on disk."""
-    if not isinstance(outcome, (Loaded, NotLoaded)):
-        return False  # nothing was read by a worker
-    now = current.get(file.path)
-    if now is None or now.key != file.key:
-        return True
-    return not read_whole(file.path, *_reads(outcome))
+async def read_back(root: Path, loads: list[tuple[str, list[int] | None, list[list[Any]]]]) -> list[bool]:
+    """``ondisk.read_whole`` off the loop, bounded in time: a check that does not finish is torn."""
+    if not loads:
+        return []
+    return await off_loop(lambda: read_whole(str(root), loads), [False] * len(loads))
 
 
 def _discard(outcome: LoadOutcome) -> None:
@@ -159,12 +151,10 @@ def _settle(late: LateLoad) -> None:
 async def settle_helpers(helpers: Iterable[str]) -> None:
     """Wait until none of ``helpers`` was written in the last ``HELPER_SETTLE`` seconds (at most that
     long: a file still being written then differs from what was read, and the load is torn)."""
-    youngest = 0.0
-    for path in helpers:
-        try:
-            youngest = max(youngest, os.stat(path).st_mtime)
-        except OSError:
-            continue
+    paths = list(helpers)
+    if not paths:
+        return
+    youngest = await off_loop(lambda: youngest_mtime(paths), 0.0)
     wait = youngest + HELPER_SETTLE - time.time()
     if wait > 0:
         await asyncio.sleep(min(wait, HELPER_SETTLE))
@@ -513,7 +503,10 @@ class Registry:
         for attempt in range(4):
             await settle_helpers(helper[0] for _file, outcome in results for helper in _reads(outcome)[1])
             current = {f.path: f for f in list_module_files(tools_dir.path)}
-            torn = [i for i, (file, outcome) in enumerate(results) if _torn(file, outcome, current)]
+            torn, to_read = _judged(results, current)
+            loads = [(results[i][0].path, *_reads(results[i][1])) for i in to_read]
+            wholes = await read_back(tools_dir.path, loads)
+            torn = sorted(torn + [i for i, whole in zip(to_read, wholes, strict=True) if not whole])
             if not torn:
                 return results
             for i in torn:
@@ -795,7 +788,7 @@ class Registry:
     async def _read_whole(self, module: Module, worker: Worker) -> bool:
         """Whether a worker started for a call read the module and its helpers whole (see ``_reload_torn``)."""
         await settle_helpers(helper[0] for helper in worker.helpers)
-        return read_whole(module.path, worker.fingerprint, worker.helpers)
+        return (await read_back(module.tools_dir.path, [(module.path, worker.fingerprint, worker.helpers)]))[0]
 
     def _lazy_load_failed(self, module: Module, failure: LoadFailure) -> None:
         """A worker started for a call could not load a module that had loaded before."""

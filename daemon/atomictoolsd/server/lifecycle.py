@@ -7,8 +7,10 @@ other process serves is left alone), binds with mode 0600, and reports readiness
 activation it serves on the socket the service manager passed (``listen_socket``) and never unlinks
 it. Every connection is checked for the peer's uid, and counted: past ``max_connections``, or when
 fewer file descriptors would be left than workers need (``fd_reserve``), a new connection gets one
-error line and is closed. Once a second the daemon checks that the socket file and the lock file at
-their paths are still its own (a cleaner or a user may delete them): it binds a fresh socket, or
+error line and is closed. When HTTP is on, its connections have a share of the descriptors of
+their own (``http_share``), kept from the socket's; its sessions are bounded by the HTTP transport
+and never counted here, so the socket's clients never wait for HTTP's. Once a second the daemon
+checks that the socket file and the lock file at their paths are still its own (a cleaner or a user may delete them): it binds a fresh socket, or
 takes the lock again, and when another daemon has taken over meanwhile it stops. Shutdown stops accepting, lets calls in flight
 finish (bounded by ``shutdown_grace``), stops every worker, and removes the socket and lock files.
 
@@ -60,7 +62,7 @@ from atomictoolsd.workers.periodic import Periodic
 from atomictoolsd.workers.pool import WorkerPool
 from atomictoolsd.workers.runtime.truncate import remove_old_spills
 
-__all__ = ["Component", "Server", "fd_reserve"]
+__all__ = ["Component", "Server", "fd_reserve", "http_share"]
 
 log = logging.getLogger("atomictoolsd")
 
@@ -72,6 +74,12 @@ _GUARD_INTERVAL = 1.0  # seconds between checks that the socket and lock files a
 def fd_reserve(soft_limit: int) -> int:
     """File descriptors kept from connections for workers' channels, the fork server and own files."""
     return max(128, soft_limit // 4)
+
+
+def http_share(budget: int) -> int:
+    """Of the ``budget`` of descriptors for connections, what HTTP's connections may hold when HTTP
+    is on; the Unix socket's clients have the rest."""
+    return budget // 4
 
 
 class Component(Protocol):
@@ -99,7 +107,8 @@ class Server:
         self.pool = pool
         self.registry = registry
         self.registry.add_listener(self._on_change)
-        self.sessions: set[Session] = set()
+        self.sessions: set[Session] = set()  # every session: the socket's and those HTTP carries
+        self._socket_sessions: set[Session] = set()  # those the connection limit counts
         self.started = time.time()
         self._lock = InstanceLock(paths.lock)
         self._listener: asyncio.AbstractServer | None = None
@@ -333,12 +342,21 @@ class Server:
     # -- sessions -------------------------------------------------------------------------------
 
     def connection_limit(self) -> tuple[int, int]:
-        """(connections allowed now, the open-file soft limit): the limit is read each time, as
-        ``prlimit`` may change it while the daemon runs."""
+        """(socket connections allowed now, the open-file soft limit): the limit is read each time,
+        as ``prlimit`` may change it while the daemon runs."""
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return self.config.max_connections, soft
-        return min(self.config.max_connections, max(0, soft - fd_reserve(soft))), soft
+        budget = max(0, soft - fd_reserve(soft))
+        lent = http_share(budget) if self.config.http else 0
+        return min(self.config.max_connections, budget - lent), soft
+
+    def http_connection_limit(self) -> int:
+        """HTTP connections allowed now (open ones, before and after their token), their own share."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return self.config.max_connections
+        return min(self.config.max_connections, http_share(max(0, soft - fd_reserve(soft))))
 
     def accept(self, session: Session, transport: asyncio.BaseTransport) -> bool:
         sock = transport.get_extra_info("socket")
@@ -350,20 +368,23 @@ class Server:
         if uid is not None and uid != os.geteuid():
             log.warning("refused a connection from uid %s (pid %s): only uid %d may connect", uid, pid, os.geteuid())
             return False
-        allowed, soft = self.connection_limit()
-        if len(self.sessions) >= allowed:
-            self._refuse(transport, allowed, soft)
-            return False
+        if sock is not None:
+            allowed, soft = self.connection_limit()
+            if len(self._socket_sessions) >= allowed:
+                self._refuse(transport, allowed, soft)
+                return False
+            self._socket_sessions.add(session)
         session.peer_pid = pid
         self.sessions.add(session)
         return True
 
     def _refuse(self, transport: asyncio.BaseTransport, allowed: int, soft: int) -> None:
         """Tell a connection past the limit why it is closed (rather than a reset it cannot explain)."""
+        lent = f" and {http_share(max(0, soft - fd_reserve(soft)))} for HTTP" if self.config.http else ""
         message = (
-            f"Too many connections: {len(self.sessions)} are open and the daemon takes {allowed} "
+            f"Too many connections: {len(self._socket_sessions)} are open and the daemon takes {allowed} "
             f"(max_connections {self.config.max_connections}; open-file limit {soft}, of which "
-            f"{fd_reserve(soft)} are kept for workers). Close idle clients, or raise "
+            f"{fd_reserve(soft)} are kept for workers{lent}). Close idle clients, or raise "
             f"ATOMICTOOLS_MAX_CONNECTIONS or the open-file limit (ulimit -n) and restart the daemon"
         )
         error = {"jsonrpc": "2.0", "id": None, "error": {"code": TOO_MANY_CONNECTIONS, "message": message}}
@@ -376,6 +397,7 @@ class Server:
 
     def forget(self, session: Session) -> None:
         self.sessions.discard(session)
+        self._socket_sessions.discard(session)
 
     def _on_change(self, change: Change) -> None:
         """Tell every session that sees a changed dir: a new toolset, and any load errors."""

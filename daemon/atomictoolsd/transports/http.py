@@ -9,6 +9,12 @@ owns is what HTTP adds:
   rotatable (``atomictoolsd http token --rotate``). ``Host`` and ``Origin`` must name this server
   (loopback, or the address the user bound explicitly), which defeats DNS rebinding: a page whose
   name resolves to 127.0.0.1 sends its own name. A refused request runs nothing.
+- **Who may connect.** On Linux a connection from another user of this machine is closed as it is
+  accepted, before a byte of it is read: the kernel says who owns the client's socket
+  (``transports/peers.py``). The rest wait at most ``http1.WAITING`` seconds for a request the
+  token lets in, at most ``WAITING_MOST`` at once (the oldest gives way to a newcomer), and every
+  HTTP connection counts against HTTP's own share of the daemon's descriptors
+  (``Server.http_connection_limit``), never against the Unix socket's.
 - **Sessions.** ``initialize`` makes a stateful session (``Mcp-Session-Id``); its POSTs are answered
   as JSON, or as an SSE stream once a notification or a question of the tool's comes before the
   answer; GET opens its stream for list changes; DELETE ends it. A request without a session id is
@@ -19,7 +25,9 @@ owns is what HTTP adds:
   request in flight has it; else, and always in a stateless session, which every client of its URL
   shares, it gets an id of the daemon's own (``"h<n>"``), so two clients' ids never collide, and
   the client's id is put back in the answer. The answer is written to the request's connection
-  when it comes (no task or future waits for it).
+  when it comes (no task or future waits for it). At most ``MAX_SESSIONS`` live at once, stateful
+  and stateless together: to make a new one, the one idle the longest (no request in flight, no
+  stream open) is ended; when none is idle, the new one is refused.
 - **The project.** The URL picks it as the shim's ``--directory`` does:
   ``/mcp?directory=/abs/path&allow=glob&deny=glob&dispatcher=1``; the session is locked to it.
 - **Batches.** A 2025-03-26 session may POST a JSON array of messages (``_Batch``): the answers
@@ -58,11 +66,12 @@ from atomictoolsd.sessions import batches
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION, with_result_type
 from atomictoolsd.sessions.session import Session, SessionHost
+from atomictoolsd.transports.peers import PeerOwners
 from atomictoolsd.transports.rest import RestApi
 from atomictoolsd.workers.periodic import Periodic
 
 if TYPE_CHECKING:
-    from atomictoolsd.transports.http1 import Http1Connection, Refusal, Request, Response
+    from atomictoolsd.transports.http1 import Http1Connection, Refusal, Request, Response, Waiting
 
 __all__ = ["TOKEN_NAME", "HttpTransport", "parse_address", "read_token"]
 
@@ -74,6 +83,10 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # A session nobody has used for this long, with no stream open, is ended (a client that vanished
 # without DELETE); its id then answers 404 and the client starts a new one, as the spec says.
 SESSION_IDLE = 1800.0
+# HTTP sessions at once (stateful and stateless); past it the one idle the longest is ended. They
+# hold no descriptor: this bounds the memory of clients that never say DELETE.
+MAX_SESSIONS = 256
+WAITING_MOST = 64  # connections at once that no request has been let in on yet (token, Host, Origin)
 _SWEEP_EVERY = 5.0  # idle connections (http1.IDLE) and sessions
 _SSE_HEAD = b"content-type: text/event-stream\r\ncache-control: no-cache\r\n"
 _JSON_HEAD = b"content-type: application/json\r\n"
@@ -161,6 +174,9 @@ class HttpHost(SessionHost, Protocol):
     """What the HTTP transport uses of the daemon beyond a session's needs."""
 
     paths: Any  # runtime_dir: where the token lives
+
+    def http_connection_limit(self) -> int:
+        """HTTP connections allowed at once: HTTP's share of the daemon's descriptors."""
 
 
 class _Envelope(msgspec.Struct):
@@ -556,11 +572,20 @@ class HttpTransport:
         self._bearer = b""  # the Authorization value that passes as sent
         self._listener: asyncio.AbstractServer | None = None
         self._connections: set[Http1Connection] = set()
+        self._waiting: Waiting | None = None  # http1.Waiting, once loaded
+        self._waited = 0.0  # http1.WAITING, once loaded
+        self._owners: PeerOwners | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: Periodic | None = None
         self._sweep_connections: Callable[[set[Http1Connection]], None] | None = None  # http1.sweep, once loaded
         self.requests = 0
         self.refused = 0
+        # Connections closed unserved: another user's, no room, too many waiting (http1.Waiting counts
+        # those that waited too long).
+        self.closed = {"otherUser": 0, "noRoom": 0, "tooManyWaiting": 0}
+        self._closed_told = self._closed_counts()  # what the log has said so far
+        self._other_users: set[int] = set()  # uids refused since the log last said so
+        self.sessions_ended = 0  # idle sessions ended to make room for new ones
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -589,7 +614,12 @@ class HttpTransport:
         self._our_hosts = frozenset(f"{f'[{n}]' if ':' in n else n}:{self.port}".encode() for n in names)
         from atomictoolsd.transports import http1  # lazy: httptools loads only when HTTP is on (start-up, memory)
 
-        self._listener = await asyncio.get_running_loop().create_server(http1.listen(self, self._connections), sock=sock)
+        self._waiting = http1.Waiting()
+        self._waited = http1.WAITING
+        self._owners = PeerOwners()
+        self._listener = await asyncio.get_running_loop().create_server(
+            http1.listen(self, self._connections, self._waiting), sock=sock
+        )
         self._sweep_connections = http1.sweep
         self._sweeper = Periodic("HTTP sweep", self._sweep, _SWEEP_EVERY, logger=log)
         self._sweeper.start()
@@ -611,6 +641,8 @@ class HttpTransport:
                 connection.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._listener.wait_closed(), 1)
+        if self._owners is not None:
+            self._owners.close()
 
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -622,6 +654,11 @@ class HttpTransport:
             "error": self.error or None,
             "tokenFile": str(self.token_path) if self.token_path else None,
             "sessions": len(self.sessions),
+            "statelessSessions": len(self.stateless),
+            "sessionsEnded": self.sessions_ended,
+            "connections": len(self._connections),
+            "waiting": len(self._waiting) if self._waiting is not None else 0,
+            "closed": self._closed_counts(),
             "requests": self.requests,
             "refused": self.refused,
         }
@@ -640,9 +677,10 @@ class HttpTransport:
 
     def _sweep(self) -> None:
         """Close idle connections; end the sessions nobody has used for ``SESSION_IDLE`` seconds
-        and that have no stream open."""
+        and that have no stream open; say in the log what connections were closed unserved."""
         if self._sweep_connections is not None:
             self._sweep_connections(self._connections)
+        self._tell_closed()
         now = time.monotonic()
         for table in (self.sessions, self.stateless, self.rest.sessions):
             for key, session in list(table.items()):
@@ -654,6 +692,60 @@ class HttpTransport:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    # -- connections ------------------------------------------------------------------------------
+
+    def admit(self, connection: Http1Connection) -> bytes | None:
+        """Close a connection another user of this machine made (Linux), before anything of it is
+        read; make room for it in HTTP's share, closing the oldest connection still waiting to be let
+        in (also when more than ``WAITING_MOST`` wait); refuse it when every one has been let in."""
+        assert self.server is not None and self._waiting is not None
+        transport = connection.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        uid = self._owners.uid(sock) if self._owners is not None and sock is not None else None
+        if uid is not None and uid != os.geteuid():
+            self.closed["otherUser"] += 1
+            self._other_users.add(uid)
+            return b""
+        limit = self.server.http_connection_limit()
+        waiting = self._waiting
+        while len(waiting) > WAITING_MOST or len(self._connections) > limit:
+            oldest = waiting.oldest()
+            if oldest is connection:
+                break
+            self.closed["tooManyWaiting" if len(waiting) > WAITING_MOST else "noRoom"] += 1
+            oldest.drop()
+        if len(self._connections) > limit:
+            self.closed["noRoom"] += 1
+            body = (f"Too many HTTP connections: {limit} are open, each with a request let in "
+                    f"(HTTP's share of the open-file limit; raise ulimit -n)").encode()
+            return (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
+                    b"content-length: %d\r\n\r\n" % len(body) + body)
+        return None
+
+    def _closed_counts(self) -> dict[str, int]:
+        return {**self.closed, "waitedTooLong": self._waiting.timed_out if self._waiting is not None else 0}
+
+    def _tell_closed(self) -> None:
+        """One log line for what was closed unserved since the last one (a flood is one line a sweep)."""
+        counts = self._closed_counts()
+        news = {k: n - self._closed_told[k] for k, n in counts.items() if n != self._closed_told[k]}
+        if not news:
+            return
+        self._closed_told = counts
+        parts = []
+        if news.get("otherUser"):
+            uids = ", ".join(str(u) for u in sorted(self._other_users))
+            parts.append(f"{news['otherUser']} from another user of this machine (uid {uids}), as accepted")
+        if news.get("waitedTooLong"):
+            parts.append(f"{news['waitedTooLong']} that sent no request with the token within {self._waited:g} s")
+        if news.get("tooManyWaiting"):
+            parts.append(f"{news['tooManyWaiting']} still waiting for the token, for newer ones (at most {WAITING_MOST} wait)")
+        if news.get("noRoom"):
+            parts.append(f"{news['noRoom']} for want of room in HTTP's share of the open-file limit")
+        self._other_users.clear()
+        log.warning("HTTP: closed connections unserved: %s", "; ".join(parts),
+                    extra={"event": "http.closed", "data": news})
 
     # -- what http1 asks -------------------------------------------------------------------------
 
@@ -929,6 +1021,9 @@ class HttpTransport:
         """A session for the URL's project and lists, or why there is none (said to this request only)."""
         assert self.server is not None
         query_text = query_string.decode("latin-1")
+        if not self._make_room():
+            return (f"Too many HTTP sessions: {MAX_SESSIONS} are open and each has a request in flight or a "
+                    f"stream open; end one (DELETE) or try again when one is done")
         session = HttpSession(self.server, secrets.token_urlsafe(24) if stateful else query_text, stateful)
         session.connection_made(_NoWire(session))
         if session.transport is None:
@@ -960,6 +1055,23 @@ class HttpTransport:
             session.end()
             return f"directory in the URL: {reply['error']['message']}"
         return session
+
+    def _make_room(self) -> bool:
+        """Whether a new session fits, once the one idle the longest has ended if need be."""
+        if len(self.sessions) + len(self.stateless) < MAX_SESSIONS:
+            return True
+        idle = [
+            (session.used, table, key)
+            for table in (self.sessions, self.stateless)
+            for key, session in table.items()
+            if not session.exchanges and session.stream is None
+        ]
+        if not idle:
+            return False
+        _used, table, key = min(idle, key=lambda entry: entry[0])
+        table.pop(key).end()
+        self.sessions_ended += 1
+        return True
 
     def _delete(self, headers: dict[bytes, bytes]) -> Refusal:
         session_id = headers.get(b"mcp-session-id")

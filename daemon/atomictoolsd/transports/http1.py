@@ -14,6 +14,11 @@ it refuses. What this module adds is small and has no MCP in it:
   the body (the handler's ``max_body``, not buffered past it), a request that does not arrive whole
   within ``IDLE`` seconds of the previous answer (``sweep``), and a client that does not read its
   answers stops being read;
+- who waits at the door: the handler may refuse a connection as it comes (``admit``), before
+  anything is read; and a connection is *waiting* until the handler lets a request of it in (judges
+  its head with no 401 or 403): one still waiting ``WAITING`` seconds after it came is closed. The
+  waiting ones are kept in arrival order (``Waiting``), so the handler can bound them (``drop``
+  closes one at once);
 - a client that goes away before its answer is told to the handler (``Response.on_gone``).
 
 What a request means is the handler's (``transports/http.py``): ``head`` judges a request on its
@@ -33,7 +38,7 @@ from typing import Any, Protocol
 
 import httptools
 
-__all__ = ["IDLE", "MAX_HEAD", "Handler", "Http1Connection", "Refusal", "Request", "Response"]
+__all__ = ["IDLE", "MAX_HEAD", "WAITING", "Handler", "Http1Connection", "Refusal", "Request", "Response", "Waiting"]
 
 log = logging.getLogger("atomictoolsd.http")
 
@@ -44,6 +49,8 @@ MAX_HEAD = 64 * 1024  # the request line and headers, together
 _HEAD_GUARD = 16 * MAX_HEAD
 IDLE = 30.0  # a connection with no request in flight, and no request whole since, is closed after this
 _PIPELINED = 8  # requests read ahead of the one being answered before reading stops
+WAITING = 5.0  # seconds a connection may stay before a request of it is let in (no 401 or 403)
+_NOT_LET_IN = frozenset({401, 403})  # what a handler answers a request it does not let in
 
 # (status, header lines ending in CRLF, body): an answer given before the body is read.
 Refusal = tuple[int, bytes, bytes]
@@ -83,6 +90,10 @@ class Request:
 
 class Handler(Protocol):
     max_body: int
+
+    def admit(self, connection: Http1Connection) -> bytes | None:
+        """None to serve a new connection; else what to write to it before it is closed (``b""``:
+        nothing), before anything of it is read."""
 
     def head(self, request: Request) -> Refusal | None:
         """The answer to a request refused on its line and headers alone; None to read its body."""
@@ -147,12 +158,31 @@ class Response:
                 self.on_gone()
 
 
+class Waiting:
+    """The connections of one listener that no request has been let in on yet, oldest first, and how
+    many were closed for waiting ``WAITING`` seconds."""
+
+    __slots__ = ("connections", "timed_out")
+
+    def __init__(self) -> None:
+        self.connections: dict[Http1Connection, None] = {}  # a dict: an ordered set
+        self.timed_out = 0
+
+    def __len__(self) -> int:
+        return len(self.connections)
+
+    def oldest(self) -> Http1Connection:
+        return next(iter(self.connections))
+
+
 class Http1Connection(asyncio.Protocol):
     """One client connection: requests parsed by httptools, handed to ``handler`` one at a time."""
 
-    def __init__(self, handler: Handler, connections: set[Http1Connection]) -> None:
+    def __init__(self, handler: Handler, connections: set[Http1Connection], waiting: Waiting) -> None:
         self.handler = handler
         self.connections = connections
+        self.waiting = waiting
+        self._waiting_timer: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
         self.current: Response | None = None  # the request being answered
@@ -175,10 +205,19 @@ class Http1Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.connections.add(self)
+        self.waiting.connections[self] = None
+        refusal = self.handler.admit(self)
+        if refusal is not None:
+            self._forget()
+            self._last = True
+            if refusal:
+                transport.write(refusal)  # type: ignore[attr-defined]
+            transport.close()
+            return
+        self._waiting_timer = asyncio.get_running_loop().call_later(WAITING, self._waited_too_long)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        self.connections.discard(self)
+        self._forget()
         self.queue.clear()
         current, self.current = self.current, None
         if current is not None:
@@ -204,6 +243,31 @@ class Http1Connection(asyncio.Protocol):
                 body = b"Bad Request: " + str(exc).encode("latin-1", "replace")
                 self.write(_STATUS[400] + b"content-type: text/plain\r\ncontent-length: %d\r\n" % len(body) + _CLOSE + b"\r\n" + body)
             self.close()
+
+    def _forget(self) -> None:
+        self.transport = None
+        self.connections.discard(self)
+        self._let_in()
+
+    def _let_in(self) -> None:
+        self.waiting.connections.pop(self, None)
+        if self._waiting_timer is not None:
+            self._waiting_timer.cancel()
+            self._waiting_timer = None
+
+    def _waited_too_long(self) -> None:
+        self._waiting_timer = None
+        if self in self.waiting.connections:
+            self.waiting.timed_out += 1
+            self.drop()
+
+    def drop(self) -> None:
+        """Close now, nothing more written; the connection no longer counts as open or waiting."""
+        transport = self.transport
+        self._forget()
+        self._last = True
+        if transport is not None:
+            transport.abort()
 
     def _refuse_head(self) -> None:
         self._last = True
@@ -259,6 +323,8 @@ class Http1Connection(asyncio.Protocol):
                 log.exception("http: a request failed")
                 request.keep_alive = False
                 request.refusal = (500, b"content-type: text/plain\r\n", b"Internal Server Error")
+            if request.refusal is None or request.refusal[0] not in _NOT_LET_IN:
+                self._let_in()
         self._head_size = 0
         expects = headers.get(b"expect", b"").lower() == b"100-continue"
         if self.current is not None:
@@ -362,6 +428,6 @@ def sweep(connections: set[Http1Connection], idle: float = IDLE) -> None:
             connection.close()
 
 
-def listen(handler: Handler, connections: set[Http1Connection]) -> Callable[[], Any]:
+def listen(handler: Handler, connections: set[Http1Connection], waiting: Waiting) -> Callable[[], Any]:
     """The protocol factory for ``loop.create_server``."""
-    return lambda: Http1Connection(handler, connections)
+    return lambda: Http1Connection(handler, connections, waiting)

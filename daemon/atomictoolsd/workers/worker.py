@@ -13,6 +13,10 @@ reach a client but as the well-formed answer or notification of its own call. A 
 for a client, or not the JSON it should hold, fails its call with ``isError``. A frame that cannot
 be read (too large, not a worker message, out of turn) means the channel can no longer be trusted:
 the worker is killed, its calls answer with the reason, and the next call starts a new one.
+
+The files a load report names (the helpers a module imported, ``deps`` and ``helpers``) are kept
+only when they lie in the module's own tools dir (``files_in``): the registry reads them back to
+judge a load whole, and it reads no path a worker chose anywhere else.
 """
 
 from __future__ import annotations
@@ -208,6 +212,26 @@ class Call(msgspec.Struct, eq=False):
         self.runner.stop_call(self)
 
 
+MAX_REPORTED_FILES = 4096  # helpers one load report may name; the rest are not looked at
+
+
+def files_in(directory: str, entries: Any) -> list[list[Any]]:
+    """The ``[path, int, int]`` entries of a load report whose path is a file below ``directory``,
+    written as the runtime writes it (absolute, normalized): every other entry is dropped."""
+    if not isinstance(entries, list):
+        return []
+    prefix = directory.rstrip(os.sep) + os.sep
+    kept = []
+    for entry in entries[:MAX_REPORTED_FILES]:
+        if (
+            isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+            and type(entry[1]) is int and type(entry[2]) is int
+            and entry[0].startswith(prefix) and "\0" not in entry[0] and os.path.normpath(entry[0]) == entry[0]
+        ):
+            kept.append(list(entry))
+    return kept
+
+
 class Worker(asyncio.Protocol):
     """The daemon's end of one worker process."""
 
@@ -284,12 +308,18 @@ class Worker(asyncio.Protocol):
             elif kind is Loaded:
                 self.state = "ready"
                 self.problems = message.problems
-                self.deps = [list(dep) for dep in message.deps]
+                directory = os.path.dirname(self.runner.spec.path)
+                self.deps = files_in(directory, message.deps)
                 self.fingerprint = message.fingerprint
-                self.helpers = [list(helper) for helper in message.helpers]
+                self.helpers = files_in(directory, message.helpers)
                 self.loaded.set_result((message.definitions, message.load_ms))
             elif kind is Failed:
-                self.loaded.set_exception(LoadFailure.from_info(message.info))
+                self.loaded.set_exception(LoadFailure.from_info(self._own_files(message.info)))
+
+    def _own_files(self, info: dict[str, Any]) -> dict[str, Any]:
+        """A failure report with only the files of the module's tools dir (see ``files_in``)."""
+        directory = os.path.dirname(self.runner.spec.path)
+        return {**info, "deps": files_in(directory, info.get("deps")), "helpers": files_in(directory, info.get("helpers"))}
 
     def _distrust(self, cause: str) -> None:
         """The worker sent what its runtime never sends: read nothing more from it, and kill it."""

@@ -150,7 +150,7 @@ def with_choices(message: str, schema: dict[str, Any]) -> str:
         return message
     path = message.rsplit(" - at `", 1)[1].rstrip("`")
     node: Any = schema
-    for name, index in _PATH_STEP.findall(path[1:]):
+    for name, _index in _PATH_STEP.findall(path[1:]):
         node = _resolve(node, schema)
         node = (node.get("properties") or {}).get(name) if name else node.get("items")
         if not isinstance(node, dict):

@@ -41,7 +41,6 @@ import functools
 import itertools
 import os
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -55,6 +54,7 @@ from atomictoolsd.workers.protocol import DaemonMessage, FrameReader, Loaded
 from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
+from atomictoolsd.workers.runtime.removal import remove_tree
 from atomictoolsd.workers.runtime.sourceload import SourceOnlyLoader
 
 __all__ = [
@@ -185,7 +185,7 @@ class _Server:
             os.close(channel_fd)
             _close_handoff(net_fd)
             if spec is not None and spec.temp_dir:
-                shutil.rmtree(spec.temp_dir, ignore_errors=True)
+                remove_tree(spec.temp_dir)
             what = "cannot fork a worker process" if isinstance(exc, OSError) else "cannot start a worker"
             self.send(["failed", request_id, f"{what}: {exc}"])
             return
@@ -245,7 +245,7 @@ class _Server:
                 _, status = os.waitpid(pid, 0)
             temp_dir = self.temp_dirs.pop(pid, None)
             if temp_dir is not None:
-                shutil.rmtree(temp_dir, ignore_errors=True)
+                remove_tree(temp_dir)  # its worker's, or what that started, may still write there
                 _stock_dirs()
             spill_dir = self.spill_dirs.pop(pid, None)
             if spill_dir is not None:
@@ -282,7 +282,7 @@ class _Server:
                 pass
         self.children.clear()
         for temp_dir in (*self.temp_dirs.values(), *_TEMP_BASE):
-            shutil.rmtree(temp_dir, ignore_errors=True)
+            remove_tree(temp_dir)  # its worker's, or what that started, may still write there
         for spare in _SPARE.values():
             for path in spare:
                 try:

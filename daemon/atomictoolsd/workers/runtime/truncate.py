@@ -8,8 +8,11 @@ daemon's state dir; the daemon deletes old spill files. Runs inside workers (sta
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import time
+
+from atomictoolsd.workers.runtime.removal import DIR_FLAGS, walk_dir
 
 __all__ = ["Truncated", "remove_old_spills", "spill", "truncate"]
 
@@ -69,22 +72,34 @@ def spill(data: bytes, spill_dir: str, label: str, suffix: str = ".txt") -> str:
 
 def remove_old_spills(spill_dir: str, max_age_seconds: float) -> int:
     """Delete spill files older than ``max_age_seconds``, also those in the directory of each
-    confined worker (``sandbox-*``, removed once empty and old); return how many were removed."""
-    removed = 0
-    cutoff = time.time() - max_age_seconds
+    confined worker (``sandbox-*``, removed once empty and old); return how many were removed.
+
+    A confined worker's directory is its own to write, while this runs: it is walked by descriptor,
+    never following a link (``removal``), and at most ``_DEPTH`` levels below it.
+    """
     try:
-        entries = list(os.scandir(spill_dir))
-    except FileNotFoundError:
-        return 0
-    for entry in entries:
-        try:
-            if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
-                os.unlink(entry.path)
-                removed += 1
-            elif entry.name.startswith("sandbox-") and entry.is_dir(follow_symlinks=False):
-                removed += remove_old_spills(entry.path, max_age_seconds)
-                if entry.stat().st_mtime < cutoff:
-                    os.rmdir(entry.path)  # fails while it holds a file still young enough
-        except (FileNotFoundError, OSError):
-            continue
+        fd = os.open(spill_dir, DIR_FLAGS)
+    except OSError:
+        return 0  # gone, or not a directory of ours (a link): nothing to walk
+    cutoff = time.time() - max_age_seconds
+    removed = 0
+    try:
+        for name in os.listdir(fd):
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode) and name.startswith("sandbox-"):
+                removed += walk_dir(fd, name, info, cutoff, _DEPTH)
+            elif stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    removed += 1
+                except OSError:
+                    continue
+    finally:
+        os.close(fd)
     return removed
+
+
+_DEPTH = 8  # levels walked below a confined worker's spill directory
