@@ -267,7 +267,8 @@ def test_new_writes_a_tool_that_loads_and_runs_as_its_printed_commands_say(env: 
     assert "Field(" in source and "ctx: Context" in source and '"""Repeat a text' in source
     made_json = run(env, "new", "count", "--json", cwd=env.root)  # no project here: the global dir
     assert made_json.returncode == 0 and (env.global_tools / "count.json").exists()
-    (env.root / "words.txt").write_text("one two\n")
+    (env.project / "words.txt").write_text("one two\n")
+    (env.root / "secret.txt").write_text("outside the project\n")
 
     daemon = make_daemon()  # type: ignore[operator]
     listed = subprocess.run(_printed(made.stdout, "list it:"), env=env.vars, cwd=env.project, capture_output=True, text=True, timeout=60)
@@ -277,7 +278,10 @@ def test_new_writes_a_tool_that_loads_and_runs_as_its_printed_commands_say(env: 
     with daemon.client() as client:
         refused = client.call("hello-world", text="hi", times=11)
         assert refused.is_error and "<= 10" in refused.text
-        assert "words.txt" in client.call("count", path=str(env.root / "words.txt")).text
+        assert "words.txt" in client.call("count", path="words.txt").text
+        for outside in (str(env.root / "secret.txt"), "../secret.txt", "sub/../../secret.txt", "-n"):
+            refused = client.call("count", path=outside)  # the starter says "a file in the project"
+            assert refused.is_error and "path" in refused.text, (outside, refused.text)
 
     again = run(env, "new", "hello-world")
     assert again.returncode == 1 and "already exists" in again.stderr

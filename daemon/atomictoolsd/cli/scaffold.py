@@ -55,6 +55,10 @@ def {function}(
 '''
 
 
+# A relative path with no ".." segment, that no "-" or "+" starts and that holds no "=", "|", "<", ">".
+PROJECT_PATH_PATTERN = r"^(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.][A-Za-z0-9_./ ]*$"
+
+
 def json_template(name: str) -> str:
     """A declarative tool file (docs/declarative.md) with one shell tool that loads as it is."""
     document = {
@@ -67,7 +71,13 @@ def json_template(name: str) -> str:
                 "description": "Count the lines, words and bytes of a file in the project.",
                 "inputSchema": {
                     "type": "object",
-                    "properties": {"path": {"type": "string", "description": "File to count", "minLength": 1}},
+                    "properties": {"path": {
+                        "type": "string", "minLength": 1,
+                        "description": "File to count, relative to the project's directory (no leading /, no ..)",
+                        # The pattern keeps the path in the project, and a value that could read as
+                        # an option or an assignment out of the command (docs/declarative.md).
+                        "pattern": PROJECT_PATH_PATTERN,
+                    }},
                     "required": ["path"],
                 },
                 "handler": {"type": "shell", "command": "wc -- {{path}}", "timeout": 5000},
