@@ -64,10 +64,12 @@ def test_codex_names_the_variable(http_env: tuple[Env, str, str]) -> None:
     assert f"for the project {env.project} in every session" in done.stdout
 
 
-def test_an_http_entry_made_from_home_serves_no_project_and_says_so(http_env: tuple[Env, str, str]) -> None:
+def test_an_http_entry_made_outside_any_project_serves_none_and_says_so(http_env: tuple[Env, str, str]) -> None:
     env, url, _ = http_env
+    plain = env.root / "plain"  # no .git, .atomic or agent config here or above
+    plain.mkdir()
     done = subprocess.run([sys.executable, "-m", "atomictoolsd", "connect", "codex", "--http"], env=env.vars,
-                          cwd=env.home, capture_output=True, text=True, timeout=60)
+                          cwd=plain, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "for no project: your global tools only" in done.stdout
     path = Path(done.stdout.split(" in ", 1)[1].split("\n", 1)[0])

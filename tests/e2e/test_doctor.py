@@ -66,11 +66,13 @@ def test_each_problem_comes_with_the_command_that_fixes_it(detached: Env) -> Non
     assert cli(env, "start").returncode == 0
     assert cli(env, "connect", "codex").returncode == 0
     config = env.home / ".codex" / "config.toml"
-    # An entry without the runtime dir, as an older connect wrote it: Codex's scrubbed environment
-    # leads the shim to another runtime dir, where no daemon listens.
+    # An entry without the runtime dir, as an older connect wrote it, and no pointer to the daemon's
+    # (as a daemon of an older version left none): Codex's scrubbed environment leads the shim to
+    # another runtime dir, where no daemon listens.
     document = tomlkit.parse(config.read_text())
     del document["mcp_servers"]["atomic"]["env"]
     config.write_text(tomlkit.dumps(document))
+    (env.home / ".atomic" / "runtime-dir").unlink()
     status, result = doctor(env, "codex")
     shim = checks(by_agent(result)["codex"])["shim"]
     assert status == 1 and not shim["ok"] and shim["fix"].startswith("atomictoolsd connect codex --user")

@@ -135,7 +135,7 @@ def test_atomic_saves_and_bursts_settle_to_the_final_content(env: Env, make_daem
             write_atomically(path, f"def burst() -> str:\n    '''v{i}'''\n    return 'v{i}'\n")
         listener.next("notifications/tools/list_changed")
         wait_for(lambda: client.call("burst").text == "v20", message="the last save to serve")
-        wait_for(lambda: client.list_tools()[0]["description"] == "v20", message="the listing to settle")
+        wait_for(lambda: client.list_tools()[0].get("description") == "v20", message="the listing to settle")
         status = module_status(client, "burst.py")
         assert status["state"] == "ready"
         settled = lambda: (m := module_status(client, "burst.py"))["retiring"] == [] and m["starting"] == 0  # noqa: E731
@@ -170,7 +170,7 @@ def test_a_vanished_file_holds_back_only_itself(env: Env, make_daemon) -> None: 
         assert names(client) == ["gone", "kept"]
         (env.local_tools / "gone.py").unlink()
         kept.write_text("def kept() -> str:\n    '''v2'''\n    return 'v2'\n")
-        wait_for(lambda: {t["name"]: t["description"] for t in client.list_tools()}.get("kept") == "v2",
+        wait_for(lambda: {t["name"]: t.get("description") for t in client.list_tools()}.get("kept") == "v2",
                  timeout=30, message="the edit of kept.py to serve")
         assert "gone" in names(client)  # still within its grace
         wait_for(lambda: "gone" not in names(client), timeout=30, message="gone.py's tools to go once the grace ends")

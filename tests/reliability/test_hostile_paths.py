@@ -156,7 +156,8 @@ def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make
         (victim / f"file{i}").write_text("the user's")
         os.utime(victim / f"file{i}", (past, past))
     env.write_tool(env.global_tools, "swapper.py", SWAPPER)
-    daemon = make_daemon({"ATOMICTOOLS_SANDBOX_GLOBAL": "1", "ATOMICTOOLS_SPILL_MAX_AGE": "86400"})
+    env.write_config(sandbox_global=True)  # the global tools confined: a confined worker's spill dir
+    daemon = make_daemon({"ATOMICTOOLS_SPILL_MAX_AGE": "86400"})
     with daemon.client() as client:
         spilled = client.call("swapper", what="spill").meta["atomic/fullOutput"]
         spill_dir = os.path.dirname(spilled)

@@ -157,12 +157,14 @@ def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-d
 
 def _http_project(args: argparse.Namespace) -> Path | None:
     """The project an HTTP entry serves: the one ``connect`` runs in (or ``-C``), whatever the
-    entry's scope; None from the home directory, which is no project."""
+    entry's scope; None from the home directory or a directory in no project (no ``.git``,
+    ``.atomic`` or agent config around it)."""
+    from atomictools._paths import project_area  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
 
     home = Path(os.environ.get("HOME") or Path.home()).resolve()
     root = project_root(Path(args.directory or os.getcwd()).resolve(), home)
-    return None if root == home else root
+    return None if root == home or project_area(str(root)) is None else root
 
 
 def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
