@@ -110,6 +110,9 @@ class ModuleRunner:
         # rules no longer match your git configuration).
         self.admit: Callable[[], Awaitable[str | None]] | None = None
         self.stale: Callable[[], bool] | None = None
+        # Set by the registry for a module of a fully trusted project whose content is followed: the
+        # SHA-256 of what its workers may load from the tools dir, by path (None: no such check).
+        self.trusted_content: dict[str, str] | None = None
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -129,8 +132,11 @@ class ModuleRunner:
     async def _load(self) -> tuple[Worker, list[dict[str, Any]], float]:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        spawner = self.pool.spawner_for(self.spec)
-        pid, sock = await spawner.spawn(self.spec)
+        trusted = self.trusted_content
+        spec = self.spec if self.spec.follow_content == (trusted is not None) else msgspec.structs.replace(
+            self.spec, follow_content=trusted is not None)
+        spawner = self.pool.spawner_for(spec)
+        pid, sock = await spawner.spawn(spec)
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
@@ -139,6 +145,8 @@ class ModuleRunner:
         )
         worker = Worker(self, pid, spawner)
         await loop.connect_accepted_socket(lambda: worker, sock=sock)
+        if trusted is not None:
+            worker.send_trusted(trusted)  # read before the module loads
         try:
             definitions, load_ms = await self._loaded(worker)
         except TimeoutError:
