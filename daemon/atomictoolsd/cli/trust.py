@@ -171,8 +171,9 @@ def _record_content(store: object, root: Path, fresh: bool) -> None:
     except OSError as exc:
         print(f"note: {exc}; the daemon records the content when it next loads these tools", file=sys.stderr)
         return
-    print(f"recorded the content of {len(seen)} code file(s): a change that arrives through git "
-          f"(a pull, a checkout) is held until you review it ({command_name()} trust --review)")
+    if seen:
+        print(f"recorded the content of {len(seen)} code file(s): a change that arrives through git "
+              f"(a pull, a checkout) is held until you review it ({command_name()} trust --review)")
 
 
 def _forget_content(root: Path) -> None:

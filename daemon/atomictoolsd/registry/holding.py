@@ -70,22 +70,28 @@ class ContentJudge:
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="atomictoolsd-content")
         self._running: dict[tuple[Path, Path], asyncio.Future[content.Verdict]] = {}
 
-    def follows(self, tools_dir: ToolsDir) -> str | None:
-        """The ``trusted_at`` of the trust entry whose content ``tools_dir`` is judged against, or
-        None when its content is not followed (not a project's own dir, not fully trusted, trust_all)."""
+    def follows(self, tools_dir: ToolsDir) -> bool:
+        """Whether the content of ``tools_dir`` is followed: a project's own dir, fully trusted (not
+        with ``--sandbox``), ``trust_all`` off."""
+        return self._entry(tools_dir) is not None
+
+    def _entry(self, tools_dir: ToolsDir) -> dict[str, Any] | None:
         if tools_dir.scope != "local" or not tools_dir.trusted or tools_dir.sandbox is not None or self.trust_all():
             return None
         entry = self.trust.entry(tools_dir.cwd)
-        if entry is None or entry.get("level", "full") != "full":
+        if entry is not None and entry.get("level", "full") != "full":
             return None
-        return str(entry.get("trusted_at", ""))
+        return entry if entry is not None else {}
 
     async def judge(self, tools_dir: ToolsDir) -> content.Verdict | None:
         """Judge the content of ``tools_dir`` now (None: it is not followed). A judgement of the dir
         already under way is waited for first: it may have read the files before they changed."""
-        trusted_at = self.follows(tools_dir)
-        if trusted_at is None:
+        entry = self._entry(tools_dir)
+        if entry is None:
             return None
+        if not entry:  # trusted when the dir was last judged, not now: nothing runs unconfined till it is again
+            return content.Verdict(stuck="its project is no longer trusted")
+        trusted_at = str(entry.get("trusted_at", ""))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         previous = self._running.get(tools_dir.key)

@@ -568,6 +568,13 @@ class Registry:
         """Load ``file``: its cached definitions, or a new worker generation, or a failure; ``_Late``
         when the worker is still importing it at ``deadline`` (loop time). ``deps``: what it imports,
         when known better than from its last load."""
+        if tools_dir.scope == "local":
+            # Asked again at each load, not only when the scan began: a load of a file changed while
+            # the scan ran (``_reload_torn``, ``_confirm_failures``, ``_retry_refused``) may read the
+            # files of another directory renamed into the project's place since.
+            self._judge(tools_dir)
+            if not tools_dir.trusted:
+                return file, BLOCKED
         known = tools_dir.modules.get(file.path)
         if deps is None:
             deps = known.deps if known is not None else []
@@ -1062,7 +1069,7 @@ class Registry:
         changed = [tools_dir for tools_dir, changed in zip(dirs, judged, strict=True) if changed]
         followed = [
             d for d in dirs
-            if d not in changed and self.content is not None and self.content.follows(d) is not None
+            if d not in changed and self.content is not None and self.content.follows(d)
         ]
         await asyncio.gather(*(self.scan(d) for d in (*changed, *followed)))
         return changed
