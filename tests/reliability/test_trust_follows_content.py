@@ -24,6 +24,7 @@ from atomictools import Client, RPCError
 from atomictoolsd.config.command import command_name
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
+from shim_helpers import SHIM
 
 PROBE = '''
 import pathlib
@@ -204,13 +205,28 @@ def test_where_nothing_can_confine_it_a_pulled_module_does_not_run(world: World,
     assert not written(world.marker, "v2"), "the held module was never imported"
     shown = cli(env, "list").stdout
     assert "probe.py: does not run (this machine cannot confine it) until you review it" in shown, shown
-    status = {Path(m["path"]).name: m for m in daemon.client().status()["modules"] if m["scope"] == "local"}
+    with daemon.client() as client:
+        status = {Path(m["path"]).name: m for m in client.status()["modules"] if m["scope"] == "local"}
     assert status["probe.py"]["state"] == "held" and status["probe.py"]["worker"] is None
+    assert status["probe.py"]["held"]["command"] == f"{command_name()} trust --review {env.project.resolve()}"
+    checks = doctor_checks(env)
+    assert not checks["content"]["ok"] and checks["content"]["fix"].endswith(f"trust --review {env.project.resolve()}")
+    assert "1 file(s)" in checks["content"]["detail"] and "arrived through git" in checks["content"]["detail"]
 
     assert cli(env, "trust", "--review", "--yes").returncode == 0
     with daemon.client() as client:
         wait_for(lambda: "probe" in {t["name"] for t in client.list_tools()}, message="the approved module")
         assert call_probe(client, str(world.outside)) == "v2: wrote"
+    assert doctor_checks(env)["content"]["ok"]
+
+
+def doctor_checks(env: Env) -> dict[str, dict[str, Any]]:
+    """``doctor``'s checks of a Codex entry for the project (doctor only looks: it records nothing)."""
+    env.vars["PATH"] = f"{Path(SHIM).parent}{os.pathsep}{env.vars.get('PATH', '')}"  # atomictoolsd installed
+    if not (env.home / ".codex" / "config.toml").exists():
+        assert cli(env, "connect", "codex", "--user").returncode == 0
+    done = cli(env, "doctor", "codex", "--json")
+    return {c["name"]: c for c in json.loads(done.stdout)["agents"][0]["checks"]}
 
 
 def test_your_own_edit_reloads_at_once_and_stays_trusted_once_committed(world: World, make_daemon) -> None:  # type: ignore[no-untyped-def]

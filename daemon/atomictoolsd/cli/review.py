@@ -31,9 +31,10 @@ def _shown(line: str) -> str:
     return "".join(ch if ch == "\t" or ch.isprintable() else ascii(ch)[1:-1] for ch in line)
 
 
-def held_files(root: Path, state_dir: Path) -> tuple[Any, str | None, str | None]:
+def held_files(root: Path, state_dir: Path, record: bool = True) -> tuple[Any, str | None, str | None]:
     """Judge the content of ``root``'s tools now: ``(verdict, trusted_at, problem)``. ``problem`` says
-    why there is nothing to judge (not trusted, trusted with --sandbox) or why it failed."""
+    why there is nothing to judge (not trusted, trusted with --sandbox) or why it failed. ``record``:
+    record your own edits and new holds, as the daemon does (``doctor`` only looks)."""
     from atomictoolsd.config.discovery import local_tools_dir  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.registry.content import ContentStore, judge  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.registry.gitorigin import Repo  # lazy: only this command pays for it (start-up cost)
@@ -49,7 +50,8 @@ def held_files(root: Path, state_dir: Path) -> tuple[Any, str | None, str | None
         return None, None, f"{root} is trusted with --sandbox: its tools run confined whatever their content"
     trusted_at = str(entry.get("trusted_at", ""))
     pool = ThreadPoolExecutor(max_workers=1)
-    job = pool.submit(judge, root, local_tools_dir(root), ContentStore(state_dir), trusted_at, Repo(root).origins)
+    job = pool.submit(judge, root, local_tools_dir(root), ContentStore(state_dir), trusted_at, Repo(root).origins,
+                      record=record)
     try:
         return job.result(timeout=JUDGE_TIMEOUT), trusted_at, None
     except FutureTimeout:
