@@ -372,3 +372,35 @@ def test_review_escapes_what_would_hide_code_from_the_reader(world: World, make_
     assert shown.returncode == 1
     assert "\x1b" not in shown.stdout and "\u202e" not in shown.stdout
     assert '+HIDDEN = "\\x1b[8m"  # \\u202e evil' in shown.stdout, shown.stdout
+
+
+def test_a_repository_that_hangs_its_reader_holds_the_content_not_the_daemon(world: World, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """Without an index, HEAD says what git wrote; libgit2 reading HEAD blocks for ever on a FIFO
+    that the repository's config includes, holding the interpreter's lock: it is read in a process
+    of its own, given up after a few seconds. The content it cannot judge is held; the daemon
+    answers meanwhile; the rest of the project runs."""
+    env = world.env
+    fifo = env.root / "fifo"
+    os.mkfifo(fifo)
+    with open(env.project / ".git" / "config", "a") as config:
+        config.write(f"[include]\n\tpath = {fifo}\n")
+    (env.project / ".git" / "index").unlink()
+    daemon: Daemon = make_daemon(lowered_abi())
+    with daemon.client() as client:
+        assert call_probe(client) == "v1"  # content you trusted: judged without reading the repository
+        (world.tools / "fresh.py").write_text("def fresh() -> str:\n    return 'mine'\n")
+        slowest = 0.0
+        started = time.monotonic()
+        while time.monotonic() - started < 5.0:
+            before = time.monotonic()
+            client.request("ping")
+            slowest = max(slowest, time.monotonic() - before)
+            time.sleep(0.1)
+        entries = wait_for(lambda: held(daemon, env), message="the content that cannot be judged to be held")
+        with pytest.raises(RPCError, match="held until the user reviews"):
+            client.call("fresh")
+        assert call_probe(client, str(world.outside)) == "v1: wrote"
+    assert slowest < 1.0, f"the daemon stopped answering for {slowest:.1f} s"
+    assert [(Path(e["file"]).name, e["why"], e["confined"]) for e in entries] == [("fresh.py", "unknown", False)]
+    record(f"a FIFO in the repository's config: the daemon answered within {slowest * 1000:.0f} ms throughout; "
+           "the content it could not judge held, the rest ran")

@@ -277,7 +277,7 @@ def _check_held(report: Report, root: Path) -> None:
     from atomictoolsd.config.paths import Paths  # lazy: only this check pays for it
     from atomictoolsd.registry.content import review_command  # lazy: only this check pays for it
 
-    verdict, _trusted_at, _problem = held_files(root, Paths.from_env().state_dir, record=False)
+    verdict, _trusted_at, _problem = held_files(root, Paths.from_env().state_dir, write=False)
     if verdict is None:
         return  # not fully trusted: nothing is held (the trust check above says why it does not load)
     if verdict.held:

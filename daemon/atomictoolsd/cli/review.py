@@ -14,8 +14,7 @@ import argparse
 import difflib
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,9 @@ def _shown(line: str) -> str:
     return "".join(ch if ch == "\t" or ch.isprintable() else ascii(ch)[1:-1] for ch in line)
 
 
-def held_files(root: Path, state_dir: Path, record: bool = True) -> tuple[Any, str | None, str | None]:
+def held_files(root: Path, state_dir: Path, write: bool = True) -> tuple[Any, str | None, str | None]:
     """Judge the content of ``root``'s tools now: ``(verdict, trusted_at, problem)``. ``problem`` says
-    why there is nothing to judge (not trusted, trusted with --sandbox) or why it failed. ``record``:
+    why there is nothing to judge (not trusted, trusted with --sandbox) or why it failed. ``write``:
     record your own edits and new holds, as the daemon does (``doctor`` only looks)."""
     from atomictoolsd.config.discovery import local_tools_dir  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.registry.content import ContentStore, judge  # lazy: only this command pays for it (start-up cost)
@@ -49,17 +48,25 @@ def held_files(root: Path, state_dir: Path, record: bool = True) -> tuple[Any, s
     if entry.get("level", "full") != "full":
         return None, None, f"{root} is trusted with --sandbox: its tools run confined whatever their content"
     trusted_at = str(entry.get("trusted_at", ""))
-    pool = ThreadPoolExecutor(max_workers=1)
-    job = pool.submit(judge, root, local_tools_dir(root), ContentStore(state_dir), trusted_at, Repo(root).origins,
-                      record=record)
-    try:
-        return job.result(timeout=JUDGE_TIMEOUT), trusted_at, None
-    except FutureTimeout:
+    outcome: list[Any] = []
+
+    def work() -> None:
+        try:
+            outcome.append(judge(root, local_tools_dir(root), ContentStore(state_dir), trusted_at, Repo(root).origins,
+                                 write=write))
+        except OSError as exc:
+            outcome.append(exc)
+
+    # A daemon thread: a repository that blocks the read (a FIFO its config includes) must not
+    # keep this command from exiting.
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(JUDGE_TIMEOUT)
+    if not outcome:
         return None, None, f"reading the repository of {root} did not finish within {JUDGE_TIMEOUT:g} s"
-    except OSError as exc:
-        return None, None, str(exc)
-    finally:
-        pool.shutdown(wait=False)
+    if isinstance(outcome[0], OSError):
+        return None, None, str(outcome[0])
+    return outcome[0], trusted_at, None
 
 
 def _diff(rel: str, before: bytes | None, now: bytes, known: bool) -> list[str]:

@@ -339,11 +339,11 @@ Origins = Callable[[dict[str, tuple[bytes, os.stat_result]]], dict[str, str]]
 
 def judge(
     root: Path, tools_dir: Path, store: ContentStore, trusted_at: str, origins: Origins, sync: bool = True,
-    record: bool = True,
+    write: bool = True,
 ) -> Verdict:
     """Judge the content of every code file of ``tools_dir`` (of the project at ``root``, fully
     trusted since ``trusted_at``) against ``store``, recording your own edits as trusted and new
-    holds as held (unless ``record`` is False: ``doctor`` only looks). ``origins`` says where unseen
+    holds as held (unless ``write`` is False: ``doctor`` only looks). ``origins`` says where unseen
     content came from (``gitorigin.Repo.origins``).
 
     Blocking (reads files, the repository; writes the record): run it in a thread.
@@ -355,7 +355,7 @@ def judge(
     if record is None:
         # Trusted before content was followed (or the record is lost): what is there is what was trusted.
         readable = {rel: got[0] for rel, got in contents.items() if got is not None}
-        if record:
+        if write:
             store.update(root, trusted_at, seen=readable, fresh=True, sync=sync)
         verdict.first = True
         verdict.allowed = {files[rel]: digest(data) for rel, data in readable.items()}
@@ -389,6 +389,6 @@ def judge(
         if origin == "git":  # held until reviewed, edited or not; an unreadable repository is asked again
             holds[rel] = digest(data)
     verdict.recorded = sorted(own)
-    if record and (own or holds or unheld):
+    if write and (own or holds or unheld):
         store.update(root, trusted_at, seen=own, held=holds, unheld=unheld, sync=sync)
     return verdict

@@ -7,33 +7,58 @@ git recorded it when it wrote the file (the same mtime to the nanosecond, size a
 touched it since). The second rule covers what git converts on the way out (``eol``, ``ident``, a
 filter such as Git LFS): the bytes on disk are then not the blob's, but git wrote them.
 
-Read without running git and without executing anything of the repository: the index is parsed
-here (versions 2 to 4, SHA-1 and SHA-256 repositories), ``HEAD``'s tree through pygit2 (libgit2,
-which runs no hook, filter or helper). Every file is opened non-blocking, refused unless regular,
-and read up to a bound, so a hostile ``.git`` (a FIFO, a device, a huge index) cannot hang a
-reader; pygit2 reads the repository's config, which may include a FIFO, so callers run this in a
-thread they stop waiting for (``holding.ContentJudge``).
+Read without running git and without executing anything of the repository. The index is parsed
+here (versions 2 to 4, SHA-1 and SHA-256 repositories): every file is opened non-blocking, refused
+unless regular, and read up to a bound, so a hostile ``.git`` (a FIFO, a device, a huge index)
+cannot hang the reader. The index answers whenever it can be read: git writes an entry for every
+file a checkout, a pull or a merge writes. ``HEAD``'s tree is read only when it cannot (no index,
+a split index, one that does not parse), through pygit2 (libgit2, which runs no hook, filter or
+helper) in a process of its own that is killed after ``HEAD_TIMEOUT``: libgit2 reads the
+repository's config, whose includes may name a FIFO, and blocks on it holding the interpreter's
+lock, which would freeze any process it ran in.
 
-Standard library only at import: the CLI uses it too. pygit2 is imported when ``HEAD`` is read.
+Standard library only: the CLI uses it too.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Literal, NamedTuple
 
 from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
 
-__all__ = ["Origin", "Repo", "blob_id", "origins"]
+__all__ = ["Origin", "Repo", "blob_id", "origins", "stop_readers"]
 
 Origin = Literal["git", "own", "unknown"]
 
 MAX_INDEX_BYTES = 256 * 1024 * 1024  # a repository of a million files has an index of ~100 MB
+HEAD_TIMEOUT = 3.0  # seconds the process that reads HEAD's tree may take
 _MAX_CONFIG_BYTES = 64 * 1024
+# Run as ``python -E -P -c _READ_HEAD GIT_DIR PATH…``: the ids HEAD's tree has at those paths, as JSON.
+_READ_HEAD = """
+import json, sys
+if sys.platform.startswith("linux"):  # killed with the thread that started it: never outlives the daemon
+    import ctypes
+    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+import pygit2
+repo = pygit2.Repository(sys.argv[1], pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+found = {}
+if not repo.head_is_unborn:
+    tree = repo.head.peel(pygit2.Tree)
+    for path in sys.argv[2:]:
+        try:
+            found[path] = str(tree[path].id)
+        except (KeyError, ValueError):
+            pass
+print(json.dumps(found))
+"""
 
 
 def blob_id(data: bytes, algorithm: str = "sha1") -> str:
@@ -53,6 +78,12 @@ class _Index(NamedTuple):
 
     stage0: dict[str, _Entry]
     others: dict[str, set[str]]
+
+
+# The entries under a prefix of the last index files parsed, by (path, prefix), with the index's
+# (inode, size, mtime): an edit is judged without parsing a large repository's index again.
+_INDEXES: dict[tuple[str, str], tuple[tuple[int, int, int], _Index]] = {}
+_MAX_INDEXES = 64
 
 
 def _read_bounded(path: Path, limit: int) -> bytes | None:
@@ -178,7 +209,6 @@ class Repo:
 
     Args:
         root: the project root (its repository is located as the built-ins locate it).
-        prefix: the tools dir's path relative to the repository's work tree is worked out per file.
     """
 
     def __init__(self, root: Path) -> None:
@@ -205,34 +235,38 @@ class Repo:
     def _load_index(self, prefix: str) -> _Index | None:
         assert self.repository is not None
         if self._index is None and self._index_problem is None:
+            path = self.repository.git_dir / "index"
             try:
-                data = _read_bounded(self.repository.git_dir / "index", MAX_INDEX_BYTES)
-                self._index = _Index({}, {}) if data is None else _parse_index(data, 32 if self._format == "sha256" else 20, prefix)
+                self._index = _cached_index(path, prefix, 32 if self._format == "sha256" else 20)
             except (OSError, ValueError) as exc:
                 self._index_problem = f"cannot read the index: {exc}"
         return self._index
 
     def _head_blobs(self, paths: list[str]) -> dict[str, str] | None:
-        """The ids ``HEAD``'s tree has at ``paths`` (absent paths left out); None when it cannot be read."""
+        """The ids ``HEAD``'s tree has at ``paths`` (absent paths left out); None when it cannot be
+        read (in time: ``HEAD_TIMEOUT``)."""
         assert self.repository is not None
         if self._format != "sha1":
-            return None  # libgit2 as pygit2 ships it reads SHA-1 repositories only: the index decides
-        import pygit2  # lazy: a C library, loaded only once a never-seen file is judged
-
+            return None  # libgit2 as pygit2 ships it reads SHA-1 repositories only
         try:
-            repo = pygit2.Repository(str(self.repository.git_dir), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-            if repo.head_is_unborn:
-                return {}
-            tree = repo.head.peel(pygit2.Tree)
-        except (pygit2.GitError, KeyError, ValueError, OSError):
+            reader = subprocess.Popen(
+                [sys.executable, "-E", "-P", "-c", _READ_HEAD, str(self.repository.git_dir), *paths],
+                cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            )
+        except OSError:
             return None
-        found = {}
-        for path in paths:
-            try:
-                found[path] = str(tree[path].id)
-            except (KeyError, ValueError):
-                continue
-        return found
+        _READERS.add(reader)
+        try:
+            out, _ = reader.communicate(timeout=HEAD_TIMEOUT)
+            found = json.loads(out) if reader.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            return None
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait()
+            _READERS.discard(reader)
+        return found if isinstance(found, dict) else None
 
     def origins(self, files: dict[str, tuple[bytes, os.stat_result]]) -> dict[str, Origin]:
         """Where each file's content came from, by absolute path: ``git`` (a blob committed for its
@@ -252,18 +286,51 @@ class Repo:
             blob = blob_id(data, self._format)
             if index is not None and _in_index(index, rel, blob, info):
                 verdicts[path] = "git"
-            else:
-                undecided.append(path)
+            elif index is None:
+                undecided.append(path)  # without an index, HEAD says what git wrote
         if not undecided:
             return verdicts
         head = self._head_blobs([inside[path] for path in undecided])
         for path in undecided:
-            if head is not None:
-                if head.get(inside[path]) == blob_id(files[path][0], self._format):
-                    verdicts[path] = "git"
-            elif index is None:
+            if head is None:
                 verdicts[path] = "unknown"  # neither the index nor HEAD could be read
+            elif head.get(inside[path]) == blob_id(files[path][0], self._format):
+                verdicts[path] = "git"
         return verdicts
+
+
+_READERS: set[subprocess.Popen[bytes]] = set()
+
+
+def stop_readers() -> None:
+    """Kill the processes reading ``HEAD`` now (the daemon is stopping)."""
+    for reader in list(_READERS):
+        try:
+            reader.kill()
+        except OSError:
+            pass
+
+
+def _cached_index(path: Path, prefix: str, hash_size: int) -> _Index:
+    """The entries under ``prefix`` of the index at ``path``, parsed again only when the file changed.
+
+    Raises:
+        OSError: there is no index, or it cannot be read.
+        ValueError: it does not parse.
+    """
+    info = os.stat(path)
+    key = (info.st_ino, info.st_size, info.st_mtime_ns)
+    cached = _INDEXES.get((str(path), prefix))
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    data = _read_bounded(path, MAX_INDEX_BYTES)
+    if data is None:
+        raise FileNotFoundError(f"no index at {path}")
+    index = _parse_index(data, hash_size, prefix)
+    if len(_INDEXES) >= _MAX_INDEXES:
+        _INDEXES.clear()
+    _INDEXES[(str(path), prefix)] = (key, index)
+    return index
 
 
 def _in_index(index: _Index, rel: str, blob: str, info: os.stat_result) -> bool:

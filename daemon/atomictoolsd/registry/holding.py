@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atomictoolsd.registry import content
 from atomictoolsd.registry.content import Hold
-from atomictoolsd.registry.gitorigin import Repo
+from atomictoolsd.registry.gitorigin import Repo, stop_readers
 
 if TYPE_CHECKING:
     from atomictoolsd.registry.model import ToolsDir
@@ -67,7 +67,6 @@ class ContentJudge:
         self.trust_all = trust_all
         self.held_policy = held_policy
         self.timeout = timeout
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="atomictoolsd-content")
         self._running: dict[tuple[Path, Path], asyncio.Future[content.Verdict]] = {}
 
     def follows(self, tools_dir: ToolsDir) -> bool:
@@ -100,9 +99,8 @@ class ContentJudge:
             if not previous.done():
                 return self._stuck(tools_dir)
         root = tools_dir.cwd
-        job = asyncio.wrap_future(self._executor.submit(
-            partial(content.judge, root, tools_dir.path, self.store, trusted_at, lambda files: Repo(root).origins(files),
-                    sync=False)
+        job = in_thread(partial(
+            content.judge, root, tools_dir.path, self.store, trusted_at, lambda files: Repo(root).origins(files), sync=False,
         ))
         self._running[tools_dir.key] = job
         job.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: its asker may be gone
@@ -136,4 +134,30 @@ class ContentJudge:
         return Hold(files, "git" if any(verdict.held[p].why == "git" for p in files) else "unknown")
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._running.clear()
+        stop_readers()
+
+
+def in_thread(work: Callable[[], content.Verdict]) -> asyncio.Future[content.Verdict]:
+    """Run ``work`` in a thread of its own, a daemon thread: one that a hostile repository keeps
+    blocked (a FIFO opened for reading) neither holds a pool's thread nor keeps the daemon from
+    exiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[content.Verdict] = loop.create_future()
+
+    def settle(outcome: Any, failed: bool) -> None:
+        if not future.done():
+            future.set_exception(outcome) if failed else future.set_result(outcome)
+
+    def run() -> None:
+        try:
+            outcome, failed = work(), False
+        except Exception as exc:  # noqa: BLE001 - handed to the awaiting side
+            outcome, failed = exc, True
+        try:
+            loop.call_soon_threadsafe(settle, outcome, failed)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
+
+    threading.Thread(target=run, name="atomictoolsd-content", daemon=True).start()
+    return future

@@ -813,7 +813,8 @@ class Registry:
         log.warning("not running %s: %s", module.path, message)
 
     def _fail(self, module: Module, info: dict[str, Any], transient: bool = False) -> None:
-        module.transient = transient
+        # A load that refused content not judged trusted failed for the judgement, not the module.
+        module.transient = transient or bool(info.get("refused"))
         module.tools = {}
         module.definitions = []
         module.worker_problems = []
