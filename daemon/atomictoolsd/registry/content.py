@@ -33,6 +33,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,9 @@ class Verdict:
     recorded: list[str] = field(default_factory=list)  # files just recorded as your own edits
     first: bool = False  # no record was there: everything was recorded as trusted
     stuck: str | None = None  # why nothing could be judged (every module is then held)
+    # With ``judge(later=True)``: the record's update, for the caller to make once it has acted on
+    # the verdict (a reload need not wait for a file's rename).
+    persist: Callable[[], None] | None = None
 
 
 class ContentStore:
@@ -339,11 +343,11 @@ Origins = Callable[[dict[str, tuple[bytes, os.stat_result]]], dict[str, str]]
 
 def judge(
     root: Path, tools_dir: Path, store: ContentStore, trusted_at: str, origins: Origins, sync: bool = True,
-    write: bool = True,
+    write: bool = True, later: bool = False,
 ) -> Verdict:
     """Judge the content of every code file of ``tools_dir`` (of the project at ``root``, fully
     trusted since ``trusted_at``) against ``store``, recording your own edits as trusted and new
-    holds as held (unless ``write`` is False: ``doctor`` only looks). ``origins`` says where unseen
+    holds as held (unless ``write`` is False: ``doctor`` only looks; ``later``: in ``Verdict.persist``). ``origins`` says where unseen
     content came from (``gitorigin.Repo.origins``).
 
     Blocking (reads files, the repository; writes the record): run it in a thread.
@@ -352,11 +356,18 @@ def judge(
     contents = {rel: read_code(path) for rel, path in files.items()}
     record = store.record(root, trusted_at)
     verdict = Verdict()
+
+    def update(**changes: Any) -> None:
+        if write:
+            verdict.persist = partial(store.update, root, trusted_at, sync=sync, **changes)
+            if not later:
+                verdict.persist()
+                verdict.persist = None
+
     if record is None:
         # Trusted before content was followed (or the record is lost): what is there is what was trusted.
         readable = {rel: got[0] for rel, got in contents.items() if got is not None}
-        if write:
-            store.update(root, trusted_at, seen=readable, fresh=True, sync=sync)
+        update(seen=readable, fresh=True)
         verdict.first = True
         verdict.allowed = {files[rel]: digest(data) for rel, data in readable.items()}
         return verdict
@@ -389,6 +400,6 @@ def judge(
         if origin == "git":  # held until reviewed, edited or not; an unreadable repository is asked again
             holds[rel] = digest(data)
     verdict.recorded = sorted(own)
-    if write and (own or holds or unheld):
-        store.update(root, trusted_at, seen=own, held=holds, unheld=unheld, sync=sync)
+    if own or holds or unheld:
+        update(seen=own, held=holds, unheld=unheld)
     return verdict

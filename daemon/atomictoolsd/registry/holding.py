@@ -100,7 +100,8 @@ class ContentJudge:
                 return self._stuck(tools_dir)
         root = tools_dir.cwd
         job = in_thread(partial(
-            content.judge, root, tools_dir.path, self.store, trusted_at, lambda files: Repo(root).origins(files), sync=False,
+            content.judge, root, tools_dir.path, self.store, trusted_at, lambda files: Repo(root).origins(files),
+            sync=False, later=True,
         ))
         self._running[tools_dir.key] = job
         job.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: its asker may be gone
@@ -139,9 +140,9 @@ class ContentJudge:
 
 
 def in_thread(work: Callable[[], content.Verdict]) -> asyncio.Future[content.Verdict]:
-    """Run ``work`` in a thread of its own, a daemon thread: one that a hostile repository keeps
-    blocked (a FIFO opened for reading) neither holds a pool's thread nor keeps the daemon from
-    exiting."""
+    """Run ``work`` in a thread of its own, a daemon thread: one that a filesystem keeps blocked
+    neither holds a pool's thread nor keeps the daemon from exiting. The verdict's record is
+    written there once the verdict is handed over (``Verdict.persist``)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[content.Verdict] = loop.create_future()
 
@@ -158,6 +159,12 @@ def in_thread(work: Callable[[], content.Verdict]) -> asyncio.Future[content.Ver
             loop.call_soon_threadsafe(settle, outcome, failed)
         except RuntimeError:
             pass  # the loop is closed: nobody waits any more
+        persist = None if failed else outcome.persist
+        if persist is not None:  # after the verdict is acted on: a reload does not wait for the record
+            try:
+                persist()
+            except OSError as exc:
+                log.warning("cannot record the content judged: %s; it is judged again at the next scan", exc)
 
     threading.Thread(target=run, name="atomictoolsd-content", daemon=True).start()
     return future

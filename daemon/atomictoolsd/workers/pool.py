@@ -28,7 +28,7 @@ import msgspec
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
-from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
+from atomictoolsd.workers.protocol import CallContext, LoadFailure, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
@@ -136,7 +136,7 @@ class ModuleRunner:
         spec = self.spec if self.spec.follow_content == (trusted is not None) else msgspec.structs.replace(
             self.spec, follow_content=trusted is not None)
         spawner = self.pool.spawner_for(spec)
-        pid, sock = await spawner.spawn(spec)
+        pid, sock = await spawner.spawn(spec, b"" if trusted is None else encode_frame(Trusted(trusted)))
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
@@ -145,8 +145,6 @@ class ModuleRunner:
         )
         worker = Worker(self, pid, spawner)
         await loop.connect_accepted_socket(lambda: worker, sock=sock)
-        if trusted is not None:
-            worker.send_trusted(trusted)  # read before the module loads
         try:
             definitions, load_ms = await self._loaded(worker)
         except TimeoutError:

@@ -488,26 +488,34 @@ class Spawner:
         """Drop the bookkeeping of a worker whose end has been handled."""
         self._exits.pop(pid, None)
 
-    async def spawn(self, spec: WorkerSpec) -> tuple[int, socket.socket]:
-        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel.
+    async def spawn(self, spec: WorkerSpec, first: bytes = b"") -> tuple[int, socket.socket]:
+        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel. ``first``
+        is on the channel before the worker starts (what it reads before loading its module).
 
         Raises:
             SpawnError: no fork server could be started, it could not fork, or two died in turn.
         """
         try:
-            return await self._spawn_on(await self._ensure_started(), spec)
+            return await self._spawn_on(await self._ensure_started(), spec, first)
         except _ForkServerGone:
             pass  # died before it answered, or before we noticed: once more, on a new one
         try:
-            return await self._spawn_on(await self._ensure_started(), spec)
+            return await self._spawn_on(await self._ensure_started(), spec, first)
         except _ForkServerGone as exc:
             raise SpawnError(f"{exc}, twice in a row") from None
 
-    async def _spawn_on(self, server: _ForkServer, spec: WorkerSpec) -> tuple[int, socket.socket]:
+    async def _spawn_on(self, server: _ForkServer, spec: WorkerSpec, first: bytes) -> tuple[int, socket.socket]:
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as exc:  # out of file descriptors: fail the calls now, not at their timeout
             raise SpawnError(f"cannot open the worker's channel: {_fd_cause(exc)}") from exc
+        rest = first
+        if first:  # in the channel's buffer now: the worker need not wait for us once forked
+            ours.setblocking(False)
+            try:
+                rest = first[ours.send(first):]
+            except BlockingIOError:
+                pass
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
         server.requests[request_id] = future
@@ -536,6 +544,8 @@ class Spawner:
             theirs.close()
         try:
             pid = await future
+            if rest:
+                await self.loop.sock_sendall(ours, rest)  # larger than the buffer: the worker reads meanwhile
         except BaseException:
             ours.close()
             raise

@@ -48,7 +48,6 @@ from atomictoolsd.workers.protocol import (
     Output,
     Progress,
     Result,
-    Trusted,
     WorkerMessage,
     encode_frame,
     encode_message,
@@ -477,15 +476,11 @@ class Worker(asyncio.Protocol):
         if call.id in self.pending:
             self._write(Answer(call.id, ask_id, result, error))
 
-    def send_trusted(self, allowed: dict[str, str]) -> None:
-        """What this worker may load from its tools dir (its first message: see ``WorkerSpec.follow_content``)."""
-        self._write(Trusted(allowed))
-
     def live_calls(self) -> int:
         """Calls whose caller still waits for this worker's answer."""
         return len(self.pending) - len(self.abandoned)
 
-    def _write(self, message: CallTool | Cancel | Answer | Trusted) -> None:
+    def _write(self, message: CallTool | Cancel | Answer) -> None:
         if self._transport is not None:
             self._transport.write(encode_frame(message))
 
