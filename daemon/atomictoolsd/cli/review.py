@@ -37,7 +37,10 @@ def held_files(root: Path, state_dir: Path, write: bool = True) -> tuple[Any, st
     from atomictoolsd.config.discovery import local_tools_dir  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.registry.content import ContentStore, judge  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.registry.gitorigin import Repo  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import TrustError, TrustStore  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+        TrustError,
+        TrustStore,
+    )
 
     try:
         entry = TrustStore(state_dir).entry(root)
