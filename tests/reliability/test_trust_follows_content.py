@@ -404,3 +404,25 @@ def test_a_repository_that_hangs_its_reader_holds_the_content_not_the_daemon(wor
     assert [(Path(e["file"]).name, e["why"], e["confined"]) for e in entries] == [("fresh.py", "unknown", False)]
     record(f"a FIFO in the repository's config: the daemon answered within {slowest * 1000:.0f} ms throughout; "
            "the content it could not judge held, the rest ran")
+
+
+def test_a_tools_dir_that_is_a_symlink_in_the_repository_is_judged_where_it_points(world: World, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A repository can keep its tools elsewhere and commit ``.atomic/tools`` as a link to them: git
+    records the files at the path the link names, and that is where they are looked up."""
+    env = world.env
+    git(env, world.other, "mv", ".atomic/tools", "tools")
+    (world.other / ".atomic" / "tools").symlink_to("../tools")
+    git(env, world.other, "add", ".atomic/tools")
+    git(env, world.other, "commit", "-qm", "tools moved")
+    git(env, world.other, "push", "-q")
+    git(env, env.project, "pull", "-q", "--ff-only")
+    assert (env.project / ".atomic" / "tools").is_symlink()
+    daemon: Daemon = make_daemon(lowered_abi())
+    with daemon.client() as client:
+        assert call_probe(client) == "v1", "the same content you trusted, behind a link"
+        (world.other / "tools" / "probe.py").write_text(world.probe("v2"))
+        git(env, world.other, "commit", "-qam", "v2 behind the link")
+        git(env, world.other, "push", "-q")
+        git(env, env.project, "pull", "-q", "--ff-only")
+        never_unconfined(world, client, window=1.5)
+        wait_for(lambda: held(daemon, env), message="the module behind the link to be held")

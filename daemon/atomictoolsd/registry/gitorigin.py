@@ -274,8 +274,9 @@ class Repo:
         does not track), ``unknown`` (the repository cannot be read)."""
         if self.repository is None:
             return {path: ("unknown" if self.problem else "own") for path in files}
-        worktree = self.repository.worktree
-        relative = {path: Path(os.path.relpath(path, worktree)).as_posix() for path in files}
+        worktree = os.path.realpath(self.repository.worktree)
+        # Where git keeps it: a symlinked tools dir or module (committed as a link) is the file it names.
+        relative = {path: Path(os.path.relpath(os.path.realpath(path), worktree)).as_posix() for path in files}
         inside = {path: rel for path, rel in relative.items() if not rel.startswith("../")}
         prefix = os.path.commonprefix(list(inside.values())) if inside else ""
         index = self._load_index(prefix[: prefix.rfind("/") + 1])
