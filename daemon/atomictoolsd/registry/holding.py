@@ -2,17 +2,18 @@
 project's trust says, confined, or not at all (registry/content.py judges the content).
 
 A module is **held** when its own file, or a file it imported when it last loaded, holds content
-that came through git and was never reviewed (``content.Held``). A held module runs confined where
+that came through git and was never reviewed (``content.Held``; why: ``content.Hold``). A held module runs confined where
 the sandbox is available (``held_policy``: the same rules as ``trust --sandbox`` without widening,
 plus your ``sandbox_allow_*`` settings), and not at all where it is not. Every other module of the
 project runs with your full rights, and its workers may load from the tools dir only the content
 judged trusted (``ModuleRunner.trusted_content``, checked in the worker: a module that imports a
 held helper, or a file that changed after the judgement, is refused there and judged again).
 
-Judging reads files, the repository's index and ``HEAD`` (pygit2), and writes the content record:
-it runs in threads of its own, one judgement of a dir at a time, and a caller waits at most
-``timeout`` seconds for it. A repository that keeps a judgement from ending (a FIFO in its config,
-a filesystem that hangs) holds the project's modules (``Verdict.stuck``) until a judgement ends.
+Judging reads files and the repository's index (``HEAD`` in a process of its own when the index
+cannot answer: ``gitorigin``), and writes the content record: it runs in daemon threads, one
+judgement of a dir at a time, and a caller waits at most ``timeout`` seconds for it. A judgement
+that does not end (a filesystem that hangs) holds the project's modules (``Verdict.stuck``) until
+one does.
 
 Only for a project's own tools dir trusted fully (not with ``--sandbox``: its modules run confined
 whatever their content) and only when ``trust_all`` is off. Knows nothing of sockets or sessions.
