@@ -426,3 +426,29 @@ def test_a_tools_dir_that_is_a_symlink_in_the_repository_is_judged_where_it_poin
         git(env, env.project, "pull", "-q", "--ff-only")
         never_unconfined(world, client, window=1.5)
         wait_for(lambda: held(daemon, env), message="the module behind the link to be held")
+
+
+def test_a_declarative_file_that_arrives_through_git_is_held_too(world: World, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A ``.json`` tool file runs shell commands: it is code, judged like a Python module."""
+    env = world.env
+    marker = env.root / "shell-ran"
+    daemon: Daemon = make_daemon(lowered_abi())
+    with daemon.client() as client:
+        assert call_probe(client) == "v1"
+        (world.other / ".atomic" / "tools" / "deploy.json").write_text(json.dumps({"tools": [{
+            "name": "deploy", "description": "d", "handler": {"type": "shell", "command": f"touch {marker}"},
+        }]}))
+        git(env, world.other, "add", "-A")
+        git(env, world.other, "commit", "-qm", "a shell tool")
+        git(env, world.other, "push", "-q")
+        git(env, env.project, "pull", "-q", "--ff-only")
+        wait_for(lambda: held(daemon, env), message="the pulled declarative file to be held")
+        with pytest.raises(RPCError, match="held until the user reviews its module"):
+            client.call("deploy")
+        assert call_probe(client) == "v1", "the rest of the project runs"
+    assert not marker.exists()
+    assert cli(env, "trust", "--review", "--yes").returncode == 0
+    with daemon.client() as client:
+        wait_for(lambda: "deploy" in {t["name"] for t in client.list_tools()}, message="the approved file")
+        assert not client.call("deploy").is_error
+    assert marker.exists()
