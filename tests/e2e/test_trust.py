@@ -93,6 +93,8 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
         assert trusted.returncode == 0, trusted.stderr
         assert trusted.stdout.splitlines() == [
             f"trusted: {root} (2 tool module(s) in {root / '.atomic' / 'tools'} will load, with all your rights)",
+            f"recorded the content of 2 code file(s): a change that arrives through git (a pull, a checkout) is "
+            f"held until you review it ({command_name()} trust --review)",
             "the running daemon loaded the project's tools; attached agents were told",
         ]
         assert watcher.recv() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}, "no restart needed"

@@ -173,6 +173,7 @@ def _check_entry(agent: str, target: agents.ConfigFile, entry: dict[str, Any], d
 
     _check_shim(report, [*shim, *shim_args, "--no-autostart"], run_env, directory, agent, info, reconnect)
     _check_trust(report, agent, target, root, home)
+    _check_held(report, root)
     dispatcher = "--dispatcher" in command
     if info.refreshes == "yes":
         report.add("refresh", True, f"{info.title} re-lists tools when they change")
@@ -340,6 +341,24 @@ def _check_trust(report: Report, agent: str, target: agents.ConfigFile, root: Pa
         report.add("trust", trusted, f"Codex trusts {root}" if trusted
                    else f"Codex reads .codex/config.toml only in projects it trusts, and {root} is not one",
                    f"cd {shell_quote(str(root))} && codex   (and trust the project), or: atomictoolsd connect codex --user")
+
+
+def _check_held(report: Report, root: Path) -> None:
+    """Say so when tool code of a fully trusted project arrived through git and awaits review
+    (docs/trust.md): until then it runs confined, or not at all. Only looks: records nothing."""
+    from atomictoolsd.cli.review import held_files  # lazy: reads the repository (pygit2)
+    from atomictoolsd.config.paths import Paths  # lazy: only this check pays for it
+    from atomictoolsd.registry.content import review_command  # lazy: only this check pays for it
+
+    verdict, _trusted_at, _problem = held_files(root, Paths.from_env().state_dir, write=False)
+    if verdict is None:
+        return  # not fully trusted: nothing is held (the trust check above says why it does not load)
+    if verdict.held:
+        report.add("content", False, f"{len(verdict.held)} file(s) of {root}'s tools arrived through git and "
+                   "await your review: until then their modules run confined, or not at all",
+                   review_command(root))
+    else:
+        report.add("content", True, f"{root}'s tools are the content you trusted, or your own edits")
 
 
 def _folder_trusted(store: Path, folder: Path) -> bool:

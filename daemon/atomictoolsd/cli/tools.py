@@ -29,7 +29,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         out = {
             "root": listing.get("root"), "trust": listing.get("trust"), "network": listing.get("network"),
             "tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"],
-            "blocked": listing.get("blocked", []),
+            "blocked": listing.get("blocked", []), "held": listing.get("held", []),
         }
         if args.all:
             out["shadowed"] = listing["shadowed"]
@@ -59,6 +59,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"\nproject {safe(listing['root'])}: trusted, its own tools run {how}")
         if listing.get("network"):
             print(f"network of its confined tools: {safe(listing['network'])}")
+    _print_held(listing.get("held", []))
     blocked = listing.get("blocked", [])
     if blocked:
         reason = blocked[0].get("reason")
@@ -80,6 +81,19 @@ def cmd_list(args: argparse.Namespace) -> int:
 _UNDESCRIBED = "(no description: agents pick tools by it; write a docstring)"
 
 
+def _print_held(held: list[dict[str, Any]]) -> None:
+    """The modules whose content arrived through git and was not reviewed: how each runs meanwhile."""
+    if not held:
+        return
+    print(f"\nheld: {len(held)} tool module(s) of {safe(held[0]['root'])} arrived through git and were never reviewed:")
+    for entry in held:
+        how = "runs confined" if entry.get("confined") else "does not run (this machine cannot confine it)"
+        through = [safe(f) for f in entry.get("files", []) if f != entry["file"]]
+        via = f" (it imports {', '.join(through)})" if through else ""
+        print(f"  {safe(entry['file'])}{via}: {how} until you review it")
+    print(f"review with: {held[0]['command']}")
+
+
 def _why_untrusted(root: str) -> None:
     """Say so when the project was trusted, but for a directory that has been replaced since."""
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
@@ -94,6 +108,7 @@ def _why_untrusted(root: str) -> None:
 
 def _scope(tool: dict[str, Any]) -> str:
     marks = (["json"] if tool.get("kind") == "declarative" else []) + (["confined"] if tool.get("confined") else [])
+    marks += ["held"] if tool.get("held") else []
     scope = _listed(tool, "scope")
     return f"{scope} ({', '.join(marks)})" if marks else scope
 

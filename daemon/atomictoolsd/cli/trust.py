@@ -1,4 +1,4 @@
-"""Project trust commands: trust [--sandbox [--allow-…] [--protect …]], untrust, trust --list.
+"""Project trust commands: trust [--sandbox [--allow-…] [--protect …]], untrust, trust --list, trust --review.
 
 They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
 so the change takes effect at once; they never start a daemon.
@@ -80,6 +80,8 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
     if args.list:
         return _list(args)
+    if args.review:
+        return _review(args)
     allow = _sandbox_options(args)
     if allow is None:
         return 2
@@ -106,6 +108,8 @@ def cmd_trust(args: argparse.Namespace) -> int:
     what = f"{len(modules)} tool module(s) in {tools_dir}" if modules else f"its tools in {tools_dir}"
     how = "confined" if args.sandbox else "with all your rights"
     print(f"{'trusted' if added else 'already trusted'}: {safe(root)} ({what} will load, {how})")
+    if level == "full":
+        _record_content(store, root, fresh=added)
     if args.sandbox:
         offered = _support()
         if not offered["available"]:
@@ -217,8 +221,63 @@ def cmd_untrust(args: argparse.Namespace) -> int:
         print(f"not trusted: {safe(root)} (nothing to do)")
         return 0
     print(f"untrusted: {safe(root)} (its own tools no longer load)")
+    _forget_content(root)
     print(_tell_daemon(root, trusted=False))
     return 0
+
+
+def _record_content(store: object, root: Path, fresh: bool) -> None:
+    """Record the content of a project just trusted fully: what arrives later through git is held
+    until reviewed. Trusted already, the record stays; what awaits review is named."""
+    from atomictoolsd.cli.review import held_files  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import local_tools_dir  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.content import (  # lazy: only this command pays for it (start-up cost)
+        ContentStore,
+        code_files,
+        read_code,
+        review_command,
+    )
+
+    state_dir = Paths.from_env().state_dir
+    if not fresh:
+        verdict, _trusted_at, _problem = held_files(root, state_dir)
+        if verdict is not None and verdict.held:
+            print(f"note: {len(verdict.held)} file(s) of its tools arrived through git and await your review; "
+                  f"until then their modules run confined, or not at all: {review_command(root)}")
+        return
+    entry = store.entry(root)  # type: ignore[attr-defined]
+    files = {rel: read_code(path) for rel, path in code_files(local_tools_dir(root)).items()}
+    seen = {rel: got[0] for rel, got in files.items() if got is not None}
+    try:
+        ContentStore(state_dir).update(root, str(entry.get("trusted_at", "")), seen=seen, fresh=True)
+    except OSError as exc:
+        print(f"note: {exc}; the daemon records the content when it next loads these tools", file=sys.stderr)
+        return
+    if seen:
+        print(f"recorded the content of {len(seen)} code file(s): a change that arrives through git "
+              f"(a pull, a checkout) is held until you review it ({command_name()} trust --review)")
+
+
+def _forget_content(root: Path) -> None:
+    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.content import ContentStore  # lazy: only this command pays for it (start-up cost)
+
+    try:
+        ContentStore(Paths.from_env().state_dir).forget(root)
+    except OSError as exc:  # a record nobody reads: a later trust starts a new one
+        print(f"note: {exc}", file=sys.stderr)
+
+
+def _review(args: argparse.Namespace) -> int:
+    from atomictoolsd.cli.review import cmd_review, review_target  # lazy: only this command pays for it
+
+    args.review_target = [args.directory] if args.directory else []
+    directory, only = review_target(args.directory)
+    args.directory = directory or os.getcwd()
+    _store, root = _store_and_root(args)
+    assert root is not None
+    return cmd_review(args, root, only)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -286,8 +345,12 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     trust.add_argument("--protect", action="append", metavar="PATH",
                        help="with --sandbox: keep PATH (relative to the project's root) read-only too, as .git is")
     trust.add_argument("--yes", action="store_true",
-                       help="trust without a terminal (in a script of your own; never let an agent run it)")
+                       help="trust without a terminal, or with --review approve what it shows without asking (in a "
+                            "script of your own; never let an agent run it)")
     trust.add_argument("--list", action="store_true", help="list the trusted projects and the level of each")
+    trust.add_argument("--review", action="store_true",
+                       help="show what arrived through git in a trusted project's tools since you trusted it, and "
+                            "approve it (DIR may also be one file)")
     trust.add_argument("--json", action="store_true", help="with --list: print JSON")
     trust.set_defaults(func=cmd_trust)
 

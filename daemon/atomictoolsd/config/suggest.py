@@ -55,7 +55,8 @@ def _stem(path: str) -> str:
 
 
 def unknown_tool(
-    name: str, visible: Iterable[str], errors: list[dict[str, Any]], blocked: list[dict[str, Any]]
+    name: str, visible: Iterable[str], errors: list[dict[str, Any]], blocked: list[dict[str, Any]],
+    held: Iterable[dict[str, Any]] = (),
 ) -> tuple[str, dict[str, Any]]:
     """The message and ``data`` of the JSON-RPC error for a call of a tool that is not served.
 
@@ -68,8 +69,18 @@ def unknown_tool(
         visible: the names this caller may call.
         errors: the project's load errors (``{file, line, message, tool?}``).
         blocked: the project's blocked modules (``{file, command, …}``), untrusted.
+        held: the project's held modules (``{file, confined, command, …}``: content that came
+            through git, unreviewed); one that does not run is named when the name is its module's.
     """
     data: dict[str, Any] = {"name": name}
+    for entry in held:
+        stem = _stem(str(entry.get("file", "")))
+        if not entry.get("confined") and (name == stem or name.startswith(stem + "_")):
+            data["held"] = {k: entry.get(k) for k in ("file", "files", "command")}
+            why = ("its content arrived through git and was not reviewed" if entry.get("why") == "git"
+                   else "where its content came from cannot be told")
+            return (f"Tool {name!r} is held until the user reviews its module {entry['file']}: {why}, and this "
+                    f"machine cannot confine it; ask the user to run: {entry.get('command')}"), data
     for error in errors:
         skipped = error.get("tool")
         stem = _stem(str(error.get("file", "")))

@@ -34,7 +34,7 @@ from atomictoolsd.declarative.shell import ShellHandler
 from atomictoolsd.declarative.templates import TemplateError
 from atomictoolsd.declarative.validation import SchemaProblem, compile_schema
 from atomictoolsd.workers.protocol import LoadFailure
-from atomictoolsd.workers.runtime.sourceload import check_writers, note_read
+from atomictoolsd.workers.runtime.sourceload import ContentRefused, check_writers, note_read
 
 __all__ = ["DeclarativeSpec", "HANDLERS", "MAX_FILE_BYTES", "load_file"]
 
@@ -95,7 +95,10 @@ def load_file(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise LoadFailure(path, None, f"cannot read the file: {exc.strerror}") from None
-    note_read(path, raw)
+    try:
+        note_read(path, raw)
+    except ContentRefused as exc:
+        raise LoadFailure(path, None, str(exc)) from None
     if len(raw) > MAX_FILE_BYTES:
         raise LoadFailure(path, None, f"the file is larger than {MAX_FILE_BYTES} bytes")
     try:

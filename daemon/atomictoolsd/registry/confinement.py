@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRUSTED_ENV", "builtin_policy", "configure_sandbox", "env_name_problem", "git_config_identity", "git_config_paths",
-    "judge", "network_policy", "policy", "protect_path_problem", "root_listing",
+    "held_policy", "judge", "network_policy", "policy", "protect_path_problem", "root_listing",
 ]
 
 # How a confined built-in worker learns whether its project is trusted (``workspace-info`` says so):
@@ -236,6 +236,18 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
     if not support["available"]:
         return (False, None, f"{what}, but {support['reason']}: its tools do not run unconfined")
     return (True, policy(read, write, allow, config, home, project), None)
+
+
+def held_policy(root: Path, config: Config, home: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """How a held module of the fully trusted project at ``root`` runs (content that came through git
+    and awaits review: ``registry/holding.py``): confined as ``trust --sandbox`` confines, without a
+    project's widening; or ``(None, why)`` where this machine cannot confine it (it does not run)."""
+    from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a module is held
+
+    support = sandbox.support()
+    if not support["available"]:
+        return None, str(support["reason"])
+    return policy([str(root)], [str(root)], {}, config, home, Path(root)), None
 
 
 def _confined_builtins(root: Path, home: Path, trusted: bool, abi: int) -> Judgement:

@@ -18,6 +18,7 @@ import msgspec
 
 from atomictools._protocol import WRITTEN_SCHEMA, with_old_names
 from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
+from atomictoolsd.registry.content import Hold, Verdict, held_entry
 from atomictoolsd.registry.trust import trust_offer
 from atomictoolsd.workers.pool import ModuleRunner
 
@@ -80,7 +81,8 @@ class ToolDef:
         where = "atomic/list tools[] and shadowed[], shadowedBy"
         listed = {
             **self.definition, "scope": self.module.scope, "kind": self.module.kind, "path": self.module.path,
-            "confined": self.module.tools_dir.sandbox is not None,
+            "confined": self.module.confined,
+            **({"held": True} if self.module.hold is not None else {}),
         }
         if shadowed_by is not None:
             listed["shadowedBy"] = with_old_names({"scope": shadowed_by.module.scope, "path": shadowed_by.module.path}, where)
@@ -89,8 +91,9 @@ class ToolDef:
 
 class Module:
     """One tool module file and its current state: ``pending``, ``loading`` (seen for the first time,
-    its first load outlived a scan's ``load_wait``), ``ready``, ``failed``, ``blocked`` or ``failing``
-    (it loaded, but its workers keep crashing).
+    its first load outlived a scan's ``load_wait``), ``ready``, ``failed``, ``blocked``, ``held`` (its
+    content came through git, unreviewed, and this machine cannot confine it: ``holding``) or
+    ``failing`` (it loaded, but its workers keep crashing).
 
     ``error`` says why a failed module failed (or what a failing one keeps dying of); ``problems``
     lists the tools a ready module skipped (``{tool, line, message}``), so its other tools serve.
@@ -116,6 +119,17 @@ class Module:
         # It failed for a reason outside the module (no worker could start, its worker died while
         # loading): never cached, and the next scan tries again.
         self.transient = False
+        self.hold: Hold | None = None  # why it runs confined, or not at all, until reviewed (``holding``)
+
+    @property
+    def confined(self) -> bool:
+        """Whether its workers run confined (``trust --sandbox``, or held content)."""
+        return self.state not in ("blocked", "held") and (self.tools_dir.sandbox is not None or self.hold is not None)
+
+    def held_entry(self) -> dict[str, Any]:
+        assert self.hold is not None
+        tools_dir = self.tools_dir
+        return {"scope": self.scope, **held_entry(self.path, self.hold, tools_dir.cwd, self.state != "held", tools_dir.held_reason)}
 
     def depends_on(self, path: str) -> bool:
         return any(dep[0] == path for dep in self.deps)
@@ -156,7 +170,8 @@ class Module:
             "loadMs": round(self.load_ms, 2) if self.load_ms is not None else None,
             "definitionsFrom": self.definitions_from,
             # Whether its workers run confined (``trust --sandbox``), and why it is blocked if it is.
-            "confined": self.state != "blocked" and self.tools_dir.sandbox is not None,
+            "confined": self.confined,
+            **({"held": self.held_entry()} if self.hold is not None else {}),
             # A built-in module runs per project where it is confined: which one this row serves.
             **({"project": str(self.tools_dir.cwd)} if self.scope == "builtin" and self.tools_dir.sandbox else {}),
             **({"blockedReason": self.tools_dir.blocked_reason} if self.state == "blocked" and self.tools_dir.blocked_reason else {}),
@@ -187,27 +202,36 @@ class ToolsDir:
         # why its modules are blocked when they are for another reason than want of trust.
         self.sandbox: dict[str, Any] | None = None
         self.blocked_reason: str | None = None
+        # A fully trusted project's own dir, whose content is followed (``holding``): the last
+        # judgement of its content (None: not followed); how its held modules run (None: they do
+        # not, for ``held_reason``).
+        self.content: Verdict | None = None
+        self.held_policy: dict[str, Any] | None = None
+        self.held_reason: str | None = None
         self.version = 0
         self.scanned: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
         self.retired = False  # forgotten with its project: scans no longer touch it
         self.loading: dict[str, LateLoad] = {}  # loads that outlived their scan's load_wait, by path
-        self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]] | None = None
 
-    def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]]]:
+    def catalog(self) -> tuple[dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
         """This dir's tools by name, its errors (load errors, skipped tools and name clashes between
-        modules), and its blocked modules.
+        modules), its blocked modules, and its held ones (``holding``).
 
         Two modules of one dir that define the same name: the file that sorts first keeps it.
         """
         if self._catalog is not None and self._catalog[0] == self.version:
-            return self._catalog[1], self._catalog[2], self._catalog[3]
+            return self._catalog[1], self._catalog[2], self._catalog[3], self._catalog[4]
         tools: dict[str, ToolDef] = {}
         errors: list[dict[str, Any]] = []
         blocked: list[dict[str, Any]] = []
+        held: list[dict[str, Any]] = []
         errors.extend(s.entry(self.scope) for s in self.skipped)
         for path in sorted(self.modules):
             module = self.modules[path]
+            if module.hold is not None:
+                held.append(module.held_entry())
             if module.state == "blocked":
                 entry = {"file": path, "scope": self.scope, "root": str(self.cwd)}
                 if self.blocked_reason is None:
@@ -228,8 +252,8 @@ class ToolsDir:
                     )
                     continue
                 tools[name] = tool
-        self._catalog = (self.version, tools, errors, blocked)
-        return tools, errors, blocked
+        self._catalog = (self.version, tools, errors, blocked, held)
+        return tools, errors, blocked, held
 
     @property
     def key(self) -> tuple[Path, Path]:
@@ -242,9 +266,10 @@ class ToolsDir:
 
 class View:
     """What a project sees: visible tools by name (sorted), shadowed ones, errors, blocked modules,
-    and the modules whose first load is still under way (their tools come with a later view)."""
+    the modules whose first load is still under way (their tools come with a later view), and the
+    held ones (content that came through git, unreviewed: ``holding``)."""
 
-    __slots__ = ("blocked", "errors", "key", "loading", "shadowed", "tools")
+    __slots__ = ("blocked", "errors", "held", "key", "loading", "shadowed", "tools")
 
     def __init__(
         self,
@@ -254,6 +279,7 @@ class View:
         errors: list[dict[str, Any]],
         blocked: list[dict[str, Any]] | None = None,
         loading: list[dict[str, Any]] | None = None,
+        held: list[dict[str, Any]] | None = None,
     ) -> None:
         self.key = key
         self.tools = tools
@@ -261,6 +287,7 @@ class View:
         self.errors = errors
         self.blocked = blocked or []
         self.loading = loading or []
+        self.held = held or []
 
 
 class Project:
@@ -293,10 +320,12 @@ class Project:
         errors: list[dict[str, Any]] = []
         blocked: list[dict[str, Any]] = []
         loading: list[dict[str, Any]] = []
+        held: list[dict[str, Any]] = []
         for tools_dir in self.dirs:
-            dir_tools, dir_errors, dir_blocked = tools_dir.catalog()
+            dir_tools, dir_errors, dir_blocked, dir_held = tools_dir.catalog()
             errors.extend(dir_errors)
             blocked.extend(dir_blocked)
+            held.extend(dir_held)
             loading.extend(m.loading_entry() for m in tools_dir.modules.values() if m.state == "loading")
             for name, tool in dir_tools.items():
                 winner = tools.get(name)
@@ -304,7 +333,7 @@ class Project:
                     tools[name] = tool
                 else:
                     shadowed.append((tool, winner))
-        self.built = View(key, dict(sorted(tools.items())), shadowed, errors, blocked, loading)
+        self.built = View(key, dict(sorted(tools.items())), shadowed, errors, blocked, loading, held)
         return self.built
 
     def loads_under_way(self) -> list[asyncio.Future[None]]:

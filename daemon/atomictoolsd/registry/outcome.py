@@ -20,7 +20,7 @@ from atomictoolsd.workers.pool import LoadFailure, SpawnError
 if TYPE_CHECKING:
     from atomictoolsd.workers.worker import Worker
 
-__all__ = ["BLOCKED", "Blocked", "Cached", "NotLoaded", "Late", "LoadOutcome", "Loaded", "NoWorker", "load_outcome"]
+__all__ = ["BLOCKED", "HELD", "Blocked", "Cached", "Held", "NotLoaded", "Late", "LoadOutcome", "Loaded", "NoWorker", "load_outcome"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +59,23 @@ class Blocked:
 
 
 @dataclass(frozen=True, slots=True)
+class Held:
+    """A module whose content came through git, unreviewed, where it cannot run confined: nothing ran.
+    ``deps``: the files it was found importing (a refused load's), when they are what holds it."""
+
+    deps: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Late:
     """Its worker was still importing it when the scan's ``load_wait`` ran out."""
 
     task: asyncio.Future[LoadOutcome]
 
 
-LoadOutcome = Loaded | NotLoaded | NoWorker | Cached | Blocked | Late
+LoadOutcome = Loaded | NotLoaded | NoWorker | Cached | Blocked | Held | Late
 BLOCKED = Blocked()
+HELD = Held()
 
 
 async def load_outcome(load: Any) -> LoadOutcome:

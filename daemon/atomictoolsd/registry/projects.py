@@ -10,7 +10,9 @@ never sees a half-updated directory.
 
 A project's own dir loads only when the ``trusted`` predicate says so. Until then its modules are
 ``blocked``: listed by file, never loaded — no worker starts and none of their code runs, not even
-to learn their tool names.
+to learn their tool names. In a fully trusted project, the content of each file is judged on every
+scan and before every worker starts (``holding``): a module whose content came through git and was
+never reviewed runs confined, or is ``held`` (not run) where it cannot be.
 
 Module definitions come from a worker that loaded the module or, when it is fresh, from the
 definition cache (``cache``): after a restart, listing starts no worker, and a module's worker
@@ -60,6 +62,8 @@ from atomictoolsd.config.discovery import (
 )
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
 from atomictoolsd.registry.confinement import git_config_identity, root_listing
+from atomictoolsd.registry.content import Hold, held_entry
+from atomictoolsd.registry.holding import ContentJudge
 from atomictoolsd.registry.model import (
     Change,
     DirListener,
@@ -76,6 +80,7 @@ from atomictoolsd.registry.outcome import (
     BLOCKED,
     Blocked,
     Cached,
+    Held,
     Late,
     Loaded,
     LoadOutcome,
@@ -173,6 +178,8 @@ class Registry:
         cache: where module definitions are kept across restarts (None: nowhere).
         load_wait: seconds a scan waits for its loads before it commits those done (the others
             commit on their own when done).
+        content: judges the content of fully trusted projects' own dirs (``holding``; None: it is
+            not followed).
     """
 
     def __init__(
@@ -184,8 +191,10 @@ class Registry:
         cache: DefinitionCache | None = None,
         judge: Callable[[ToolsDir], Judgement | Callable[[], Judgement]] | None = None,
         load_wait: float = 2.0,
+        content: ContentJudge | None = None,
     ) -> None:
         self.pool = pool
+        self.content = content
         self.load_wait = load_wait
         self.home = home
         self.cache = cache
@@ -439,6 +448,7 @@ class Registry:
                 return Change(set(), [])
             # Asked on every scan: the directory may have been replaced since, or its level changed.
             await self._judged(tools_dir)
+            await self._judge_content(tools_dir)
             trusted = tools_dir.trusted
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
@@ -459,7 +469,7 @@ class Registry:
                     or tools_dir.modules[p].file.key != f.key
                     or (retry_failed and tools_dir.modules[p].state == "failed")
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
-                    or tools_dir.modules[p].runner.spec.sandbox != tools_dir.sandbox  # its confinement changed
+                    or self._setup_changed(tools_dir.modules[p])  # its confinement changed, or its content's judgement
                     or tools_dir.modules[p].transient
                 )
                 # A load of this very file is under way: it commits when done (unless the watcher
@@ -480,6 +490,7 @@ class Registry:
                 results = await asyncio.gather(*(load(f) for f in changed))
                 results = await self._reload_torn(tools_dir, results, deadline)
                 results = await self._confirm_failures(tools_dir, results, deadline)
+                results = await self._retry_refused(tools_dir, results, deadline)
             else:
                 results: list[tuple[ModuleFile, LoadOutcome]] = [(f, BLOCKED) for f in changed]
             for path, (_late, outcome) in finished.items():
@@ -549,15 +560,30 @@ class Registry:
             results[i] = result
         return await self._reload_torn(tools_dir, results, deadline)
 
-    async def _load(self, tools_dir: ToolsDir, file: ModuleFile, deadline: float) -> tuple[ModuleFile, LoadOutcome]:
+    async def _load(
+        self, tools_dir: ToolsDir, file: ModuleFile, deadline: float, deps: list[list[Any]] | None = None,
+    ) -> tuple[ModuleFile, LoadOutcome]:
         """Load ``file``: its cached definitions, or a new worker generation, or a failure; ``_Late``
-        when the worker is still importing it at ``deadline`` (loop time)."""
-        if self.cache is not None and file.path not in tools_dir.modules:
+        when the worker is still importing it at ``deadline`` (loop time). ``deps``: what it imports,
+        when known better than from its last load."""
+        if tools_dir.scope == "local":
+            # Asked again at each load, not only when the scan began: a load of a file changed while
+            # the scan ran (``_reload_torn``, ``_confirm_failures``, ``_retry_refused``) may read the
+            # files of another directory renamed into the project's place since.
+            self._judge(tools_dir)
+            if not tools_dir.trusted:
+                return file, BLOCKED
+        known = tools_dir.modules.get(file.path)
+        if deps is None:
+            deps = known.deps if known is not None else []
+        if self._held_here(tools_dir, file.path, deps):
+            return file, Held(tuple(deps))  # its content came through git, unreviewed, and cannot run confined here
+        if self.cache is not None and known is None:
             entry = self.cache.lookup(tools_dir.path, file)  # first sight of it in this daemon's life
             if entry is not None:
                 return file, Cached(entry)
         runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
-        runner.spec.sandbox = tools_dir.sandbox
+        self._set_up(tools_dir, runner, deps)
         if tools_dir.scope == "local":
             self._listed[runner] = root_listing(tools_dir.cwd)
         task = asyncio.ensure_future(load_outcome(runner.load()))
@@ -634,6 +660,9 @@ class Registry:
                 case Blocked():
                     self._block(module)
                     continue
+                case Held(deps=deps):
+                    self._hold(module, [list(d) for d in deps])
+                    continue
                 case Cached(entry=entry):
                     if entry.error is not None:
                         self._fail(module, {**entry.error, "deps": entry.deps})
@@ -653,6 +682,8 @@ class Registry:
                     loaded = True
                     module.definitions_from = "worker"
                     self._install(module, worker, definitions, load_ms, worker.deps, worker.problems)
+            # A worker it starts later on a call is confined (and judged) alike.
+            module.hold = self._set_up(tools_dir, runner, module.deps)
             if module.error is not None or module.problems:
                 failures.append(module)
         for path in removed:
@@ -756,6 +787,7 @@ class Registry:
 
     def _block(self, module: Module) -> None:
         module.tools = {}
+        module.hold = None
         module.state = "blocked"
         module.error = None
         module.transient = False
@@ -767,8 +799,23 @@ class Registry:
         else:
             log.warning("not loading %s: %s", module.path, reason)
 
+    def _hold(self, module: Module, deps: list[list[Any]]) -> None:
+        """Withdraw a module whose content came through git, unreviewed, where it cannot run confined."""
+        if deps:
+            module.deps = deps
+        module.tools = {}
+        module.state = "held"
+        module.error = None
+        module.transient = False
+        module.problems = []
+        module.hold = self._hold_of(module.tools_dir, module.path, module.deps) or Hold([module.path], "unknown")
+        message = module.held_entry()["message"]
+        module.runner.retire(message)
+        log.warning("not running %s: %s", module.path, message)
+
     def _fail(self, module: Module, info: dict[str, Any], transient: bool = False) -> None:
-        module.transient = transient
+        # A load that refused content not judged trusted failed for the judgement, not the module.
+        module.transient = transient or bool(info.get("refused"))
         module.tools = {}
         module.definitions = []
         module.worker_problems = []
@@ -793,6 +840,10 @@ class Registry:
     def _lazy_load_failed(self, module: Module, failure: LoadFailure) -> None:
         """A worker started for a call could not load a module that had loaded before."""
         if module.tools_dir.modules.get(module.path) is not module:
+            return
+        if failure.info.get("refused"):
+            # It loads content not judged trusted: judged again, and loaded as that says.
+            self._scan_soon(module.tools_dir, {module.path})
             return
         self._fail(module, failure.info, transient=not failure.by_module)
         module.definitions_from = "worker"
@@ -853,6 +904,8 @@ class Registry:
         result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
         if view.blocked:
             result["blocked"] = view.blocked
+        if view.held:
+            result["held"] = view.held
         return result
 
     def _trust_lost(self, tools_dir: ToolsDir) -> bool:
@@ -875,14 +928,92 @@ class Registry:
         if self._judge(tools_dir):
             # Its level changed and no refresh told us (the CLI found no daemon to ask): the worker
             # starts as the store says now, and a scan brings the listing in step.
-            task = asyncio.ensure_future(self.scan(tools_dir))
-            self._tasks.add(task)
-            task.add_done_callback(self._scan_done)
+            self._scan_soon(tools_dir)
             if not tools_dir.trusted:
                 return tools_dir.blocked_reason or "its project is not trusted (now)"
-        runner.spec.sandbox = tools_dir.sandbox
+        # Its content as it is now, not as the last scan found it: a pull the watcher has yet to
+        # report, a restart that listed it from the definition cache.
+        await self._judge_content(tools_dir)
+        module = tools_dir.modules.get(runner.spec.path)
+        hold = self._set_up(tools_dir, runner, module.deps if module is not None else [])
         self._listed[runner] = root_listing(tools_dir.cwd)
+        if module is not None and self._setup_changed(module):
+            self._scan_soon(tools_dir, {module.path})  # the listing follows
+        if hold is not None and tools_dir.held_policy is None:
+            return held_entry(runner.spec.path, hold, tools_dir.cwd, False, tools_dir.held_reason)["message"]
         return None
+
+    def _scan_soon(self, tools_dir: ToolsDir, only: set[str] | None = None) -> None:
+        """Scan ``tools_dir`` (``only`` these modules, loaded again) in a task of its own."""
+        if only is None:
+            task = asyncio.ensure_future(self.scan(tools_dir))
+        else:
+            task = asyncio.ensure_future(self.scan(tools_dir, only=only, force=True))
+        self._tasks.add(task)
+        task.add_done_callback(self._scan_done)
+
+    # -- content that came through git (``holding``) ------------------------------------------------
+
+    async def _judge_content(self, tools_dir: ToolsDir) -> None:
+        """Judge again the content of a fully trusted project's own dir (``holding``)."""
+        if self.content is None or tools_dir.scope != "local":
+            return
+        verdict = tools_dir.content = await self.content.judge(tools_dir)
+        if verdict is not None and (verdict.held or verdict.stuck):
+            tools_dir.held_policy, tools_dir.held_reason = self.content.held_policy(tools_dir.cwd)
+
+    def _hold_of(self, tools_dir: ToolsDir, path: str, deps: list[list[Any]]) -> Hold | None:
+        return None if self.content is None else self.content.hold(tools_dir.content, path, deps)
+
+    def _held_here(self, tools_dir: ToolsDir, path: str, deps: list[list[Any]]) -> bool:
+        """Whether the module at ``path`` is held where it cannot run confined: it does not run."""
+        return self._hold_of(tools_dir, path, deps) is not None and tools_dir.held_policy is None
+
+    def _set_up(self, tools_dir: ToolsDir, runner: ModuleRunner, deps: list[list[Any]]) -> Hold | None:
+        """Make ``runner``'s next worker run as its module may now: confined as its dir is or as a held
+        module is, and loading only content judged trusted. Returns why the module is held, if it is."""
+        hold = self._hold_of(tools_dir, runner.spec.path, deps)
+        if hold is not None:
+            runner.spec.sandbox = tools_dir.held_policy
+            runner.trusted_content = None  # confined: whatever it loads stays inside
+        else:
+            runner.spec.sandbox = tools_dir.sandbox
+            runner.trusted_content = tools_dir.content.allowed if tools_dir.content is not None else None
+        return hold
+
+    def _setup_changed(self, module: Module) -> bool:
+        """Whether ``module`` must load again: it is held or released, or confined otherwise, now."""
+        tools_dir = module.tools_dir
+        hold = self._hold_of(tools_dir, module.path, module.deps)
+        if hold != module.hold:
+            return True
+        not_run = hold is not None and tools_dir.held_policy is None
+        if (module.state == "held") != not_run:
+            return True
+        wanted = tools_dir.held_policy if hold is not None else tools_dir.sandbox
+        return not not_run and module.runner.spec.sandbox != wanted
+
+    async def _retry_refused(
+        self, tools_dir: ToolsDir, results: list[tuple[ModuleFile, LoadOutcome]], deadline: float
+    ) -> list[tuple[ModuleFile, LoadOutcome]]:
+        """Load once more the modules whose worker refused a file of the tools dir as content not
+        judged trusted: a file that changed after the judgement is judged again; held content the
+        module imports holds the module with it."""
+        refused = [
+            i for i, (_file, outcome) in enumerate(results)
+            if isinstance(outcome, NotLoaded) and outcome.failure.info.get("refused")
+        ]
+        if not refused:
+            return results
+        await self._judge_content(tools_dir)
+        for i in refused:
+            file, outcome = results[i]
+            assert isinstance(outcome, NotLoaded)
+            info = outcome.failure.info
+            deps = [list(d) for d in info.get("deps") or []]
+            deps += [[path, 0, 0] for path in info["refused"] if all(d[0] != path for d in deps)]
+            results[i] = await self._load(tools_dir, file, deadline, deps)
+        return results
 
     async def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner, made_for: list[dict[str, Any] | None]) -> None:
         """Asked before a built-in's worker starts: it is made for your git configuration as it is,
@@ -925,18 +1056,25 @@ class Registry:
             self._config_changed.discard(tools_dir)
 
     def close(self) -> None:
-        """Stop looking at your git configuration (the daemon is stopping)."""
+        """Stop looking at your git configuration and judging content (the daemon is stopping)."""
         self._git_config_check.cancel()
+        if self.content is not None:
+            self.content.close()
 
     def _confined_builtins(self) -> bool:
         return any(d.scope == "builtin" and d.sandbox is not None for d in self.dirs.values())
 
     async def refresh_trust(self) -> list[ToolsDir]:
-        """Ask again whether each project's own dir is trusted; load or block the ones that changed."""
+        """Ask again whether each project's own dir is trusted; load or block the ones that changed.
+        The dirs whose content is followed are scanned too: content may have been approved."""
         dirs = list(self.dirs.values())
         judged = await asyncio.gather(*(self._judged(d) for d in dirs))
         changed = [tools_dir for tools_dir, changed in zip(dirs, judged, strict=True) if changed]
-        await asyncio.gather(*(self.scan(d) for d in changed))
+        followed = [
+            d for d in dirs
+            if d not in changed and self.content is not None and self.content.follows(d)
+        ]
+        await asyncio.gather(*(self.scan(d) for d in (*changed, *followed)))
         return changed
 
     def _asked(self, tools_dir: ToolsDir) -> Judgement | Callable[[], Judgement] | None:

@@ -7,10 +7,11 @@ The global dir and the built-ins are always trusted. The trusted roots live in `
 state dir, mode 0600, written atomically under a lock; a store that another user could have written
 is ignored, so it can only ever trust less.
 
-Trust is by directory, not by content: a trusted project's tools load as they are now and as they
-change later, like the rest of its code that you run. It is by the directory itself, not only its
-path: each root is stored with the directory's identity (device, inode, birth time), so a directory
-removed and made again, or another one renamed into its place, is not trusted until trusted again.
+Trust is of a directory and, for a project trusted fully, of the content of its tools as you trusted
+it: content that arrives later through git is held until reviewed (``content.py``, ``holding.py``).
+It is by the directory itself, not only its path: each root is stored with the directory's identity
+(device, inode, birth time), so a directory removed and made again, or another one renamed into its
+place, is not trusted until trusted again.
 
 Each trusted root has a level: ``full`` (its tools run with all the user's rights) or ``sandbox``
 (its workers are confined: see ``workers/runtime/sandbox.py``), with what the user set for its sandbox

@@ -20,7 +20,9 @@ from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.cache import DefinitionCache
-from atomictoolsd.registry.confinement import configure_sandbox, judge
+from atomictoolsd.registry.confinement import configure_sandbox, held_policy, judge
+from atomictoolsd.registry.content import ContentStore
+from atomictoolsd.registry.holding import ContentJudge
 from atomictoolsd.registry.idle import ProjectReaper
 from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.registry.projects import Registry
@@ -74,6 +76,10 @@ def build_server(
         judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
         cache=DefinitionCache(paths.cache_dir / "definitions"),
         load_wait=config.load_wait,
+        content=ContentJudge(
+            trust, ContentStore(paths.state_dir), lambda: current_config().trust_all,
+            lambda root: held_policy(root, current_config(), paths.home),
+        ),
     )
     server = Server(paths, config, pool, registry)
     if service is not None:

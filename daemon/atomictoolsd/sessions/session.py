@@ -542,7 +542,7 @@ class Session(Connection):
                 waiting = self.calls[id_json] = _WaitingCall()
                 self._spawn(self._call_when_loaded(id_json, CallParams(name, arguments, meta), waiting, loads), id_json)
                 return
-        message, data = unknown_tool(name, [t.name for t in self.visible()], view.errors, view.blocked)
+        message, data = unknown_tool(name, [t.name for t in self.visible()], view.errors, view.blocked, view.held)
         self.send_error(id_json, INVALID_PARAMS, message, data)
 
     # CallOwner: what a call started by this session produces
@@ -607,6 +607,7 @@ class Session(Connection):
             "errors": view.errors,
             "blocked": view.blocked,
             "loading": view.loading,
+            "held": view.held,
         }
         if params.all:
             result["shadowed"] = [
@@ -656,6 +657,7 @@ class Session(Connection):
             "errors": view.errors,
             "blocked": view.blocked,
             "loading": view.loading,
+            "held": view.held,
         }
         self.send_result(id_json, encode_report(result))
 

@@ -30,7 +30,7 @@ from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.netproxy import NetProxy
-from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
+from atomictoolsd.workers.protocol import CallContext, LoadFailure, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
@@ -121,6 +121,9 @@ class ModuleRunner:
         # rules no longer match your git configuration).
         self.admit: Callable[[], Awaitable[str | None]] | None = None
         self.stale: Callable[[], bool] | None = None
+        # Set by the registry for a module of a fully trusted project whose content is followed: the
+        # SHA-256 of what its workers may load from the tools dir, by path (None: no such check).
+        self.trusted_content: dict[str, str] | None = None
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -140,8 +143,15 @@ class ModuleRunner:
     async def _load(self) -> tuple[Worker, list[dict[str, Any]], float]:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        spawner = self.pool.spawner_for(self.spec)
-        pid, sock = await spawner.spawn(self.spec, passed_env(self.spec))
+        trusted = self.trusted_content
+        spec = self.spec if self.spec.follow_content == (trusted is not None) else msgspec.structs.replace(
+            self.spec, follow_content=trusted is not None)
+        spawner = self.pool.spawner_for(spec)
+        # What the worker reads on its channel before its module, in this order: the variables it
+        # is given by name (a confined worker's), then the content it may load (a followed project's).
+        env = passed_env(spec)
+        first = (b"" if env is None else encode_frame(env)) + (b"" if trusted is None else encode_frame(Trusted(trusted)))
+        pid, sock = await spawner.spawn(spec, first)
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(

@@ -56,6 +56,9 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     # [...], "net": bool}. None: it runs with the user's full rights.
     sandbox: dict[str, Any] | None = None
     temp_dir: str = ""  # a confined worker's private TMPDIR, made and removed by the fork server
+    # A worker of a fully trusted project whose content is followed (registry/content.py): it reads a
+    # ``Trusted`` message first, which says what it may load from its tools dir.
+    follow_content: bool = False
     runtime_paths: list[str] = []  # what a confined worker reads of the Python runtime
     # A confined worker allowed the network: the socket on which it hands the daemon its proxy
     # listener (``runtime/netns.isolate``). Set by the fork server, which received it with the
@@ -217,6 +220,14 @@ class Answer(_Message, tag="answer"):
 
 
 DaemonMessage = CallTool | Cancel | Answer
+
+
+class Trusted(_Message, tag="trusted"):
+    """The first message to a worker whose spec says ``follow_content``, read before it loads its
+    module: the SHA-256 of the bytes it may load from each file of its tools dir, by path. It goes
+    on the channel, not in the spec, which travels in one datagram to the fork server."""
+
+    allowed: dict[str, str]
 
 _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.encode

@@ -68,7 +68,7 @@ import msgspec
 from atomictools._launch import SEALED_CWD, is_sealed, python_command, sealed_environ
 from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.processes import ForkedChild, stop_process
-from atomictoolsd.workers.protocol import WorkerSpec, encode_frame
+from atomictoolsd.workers.protocol import WorkerSpec
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import STATE, proc_stat
 
@@ -512,43 +512,42 @@ class Spawner:
         """Drop the bookkeeping of a worker whose end has been handled."""
         self._exits.pop(pid, None)
 
-    async def spawn(self, spec: WorkerSpec, env: dict[str, str] | None = None) -> tuple[int, socket.socket]:
-        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel. ``env``:
-        variables for this worker alone (a confined one's, allowed by name), sent over its channel
-        ahead of anything else, never through the fork server; it reads them before its module.
+    async def spawn(self, spec: WorkerSpec, first: bytes = b"") -> tuple[int, socket.socket]:
+        """Fork a worker for ``spec``; return its pid and the daemon's end of its channel. ``first``
+        is on the channel before the worker starts (what it reads before loading its module: the
+        variables a confined worker is given by name, never through the fork server; the content a
+        followed project's worker may load).
 
         Raises:
             SpawnError: no fork server could be started, it could not fork, or two died in turn.
         """
         try:
-            return await self._spawn_on(await self._ensure_started(), spec, env)
+            return await self._spawn_on(await self._ensure_started(), spec, first)
         except _ForkServerGone:
             pass  # died before it answered, or before we noticed: once more, on a new one
         try:
-            return await self._spawn_on(await self._ensure_started(), spec, env)
+            return await self._spawn_on(await self._ensure_started(), spec, first)
         except _ForkServerGone as exc:
             raise SpawnError(f"{exc}, twice in a row") from None
 
-    async def _spawn_on(
-        self, server: _ForkServer, spec: WorkerSpec, env: dict[str, str] | None = None,
-    ) -> tuple[int, socket.socket]:
+    async def _spawn_on(self, server: _ForkServer, spec: WorkerSpec, first: bytes) -> tuple[int, socket.socket]:
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as exc:  # out of file descriptors: fail the calls now, not at their timeout
             raise SpawnError(f"cannot open the worker's channel: {_fd_cause(exc)}") from exc
-        if env is not None:
-            try:
-                ours.sendall(encode_frame(env))  # a few bytes into an empty buffer: it never waits
-            except OSError as exc:
-                ours.close()
-                theirs.close()
-                raise SpawnError(f"cannot open the worker's channel: {exc}") from exc
         try:
             handoff = self._handoff_pair(spec)
         except SpawnError:
             ours.close()
             theirs.close()
             raise
+        rest = first
+        if first:  # in the channel's buffer now: the worker need not wait for us once forked
+            ours.setblocking(False)
+            try:
+                rest = first[ours.send(first):]
+            except BlockingIOError:
+                pass
         request_id = next(self._ids)
         future: asyncio.Future[int] = self.loop.create_future()
         server.requests[request_id] = future
@@ -581,6 +580,8 @@ class Spawner:
             _close_pair(handoff, 1)
         try:
             pid = await future
+            if rest:
+                await self.loop.sock_sendall(ours, rest)  # larger than the buffer: the worker reads meanwhile
         except BaseException:
             ours.close()
             _close_pair(handoff, 0)

@@ -9,6 +9,8 @@ and every import here is paid by every worker that is not forked.
 Messages (``workers/protocol.py`` defines each as a tagged, array-like struct, and the framing):
 
 daemon → worker
+    ``Trusted``: ``["trusted", {path: sha256}]`` first, before the module loads, when the spec says
+    ``follow_content``: what the worker may load from its tools dir (``sourceload.follow_content``).
     ``CallTool``: ``["call", call_id, tool, arguments_json, context, progress]`` where ``context`` is a
     ``CallContext`` (``[session_id, message_id, agent, directory, worktree, tool_use_id]``) and
     ``progress`` says whether the caller asked for progress notifications.
@@ -22,8 +24,8 @@ worker → daemon
     tools), else ``[]``; ``deps`` lists ``[path, size, mtime_ns]`` of the other files of its directory
     it imported; ``fingerprint`` is ``[size, crc32]`` of the module file's bytes it loaded (None if it
     read none), ``helpers`` ``[path, size, crc32]`` of the bytes it loaded from each of those files.
-    ``["failed", {file, line, message, traceback, deps, fingerprint, helpers}]`` once, instead, when it did not; then
-    it exits.
+    ``["failed", {file, line, message, traceback, deps, fingerprint, helpers, refused?}]`` once, instead, when it did
+    not (``refused``: the files of its tools dir whose content it was not allowed to load); then it exits.
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
@@ -52,14 +54,14 @@ from typing import Any
 
 import msgspec
 
-from atomictoolsd.workers.protocol import Failed, Loaded, LoadFailure, WorkerSpec, encode_frame
+from atomictoolsd.workers.protocol import Failed, Loaded, LoadFailure, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_limit
 from atomictoolsd.workers.runtime.loading import LOADERS, declared, load_module, prepare, warm_up
 from atomictoolsd.workers.runtime.output import capture as capture_output
 from atomictoolsd.workers.runtime.results import make_result
 from atomictoolsd.workers.runtime.scheduling import Runtime
 from atomictoolsd.workers.runtime.sender import Sender, exit_worker
-from atomictoolsd.workers.runtime.sourceload import fingerprint, fingerprints, imported_from
+from atomictoolsd.workers.runtime.sourceload import fingerprint, fingerprints, follow_content, imported_from, refused
 
 __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "serve", "warm_up"]
 
@@ -95,6 +97,8 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
     directory = os.path.dirname(spec.path)
+    if spec.follow_content:
+        follow_content(directory, _read_trusted(sock))
     try:
         if spec.cwd:
             os.chdir(spec.cwd)
@@ -105,6 +109,8 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             **failure.info, "deps": imported_from(directory, spec.path), "fingerprint": fingerprint(spec.path),
             "helpers": fingerprints(directory, spec.path),
         }
+        if refused():
+            info["refused"] = refused()  # the daemon judges these again (registry/content.py)
         if info["message"].startswith("MemoryError") and spec.memory_limit:
             info["message"] = f"MemoryError: importing the module needs more than {describe_limit(spec.memory_limit)}"
         send(Failed(info))
@@ -154,6 +160,25 @@ def _passed_env(sock: socket.socket) -> dict[str, str]:
     those the user allows a confined worker by name, which never pass through the fork server."""
     (length,) = struct.unpack(">I", sock.recv(4, socket.MSG_WAITALL))
     return msgspec.msgpack.decode(sock.recv(length, socket.MSG_WAITALL), type=dict[str, str])
+
+
+def _read_trusted(sock: socket.socket) -> dict[str, str]:
+    """The daemon's message after those variables (``Trusted``): what this worker may load. A channel
+    that closes or says anything else first leaves it nothing to load."""
+    def exactly(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                exit_worker()
+            data += chunk
+        return data
+
+    (length,) = struct.unpack(">I", exactly(4))
+    try:
+        return msgspec.msgpack.decode(exactly(length), type=Trusted).allowed
+    except msgspec.DecodeError:
+        return {}
 
 
 def main(argv: list[str] | None = None) -> None:

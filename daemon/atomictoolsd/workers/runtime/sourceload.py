@@ -18,11 +18,17 @@ owned by someone else (but root), writable by others, or in a directory others m
 the sticky bit) would let them run their code as you. Group-writable files are allowed: on most
 systems a user's group is theirs alone.
 
+A worker of a fully trusted project loads from its tools dir only the content the daemon judged
+trusted (``follow_content``: the SHA-256 of each file's bytes; registry/content.py): a file that came
+through git and awaits the user's review, or that changed between the daemon's judgement and this
+read, is refused (``ContentRefused``) and named in ``refused()``, so the daemon judges it again.
+
 Runs inside workers: standard library only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 import os
 import shlex
@@ -32,12 +38,45 @@ import zlib
 from typing import Any
 
 __all__ = [
-    "SourceOnlyLoader", "check_writers", "fingerprint", "fingerprints", "imported_from", "install_source_only_finder",
-    "note_read",
+    "ContentRefused", "SourceOnlyLoader", "check_writers", "fingerprint", "fingerprints", "follow_content",
+    "imported_from", "install_source_only_finder", "note_read", "refused",
 ]
 
 _DAEMON_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _read: dict[str, list[int]] = {}  # path → [size, crc32] of the bytes loaded from it, in this process
+# The tools dir whose content is followed, and the SHA-256 of what may be loaded from each of its files.
+_followed: tuple[str, dict[str, str]] | None = None
+_refused: list[str] = []
+
+
+class ContentRefused(ImportError):
+    """A file of the tools dir whose bytes are not content the daemon judged trusted."""
+
+
+def follow_content(directory: str, allowed: dict[str, str]) -> None:
+    """Load from ``directory`` only files whose bytes have the SHA-256 ``allowed`` gives their path."""
+    global _followed
+    _followed = (os.path.abspath(directory) + os.sep, allowed)
+
+
+def refused() -> list[str]:
+    """The files of the followed tools dir that this worker refused to load."""
+    return list(_refused)
+
+
+def _check_content(path: str, data: bytes) -> None:
+    if _followed is None:
+        return
+    prefix, allowed = _followed
+    path = os.path.abspath(path)
+    if not path.startswith(prefix):
+        return
+    if allowed.get(path) != hashlib.sha256(data).hexdigest():
+        _refused.append(path)
+        raise ContentRefused(
+            f"refused to load {path}: its content is not what you trusted (it arrived through git and awaits "
+            "your review, or it changed while the worker started)"
+        )
 
 
 def check_writers(path: str) -> None:
@@ -63,8 +102,13 @@ def check_writers(path: str) -> None:
 
 
 def note_read(path: str, data: bytes) -> None:
-    """Remember which bytes of ``path`` a loader compiled or parsed."""
+    """Remember which bytes of ``path`` a loader compiled or parsed.
+
+    Raises:
+        ContentRefused: they are not content the daemon judged trusted (``follow_content``).
+    """
     _read[os.path.abspath(path)] = [len(data), zlib.crc32(data)]
+    _check_content(path, data)
 
 
 def fingerprint(path: str) -> list[int] | None:
@@ -100,11 +144,21 @@ class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
         return data
 
 
+class _CheckedExtensionLoader(importlib.machinery.ExtensionFileLoader):
+    """An extension module of a tools dir, loaded once its bytes are judged (``follow_content``)."""
+
+    def create_module(self, spec: Any) -> Any:
+        if _followed is not None:
+            with open(self.path, "rb") as f:
+                note_read(self.path, f.read())
+        return super().create_module(spec)
+
+
 def install_source_only_finder(directory: str) -> None:
     """Make imports from ``directory`` (and the packages inside it) use ``SourceOnlyLoader``."""
     root = os.path.abspath(directory)
     loaders = [
-        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+        (_CheckedExtensionLoader, importlib.machinery.EXTENSION_SUFFIXES),
         (SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES),
     ]
 
