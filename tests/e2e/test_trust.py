@@ -251,3 +251,22 @@ def test_trust_asks_for_a_terminal_unless_told_yes(untrusted: Env) -> None:
     scripted = subprocess.run([*argv[:4], "--yes", str(untrusted.project)], env=untrusted.vars,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert scripted.returncode == 0 and scripted.stdout.startswith("trusted: "), scripted.stderr
+
+
+def test_a_global_tool_answering_for_a_blocked_project_tool_says_so(untrusted: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """After untrust, a call meant for the project's ``greet`` reaches your global ``greet``: its
+    error says which tool answered and why, rather than leaving the agent with a schema it never saw."""
+    env = untrusted
+    env.write_tool(env.global_tools, "greet.py", "def greet(name: str) -> str:\n    return 'global ' + name\n")
+    env.write_tool(env.local_tools, "greet.py", "def greet(text: str, loud: bool = False) -> str:\n    return text\n")
+    assert cli(env, "trust", "--yes").returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("greet", text="hi").text == "hi"  # the project's
+        assert cli(env, "untrust").returncode == 0
+        wait_for(lambda: client.call("greet", name="x").text == "global x", message="the global tool to answer")
+        wrong = client.call("greet", text="hi")  # the project's arguments, to the global tool
+        assert wrong.is_error
+        assert f"this answer came from the global tool 'greet' ({env.global_tools / 'greet.py'})" in wrong.text, wrong.text
+        assert f"not from the project's {env.local_tools / 'greet.py'}, which is blocked" in wrong.text
+        assert client.call("greet", name="y").text == "global y"  # an answer that is right gets no note

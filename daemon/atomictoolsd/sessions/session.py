@@ -157,6 +157,9 @@ class Session(Connection):
         # applied once per view and lists (not per call): (view, tools by name, tools in name
         # order). Setting ``allow`` or ``deny`` forgets it.
         self._visible: _Seen = _NOTHING_SEEN
+        # Tools of yours or built-in that answer for a project's blocked module of the same name, and
+        # the note an error of theirs gets (``_stood_in``): the caller meant the project's.
+        self._stood_in: dict[str, str] = {}
         self._seen: int | None = None  # fingerprint of the toolset this client last saw
         # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
         self._context = CallContext()
@@ -223,6 +226,7 @@ class Session(Connection):
         else:
             tools = view.tools
         seen = self._visible = (view, tools, list(tools.values()))
+        self._stood_in = _stood_in(view, tools) if view.blocked else {}
         return seen
 
     def fingerprint(self) -> int:
@@ -561,6 +565,8 @@ class Session(Connection):
         if call.asking and self.asking.call_ended(call):
             self._close_if_done()
             return  # its request was answered input_required; the client did not come back
+        if self._stood_in and call.tool in self._stood_in and b'"isError":true' in result:
+            result = _with_note(result, self._stood_in[call.tool])
         revision = self.revision
         if revision is not None and not revision.full_results:
             result = shape_result(result, revision)
@@ -691,6 +697,34 @@ class Session(Connection):
 
 _Seen = tuple["View | None", dict[str, ToolDef], list[ToolDef]]
 _NOTHING_SEEN: _Seen = (None, {}, [])
+
+
+def _stood_in(view: View, tools: dict[str, ToolDef]) -> dict[str, str]:
+    """The global and built-in tools named as a blocked module of the project is (``greet`` for
+    ``greet.py``, or ``greet_*``): a call to one was most likely meant for the project's tool, which
+    does not run. Each with the note its error result gets, saying which tool answered and why."""
+    notes: dict[str, str] = {}
+    for entry in view.blocked:
+        stem = os.path.splitext(os.path.basename(entry["file"]))[0]
+        why = entry.get("reason") or "its project is not trusted"
+        for name, tool in tools.items():
+            if tool.module.scope != "local" and (name == stem or name.startswith(stem + "_")):
+                notes[name] = (
+                    f"Note: this answer came from the {tool.module.scope} tool {name!r} ({tool.module.path}), "
+                    f"not from the project's {entry['file']}, which is blocked: {why}. The project's tool of "
+                    f"this name does not run until the user trusts it."
+                )
+    return notes
+
+
+def _with_note(result: bytes, note: str) -> bytes:
+    """``result`` (a tool's error result) with ``note`` as a last text block."""
+    try:
+        value = msgspec.json.decode(result)
+        value["content"] = [*value.get("content", []), {"type": "text", "text": note}]
+    except (msgspec.DecodeError, AttributeError, TypeError):
+        return result
+    return _encode(value)
 
 
 def _asked_timeout(asked: Any, timeout: float, most: float) -> float:
