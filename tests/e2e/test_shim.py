@@ -383,9 +383,16 @@ def test_the_shim_exits_when_its_parent_dies(kit_daemon: Daemon, env: Env) -> No
         with kit_daemon.raw() as raw:  # attached: it has read its parent's pid long before
             wait_for(lambda: shim.pid in {s["pid"] for s in raw.request("atomic/status")["result"]["sessions"]},
                      message="the shim to attach")
+        # A call in flight when the agent dies: it is cancelled then, not run to its end.
+        marker = env.root / "orphaned"
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "kit_wait", "arguments": {"marker": str(marker)}}}
+        os.write(write_end, (json.dumps(INITIALIZE) + "\n" + json.dumps(call) + "\n").encode())
+        wait_for(lambda: Path(str(marker) + ".started").exists(), message="the call to start")
         parent.kill()
         parent.wait()
         shim.wait(timeout=10)  # raises TimeoutExpired when the shim outlives its parent
+        wait_for(lambda: Path(str(marker) + ".cancelled").exists(), timeout=5, message="the call to be cancelled")
     finally:
         os.close(write_end)
         if parent.poll() is None:
