@@ -164,6 +164,18 @@ def test_stderr_goes_to_the_journal_in_its_format(env: Env, make_daemon) -> None
     assert all(line.startswith("<") for line in lines), "every line carries its level; the journal adds the time"
 
 
+def _accepts(path: Path) -> bool:
+    """Whether a connection to ``path`` is taken (the file is there from ``bind``, before ``listen``)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 requires_socket_activate = pytest.mark.skipif(
     shutil.which("systemd-socket-activate") is None, reason="no systemd-socket-activate"
 )
@@ -183,7 +195,7 @@ def test_serves_on_the_socket_systemd_passes_and_never_unlinks_it(env: Env) -> N
     )
     known: list[psutil.Process] = []
     try:
-        wait_for(env.socket.exists, message="systemd-socket-activate to listen")
+        wait_for(lambda: _accepts(env.socket), message="systemd-socket-activate to listen")  # bound, then listening
         # The first connection starts the daemon; it is queued on the socket meanwhile, not refused.
         with Client(str(env.socket), directory=str(env.project), autostart=False, timeout=30) as client:
             assert client.call("greet", name="activated").text == "Hello, activated"
@@ -226,7 +238,7 @@ def test_a_passed_socket_that_cannot_serve_is_refused_with_the_fix(env: Env) -> 
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
-        wait_for(env.socket.exists, message="systemd-socket-activate to listen")
+        wait_for(lambda: _accepts(env.socket), message="systemd-socket-activate to listen")  # bound, then listening
         poke = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         poke.sendto(b"x", str(env.socket))
         poke.close()
