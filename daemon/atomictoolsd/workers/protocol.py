@@ -25,7 +25,7 @@ from atomictools._protocol import LogLevel
 
 __all__ = [
     "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
-    "DaemonMessage", "Dropped", "Failed",
+    "DaemonMessage", "Dropped", "EnvSpec", "Failed",
     "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
     "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length",
 ]
@@ -36,6 +36,19 @@ MAX_FRAME = 1 << 30  # a larger frame means the stream is corrupt, not that a re
 # its call id): a reader given a limit of ``max_message_bytes + FRAME_OVERHEAD`` refuses nothing
 # the runtime sends.
 FRAME_OVERHEAD = 64 * 1024
+
+
+class EnvSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """An environment a worker imports from, besides the daemon's own (``runtime/environment.py``):
+    the packages a module declares (``declared``: an environment the daemon built for them), or its
+    project's (``project``: a virtual environment the user named, with the project's own code)."""
+
+    kind: Literal["declared", "project"]
+    name: str  # how messages name it: its directory
+    site: list[str] = []  # its site-packages dirs: searched after the standard library, before the daemon's
+    code: list[str] = []  # the project's own code (its root, its src/), searched before ``site``
+    python: str = ""  # a project environment's interpreter: the one an install command names
+    requirements: list[str] = []  # what the module declares (``declared``)
 
 
 class WorkerSpec(msgspec.Struct, kw_only=True):
@@ -57,6 +70,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     sandbox: dict[str, Any] | None = None
     temp_dir: str = ""  # a confined worker's private TMPDIR, made and removed by the fork server
     runtime_paths: list[str] = []  # what a confined worker reads of the Python runtime
+    env: EnvSpec | None = None  # the environment it imports from besides the daemon's; None: the daemon's alone
 
 
 class LoadFailure(Exception):

@@ -1,0 +1,134 @@
+"""The environment a worker imports from, and what it says when a module is not there.
+
+A worker forked from the fork server runs the daemon's interpreter with the daemon's ``sys.path``.
+When its module has an environment of its own (``WorkerSpec.env``: the packages it declares, or its
+project's virtual environment), ``activate`` puts it on ``sys.path`` before the module is imported:
+
+    the standard library, then the project's own code (its root, its ``src/``), then the
+    environment's site-packages (with their ``.pth`` files), then the daemon's own packages.
+
+So the fork server stays the one forked from the daemon and a worker of an environment starts as
+fast as any other. What the worker runtime imported before the fork (msgspec, atomictools, the
+standard library modules it uses) stays the daemon's: an environment's copy of those is not read.
+
+A module that is not there (``ModuleNotFoundError``) is explained by ``missing_module_hint``: the
+package that provides it, the environment the worker ran in, and the one thing that installs it
+there (the line to declare it, or the exact command).
+
+Runs inside workers: standard library only, and nothing here runs for a worker without an
+environment but a look at ``spec.env``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import sys
+
+from atomictoolsd.workers.protocol import EnvSpec, WorkerSpec
+
+__all__ = ["activate", "distribution_of", "missing_module_hint"]
+
+_current: list[WorkerSpec] = []  # the spec of the module this worker serves (``activate``)
+
+# Import names whose package on the index is named otherwise (the usual ones; others are their
+# import name, which the index matches however it is written: `typing_extensions`).
+_DISTRIBUTIONS = {
+    "yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python", "sklearn": "scikit-learn", "skimage": "scikit-image",
+    "bs4": "beautifulsoup4", "dateutil": "python-dateutil", "dotenv": "python-dotenv", "jwt": "pyjwt",
+    "magic": "python-magic", "serial": "pyserial", "usb": "pyusb", "Crypto": "pycryptodome", "OpenSSL": "pyopenssl",
+    "git": "gitpython", "docx": "python-docx", "pptx": "python-pptx", "gi": "pygobject", "attr": "attrs",
+    "zmq": "pyzmq", "MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "fitz": "pymupdf", "google": "protobuf",
+    "Levenshtein": "levenshtein", "multipart": "python-multipart", "jose": "python-jose", "slugify": "python-slugify",
+    "tomli_w": "tomli-w", "ruamel": "ruamel.yaml", "websocket": "websocket-client", "lxml": "lxml", "github": "pygithub",
+}
+
+
+def activate(spec: WorkerSpec) -> None:
+    """Remember the module's spec (for ``missing_module_hint``) and put its environment on ``sys.path``."""
+    _current[:] = [spec]
+    if spec.env is not None:
+        _add_paths(spec.env)
+
+
+def _add_paths(env: EnvSpec) -> None:
+    import site  # lazy: imported at start-up already (the interpreter runs without -S); named here
+
+    before = set(sys.path)
+    for directory in env.site:
+        site.addsitedir(directory)  # appends it, and what its .pth files name (an editable install)
+    added = [entry for entry in sys.path if entry not in before]
+    for entry in added:
+        sys.path.remove(entry)
+    code = [entry for entry in env.code if entry not in before and os.path.isdir(entry)]
+    at = _after_stdlib()
+    sys.path[at:at] = [*code, *added]
+
+
+def _after_stdlib() -> int:
+    """Where ``sys.path``'s standard library entries end (the zip, the library, ``lib-dynload``)."""
+    import sysconfig  # lazy: a worker with an environment only
+
+    stdlib = {os.path.normpath(p) for p in (sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")) if p}
+    for index, entry in enumerate(sys.path):
+        path = os.path.normpath(entry or ".")
+        if path.endswith(".zip"):
+            continue
+        if any((path == lib or path.startswith(lib + os.sep)) and "-packages" not in path for lib in stdlib):
+            continue
+        return index
+    return len(sys.path)
+
+
+def distribution_of(name: str) -> str:
+    """The package on the index that usually provides the top-level module ``name``."""
+    return _DISTRIBUTIONS.get(name, name.replace("_", "-").lower())
+
+
+def missing_module_hint(exc: BaseException) -> str:
+    """What to do about ``exc`` when it is a module that is not installed where the worker ran; ""
+    otherwise (another error, a helper of the tools dir, a submodule of a package that is there)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name or not _current:
+        return ""
+    top = exc.name.partition(".")[0]
+    if not top or top.startswith("_") or top in sys.stdlib_module_names:
+        return ""
+    try:
+        if top != exc.name and importlib.util.find_spec(top) is not None:
+            return ""  # the package is there, its submodule is not: nothing to install
+    except (ImportError, ValueError):
+        pass
+    spec = _current[0]
+    package = distribution_of(top)
+    env = spec.env
+    if env is not None and env.kind == "declared":
+        listed = ", ".join(f'"{r}"' for r in [*env.requirements, package])
+        return (
+            f"no package provides `{top}` in the environment of the dependencies the module declares "
+            f"({env.name}); add the package that provides it to them (`{package}`, usually): "
+            f"dependencies = [{listed}]"
+        )
+    if env is not None:
+        return (
+            f"no package provides `{top}` in the project's environment ({env.name}) nor in atomictoolsd's own; "
+            f"install it in the project's: {_install_command(env.python, package)}"
+        )
+    return (
+        f"no package provides `{top}` in the environment the worker ran in (atomictoolsd's own: "
+        f"{sys.prefix}, Python {sys.version_info.major}.{sys.version_info.minor}); install it there: "
+        f"{_install_command(sys.executable, package)}"
+    )
+
+
+def _install_command(python: str, package: str) -> str:
+    """The command that installs ``package`` for the interpreter ``python``: its pip where it has
+    one, else uv (which needs none)."""
+    prefix = os.path.dirname(os.path.dirname(python))
+    has_pip = (python == sys.executable and importlib.util.find_spec("pip") is not None) or any(
+        os.path.isdir(os.path.join(prefix, lib, f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages", "pip"))
+        for lib in ("lib", "lib64")
+    )
+    if has_pip:
+        return f"{shlex.quote(python)} -m pip install {shlex.quote(package)}"
+    return f"uv pip install --python {shlex.quote(python)} {shlex.quote(package)}"
