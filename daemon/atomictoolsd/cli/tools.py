@@ -178,6 +178,30 @@ def cmd_call(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reload(args: argparse.Namespace) -> int:
+    """Load a project's tools again now, or one module of them, changed or not."""
+    from atomictools._errors import ConnectError, RPCError
+
+    module = args.module
+    if module is not None and os.path.isfile(module):
+        module = os.path.realpath(module)  # as the daemon names it: the project's resolved path
+    try:
+        with connect(args) as client:
+            result = client.reload(module, force=True)
+    except RPCError as exc:  # no such module
+        print(f"atomictoolsd: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    what = safe(args.module) if module is not None else "the project's tools"
+    print(f"reloaded {what}: {result['toolCount']} tool(s)")
+    for error in result["errors"]:
+        tool = f" tool {error['tool']!r}:" if error.get("tool") else ""
+        print(f"  {where(error)}:{tool} {error['message']}")
+    return 0 if result["success"] else EXIT_FAILED
+
+
 def _full_output(result: Any) -> str | None:
     """The whole output of a truncated result, from the spill file the daemon's worker wrote.
 
@@ -254,6 +278,17 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     listing.add_argument("--all", action="store_true", help="include shadowed tools")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=cmd_list)
+
+    reload = commands.add_parser(
+        "reload", help="load a project's tools again now, or one module of them",
+        description="Load the tools of a project again now (changed or not: what they import may have "
+        "changed where no watcher sees it), or only MODULE: a module's path, its file's name or stem, or "
+        "a tool it defines. Prints the tools it serves and each load error; exit code 1 when one failed.",
+    )
+    reload.add_argument("module", nargs="?", metavar="MODULE", help="one module (default: every module of the project)")
+    reload.add_argument("--project", "--directory", "-C", dest="directory", metavar="DIR",
+                        help="a directory of the project (default: the current one)")
+    reload.set_defaults(func=cmd_reload)
 
     call = commands.add_parser(
         "call", help="call a tool and print its result",

@@ -834,25 +834,51 @@ class Registry:
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module] if backoff.failing else []))
 
-    async def rescan(self, dirs: Iterable[ToolsDir]) -> None:
+    async def rescan(self, dirs: Iterable[ToolsDir], force: bool = False) -> None:
         """Scan ``dirs`` again, one after another, asking again whether each may load and how
-        confined, and retrying the modules that failed: ``atomic/reload`` for a project's dirs,
-        SIGHUP for every dir. The one rescan there is."""
+        confined, and retrying the modules that failed (with ``force``, loading every module again):
+        ``atomic/reload`` for a project's dirs, SIGHUP for every dir. The one rescan there is."""
         for tools_dir in list(dirs):
             await self._judged(tools_dir)
             self.ensure_scanned(tools_dir)
-            await self.scan(tools_dir, retry_failed=True)
+            await self.scan(tools_dir, retry_failed=True, force=force)
 
-    async def reload(self, project: Project) -> dict[str, Any]:
-        """Rescan every dir of a project (asking again whether it is trusted):
+    async def reload(self, project: Project, force: bool = False) -> dict[str, Any]:
+        """Rescan every dir of a project (asking again whether it is trusted; with ``force``, loading
+        every module of its own and the global dir again, changed or not):
         ``{success, toolCount, errors}``, and ``blocked`` when the project's own tools are."""
-        await self.rescan(project.dirs)
+        await self.rescan([d for d in project.dirs if d.scope == "builtin"])
+        await self.rescan([d for d in project.dirs if d.scope != "builtin"], force=force)
         await project.loaded()  # an explicit reload answers with every module's outcome
         view = project.view()
         result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
         if view.blocked:
             result["blocked"] = view.blocked
         return result
+
+    def find_modules(self, project: Project, which: str) -> list[Module]:
+        """The modules of ``project`` that ``which`` names: a module's path, a tool it defines, or
+        its file's stem (``lint`` for ``lint.py``); the one with precedence first. Empty when none does."""
+        found: list[Module] = []
+        for tools_dir in project.dirs:
+            for module in tools_dir.modules.values():
+                path = Path(module.path)
+                if which in (module.path, path.stem, path.name) or which in module.tools:
+                    found.append(module)
+        return found
+
+    async def reload_modules(self, project: Project, modules: Iterable[Module]) -> dict[str, Any]:
+        """Load ``modules`` again now, changed or not (their files, or what they import, changed
+        where no watcher sees it): ``{success, toolCount, errors}`` of those modules."""
+        paths = {module.path for module in modules}
+        for tools_dir in project.dirs:
+            mine = {path for path in paths if path in tools_dir.modules}
+            if mine:
+                await self.scan(tools_dir, only=mine, force=True)
+        await project.loaded()
+        reloaded = [m for d in project.dirs for m in d.modules.values() if m.path in paths]
+        errors = [entry for module in reloaded for entry in module.error_entries()]
+        return {"success": not errors, "toolCount": sum(len(m.tools) for m in reloaded), "errors": errors}
 
     def _trust_lost(self, tools_dir: ToolsDir) -> bool:
         """Block a trusted project's own dir at once when it is trusted no more (its directory was

@@ -23,6 +23,7 @@ from atomictoolsd.registry.confinement import judge
 from atomictoolsd.registry.idle import ProjectReaper
 from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.registry.projects import Registry
+from atomictoolsd.registry.sitewatch import SiteWatcher
 from atomictoolsd.registry.trust import TrustStore
 from atomictoolsd.registry.watcher import FileWatcher
 from atomictoolsd.server.lifecycle import Server
@@ -82,7 +83,7 @@ def build_server(
     watcher = FileWatcher()
     monitor = WorkerMonitor()
     # Started in this order once the socket serves, stopped in reverse order.
-    server.components += [watcher, monitor, ProjectReaper(), Bridges()]
+    server.components += [watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher()]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:

@@ -28,7 +28,7 @@ import msgspec
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
-from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
+from atomictoolsd.workers.protocol import CallContext, LoadFailure, SiteDir, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
@@ -95,6 +95,9 @@ class ModuleRunner:
         self.durations: deque[float] = deque(maxlen=1024)
         self.last_error: str | None = None
         self.spawns = 0
+        # The site-packages dirs its last loaded (or failed) worker imported from (``protocol.SiteDir``):
+        # a package installed or upgraded there reloads it (``registry/sitewatch.py``).
+        self.site: list[SiteDir] = []
         self.backoff = CrashBackoff()
         self._epoch = 0  # bumped by install() and retire(): a lazy start begun before is stale
         # Set by the registry: a lazily started worker could not load the module; it loaded it

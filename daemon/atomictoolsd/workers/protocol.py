@@ -26,8 +26,8 @@ from atomictools._protocol import LogLevel
 __all__ = [
     "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
     "DaemonMessage", "Dropped", "EnvSpec", "Failed",
-    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
-    "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length",
+    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result", "SiteDir",
+    "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length", "read_site",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -124,6 +124,20 @@ class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, froz
     pass
 
 
+# A site-packages dir a module imported from: ``[dir, dir's mtime_ns, [[entry, inode, mtime_ns], ...]]``,
+# each entry the top-level file or directory of a package it imported from there (``runtime/environment.py``).
+SiteDir = tuple[str, int, list[tuple[str, int, int]]]
+
+
+def read_site(value: Any) -> list[SiteDir]:
+    """``value`` (a failed load's ``site``, as a worker sent it or the cache kept it) as ``SiteDir``s;
+    empty when it is not a list of them."""
+    try:
+        return msgspec.convert(value or [], list[SiteDir])
+    except msgspec.ValidationError:
+        return []
+
+
 class Loaded(_Message, tag="loaded"):
     definitions: list[dict[str, Any]]
     load_ms: float
@@ -131,6 +145,7 @@ class Loaded(_Message, tag="loaded"):
     deps: list[list[Any]] = []
     fingerprint: list[Any] | None = None
     helpers: list[list[Any]] = []
+    site: list[SiteDir] = []
 
 
 class Failed(_Message, tag="failed"):

@@ -53,6 +53,7 @@ from atomictoolsd.workers.protocol import (
     encode_message,
     error_result,
     pack_length,
+    read_site,
 )
 from atomictoolsd.workers.runtime.output import CHUNK_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError, describe_status
@@ -287,8 +288,10 @@ class Worker(asyncio.Protocol):
                 self.deps = [list(dep) for dep in message.deps]
                 self.fingerprint = message.fingerprint
                 self.helpers = [list(helper) for helper in message.helpers]
+                self.runner.site = message.site
                 self.loaded.set_result((message.definitions, message.load_ms))
             elif kind is Failed:
+                self.runner.site = read_site(message.info.get("site"))
                 self.loaded.set_exception(LoadFailure.from_info(message.info))
 
     def _distrust(self, cause: str) -> None:

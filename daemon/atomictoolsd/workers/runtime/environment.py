@@ -15,6 +15,13 @@ A module that is not there (``ModuleNotFoundError``) is explained by ``missing_m
 package that provides it, the environment the worker ran in, and the one thing that installs it
 there (the line to declare it, or the exact command).
 
+What the module imported from a site-packages dir is reported with its load (``site_report``): each
+dir with its mtime, and the top-level entry (``yaml/``, ``six.py``) of each package imported from it,
+with its inode and mtime. The daemon (``registry/sitewatch.py``) reloads the module when one of
+those changes (a package installed or upgraded there); a module that failed, when anything there
+changes. The names are recorded as they are imported (``_Recorder``, first on ``sys.meta_path``):
+nothing walks ``sys.modules``, whose every entry a freshly forked worker would copy.
+
 Runs inside workers: standard library only, and nothing here runs for a worker without an
 environment but a look at ``spec.env``.
 """
@@ -28,9 +35,25 @@ import sys
 
 from atomictoolsd.workers.protocol import EnvSpec, WorkerSpec
 
-__all__ = ["activate", "distribution_of", "missing_module_hint"]
+__all__ = ["activate", "distribution_of", "missing_module_hint", "site_report"]
 
 _current: list[WorkerSpec] = []  # the spec of the module this worker serves (``activate``)
+_SITE_NAMES = ("site-packages", "dist-packages")
+_MOST_ENTRIES = 256  # a module importing more is watched by its first 256 (the report stays small)
+
+
+class _Recorder:
+    """A finder that finds nothing: it notes the top-level modules imported after the fork."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if path is None:  # a top-level module (a submodule is asked with its package's path)
+            self.names.append(fullname)
+
+
+_recorder = _Recorder()
 
 # Import names whose package on the index is named otherwise (the usual ones; others are their
 # import name, which the index matches however it is written: `typing_extensions`).
@@ -50,6 +73,44 @@ def activate(spec: WorkerSpec) -> None:
     _current[:] = [spec]
     if spec.env is not None:
         _add_paths(spec.env)
+    sys.meta_path.insert(0, _recorder)
+
+
+def site_report(failed: bool) -> list[tuple[str, int, list[tuple[str, int, int]]]]:
+    """The site-packages dirs the module imported from: ``(dir, mtime_ns, [(entry, inode, mtime_ns)])``
+    (``protocol.SiteDir``). A module that ``failed`` reports every site dir on its path, whatever it
+    imported: installing anything there may be what it lacks."""
+    dirs = [entry for entry in sys.path if os.path.basename(entry) in _SITE_NAMES]
+    used: dict[str, list[tuple[str, int, int]]] = {d: [] for d in dirs} if failed else {}
+    for name in _recorder.names[:_MOST_ENTRIES]:
+        found = _entry_of(sys.modules.get(name), dirs)
+        if found is None:
+            continue
+        directory, entry = found
+        try:
+            info = os.stat(entry)
+        except OSError:
+            continue
+        used.setdefault(directory, []).append((entry, info.st_ino, info.st_mtime_ns))
+    report = []
+    for directory, entries in used.items():
+        try:
+            report.append((directory, os.stat(directory).st_mtime_ns, entries))
+        except OSError:
+            continue
+    return report
+
+
+def _entry_of(module: object, dirs: list[str]) -> tuple[str, str] | None:
+    """The site dir ``module`` came from and its top-level entry there (``yaml/``, ``six.py``)."""
+    where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", None) or ()), None)
+    if not isinstance(where, str):
+        return None
+    for directory in dirs:
+        prefix = directory.rstrip(os.sep) + os.sep
+        if where.startswith(prefix):
+            return directory, prefix + where[len(prefix):].split(os.sep, 1)[0]
+    return None
 
 
 def _add_paths(env: EnvSpec) -> None:

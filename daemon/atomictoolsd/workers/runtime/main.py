@@ -17,13 +17,15 @@ daemon → worker
     (``result_json`` None and ``error`` why, when there is none).
 
 worker → daemon
-    ``["loaded", definitions, load_ms, problems, deps, fingerprint, helpers]`` once, when the module loaded;
+    ``["loaded", definitions, load_ms, problems, deps, fingerprint, helpers, site]`` once, when the module loaded;
     ``problems`` lists the tools it skipped (``{tool, line, message}``: a declarative file's malformed
     tools), else ``[]``; ``deps`` lists ``[path, size, mtime_ns]`` of the other files of its directory
     it imported; ``fingerprint`` is ``[size, crc32]`` of the module file's bytes it loaded (None if it
     read none), ``helpers`` ``[path, size, crc32]`` of the bytes it loaded from each of those files.
-    ``["failed", {file, line, message, traceback, deps, fingerprint, helpers}]`` once, instead, when it did not; then
-    it exits.
+    ``site`` lists the site-packages dirs it imported from (``[dir, mtime_ns, [[entry, inode, mtime_ns], ...]]``,
+    ``environment.site_report``).
+    ``["failed", {file, line, message, traceback, deps, fingerprint, helpers, site}]`` once, instead, when it did
+    not (``site``: every site-packages dir on its path); then it exits.
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
@@ -52,6 +54,7 @@ from typing import Any
 import msgspec
 
 from atomictoolsd.workers.protocol import Failed, Loaded, LoadFailure, WorkerSpec, encode_frame
+from atomictoolsd.workers.runtime.environment import site_report
 from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_limit
 from atomictoolsd.workers.runtime.loading import LOADERS, declared, load_module, prepare, warm_up
 from atomictoolsd.workers.runtime.output import capture as capture_output
@@ -96,7 +99,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     except LoadFailure as failure:
         info = {
             **failure.info, "deps": imported_from(directory, spec.path), "fingerprint": fingerprint(spec.path),
-            "helpers": fingerprints(directory, spec.path),
+            "helpers": fingerprints(directory, spec.path), "site": site_report(failed=True),
         }
         if info["message"].startswith("MemoryError") and spec.memory_limit:
             info["message"] = f"MemoryError: importing the module needs more than {describe_limit(spec.memory_limit)}"
@@ -118,7 +121,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     deps = imported_from(directory, spec.path)
     runtime.send(Loaded(
         [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path),
-        fingerprints(directory, spec.path),
+        fingerprints(directory, spec.path), site_report(failed=False),
     ))
     runtime.run()
     # The reading role moved to another thread (a call here ran long); the process ends when
