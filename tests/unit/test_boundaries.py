@@ -56,6 +56,8 @@ def test_the_worker_runtime_stays_light() -> None:
     loaded = modules_after("import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver")
     assert not loaded & {"uvloop", "watchfiles", "psutil", "platformdirs"}
     assert not ours(loaded, DAEMON_SIDE)
+    # pydantic only in a worker whose module imports it (tests/e2e/test_pydantic.py).
+    assert not {m for m in loaded if m.partition(".")[0] in ("pydantic", "pydantic_core")}
 
 
 def test_python_workers_never_pay_for_declarative_tools() -> None:

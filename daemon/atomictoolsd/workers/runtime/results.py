@@ -56,9 +56,8 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
     structured = None
     if spec.output_schema is not None:
         try:
-            if not (isinstance(spec.output_type, type) and type(value) is spec.output_type):
-                value = msgspec.convert(value, spec.output_type, from_attributes=True)
-        except (msgspec.ValidationError, TypeError) as exc:
+            value = spec.structured(value)
+        except (ValueError, TypeError) as exc:  # msgspec's ValidationError and pydantic's are ValueErrors
             return error_result(
                 f"Tool {spec.name!r} returned a value that does not match its return annotation: {exc}"
             )
