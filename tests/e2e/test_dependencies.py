@@ -12,6 +12,7 @@ import sysconfig
 from pathlib import Path
 
 from helpers import Daemon, Env, wait_for
+from wheelhouse import Index, make_wheel
 
 
 def _errors(daemon: Daemon, directory: Path | None = None) -> list[dict]:
@@ -41,6 +42,7 @@ def test_a_missing_package_names_the_package_the_environment_and_the_command(env
     # The package (not the import name), where the worker ran, and the command that installs it there.
     assert "no package provides `yaml`" in message and f"atomictoolsd's own: {sys.prefix}" in message
     assert f"{shlex.quote(sys.executable)} -m pip install pyyaml" in message
+    assert '# /// script / # dependencies = ["pyyaml"] / # ///' in message  # or the line that declares it
     with daemon.client() as client:
         result = client.call_tool("late", {})
     assert result.is_error and f"{shlex.quote(sys.executable)} -m pip install pyyaml" in result.text
@@ -153,3 +155,122 @@ def test_a_package_installed_then_upgraded_in_the_daemons_environment_reloads_it
         wait_for(lambda: client.call("version").text == "1.17.0", timeout=15, message="the upgrade to serve")
         # A module that imports nothing from there kept its worker.
         assert [m for m in client.status()["modules"] if m["path"].endswith("plain.py")][0]["worker"] == plain_worker
+
+
+# -- declared dependencies (PEP 723) ---------------------------------------------------------------------
+
+SIX_TOOL = '''
+# /// script
+# dependencies = [{requirements}]
+# ///
+import six
+
+def {name}() -> str:
+    return six.__version__ + " " + six.__file__
+'''
+
+
+def six_tool(env: Env, name: str, *requirements: str) -> Path:
+    listed = ", ".join(f'"{r}"' for r in requirements)
+    return env.write_tool(env.local_tools, f"{name}.py", SIX_TOOL.format(requirements=listed, name=name))
+
+
+def tools_of(daemon: Daemon) -> list[str]:
+    with daemon.client() as client:
+        return sorted(t["name"] for t in client.list_tools())
+
+
+def test_ten_modules_declaring_the_same_set_share_one_environment_built_once(env: Env, make_daemon: object) -> None:
+    # Written three ways, resolving to one set: one environment, installed once, from PyPI with uv.
+    names = [f"six{i}" for i in range(10)]
+    for name in names[:8]:
+        six_tool(env, name, "six==1.16.0")
+    six_tool(env, names[8], "six>=1.16,<1.17")
+    six_tool(env, names[9], "SIX==1.16.0")
+    env.write_tool(env.local_tools, "plain.py", "def plain() -> str:\n    return 'plain'\n")
+    daemon = make_daemon()  # type: ignore[operator]
+    wait_for(lambda: len(tools_of(daemon)) == 11, timeout=60, message="every module to load")
+    with daemon.client() as client:
+        answers = {client.call(name).text for name in names}
+        environments = client.status()["environments"]
+    [answer] = answers
+    version, where = answer.split(" ")
+    assert version == "1.16.0" and Path(where).parent.parent == env.root / "cache" / "atomictools" / "envs"
+    assert environments["built"] == 1 and environments["failed"] == 0 and environments["installing"] == []
+    daemon.stop()
+
+    # The next daemon lists from the cache and starts a worker on a call: the environment is there.
+    again = make_daemon()  # type: ignore[operator]
+    with again.client() as client:
+        assert client.call(names[0]).text == answer
+        assert client.status()["environments"]["built"] == 0
+
+
+def test_a_declaration_that_cannot_be_met_is_the_modules_load_error(env: Env, daemon: Daemon) -> None:
+    six_tool(env, "nothing", "atomictools-test-no-such-package-zq")
+    env.write_tool(env.local_tools, "future.py", '''
+        # /// script
+        # requires-python = ">=3.99"
+        # ///
+        def future() -> str:
+            return "never"
+    ''')
+    env.write_tool(env.local_tools, "plain.py", "def plain() -> str:\n    return 'plain'\n")
+    errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 2 and _errors(daemon), timeout=60)}
+    nothing = errors["nothing.py"]
+    assert nothing["line"] == 2 and nothing["message"].startswith(
+        'cannot install the dependencies it declares (atomictools-test-no-such-package-zq): ')
+    # The resolver's own words, naming the package.
+    assert "atomictools-test-no-such-package-zq was not found in the package registry" in nothing["message"], nothing
+    future = errors["future.py"]
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert future["line"] == 2 and future["message"] == (
+        f"the module requires Python >=3.99 (requires-python), and atomictoolsd runs on Python {version} "
+        f"({sys.executable}): run atomictoolsd on a Python that meets it, or change requires-python")
+    with daemon.client() as client:
+        assert client.call("plain").text == "plain"
+        assert client.status()["environments"]["failed"] == 1
+
+
+def test_pip_builds_the_environment_where_uv_is_not_the_installer(env: Env, make_daemon: object) -> None:
+    env.write_config('installer = "pip"\n')
+    six_tool(env, "six_pip", "six==1.16.0")
+    daemon = make_daemon()  # type: ignore[operator]
+    wait_for(lambda: tools_of(daemon) == ["six_pip"], timeout=90, message="pip to install six")
+    with daemon.client() as client:
+        assert client.call("six_pip").text.startswith("1.16.0 ")
+    assert '"installer": "pip"' in next((env.root / "cache" / "atomictools" / "envs").glob("*/.atomic-env.json")).read_text()
+
+
+def test_a_module_is_listed_as_installing_while_others_serve(env: Env, make_daemon: object) -> None:
+    make_wheel(env.root, "slowpkg", "1.0", "VALUE = 'from the wheel'\n")
+    index = Index(env.root)
+    try:
+        env.write_config(f'package_index = "{index.url}"\n')
+        env.write_tool(env.local_tools, "slow.py", '''
+            # /// script
+            # dependencies = ["slowpkg"]
+            # ///
+            import slowpkg
+
+            def slow() -> str:
+                return slowpkg.VALUE
+        ''')
+        env.write_tool(env.local_tools, "plain.py", "def plain() -> str:\n    return 'plain'\n")
+        index.hold()
+        daemon = make_daemon()  # type: ignore[operator]
+        with daemon.client() as client:  # attached: the project's modules load
+            assert index.asked.wait(30), "the installer never asked the index"
+            [module] = [m for m in client.status()["modules"] if m["path"].endswith("slow.py")]
+            assert module["state"] == "installing" and module["installing"]["requirements"] == ["slowpkg"]
+            assert module["installing"]["step"] in ("resolving", "installing"), module  # uv reads the wheel to resolve
+            [loading] = client.request("atomic/list")["loading"]
+            assert loading["file"].endswith("slow.py") and loading["installing"]["requirements"] == ["slowpkg"]
+            assert client.call("plain").text == "plain"  # the daemon serves on
+            listed = cli(env, "list")
+            assert "slow.py: installing its dependencies (slowpkg)" in listed.stdout, listed.stdout
+            index.release()
+            wait_for(lambda: "slow" in tools_of(daemon), timeout=30, message="the install to finish")
+            assert client.call("slow").text == "from the wheel"
+    finally:
+        index.close()

@@ -113,7 +113,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("atomictoolsd.__main__", "atomictoolsd.cli", "atomictoolsd.shim"),  # entry points
     ("atomictoolsd.server",),  # the daemon process: lifecycle, socket, signals, wiring
     ("atomictoolsd.sessions", "atomictoolsd.transports", "atomictoolsd.bridges", "atomictoolsd.service", "atomictoolsd.builtins"),
-    ("atomictoolsd.registry",),
+    ("atomictoolsd.registry", "atomictoolsd.environments"),  # environments: what a module's workers import from
     ("atomictoolsd.workers",),  # daemon side: pool, worker, spawner, monitor
     ("atomictoolsd.workers.runtime", "atomictoolsd.declarative"),  # inside a worker
     ("atomictoolsd.workers.protocol",),  # both sides

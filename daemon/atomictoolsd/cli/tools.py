@@ -54,6 +54,16 @@ def cmd_list(args: argparse.Namespace) -> int:
         for error in listing["errors"]:
             tool = f" tool {error['tool']!r}:" if error.get("tool") else ""
             print(f"  {where(error)}:{tool} {error['message']}")
+    loading = listing.get("loading") or []
+    if loading:
+        print(f"\n{len(loading)} module(s) still loading (listed once loaded):")
+        for entry in loading:
+            installing = entry.get("installing")
+            if installing:
+                step = f": {installing['progress']}" if installing.get("progress") else ""
+                print(f"  {safe(entry['file'])}: installing its dependencies ({', '.join(installing['requirements'])}){step}")
+            else:
+                print(f"  {safe(entry['file'])}")
     if listing.get("trust") in ("full", "sandbox"):
         how = "confined (trust --sandbox)" if listing["trust"] == "sandbox" else "with all your rights (trust)"
         print(f"\nproject {safe(listing['root'])}: trusted, its own tools run {how}")

@@ -84,6 +84,16 @@ class Config:
     )
     sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
     sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
+    installer: str = _setting(
+        "auto", "What installs the dependencies a tool module declares (PEP 723): uv where atomictoolsd has it, else pip.",
+        choices=("auto", "uv", "pip"),
+    )
+    install_timeout: float = _setting(
+        300.0, "Seconds the installer may take to build one environment of declared dependencies.", minimum=1
+    )
+    package_index: str = _setting(
+        "", "The package index declared dependencies come from (a URL; empty: PyPI).", file_only=True
+    )
     http: str = _setting(
         "", "Serve MCP's Streamable HTTP on [ADDRESS:]PORT (a bare port is loopback; 0: any free port; empty: off)."
     )

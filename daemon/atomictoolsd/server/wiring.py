@@ -17,6 +17,7 @@ from atomictoolsd.bridges.scripts import Bridges
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
+from atomictoolsd.environments import Environments
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.confinement import judge
@@ -50,6 +51,8 @@ def build_server(
     ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
     ``NOTIFY_SOCKET`` (when set), ``first_forkserver`` the fork server ``serve`` forked at start."""
     pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver)
+    environments = Environments(paths.cache_dir / "envs", paths.home, config)
+    pool.environment = environments.for_runner
     events.running_calls = pool.running_calls  # its flush writes tool.start for the calls still running
     trust = TrustStore(paths.state_dir)
     server: Server | None = None
@@ -83,7 +86,7 @@ def build_server(
     watcher = FileWatcher()
     monitor = WorkerMonitor()
     # Started in this order once the socket serves, stopped in reverse order.
-    server.components += [watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher()]
+    server.components += [environments, watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher()]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:
@@ -95,6 +98,7 @@ def build_server(
     server.status_sections["watcher"] = watcher.info
     server.status_sections["sandbox"] = _sandbox_support
     server.status_sections["monitor"] = monitor.info
+    server.status_sections["environments"] = environments.info
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
     return server

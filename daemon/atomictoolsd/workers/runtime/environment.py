@@ -177,8 +177,9 @@ def missing_module_hint(exc: BaseException) -> str:
         )
     return (
         f"no package provides `{top}` in the environment the worker ran in (atomictoolsd's own: "
-        f"{sys.prefix}, Python {sys.version_info.major}.{sys.version_info.minor}); install it there: "
-        f"{_install_command(sys.executable, package)}"
+        f"{sys.prefix}, Python {sys.version_info.major}.{sys.version_info.minor}); declare it in the module, "
+        f"and the daemon installs it for the module (PEP 723): # /// script / # dependencies = [\"{package}\"] / "
+        f"# ///; or install it there: {_install_command(sys.executable, package)}"
     )
 
 
