@@ -11,6 +11,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
+from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 from wheelhouse import Index, make_wheel
 
@@ -274,3 +277,34 @@ def test_a_module_is_listed_as_installing_while_others_serve(env: Env, make_daem
             assert client.call("slow").text == "from the wheel"
     finally:
         index.close()
+
+
+# -- the sandbox holds ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(kernel_abi() < REQUIRED_ABI, reason=f"confining workers needs Landlock ABI {REQUIRED_ABI}")
+def test_a_confined_module_reads_its_declared_environment_and_cannot_write_it(env: Env, make_daemon: object) -> None:
+    env.set_trust_all(False)
+    env.write_tool(env.local_tools, "confined.py", '''
+        # /// script
+        # dependencies = ["six==1.16.0"]
+        # ///
+        import os
+        import six
+
+        def confined() -> str:
+            planted = os.path.join(os.path.dirname(six.__file__), "planted.py")
+            try:
+                with open(planted, "w") as f:
+                    f.write("x = 1\\n")
+            except OSError as exc:
+                return f"{six.__version__} refused errno {exc.errno}"
+            return "written"
+    ''')
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
+    daemon = make_daemon()  # type: ignore[operator]
+    wait_for(lambda: tools_of(daemon) == ["confined"], timeout=60, message="the confined module to load")
+    with daemon.client() as client:
+        assert client.call("confined").text == "1.16.0 refused errno 13"
+        [module] = [m for m in client.status()["modules"] if m["path"].endswith("confined.py")]
+        assert module["confined"] is True

@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
 
         spec.runtime_paths = sandbox.runtime_read_paths()
+        if spec.env is not None:
+            spec.sandbox = sandbox.with_environment(spec.sandbox, [*spec.env.site, *spec.env.code])
     serve(int(args[0]), spec)
 
 
