@@ -5,6 +5,7 @@ and real virtual environments."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from atomictoolsd.workers.runtime import sandbox as sandbox_module
 from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 from wheelhouse import Index, make_wheel
@@ -308,3 +310,122 @@ def test_a_confined_module_reads_its_declared_environment_and_cannot_write_it(en
         assert client.call("confined").text == "1.16.0 refused errno 13"
         [module] = [m for m in client.status()["modules"] if m["path"].endswith("confined.py")]
         assert module["confined"] is True
+
+
+# -- the project's own environment ----------------------------------------------------------------------
+
+PROJECT_TOOL = '''
+import six
+from src.math_utils import add
+from mylib import greet
+
+def project(a: int, b: int) -> str:
+    return f"{six.__version__} {add(a, b)} {greet('Ada')}"
+'''
+
+
+def project_with_code(env: Env) -> Path:
+    """A src/ layout project with a module at its root's ``src/`` too, and a venv made by ``python -m
+    venv`` with a package in it (installed for real)."""
+    (env.project / "src" / "mylib").mkdir(parents=True)
+    (env.project / "src" / "mylib" / "__init__.py").write_text("def greet(name):\n    return f'hello {name}'\n")
+    (env.project / "src" / "math_utils.py").write_text("def add(a, b):\n    return a + b\n")
+    venv = env.project / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.16.0", env=env)
+    env.write_tool(env.local_tools, "project.py", PROJECT_TOOL)
+    return venv
+
+
+def test_a_project_environment_chosen_by_trust_brings_its_packages_and_its_own_code(env: Env, daemon: Daemon) -> None:
+    venv = project_with_code(env)
+    env.write_tool(env.local_tools, "own.py", "from src.math_utils import add\n\ndef own() -> int:\n    return add(1, 1)\n")
+    errors = {Path(e["file"]).name: e["message"] for e in _errors(daemon)}
+    # A package its environment has, and its own code, are named as such, with the one command that
+    # turns its environment on.
+    command = f"atomictoolsd trust --python {venv} {env.project}"
+    site = next(venv.glob("lib/python*/site-packages"))
+    assert f"`six` is installed in the project's environment ({site}), which its tools do not use; turn it on: {command}" \
+        in errors["project.py"], errors
+    assert f"`src` is the project's own code ({env.project / 'src'})" in errors["own.py"] and command in errors["own.py"]
+    listed = cli(env, "list")
+    assert "this project has a virtual environment" in listed.stdout and f"trust --python {venv} {env.project}" in listed.stdout
+    doctor = cli(env, "doctor")
+    assert f"note  project environment: it has {venv}" in doctor.stdout and command in doctor.stdout, doctor.stdout
+
+    done = cli(env, "trust", "--yes", "--python", ".venv")  # from the project's directory
+    assert done.returncode == 0 and f"its tools run with the environment {venv}" in done.stdout, done
+    with daemon.client() as client:
+        wait_for(lambda: not _errors(daemon), timeout=15, message="the project's tools to load with their environment")
+        assert client.call("project", a=2, b=3).text == "1.16.0 5 hello Ada"
+        assert client.call("own").structured == {"result": 2}
+        listing = client.request("atomic/list")
+        assert listing["environment"] == {"path": str(venv), "from": "trust", "version": ".".join(map(str, sys.version_info[:3]))}
+        # A package upgraded in it under the running module: the module serves the new one.
+        uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.17.0", env=env)
+        wait_for(lambda: client.call("project", a=1, b=1).text == "1.17.0 2 hello Ada", timeout=15,
+                 message="the upgrade in the project's environment to serve")
+    assert f"project environment: {venv}" in cli(env, "list").stdout
+    assert f"ok    project environment: {venv}" in cli(env, "doctor").stdout
+
+
+def test_project_venv_in_the_config_file_turns_every_trusted_projects_venv_on(env: Env, make_daemon: object) -> None:
+    project_with_code(env)
+    env.write_config('project_venv = ".venv"\n')
+    daemon = make_daemon()  # type: ignore[operator]
+    with daemon.client() as client:
+        assert client.call("project", a=1, b=2).text == "1.16.0 3 hello Ada"
+        assert client.request("atomic/list")["environment"]["from"] == "config"
+
+
+def test_a_project_environment_of_another_python_is_refused_with_the_reason(env: Env, daemon: Daemon) -> None:
+    other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+    # Beside this interpreter (pyenv's versions/, a prefix's bin/), or on PATH.
+    found = [*Path(sys.base_prefix).parent.glob(f"{other}*/bin/python{other}"), Path(sys.base_prefix) / "bin" / f"python{other}",
+             *[Path(p) / f"python{other}" for p in os.environ.get("PATH", "").split(os.pathsep) if "shims" not in p]]
+    interpreter = next((p for p in found if p.is_file()), None)
+    if interpreter is None:
+        pytest.skip(f"no Python {other} on this machine")
+    venv = env.project / ".venv"
+    subprocess.run([_uv_bin(), "venv", "--python", str(interpreter), "--no-python-downloads", "--no-config", str(venv)],
+                   env=env.vars, capture_output=True, check=True, timeout=60)
+    env.write_tool(env.local_tools, "plain.py", "def plain() -> str:\n    return 'plain'\n")
+    done = cli(env, "trust", "--yes", "--python", str(venv))
+    mine = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert done.returncode == 0 and "note: its tools will not load:" in done.stdout, done
+    [error] = wait_for(lambda: _errors(daemon), timeout=15, message="the refusal")
+    assert f"the project's environment {venv} is Python {other}" in error["message"]
+    assert f"atomictoolsd runs on Python {mine}" in error["message"] and f"uv venv --python {mine}" in error["message"]
+    assert "its tools do not load:" in cli(env, "list").stdout
+    # Turned off again (trusted without --python): the tools load in the daemon's environment.
+    assert cli(env, "trust", "--yes").returncode == 0
+    wait_for(lambda: not _errors(daemon), timeout=15, message="the tools to load without it")
+
+
+def _uv_bin() -> str:
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
+@pytest.mark.skipif(kernel_abi() < REQUIRED_ABI, reason=f"confining workers needs Landlock ABI {REQUIRED_ABI}")
+def test_a_confined_project_reads_its_environment_and_own_code(env: Env, make_daemon: object) -> None:
+    venv = project_with_code(env)
+    env.set_trust_all(False)
+    assert cli(env, "trust", "--yes", "--sandbox", "--python", ".venv").returncode == 0
+    daemon = make_daemon()  # type: ignore[operator]
+    with daemon.client() as client:
+        assert client.call("project", a=2, b=2).text == "1.16.0 4 hello Ada"
+    if not hasattr(sandbox_module, "PROTECTED"):
+        return  # this sandbox keeps no entry of a writable tree read-only: the .venv in it is written as the tree is
+    env.write_tool(env.local_tools, "plant.py", f'''
+        def plant() -> str:
+            try:
+                open({str(next(venv.glob("lib/python*/site-packages")) + "/planted.py")!r}, "w").close()
+            except OSError as exc:
+                return f"refused errno {{exc.errno}}"
+            return "written"
+    ''')
+    with daemon.client() as client:
+        wait_for(lambda: "plant" in [t["name"] for t in client.list_tools()], timeout=15)
+        assert client.call("plant").text == "refused errno 13"

@@ -29,8 +29,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         out = {
             "root": listing.get("root"), "trust": listing.get("trust"),
             "tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"],
-            "blocked": listing.get("blocked", []),
+            "blocked": listing.get("blocked", []), "loading": listing.get("loading", []),
         }
+        if listing.get("environment"):
+            out["environment"] = listing["environment"]
         if args.all:
             out["shadowed"] = listing["shadowed"]
         print_json(out)
@@ -64,6 +66,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 print(f"  {safe(entry['file'])}: installing its dependencies ({', '.join(installing['requirements'])}){step}")
             else:
                 print(f"  {safe(entry['file'])}")
+    _print_environment(listing.get("environment"))
     if listing.get("trust") in ("full", "sandbox"):
         how = "confined (trust --sandbox)" if listing["trust"] == "sandbox" else "with all your rights (trust)"
         print(f"\nproject {safe(listing['root'])}: trusted, its own tools run {how}")
@@ -86,6 +89,24 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 _UNDESCRIBED = "(no description: agents pick tools by it; write a docstring)"
+
+
+def _print_environment(environment: dict[str, Any] | None) -> None:
+    """The project's environment its tools run with, or the one it has that they could."""
+    if not environment:
+        return
+    version = f", Python {environment['version']}" if environment.get("version") else ""
+    if environment.get("path"):
+        source = "trust --python" if environment.get("from") == "trust" else "project_venv in your config file"
+        print(f"\nproject environment: {safe(environment['path'])}{version} (from {source})")
+        if environment.get("problem"):
+            print(f"  its tools do not load: {environment['problem']}")
+    elif environment.get("command"):
+        print(f"\nthis project has a virtual environment ({safe(environment['offer'])}{version}); for its tools to import "
+              f"its packages and the project's own code, run: {environment['command']}")
+    elif environment.get("problem"):
+        print(f"\nthis project has a virtual environment ({safe(environment['offer'])}) its tools cannot use: "
+              f"{environment['problem']}")
 
 
 def _why_untrusted(root: str) -> None:

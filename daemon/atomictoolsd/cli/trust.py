@@ -1,4 +1,4 @@
-"""Project trust commands: trust [--sandbox [--allow-…]], untrust, trust --list.
+"""Project trust commands: trust [--sandbox [--allow-…]] [--python VENV], untrust, trust --list.
 
 They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
 so the change takes effect at once; they never start a daemon.
@@ -95,6 +95,9 @@ def cmd_trust(args: argparse.Namespace) -> int:
             return 2
         if dirs:
             allow[key] = sorted({os.path.realpath(d) for d in dirs})
+    python = _chosen_environment(args.python) if args.python else None
+    if python is not None and not isinstance(python, str):
+        return python
     if not args.yes and not os.isatty(0):
         print(f"atomictoolsd: trust lets a project's code run, so it asks for a terminal: run it yourself in one "
               f"(an agent must ask you to, not run it), or add --yes in a script of your own: "
@@ -107,7 +110,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
     level = "sandbox" if args.sandbox else "full"
     try:
         before = store.state(root)  # type: ignore[attr-defined]
-        added = store.trust(root, level, allow)  # type: ignore[attr-defined]
+        added = store.trust(root, level, allow, python)  # type: ignore[attr-defined]
     except TrustError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
@@ -125,8 +128,36 @@ def cmd_trust(args: argparse.Namespace) -> int:
         if not offered["available"]:
             print(f"note: this machine cannot confine it ({offered['reason']}): its tools stay blocked until it can, "
                   f"or until you trust it fully: {trust_command(root)}")
+    if python is not None:
+        _say_environment(python, root)
     print(_tell_daemon(root, trusted=True))
     return 0
+
+
+def _chosen_environment(given: str) -> str | int:
+    """The virtual environment ``--python`` names (a directory, or an interpreter in its ``bin/``),
+    as an absolute path; else the exit code of its refusal, said on stderr."""
+    from atomictoolsd.environments.project import find_venv  # lazy: only this option pays for it (start-up cost)
+
+    venv = find_venv(given)
+    if venv is None:
+        print(f"atomictoolsd: --python {safe(given)}: not a virtual environment (no pyvenv.cfg there, nor above "
+              f"its bin/); make one (uv venv, or python -m venv .venv) and name its directory", file=sys.stderr)
+        return 2
+    return venv
+
+
+def _say_environment(venv: str, root: Path) -> None:
+    """What the project's tools run with now, or why they cannot (another Python version)."""
+    from atomictoolsd.environments.project import project_env  # lazy: only this option pays for it (start-up cost)
+
+    try:
+        env = project_env(str(root), venv)
+    except ValueError as exc:
+        print(f"note: its tools will not load: {exc}")
+        return
+    code = " and ".join(safe(path) for path in env.code)
+    print(f"its tools run with the environment {safe(venv)}: they import its packages and the project's own code ({code})")
 
 
 def cmd_untrust(args: argparse.Namespace) -> int:
@@ -205,6 +236,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     trust.add_argument("--allow-net", action="store_true", help="with --sandbox: let its tools use the network")
     trust.add_argument("--allow-read", action="append", metavar="DIR", help="with --sandbox: let its tools read DIR too")
     trust.add_argument("--allow-write", action="append", metavar="DIR", help="with --sandbox: let its tools write DIR too")
+    trust.add_argument("--python", metavar="VENV",
+                       help="its tools run with this virtual environment (a directory, or its bin/python): they import "
+                            "its packages and the project's own code (its root, its src/); for the daemon's Python version")
     trust.add_argument("--yes", action="store_true",
                        help="trust without a terminal (in a script of your own; never let an agent run it)")
     trust.add_argument("--list", action="store_true", help="list the trusted projects and the level of each")

@@ -84,6 +84,10 @@ class Config:
     )
     sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
     sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
+    project_venv: str = _setting(
+        "", "A directory name (.venv) whose virtual environment, where a trusted project has one, its tools run with.",
+        file_only=True,
+    )
     installer: str = _setting(
         "auto", "What installs the dependencies a tool module declares (PEP 723): uv where atomictoolsd has it, else pip.",
         choices=("auto", "uv", "pip"),

@@ -33,10 +33,15 @@ import shutil
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from atomictoolsd.config.discovery import local_tools_dir
 from atomictoolsd.environments.installer import InstallError, find_installer
+from atomictoolsd.environments.project import describe, project_env
 from atomictoolsd.environments.script import ScriptError, ScriptMetadata, parse_metadata, python_meets
 from atomictoolsd.workers.protocol import EnvSpec, LoadFailure
 
@@ -74,10 +79,16 @@ class _Build:
 class Environments:
     """The daemon's environments of declared dependencies, under ``root``."""
 
-    def __init__(self, root: Path, home: Path, config: Config) -> None:
+    def __init__(
+        self, root: Path, home: Path, config: Config,
+        project_setting: Callable[[str], tuple[str, str] | None] | None = None,
+    ) -> None:
         self.root = root
         self.home = home
         self.config = config
+        # The environment the user chose for the project at a root: (its path, "trust" or "config").
+        self.project_setting = project_setting
+        self._used_projects: dict[str, str | None] = {}  # by project root: what its workers last started with
         self._metadata: dict[str, tuple[tuple[int, int], ScriptMetadata | None]] = {}
         self._ready: dict[str, EnvSpec] = {}  # by declaration: environments known whole
         self._builds: dict[str, _Build] = {}  # by declaration: builds under way
@@ -139,18 +150,61 @@ class Environments:
         spec = runner.spec
         if spec.kind != "python":
             return None
+        project = self._project(spec.path, spec.cwd)
         try:
             metadata = self.metadata(spec.path)
         except ScriptError as exc:
             raise LoadFailure(spec.path, exc.line, str(exc)) from None
         if metadata is None:
-            return None
+            return project
         self._check_python(spec.path, metadata)
         if not metadata.dependencies:
-            return None
+            return project
         if spec.sandbox is not None:
             _no_direct_references(spec.path, metadata)
-        return await self.declared(spec.path, metadata, runner)
+        declared = await self.declared(spec.path, metadata, runner)
+        if project is None:
+            return declared
+        return msgspec.structs.replace(
+            declared, site=[*declared.site, *project.site], code=project.code, python=project.python,
+        )
+
+    # -- the project's environment ------------------------------------------------------------------
+
+    def _project(self, path: str, root: str) -> EnvSpec | None:
+        """The environment the user chose for the project at ``root``, for its own tools' module at
+        ``path`` (the global tools and the built-ins run in the daemon's).
+
+        Raises:
+            LoadFailure: the chosen environment cannot be used (another Python version, gone).
+        """
+        if (
+            self.project_setting is None or root == str(self.home)  # the global tools: the daemon's
+            or not path.startswith(str(local_tools_dir(Path(root))) + os.sep)
+        ):
+            return None
+        chosen = self.project_setting(root)
+        self._used_projects[root] = chosen[0] if chosen is not None else None
+        if chosen is None:
+            return None
+        try:
+            return project_env(root, chosen[0])
+        except ValueError as exc:  # not the module's doing: never cached, tried again at the next load
+            raise LoadFailure(path, None, str(exc), by_module=False) from None
+
+    def project_moved(self, root: str) -> bool:
+        """Whether the environment chosen for the project at ``root`` is not the one its workers last
+        started with (``trust --python`` again, a new ``project_venv``): its modules load again."""
+        if self.project_setting is None or root not in self._used_projects:
+            return False
+        chosen = self.project_setting(root)
+        return self._used_projects[root] != (chosen[0] if chosen is not None else None)
+
+    def describe_project(self, root: str) -> dict[str, Any] | None:
+        """What ``list`` says of the project's environment (``project.describe``)."""
+        if self.project_setting is None:
+            return None
+        return describe(root, self.project_setting(root))
 
     def _check_python(self, path: str, metadata: ScriptMetadata) -> None:
         if metadata.requires_python is None:

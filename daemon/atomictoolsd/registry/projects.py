@@ -59,6 +59,7 @@ from atomictoolsd.config.discovery import (
     project_root,
     scan_tools_dir,
 )
+from atomictoolsd.environments import Environments
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
 from atomictoolsd.registry.confinement import git_config_identity
 from atomictoolsd.registry.model import (
@@ -193,8 +194,10 @@ class Registry:
         cache: DefinitionCache | None = None,
         judge: Callable[[ToolsDir], Judgement | Callable[[], Judgement]] | None = None,
         load_wait: float = 2.0,
+        environments: Environments | None = None,
     ) -> None:
         self.pool = pool
+        self.environments = environments  # whose choice of a project's environment may change (trust --python)
         self.load_wait = load_wait
         self.home = home
         self.cache = cache
@@ -445,6 +448,7 @@ class Registry:
             # Asked on every scan: the directory may have been replaced since, or its level changed.
             await self._judged(tools_dir)
             trusted = tools_dir.trusted
+            moved = self._environment_moved(tools_dir)
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
             if skipped != tools_dir.skipped:
@@ -465,6 +469,7 @@ class Registry:
                     or (retry_failed and tools_dir.modules[p].state == "failed")
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
                     or tools_dir.modules[p].runner.spec.sandbox != tools_dir.sandbox  # its confinement changed
+                    or moved  # the project's environment changed
                     or tools_dir.modules[p].transient
                 )
                 # A load of this very file is under way: it commits when done (unless the watcher
@@ -956,12 +961,26 @@ class Registry:
         return any(d.scope == "builtin" and d.sandbox is not None for d in self.dirs.values())
 
     async def refresh_trust(self) -> list[ToolsDir]:
-        """Ask again whether each project's own dir is trusted; load or block the ones that changed."""
+        """Ask again whether each project's own dir is trusted; load or block the ones that changed,
+        and load again those whose project's environment changed (``trust --python``)."""
         dirs = list(self.dirs.values())
         judged = await asyncio.gather(*(self._judged(d) for d in dirs))
         changed = [tools_dir for tools_dir, changed in zip(dirs, judged, strict=True) if changed]
-        await asyncio.gather(*(self.scan(d) for d in changed))
+        moved = [d for d in dirs if d not in changed and self._environment_moved(d)]
+        await asyncio.gather(*(self.scan(d) for d in [*changed, *moved]))
         return changed
+
+    def _environment_moved(self, tools_dir: ToolsDir) -> bool:
+        """Whether the environment chosen for a project's own dir is not the one its workers run with."""
+        return tools_dir.scope == "local" and self.environments is not None and self.environments.project_moved(
+            str(tools_dir.cwd))
+
+    def project_environment(self, project: Project) -> dict[str, Any] | None:
+        """What ``list`` says of the project's environment: the one its tools run with, or one it
+        has that could be (``environments.project.describe``)."""
+        if project.root is None or project.root == self.home or self.environments is None:
+            return None
+        return self.environments.describe_project(str(project.root))
 
     def _asked(self, tools_dir: ToolsDir) -> Judgement | Callable[[], Judgement] | None:
         """What the judge says of ``tools_dir`` now (see ``judge``); None: nothing to ask."""

@@ -51,8 +51,6 @@ def build_server(
     ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
     ``NOTIFY_SOCKET`` (when set), ``first_forkserver`` the fork server ``serve`` forked at start."""
     pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver)
-    environments = Environments(paths.cache_dir / "envs", paths.home, config)
-    pool.environment = environments.for_runner
     events.running_calls = pool.running_calls  # its flush writes tool.start for the calls still running
     trust = TrustStore(paths.state_dir)
     server: Server | None = None
@@ -65,6 +63,19 @@ def build_server(
     def trusted(root: Path) -> bool:
         return current_config().trust_all or trust.is_trusted(root)
 
+    def project_setting(root: str) -> tuple[str, str] | None:
+        # The user's choice only: the project's trust entry, else their config file's project_venv.
+        entry = trust.entry(Path(root))
+        if entry is not None and isinstance(entry.get("python"), str):
+            return entry["python"], "trust"
+        name = current_config().project_venv
+        if name and (Path(root) / name / "pyvenv.cfg").is_file():
+            return str(Path(root) / name), "config"
+        return None
+
+    environments = Environments(paths.cache_dir / "envs", paths.home, config, project_setting)
+    pool.environment = environments.for_runner
+
     registry = Registry(
         pool,
         paths.home,
@@ -76,6 +87,7 @@ def build_server(
         judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
         cache=DefinitionCache(paths.cache_dir / "definitions"),
         load_wait=config.load_wait,
+        environments=environments,
     )
     server = Server(paths, config, pool, registry)
     if service is not None:

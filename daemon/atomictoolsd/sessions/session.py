@@ -607,6 +607,9 @@ class Session(Connection):
             "blocked": view.blocked,
             "loading": view.loading,
         }
+        environment = self.server.registry.project_environment(self.project)
+        if environment is not None:
+            result["environment"] = environment
         if params.all:
             result["shadowed"] = [
                 tool.listing(shadowed_by=winner)

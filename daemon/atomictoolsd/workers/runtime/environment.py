@@ -161,6 +161,16 @@ def missing_module_hint(exc: BaseException) -> str:
     except (ImportError, ValueError):
         pass
     spec = _current[0]
+    if spec.env is None or not spec.env.code:  # the project's environment is not on
+        own = _own_code(top, spec.cwd)
+        if own is not None:
+            return _own_code_hint(top, own, spec.cwd)
+        found = _in_project_venv(top, spec.cwd)
+        if found is not None:
+            return (
+                f"`{top}` is installed in the project's environment ({found}), which its tools do not use; "
+                f"turn it on: {_trust_command(spec.cwd)}"
+            )
     package = distribution_of(top)
     env = spec.env
     if env is not None and env.kind == "declared":
@@ -194,3 +204,46 @@ def _install_command(python: str, package: str) -> str:
     if has_pip:
         return f"{shlex.quote(python)} -m pip install {shlex.quote(package)}"
     return f"uv pip install --python {shlex.quote(python)} {shlex.quote(package)}"
+
+
+def _own_code(top: str, root: str) -> str | None:
+    """Where the project at ``root`` has a module or package named ``top`` (its root, its ``src/``);
+    None for no project (the global tools run in the home directory)."""
+    if not root or root == "/" or root == os.path.expanduser("~"):
+        return None
+    for base in (root, os.path.join(root, "src")):
+        for candidate in (os.path.join(base, top), os.path.join(base, f"{top}.py")):
+            if os.path.exists(candidate):
+                return candidate
+    return None
+
+
+def _in_project_venv(top: str, root: str) -> str | None:
+    """The site-packages dir of the project's ``.venv`` that holds ``top``, if one does."""
+    if not root or root == "/" or root == os.path.expanduser("~"):
+        return None  # no project: the global tools run in the home directory
+    site = os.path.join(root, ".venv", "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return None
+    if top in names or f"{top}.py" in names or any(n.startswith(f"{top}.") and n.endswith(".so") for n in names):
+        return site
+    return None
+
+
+def _trust_command(root: str) -> str:
+    return f"atomictoolsd trust --python {shlex.quote(os.path.join(root, '.venv'))} {shlex.quote(root)}"
+
+
+def _own_code_hint(top: str, found: str, root: str) -> str:
+    venv = os.path.join(root, ".venv")
+    trust = _trust_command(root)
+    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        how = f"turn it on: {trust}"
+    else:
+        how = f"make one (uv venv, or python -m venv .venv, in {shlex.quote(root)}) and turn it on: {trust}"
+    return (
+        f"`{top}` is the project's own code ({found}): a tool imports it when its tools run with the "
+        f"project's environment (the project's root and src/ on the path); {how}"
+    )
