@@ -128,15 +128,16 @@ def _add_paths(env: EnvSpec) -> None:
 
 
 def _after_stdlib() -> int:
-    """Where ``sys.path``'s standard library entries end (the zip, the library, ``lib-dynload``)."""
-    import sysconfig  # lazy: a worker with an environment only
+    """Where ``sys.path``'s standard library entries end (the zip, the library, ``lib-dynload``).
 
-    stdlib = {os.path.normpath(p) for p in (sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")) if p}
+    The library is where ``os`` came from: ``sysconfig`` would say so too, at the cost of its
+    configuration's import (~5 ms), on the path of every such worker's start."""
+    stdlib = os.path.dirname(os.__file__)
     for index, entry in enumerate(sys.path):
         path = os.path.normpath(entry or ".")
-        if path.endswith(".zip"):
-            continue
-        if any((path == lib or path.startswith(lib + os.sep)) and "-packages" not in path for lib in stdlib):
+        if path.endswith(".zip") or (
+            (path == stdlib or path.startswith(stdlib + os.sep)) and "-packages" not in path
+        ):
             continue
         return index
     return len(sys.path)
