@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -277,6 +278,29 @@ def test_a_module_is_listed_as_installing_while_others_serve(env: Env, make_daem
             index.release()
             wait_for(lambda: "slow" in tools_of(daemon), timeout=30, message="the install to finish")
             assert client.call("slow").text == "from the wheel"
+    finally:
+        index.close()
+
+
+def test_an_install_that_outlives_its_timeout_fails_the_module_and_one_under_way_ends_with_the_daemon(
+    env: Env, make_daemon: object,
+) -> None:
+    make_wheel(env.root, "slowpkg", "1.0", "VALUE = 1\n")
+    index = Index(env.root)
+    try:
+        env.write_config(f'package_index = "{index.url}"\ninstall_timeout = 1\n')
+        six_tool(env, "slow", "slowpkg")
+        index.hold()
+        daemon = make_daemon()  # type: ignore[operator]
+        [error] = wait_for(lambda: _errors(daemon), timeout=30, message="the timeout")
+        assert error["message"].endswith("did not finish within 1 s (install_timeout)"), error
+        # Not the module's doing: the next scan tries again (SIGHUP rescans, with no timeout now).
+        env.write_config(f'package_index = "{index.url}"\n')
+        daemon.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        installer = wait_for(lambda: [p for p in daemon.descendants() if p.name() == "uv"], timeout=30,
+                             message="the installer to run again")
+        daemon.stop()  # while it installs: the installer ends with the daemon
+        assert not [p for p in installer if p.is_running() and p.status() != "zombie"]
     finally:
         index.close()
 
