@@ -278,7 +278,8 @@ class Environments:
         requirements = build.info["requirements"]
         self._sweep()
         try:
-            installer = find_installer(self.config.installer, self.home)
+            # In a thread: finding uv reads the interpreter's configuration (sysconfig, ~5 ms the first time).
+            installer = await asyncio.get_running_loop().run_in_executor(None, find_installer, self.config.installer, self.home)
         except InstallError as exc:
             self.failed += 1
             log.warning("cannot install %s: %s", ", ".join(requirements), exc,
