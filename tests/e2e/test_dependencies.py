@@ -342,9 +342,10 @@ PROJECT_TOOL = '''
 import six
 from src.math_utils import add
 from mylib import greet
+from linked_mod import WORD
 
 def project(a: int, b: int) -> str:
-    return f"{six.__version__} {add(a, b)} {greet('Ada')}"
+    return f"{six.__version__} {add(a, b)} {greet('Ada')} {WORD}"
 '''
 
 
@@ -357,6 +358,10 @@ def project_with_code(env: Env) -> Path:
     venv = env.project / ".venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.16.0", env=env)
+    # A .pth file of its site-packages names another directory of the project, as an editable install's does.
+    (env.project / "linked").mkdir()
+    (env.project / "linked" / "linked_mod.py").write_text("WORD = 'linked'\n")
+    (next(venv.glob("lib/python*/site-packages")) / "_linked.pth").write_text(f"{env.project / 'linked'}\n")
     env.write_tool(env.local_tools, "project.py", PROJECT_TOOL)
     return venv
 
@@ -381,13 +386,13 @@ def test_a_project_environment_chosen_by_trust_brings_its_packages_and_its_own_c
     assert done.returncode == 0 and f"its tools run with the environment {venv}" in done.stdout, done
     with daemon.client() as client:
         wait_for(lambda: not _errors(daemon), timeout=15, message="the project's tools to load with their environment")
-        assert client.call("project", a=2, b=3).text == "1.16.0 5 hello Ada"
+        assert client.call("project", a=2, b=3).text == "1.16.0 5 hello Ada linked"
         assert client.call("own").structured == {"result": 2}
         listing = client.request("atomic/list")
         assert listing["environment"] == {"path": str(venv), "from": "trust", "version": ".".join(map(str, sys.version_info[:3]))}
         # A package upgraded in it under the running module: the module serves the new one.
         uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.17.0", env=env)
-        wait_for(lambda: client.call("project", a=1, b=1).text == "1.17.0 2 hello Ada", timeout=15,
+        wait_for(lambda: client.call("project", a=1, b=1).text == "1.17.0 2 hello Ada linked", timeout=15,
                  message="the upgrade in the project's environment to serve")
     assert f"project environment: {venv}" in cli(env, "list").stdout
     assert f"ok    project environment: {venv}" in cli(env, "doctor").stdout
@@ -398,7 +403,7 @@ def test_project_venv_in_the_config_file_turns_every_trusted_projects_venv_on(en
     env.write_config('project_venv = ".venv"\n')
     daemon = make_daemon()  # type: ignore[operator]
     with daemon.client() as client:
-        assert client.call("project", a=1, b=2).text == "1.16.0 3 hello Ada"
+        assert client.call("project", a=1, b=2).text == "1.16.0 3 hello Ada linked"
         assert client.request("atomic/list")["environment"]["from"] == "config"
 
 
@@ -439,7 +444,7 @@ def test_a_confined_project_reads_its_environment_and_own_code(env: Env, make_da
     assert cli(env, "trust", "--yes", "--sandbox", "--python", ".venv").returncode == 0
     daemon = make_daemon()  # type: ignore[operator]
     with daemon.client() as client:
-        assert client.call("project", a=2, b=2).text == "1.16.0 4 hello Ada"
+        assert client.call("project", a=2, b=2).text == "1.16.0 4 hello Ada linked"
     if not hasattr(sandbox_module, "PROTECTED"):
         return  # this sandbox keeps no entry of a writable tree read-only: the .venv in it is written as the tree is
     env.write_tool(env.local_tools, "plant.py", f'''
