@@ -282,6 +282,46 @@ def test_a_module_is_listed_as_installing_while_others_serve(env: Env, make_daem
         index.close()
 
 
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_nothing_of_a_repository_or_an_agents_environment_steers_the_installer(
+    env: Env, make_daemon: object, installer: str,
+) -> None:
+    make_wheel(env.root, "steady", "1.0", "WHERE = 'from the index you chose'\n")
+    index = Index(env.root)
+    try:
+        dead = "http://127.0.0.1:9/simple"  # nothing listens there: an installer that reads it fails
+        env.write_config(f'package_index = "{index.url}"\ninstaller = "{installer}"\n')
+        # The project's files, your own installer configs, and variables an agent's entry can set.
+        (env.project / "pyproject.toml").write_text(f'[project]\nname = "app"\n\n[tool.uv]\nindex-url = "{dead}"\n')
+        (env.project / "uv.toml").write_text(f'index-url = "{dead}"\n')
+        (env.project / "pip.conf").write_text(f"[global]\nindex-url = {dead}\n")
+        impossible = env.root / "constraints.txt"  # a version that does not exist: read, it fails the install
+        impossible.write_text("steady==99\n")
+        (env.home / ".config" / "uv").mkdir(parents=True)
+        (env.home / ".config" / "uv" / "uv.toml").write_text('no-index = true\nconstraint-dependencies = ["steady==99"]\n')
+        (env.home / ".config" / "pip").mkdir(parents=True)
+        (env.home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nno-index = true\nconstraint = {impossible}\n")
+        steering = {"UV_INDEX_URL": dead, "UV_DEFAULT_INDEX": dead, "UV_NO_INDEX": "1", "UV_CONSTRAINT": str(impossible),
+                    "PIP_INDEX_URL": dead, "PIP_NO_INDEX": "1", "PIP_CONSTRAINT": str(impossible),
+                    "PIP_CONFIG_FILE": str(env.project / "pip.conf")}
+        env.write_tool(env.local_tools, "steady_tool.py", '''
+            # /// script
+            # dependencies = ["steady"]
+            # ///
+            import steady
+
+            def steady_tool() -> str:
+                return steady.WHERE
+        ''')
+        daemon = make_daemon(steering)  # type: ignore[operator]
+        wait_for(lambda: tools_of(daemon) == ["steady_tool"] or _errors(daemon), timeout=60, message="the install")
+        assert not _errors(daemon), _errors(daemon)
+        with daemon.client() as client:
+            assert client.call("steady_tool").text == "from the index you chose"
+    finally:
+        index.close()
+
+
 def test_an_install_that_outlives_its_timeout_fails_the_module_and_one_under_way_ends_with_the_daemon(
     env: Env, make_daemon: object,
 ) -> None:
