@@ -349,9 +349,12 @@ def status(client: ClientBase) -> Steps[dict[str, Any]]:
     return ("atomic/status", None, None)
 
 
-def reload(client: ClientBase) -> Steps[dict[str, Any]]:
-    """Rescan the tools of the attached project: ``{success, toolCount, errors}``."""
-    return ("atomic/reload", None, None)
+def reload(client: ClientBase, module: str | None = None, force: bool = False) -> Steps[dict[str, Any]]:
+    """Rescan the tools of the attached project (with ``force``, load every module again, changed or
+    not), or load only ``module`` again (a module's path, its file's name or stem, or a tool it
+    defines): ``{success, toolCount, errors}``."""
+    params = {k: v for k, v in (("module", module), ("force", force)) if v}
+    return ("atomic/reload", params or None, None)
 
 
 def blocking(steps: Callable[..., Steps[T]]) -> Callable[..., T]:

@@ -3,7 +3,9 @@
 Runs inside a tool worker when a tool module loads. The input schema is JSON Schema with
 ``type: object``, every ``$ref`` inlined (several agents reject refs) and
 ``additionalProperties: false``; arguments are decoded and validated in one pass by msgspec against
-a struct built from the same signature, so the schema and the validation cannot disagree.
+a struct built from the same signature, so the schema and the validation cannot disagree. A
+signature that speaks pydantic (a ``BaseModel``, ``pydantic.Field``) is built by pydantic instead
+(``_pydantic``), with the same portable pass over its schema.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import inspect
 import pathlib
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -19,6 +22,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from atomictools import _pydantic
 from atomictools._authoring import Context, FieldDefault, ToolOptions
 from atomictools._portable import schema_problems, type_enums
 from atomictools._protocol import check_tool_name
@@ -52,6 +56,10 @@ def enc_hook(obj: Any) -> Any:
         return str(obj)
     if isinstance(obj, (set, frozenset)):
         return list(obj)
+    if "pydantic" in sys.modules:  # a model a tool returned without a structured annotation
+        value = _pydantic.to_json(obj)
+        if value is not NotImplemented:
+            return value
     return repr(obj)
 
 
@@ -73,6 +81,7 @@ class ToolSpec:
     title: str | None = None
     timeout: float | None = None
     annotations: dict[str, Any] | None = None
+    dump_output: Callable[[Any], Any] | None = None  # a pydantic result's check and dump (``_pydantic``)
 
     def definition(self) -> dict[str, Any]:
         """The MCP tool object, plus the ``timeout`` the daemon enforces (not sent to clients)."""
@@ -89,6 +98,15 @@ class ToolSpec:
         if self.timeout is not None:
             out["timeout"] = self.timeout
         return out
+
+    def structured(self, value: Any) -> Any:
+        """What a tool with an output schema returned, checked against its return annotation (as
+        that type); raises ``ValueError`` or ``TypeError`` when it does not match."""
+        if self.dump_output is not None:
+            return self.dump_output(value)
+        if isinstance(self.output_type, type) and type(value) is self.output_type:
+            return value
+        return msgspec.convert(value, self.output_type, from_attributes=True)
 
     def parse_arguments(self, raw: bytes) -> dict[str, Any]:
         """Validate JSON arguments and return keyword arguments; raises ``msgspec.ValidationError``."""
@@ -181,8 +199,7 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
 
     doc = inspect.getdoc(target) or ""
     param_docs = _docstring_params(doc)
-    fields: list[tuple[Any, ...]] = []
-    names: list[str] = []
+    parameters: list[tuple[str, Any, Any]] = []
     context_param: str | None = None
     for param in signature.parameters.values():
         annotation = hints.get(param.name, Any)
@@ -195,26 +212,17 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
             raise SchemaError(f"{fn.__name__}: positional-only parameter {param.name!r} is not supported")
         if param.name not in hints:
             raise SchemaError(_unannotated(fn.__name__, param))
-        try:
-            annotation, default = _as_msgspec(annotation, param.default, param.empty)
-        except SchemaError as exc:
-            raise SchemaError(f"{fn.__name__}: parameter {param.name!r}: {exc}") from None
-        if param.name in param_docs and not _has_description(annotation):
-            annotation = Annotated[annotation, msgspec.Meta(description=param_docs[param.name])]
-        if default is param.empty:
-            fields.append((param.name, annotation))
-        else:
-            fields.append((param.name, annotation, _default(default)))
-        names.append(param.name)
+        parameters.append((param.name, annotation, param.default))
 
-    try:
-        args_type = msgspec.defstruct(
-            f"{name}_arguments", fields, kw_only=True, forbid_unknown_fields=True
-        )
-        input_schema = _object_root(type_enums(_json_schema(args_type)))
-        decoder = msgspec.json.Decoder(args_type, dec_hook=_dec_hook)
-    except (TypeError, ValueError) as exc:
-        raise SchemaError(f"{fn.__name__}: a parameter type cannot be used as a tool input: {exc}") from exc
+    output_type = hints.get("return", inspect.Signature.empty)
+    if any(_pydantic.uses_pydantic(annotation, default) for _name, annotation, default in parameters) or _pydantic.uses_pydantic(output_type):
+        try:
+            schema, decoder = _pydantic.build_arguments(name, parameters, param_docs)
+        except TypeError as exc:
+            raise SchemaError(f"{fn.__name__}: {exc}") from None
+        input_schema: dict[str, Any] = _object_root(type_enums(inline_refs(schema)))
+    else:
+        input_schema, decoder = _msgspec_arguments(fn.__name__, name, parameters, param_docs)
     problems = schema_problems(input_schema)
     if problems:
         raise SchemaError(
@@ -222,13 +230,12 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
             f"give it a concrete type (str, int, a Struct, …) instead of Any"
         )
 
-    output_type = hints.get("return", inspect.Signature.empty)
-    output_schema, wrap = _output_schema(output_type)
+    output_schema, wrap, dump_output = _output_schema(output_type)
     return ToolSpec(
         name=name,
         fn=fn,
         is_async=inspect.iscoroutinefunction(target),
-        param_names=tuple(names),
+        param_names=tuple(parameter[0] for parameter in parameters),
         context_param=context_param,
         decoder=decoder,
         input_schema=input_schema,
@@ -239,6 +246,48 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         title=options.title,
         timeout=options.timeout,
         annotations=dict(options.annotations) if options.annotations else None,
+        dump_output=dump_output,
+    )
+
+
+def _msgspec_arguments(
+    function: str, tool: str, parameters: list[tuple[str, Any, Any]], descriptions: dict[str, str],
+) -> tuple[dict[str, Any], msgspec.json.Decoder]:
+    """The input schema and the argument decoder of ``parameters``, by msgspec."""
+    empty = inspect.Parameter.empty
+    fields: list[tuple[Any, ...]] = []
+    for name, annotation, default in parameters:
+        try:
+            annotation, default = _as_msgspec(annotation, default, empty)
+        except SchemaError as exc:
+            raise SchemaError(f"{function}: parameter {name!r}: {exc}") from None
+        if name in descriptions and not _has_description(annotation):
+            annotation = Annotated[annotation, msgspec.Meta(description=descriptions[name])]
+        fields.append((name, annotation) if default is empty else (name, annotation, _default(default)))
+    try:
+        args_type = msgspec.defstruct(f"{tool}_arguments", fields, kw_only=True, forbid_unknown_fields=True)
+        return _object_root(type_enums(_json_schema(args_type))), msgspec.json.Decoder(args_type, dec_hook=_dec_hook)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(_unsupported(function, fields, exc)) from None
+
+
+def _unsupported(function: str, fields: list[tuple[Any, ...]], exc: Exception) -> str:
+    """Why a parameter's type cannot be a tool input, naming the parameter and the forms that can."""
+    for field in fields:
+        try:
+            _json_schema(field[1])
+            msgspec.json.Decoder(field[1], dec_hook=_dec_hook)
+        except (TypeError, ValueError) as own:
+            culprit, exc = field, own
+            break
+    else:
+        culprit = None
+    reason = str(exc).splitlines()[-1].strip() if str(exc) else type(exc).__name__
+    where = f"parameter {culprit[0]!r}" if culprit is not None else "a parameter"
+    return (
+        f"{function}: {where} cannot be a tool input ({reason}); a parameter's type must be one the schema "
+        f"can describe: str, int, float, bool, a list, dict or Literal of them, a msgspec.Struct, a @dataclass, "
+        f"a TypedDict, an Enum, or a pydantic BaseModel where pydantic is installed in the module's environment"
     )
 
 
@@ -278,9 +327,7 @@ def _as_msgspec(annotation: Any, default: Any, empty: Any) -> tuple[Any, Any]:
       constraints its value's: msgspec refuses ``ge`` on a union ("Can only set `ge` on a numeric
       type"), and an agent reads the description beside the parameter's name, not in an ``anyOf``.
 
-    Raises:
-        SchemaError: a pydantic ``Field`` (``FieldInfo``), whose description and constraints msgspec
-            would drop or refuse; the message says to use ``atomictools.Field``.
+    pydantic's own ``Field`` never gets here: a signature that holds one is pydantic's to build.
     """
     base, extras = annotation, ()
     if typing.get_origin(annotation) is Annotated:
@@ -291,7 +338,6 @@ def _as_msgspec(annotation: Any, default: Any, empty: Any) -> tuple[Any, Any]:
         metadata.append(_meta(extra))
         if isinstance(extra, FieldDefault) and default is empty:
             default = extra.default
-    _refuse_pydantic(default)
     if isinstance(default, msgspec.Meta):
         metadata.append(default)
         default = empty
@@ -332,7 +378,6 @@ def _part(meta: Any, keys: tuple[str, ...]) -> Any:
 
 def _meta(extra: Any) -> Any:
     """One item of ``Annotated``'s metadata as msgspec reads it."""
-    _refuse_pydantic(extra)
     if isinstance(extra, str):
         return msgspec.Meta(description=extra)
     if isinstance(extra, FieldDefault):
@@ -361,16 +406,6 @@ def _described(tp: Any) -> Any:
     return tp.copy_with(new)
 
 
-def _refuse_pydantic(value: Any) -> None:
-    # Told by the type's module, so that pydantic is never imported to ask.
-    if type(value).__module__.partition(".")[0] == "pydantic":
-        raise SchemaError(
-            f"pydantic's Field ({type(value).__module__}.{type(value).__name__}) is not read here: its description and "
-            f"constraints would be lost; use atomictools.Field (`from atomictools import Field`), "
-            f"which takes the same description, ge/le/min_length/… and default="
-        )
-
-
 def _default(value: Any) -> Any:
     # msgspec accepts only empty mutable defaults; copy others per call, as a dataclass factory would.
     if isinstance(value, (list, dict, set)) and value:
@@ -397,22 +432,31 @@ def _object_root(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _output_schema(tp: Any) -> tuple[dict[str, Any] | None, bool]:
-    """The output schema of a return annotation, and whether results are wrapped in ``result``.
+def _output_schema(tp: Any) -> tuple[dict[str, Any] | None, bool, Callable[[Any], Any] | None]:
+    """The output schema of a return annotation, whether results are wrapped in ``result``, and for
+    a pydantic type the function that checks and dumps a result (``ToolSpec.dump_output``).
 
     MCP wants an object at the root, so other structured types are wrapped as
     ``{"result": value}``. Text-like and unannotated returns have no output schema.
     """
     if tp in _NO_OUTPUT or tp is None:
-        return None, False
-    try:
-        schema = _json_schema(tp)
-    except (TypeError, ValueError):
-        return None, False  # a type msgspec cannot describe: send the value as text only
+        return None, False, None
+    dump = None
+    if _pydantic.uses_pydantic(tp):
+        described = _pydantic.output_schema(tp)
+        if described is None:
+            return None, False, None
+        schema = inline_refs(described)
+        dump = _pydantic.dump_output(tp)
+    else:
+        try:
+            schema = _json_schema(tp)
+        except (TypeError, ValueError):
+            return None, False, None  # a type msgspec cannot describe: send the value as text only
     if schema.get("type") == "object" and "anyOf" not in schema:
         schema.pop("title", None)
-        return schema, False
-    return {"type": "object", "properties": {"result": schema}, "required": ["result"]}, True
+        return schema, False, dump
+    return {"type": "object", "properties": {"result": schema}, "required": ["result"]}, True, dump
 
 
 def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:

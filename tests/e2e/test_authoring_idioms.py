@@ -2,7 +2,8 @@
 parameter's default (its constraints, and its default when it has one), and a plain string in
 ``Annotated`` as the description, also inside ``Optional``/``| None``/``list``, and constraints on an
 optional parameter. The schema the client lists shows them and validation applies; what would be
-misread (pydantic's positional default, ``pydantic.Field``) is the module's load error."""
+misread (pydantic's positional default for ``atomictools.Field``) is the module's load error; ``pydantic.Field``
+is read by pydantic."""
 
 from __future__ import annotations
 
@@ -103,6 +104,23 @@ from atomictools import Field, tool
 def positional(count: int = Field(5, ge=0)) -> str:
     return str(count)
 ''',
+}
+
+
+def test_what_would_be_misread_is_refused_at_load_naming_the_form_to_write(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("pydantic")
+    for filename, source in REFUSED.items():
+        env.write_tool(env.local_tools, filename, source)
+    daemon = make_daemon()
+    with daemon.client() as client:
+        listing = client.request("atomic/list")
+        assert client.list_tools() == []
+        errors = {Path(e["file"]).name: e["message"] for e in listing["errors"]}
+        assert set(errors) == set(REFUSED), listing["errors"]
+        assert "Field(default=5" in errors["positional.py"], errors
+
+
+PYDANTIC = {
     "pydantic_default.py": '''
 import pydantic
 from atomictools import tool
@@ -132,17 +150,17 @@ def pydantic_nested(counts: list[Annotated[int, pydantic.Field(ge=0)]]) -> str:
 }
 
 
-def test_what_would_be_misread_is_refused_at_load_naming_the_form_to_write(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+def test_pydantic_fields_are_read_as_pydantic_reads_them(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("pydantic")
-    for filename, source in REFUSED.items():
+    for filename, source in PYDANTIC.items():
         env.write_tool(env.local_tools, filename, source)
     daemon = make_daemon()
     with daemon.client() as client:
-        listing = client.request("atomic/list")
-        assert client.list_tools() == []
-        errors = {Path(e["file"]).name: e["message"] for e in listing["errors"]}
-        assert set(errors) == set(REFUSED), listing["errors"]
-        assert "Field(default=5" in errors["positional.py"], errors
-        for name in ("pydantic_default.py", "pydantic_annotated.py", "pydantic_nested.py"):
-            assert "use atomictools.Field" in errors[name] and "pydantic" in errors[name], errors[name]
-            assert "'count" in errors[name] or "'counts'" in errors[name], errors[name]
+        tools = {t["name"]: t["inputSchema"] for t in client.list_tools()}
+        assert tools["pydantic_default"]["properties"]["count"]["description"] == "How many"
+        assert tools["pydantic_default"]["required"] == ["count"]
+        assert tools["pydantic_annotated"]["properties"]["count"]["default"] == 1
+        assert tools["pydantic_nested"]["properties"]["counts"]["items"]["minimum"] == 0
+        assert client.call("pydantic_default", count=2).text == "2"
+        refused = client.call("pydantic_nested", counts=[1, -1])
+        assert refused.is_error and "`counts.1`" in refused.text, refused.text

@@ -56,6 +56,8 @@ def test_the_worker_runtime_stays_light() -> None:
     loaded = modules_after("import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver")
     assert not loaded & {"uvloop", "watchfiles", "psutil", "platformdirs"}
     assert not ours(loaded, DAEMON_SIDE)
+    # pydantic only in a worker whose module imports it (tests/e2e/test_pydantic.py).
+    assert not {m for m in loaded if m.partition(".")[0] in ("pydantic", "pydantic_core")}
 
 
 def test_python_workers_never_pay_for_declarative_tools() -> None:
@@ -112,7 +114,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("atomictoolsd.__main__", "atomictoolsd.cli", "atomictoolsd.shim"),  # entry points
     ("atomictoolsd.server",),  # the daemon process: lifecycle, socket, signals, wiring
     ("atomictoolsd.sessions", "atomictoolsd.transports", "atomictoolsd.bridges", "atomictoolsd.service", "atomictoolsd.builtins"),
-    ("atomictoolsd.registry",),
+    ("atomictoolsd.registry", "atomictoolsd.environments"),  # environments: what a module's workers import from
     ("atomictoolsd.workers",),  # daemon side: pool, worker, spawner, monitor
     ("atomictoolsd.workers.runtime", "atomictoolsd.declarative"),  # inside a worker
     ("atomictoolsd.workers.protocol",),  # both sides

@@ -217,8 +217,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     home = Path(os.environ.get("HOME") or Path.home())
     directory = Path(args.directory or os.getcwd()).resolve()
-    reports = doctor.diagnose(args.agent, directory, home=home, root=project_root(directory, home))
+    root = project_root(directory, home)
+    reports = doctor.diagnose(args.agent, directory, home=home, root=root)
     print(doctor.render(reports, args.json))
+    if not args.json:
+        environment = doctor.render_environment(doctor.project_environment(root, home))
+        if environment:
+            print(environment)
     return 0 if reports and all(r.ok for r in reports) else 1
 
 

@@ -393,6 +393,46 @@ def _codex_trusts(home: Path, root: Path) -> bool:
     )
 
 
+def project_environment(root: Path, home: Path) -> dict[str, Any] | None:
+    """The project's environment as ``list`` shows it (``environments.project.describe``): the one its
+    tools run with (your trust entry's ``--python``, else your config's ``project_venv``), or the
+    ``.venv`` it has that they could, with the command that turns it on; None for no project."""
+    from atomictoolsd.config.paths import Paths  # lazy: only this check pays for it (start-up cost)
+    from atomictoolsd.config.settings import ConfigError, load_config  # lazy: as above
+    from atomictoolsd.environments.project import describe  # lazy: as above
+    from atomictoolsd.registry.trust import TrustStore  # lazy: as above
+
+    if root == home:
+        return None
+    paths = Paths.from_env()
+    entry = TrustStore(paths.state_dir).entry(root)
+    chosen = None
+    if entry is not None and isinstance(entry.get("python"), str):
+        chosen = (entry["python"], "trust")
+    else:
+        try:
+            name = load_config(paths.config_file).project_venv
+        except ConfigError:
+            name = ""
+        if name and (root / name / "pyvenv.cfg").is_file():
+            chosen = (str(root / name), "config")
+    return describe(str(root), chosen)
+
+
+def render_environment(environment: dict[str, Any] | None) -> str | None:
+    """``project_environment`` as a check's lines."""
+    if not environment:
+        return None
+    if environment.get("path"):
+        if environment.get("problem"):
+            return f"FAIL  project environment: {safe(environment['path'])}: {safe(environment['problem'])}"
+        return f"ok    project environment: {safe(environment['path'])} (Python {environment.get('version')})"
+    if environment.get("command"):
+        return (f"note  project environment: it has {safe(environment['offer'])} (Python {environment['version']}), which "
+                f"its tools do not use\n        to have them import its packages and its own code: {environment['command']}")
+    return f"note  project environment: {safe(environment['offer'])}: {safe(environment['problem'])}"
+
+
 def render(reports: list[Report], as_json: bool) -> str:
     if as_json:
         return json.dumps({"ok": bool(reports) and all(r.ok for r in reports),

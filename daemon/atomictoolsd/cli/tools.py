@@ -30,7 +30,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             "root": listing.get("root"), "trust": listing.get("trust"), "network": listing.get("network"),
             "tools": listing["tools"], "errors": listing["errors"], "counts": listing["counts"],
             "blocked": listing.get("blocked", []), "held": listing.get("held", []),
+            "loading": listing.get("loading", []),
         }
+        if listing.get("environment"):
+            out["environment"] = listing["environment"]
         if args.all:
             out["shadowed"] = listing["shadowed"]
         print_json(out)
@@ -54,6 +57,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         for error in listing["errors"]:
             tool = f" tool {error['tool']!r}:" if error.get("tool") else ""
             print(f"  {where(error)}:{tool} {error['message']}")
+    loading = listing.get("loading") or []
+    if loading:
+        print(f"\n{len(loading)} module(s) still loading (listed once loaded):")
+        for entry in loading:
+            installing = entry.get("installing")
+            if installing:
+                step = f": {installing['progress']}" if installing.get("progress") else ""
+                print(f"  {safe(entry['file'])}: installing its dependencies ({', '.join(installing['requirements'])}){step}")
+            else:
+                print(f"  {safe(entry['file'])}")
+    _print_environment(listing.get("environment"))
     if listing.get("trust") in ("full", "sandbox"):
         how = "confined (trust --sandbox)" if listing["trust"] == "sandbox" else "with all your rights (trust)"
         print(f"\nproject {safe(listing['root'])}: trusted, its own tools run {how}")
@@ -92,6 +106,23 @@ def _print_held(held: list[dict[str, Any]]) -> None:
         via = f" (it imports {', '.join(through)})" if through else ""
         print(f"  {safe(entry['file'])}{via}: {how} until you review it")
     print(f"review with: {held[0]['command']}")
+
+def _print_environment(environment: dict[str, Any] | None) -> None:
+    """The project's environment its tools run with, or the one it has that they could."""
+    if not environment:
+        return
+    version = f", Python {environment['version']}" if environment.get("version") else ""
+    if environment.get("path"):
+        source = "trust --python" if environment.get("from") == "trust" else "project_venv in your config file"
+        print(f"\nproject environment: {safe(environment['path'])}{version} (from {source})")
+        if environment.get("problem"):
+            print(f"  its tools do not load: {environment['problem']}")
+    elif environment.get("command"):
+        print(f"\nthis project has a virtual environment ({safe(environment['offer'])}{version}); for its tools to import "
+              f"its packages and the project's own code, run: {environment['command']}")
+    elif environment.get("problem"):
+        print(f"\nthis project has a virtual environment ({safe(environment['offer'])}) its tools cannot use: "
+              f"{environment['problem']}")
 
 
 def _why_untrusted(root: str) -> None:
@@ -194,6 +225,30 @@ def cmd_call(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reload(args: argparse.Namespace) -> int:
+    """Load a project's tools again now, or one module of them, changed or not."""
+    from atomictools._errors import ConnectError, RPCError
+
+    module = args.module
+    if module is not None and os.path.isfile(module):
+        module = os.path.realpath(module)  # as the daemon names it: the project's resolved path
+    try:
+        with connect(args) as client:
+            result = client.reload(module, force=True)
+    except RPCError as exc:  # no such module
+        print(f"atomictoolsd: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectError as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    what = safe(args.module) if module is not None else "the project's tools"
+    print(f"reloaded {what}: {result['toolCount']} tool(s)")
+    for error in result["errors"]:
+        tool = f" tool {error['tool']!r}:" if error.get("tool") else ""
+        print(f"  {where(error)}:{tool} {error['message']}")
+    return 0 if result["success"] else EXIT_FAILED
+
+
 def _full_output(result: Any) -> str | None:
     """The whole output of a truncated result, from the spill file the daemon's worker wrote.
 
@@ -270,6 +325,17 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     listing.add_argument("--all", action="store_true", help="include shadowed tools")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=cmd_list)
+
+    reload = commands.add_parser(
+        "reload", help="load a project's tools again now, or one module of them",
+        description="Load the tools of a project again now (changed or not: what they import may have "
+        "changed where no watcher sees it), or only MODULE: a module's path, its file's name or stem, or "
+        "a tool it defines. Prints the tools it serves and each load error; exit code 1 when one failed.",
+    )
+    reload.add_argument("module", nargs="?", metavar="MODULE", help="one module (default: every module of the project)")
+    reload.add_argument("--project", "--directory", "-C", dest="directory", metavar="DIR",
+                        help="a directory of the project (default: the current one)")
+    reload.set_defaults(func=cmd_reload)
 
     call = commands.add_parser(
         "call", help="call a tool and print its result",

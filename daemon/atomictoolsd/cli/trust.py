@@ -1,4 +1,5 @@
-"""Project trust commands: trust [--sandbox [--allow-…] [--protect …]], untrust, trust --list, trust --review.
+"""Project trust commands: trust [--sandbox [--allow-…] [--protect …]] [--python VENV], untrust, trust --list,
+trust --review.
 
 They write the trust store themselves (no daemon needed), then ask a running daemon to re-read it,
 so the change takes effect at once; they never start a daemon.
@@ -85,6 +86,9 @@ def cmd_trust(args: argparse.Namespace) -> int:
     allow = _sandbox_options(args)
     if allow is None:
         return 2
+    python = _chosen_environment(args.python) if args.python else None
+    if python is not None and not isinstance(python, str):
+        return python
     if not args.yes and not os.isatty(0):
         print(f"atomictoolsd: trust lets a project's code run, so it asks for a terminal: run it yourself in one "
               f"(an agent must ask you to, not run it), or add --yes in a script of your own: "
@@ -97,7 +101,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
     level = "sandbox" if args.sandbox else "full"
     try:
         before = store.state(root)  # type: ignore[attr-defined]
-        added = store.trust(root, level, allow)  # type: ignore[attr-defined]
+        added = store.trust(root, level, allow, python)  # type: ignore[attr-defined]
     except TrustError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 1
@@ -117,6 +121,8 @@ def cmd_trust(args: argparse.Namespace) -> int:
                   f"or until you trust it fully: {trust_command(root)}")
         elif args.allow_net:
             _note_network(allow["net"])
+    if python is not None:
+        _say_environment(python, root)
     print(_tell_daemon(root, trusted=True))
     return 0
 
@@ -203,6 +209,31 @@ def _support() -> dict[str, object]:
     except ConfigError:
         pass  # the daemon says what is wrong with it; the kernel is what it is
     return support()
+
+def _chosen_environment(given: str) -> str | int:
+    """The virtual environment ``--python`` names (a directory, or an interpreter in its ``bin/``),
+    as an absolute path; else the exit code of its refusal, said on stderr."""
+    from atomictoolsd.environments.project import find_venv  # lazy: only this option pays for it (start-up cost)
+
+    venv = find_venv(given)
+    if venv is None:
+        print(f"atomictoolsd: --python {safe(given)}: not a virtual environment (no pyvenv.cfg there, nor above "
+              f"its bin/); make one (uv venv, or python -m venv .venv) and name its directory", file=sys.stderr)
+        return 2
+    return venv
+
+
+def _say_environment(venv: str, root: Path) -> None:
+    """What the project's tools run with now, or why they cannot (another Python version)."""
+    from atomictoolsd.environments.project import project_env  # lazy: only this option pays for it (start-up cost)
+
+    try:
+        env = project_env(str(root), venv)
+    except ValueError as exc:
+        print(f"note: its tools will not load: {exc}")
+        return
+    code = " and ".join(safe(path) for path in env.code)
+    print(f"its tools run with the environment {safe(venv)}: they import its packages and the project's own code ({code})")
 
 
 def cmd_untrust(args: argparse.Namespace) -> int:
@@ -344,6 +375,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                        help="with --sandbox: give its tools the daemon's variable NAME too (none but the basics by default)")
     trust.add_argument("--protect", action="append", metavar="PATH",
                        help="with --sandbox: keep PATH (relative to the project's root) read-only too, as .git is")
+    trust.add_argument("--python", metavar="VENV",
+                       help="its tools run with this virtual environment (a directory, or its bin/python): they import "
+                            "its packages and the project's own code (its root, its src/); for the daemon's Python version")
     trust.add_argument("--yes", action="store_true",
                        help="trust without a terminal, or with --review approve what it shows without asking (in a "
                             "script of your own; never let an agent run it)")

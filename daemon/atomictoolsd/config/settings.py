@@ -113,6 +113,20 @@ class Config:
         -1, "For testing: believe the kernel offers at most this Landlock ABI (0: none; -1: what it offers).",
         minimum=-1, file_only=True,
     )
+    project_venv: str = _setting(
+        "", "A directory name (.venv) whose virtual environment, where a trusted project has one, its tools run with.",
+        file_only=True,
+    )
+    installer: str = _setting(
+        "auto", "What installs the dependencies a tool module declares (PEP 723): uv where atomictoolsd has it, else pip.",
+        choices=("auto", "uv", "pip"),
+    )
+    install_timeout: float = _setting(
+        300.0, "Seconds the installer may take to build one environment of declared dependencies.", minimum=1
+    )
+    package_index: str = _setting(
+        "", "The package index declared dependencies come from (a URL; empty: PyPI).", file_only=True
+    )
     http: str = _setting(
         "", "Serve MCP's Streamable HTTP on [ADDRESS:]PORT (a bare port is loopback; 0: any free port; empty: off)."
     )

@@ -139,8 +139,12 @@ class Module:
         return self.tools_dir.scope
 
     def loading_entry(self) -> dict[str, Any]:
-        """What ``list`` reports for a module whose first load is still under way."""
-        return {"file": self.path, "scope": self.scope, "since": self.file_seen}
+        """What ``list`` reports for a module whose first load is still under way (``installing``:
+        the environment of the dependencies it declares is being built)."""
+        entry = {"file": self.path, "scope": self.scope, "since": self.file_seen}
+        if self.runner.installing is not None:
+            entry["installing"] = _installing(self.runner.installing)
+        return entry
 
     def error_entry(self) -> dict[str, Any]:
         assert self.error is not None
@@ -162,10 +166,13 @@ class Module:
         ]
 
     def info(self) -> dict[str, Any]:
+        installing = self.runner.installing
         info = {
             "path": self.path,
             "scope": self.scope,
-            "state": self.state,
+            # Not serving yet, and the environment of what it declares is being built.
+            "state": "installing" if installing is not None and self.state in ("pending", "loading") else self.state,
+            **({"installing": _installing(installing)} if installing is not None else {}),
             "tools": sorted(self.tools),
             "loadMs": round(self.load_ms, 2) if self.load_ms is not None else None,
             "definitionsFrom": self.definitions_from,
@@ -180,6 +187,11 @@ class Module:
             **self.runner.info(),
         }
         return with_old_names(info, "atomic/status modules[]")
+
+
+def _installing(build: dict[str, Any]) -> dict[str, Any]:
+    """What status and list say of an environment being built (``environments``)."""
+    return {key: build[key] for key in ("requirements", "step", "progress", "since")}
 
 
 class ToolsDir:

@@ -60,6 +60,7 @@ from atomictoolsd.config.discovery import (
     project_root,
     scan_tools_dir,
 )
+from atomictoolsd.environments import Environments
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
 from atomictoolsd.registry.confinement import git_config_identity, root_listing
 from atomictoolsd.registry.content import Hold, held_entry
@@ -192,9 +193,11 @@ class Registry:
         judge: Callable[[ToolsDir], Judgement | Callable[[], Judgement]] | None = None,
         load_wait: float = 2.0,
         content: ContentJudge | None = None,
+        environments: Environments | None = None,
     ) -> None:
         self.pool = pool
         self.content = content
+        self.environments = environments  # whose choice of a project's environment may change (trust --python)
         self.load_wait = load_wait
         self.home = home
         self.cache = cache
@@ -450,6 +453,7 @@ class Registry:
             await self._judged(tools_dir)
             await self._judge_content(tools_dir)
             trusted = tools_dir.trusted
+            moved = self._environment_moved(tools_dir)
             files, skipped = scan_tools_dir(tools_dir.path)
             on_disk = {f.path: f for f in files}
             if skipped != tools_dir.skipped:
@@ -470,6 +474,7 @@ class Registry:
                     or (retry_failed and tools_dir.modules[p].state == "failed")
                     or (tools_dir.modules[p].state == "blocked") == trusted  # trust was given or taken
                     or self._setup_changed(tools_dir.modules[p])  # its confinement changed, or its content's judgement
+                    or moved  # the project's environment changed
                     or tools_dir.modules[p].transient
                 )
                 # A load of this very file is under way: it commits when done (unless the watcher
@@ -886,19 +891,21 @@ class Registry:
         self._changed(module.tools_dir)
         self._notify(Change({module.tools_dir}, [module] if backoff.failing else []))
 
-    async def rescan(self, dirs: Iterable[ToolsDir]) -> None:
+    async def rescan(self, dirs: Iterable[ToolsDir], force: bool = False) -> None:
         """Scan ``dirs`` again, one after another, asking again whether each may load and how
-        confined, and retrying the modules that failed: ``atomic/reload`` for a project's dirs,
-        SIGHUP for every dir. The one rescan there is."""
+        confined, and retrying the modules that failed (with ``force``, loading every module again):
+        ``atomic/reload`` for a project's dirs, SIGHUP for every dir. The one rescan there is."""
         for tools_dir in list(dirs):
             await self._judged(tools_dir)
             self.ensure_scanned(tools_dir)
-            await self.scan(tools_dir, retry_failed=True)
+            await self.scan(tools_dir, retry_failed=True, force=force)
 
-    async def reload(self, project: Project) -> dict[str, Any]:
-        """Rescan every dir of a project (asking again whether it is trusted):
+    async def reload(self, project: Project, force: bool = False) -> dict[str, Any]:
+        """Rescan every dir of a project (asking again whether it is trusted; with ``force``, loading
+        every module of its own and the global dir again, changed or not):
         ``{success, toolCount, errors}``, and ``blocked`` when the project's own tools are."""
-        await self.rescan(project.dirs)
+        await self.rescan([d for d in project.dirs if d.scope == "builtin"])
+        await self.rescan([d for d in project.dirs if d.scope != "builtin"], force=force)
         await project.loaded()  # an explicit reload answers with every module's outcome
         view = project.view()
         result: dict[str, Any] = {"success": not view.errors, "toolCount": len(view.tools), "errors": view.errors}
@@ -907,6 +914,30 @@ class Registry:
         if view.held:
             result["held"] = view.held
         return result
+
+    def find_modules(self, project: Project, which: str) -> list[Module]:
+        """The modules of ``project`` that ``which`` names: a module's path, a tool it defines, or
+        its file's stem (``lint`` for ``lint.py``); the one with precedence first. Empty when none does."""
+        found: list[Module] = []
+        for tools_dir in project.dirs:
+            for module in tools_dir.modules.values():
+                path = Path(module.path)
+                if which in (module.path, path.stem, path.name) or which in module.tools:
+                    found.append(module)
+        return found
+
+    async def reload_modules(self, project: Project, modules: Iterable[Module]) -> dict[str, Any]:
+        """Load ``modules`` again now, changed or not (their files, or what they import, changed
+        where no watcher sees it): ``{success, toolCount, errors}`` of those modules."""
+        paths = {module.path for module in modules}
+        for tools_dir in project.dirs:
+            mine = {path for path in paths if path in tools_dir.modules}
+            if mine:
+                await self.scan(tools_dir, only=mine, force=True)
+        await project.loaded()
+        reloaded = [m for d in project.dirs for m in d.modules.values() if m.path in paths]
+        errors = [entry for module in reloaded for entry in module.error_entries()]
+        return {"success": not errors, "toolCount": sum(len(m.tools) for m in reloaded), "errors": errors}
 
     def _trust_lost(self, tools_dir: ToolsDir) -> bool:
         """Block a trusted project's own dir at once when it is trusted no more (its directory was
@@ -1066,16 +1097,29 @@ class Registry:
 
     async def refresh_trust(self) -> list[ToolsDir]:
         """Ask again whether each project's own dir is trusted; load or block the ones that changed.
-        The dirs whose content is followed are scanned too: content may have been approved."""
+        The dirs whose content is followed are scanned too (content may have been approved), and
+        those whose project's environment changed (``trust --python``)."""
         dirs = list(self.dirs.values())
         judged = await asyncio.gather(*(self._judged(d) for d in dirs))
         changed = [tools_dir for tools_dir, changed in zip(dirs, judged, strict=True) if changed]
-        followed = [
+        again = [
             d for d in dirs
-            if d not in changed and self.content is not None and self.content.follows(d)
+            if d not in changed and (self._environment_moved(d) or (self.content is not None and self.content.follows(d)))
         ]
-        await asyncio.gather(*(self.scan(d) for d in (*changed, *followed)))
+        await asyncio.gather(*(self.scan(d) for d in (*changed, *again)))
         return changed
+
+    def _environment_moved(self, tools_dir: ToolsDir) -> bool:
+        """Whether the environment chosen for a project's own dir is not the one its workers run with."""
+        return tools_dir.scope == "local" and self.environments is not None and self.environments.project_moved(
+            str(tools_dir.cwd))
+
+    def project_environment(self, project: Project) -> dict[str, Any] | None:
+        """What ``list`` says of the project's environment: the one its tools run with, or one it
+        has that could be (``environments.project.describe``)."""
+        if project.root is None or project.root == self.home or self.environments is None:
+            return None
+        return self.environments.describe_project(str(project.root))
 
     def _asked(self, tools_dir: ToolsDir) -> Judgement | Callable[[], Judgement] | None:
         """What the judge says of ``tools_dir`` now (see ``judge``); None: nothing to ask."""

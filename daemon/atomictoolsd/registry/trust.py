@@ -312,7 +312,7 @@ class TrustStore:
         return None if entry is None else str(entry.get("level", "full"))
 
     def entry(self, root: Path | str) -> dict[str, Any] | None:
-        """What was recorded about a trusted root (``trusted_at``, ``level``, ``allow``); None if untrusted."""
+        """What was recorded about a trusted root (``trusted_at``, ``level``, ``allow``, ``python``); None if untrusted."""
         if not self.is_trusted(root):
             return None
         return dict(self._read().get(str(root), {}))
@@ -324,10 +324,13 @@ class TrustStore:
             raise TrustError(self.problem)
         return {root: dict(entry) for root, entry in roots.items()}
 
-    def trust(self, root: Path | str, level: str = "full", allow: dict[str, Any] | None = None) -> bool:
+    def trust(
+        self, root: Path | str, level: str = "full", allow: dict[str, Any] | None = None, python: str | None = None,
+    ) -> bool:
         """Trust the directory now at ``root`` at ``level`` (``full`` or ``sandbox``, with ``allow``
-        widening the sandbox); False when it already was, at that level with that allowance. A root
-        trusted for a directory that has been replaced since is trusted again, for the one there now.
+        widening the sandbox; ``python``: the virtual environment its tools run with); False when it
+        already was, at that level with that allowance and environment. A root trusted for a
+        directory that has been replaced since is trusted again, for the one there now.
 
         Raises:
             TrustError: no directory is at ``root``, an unknown level, or the store cannot be read
@@ -338,13 +341,17 @@ class TrustStore:
         identity = dir_identity(root)
         if identity is None:
             raise TrustError(f"{root} is not a directory; only an existing directory can be trusted")
-        wanted = {"level": level, **({"allow": allow} if level == "sandbox" and allow else {})}
+        wanted = {
+            "level": level, **({"allow": allow} if level == "sandbox" and allow else {}),
+            **({"python": python} if python else {}),
+        }
 
         def add(roots: dict[str, dict[str, Any]]) -> bool:
             entry = roots.get(str(root))
             if (
                 entry is not None and not entry.get("missing_when_upgraded") and _same_dir(entry, identity)
                 and entry.get("level", "full") == level and entry.get("allow") == wanted.get("allow")
+                and entry.get("python") == wanted.get("python")
             ):
                 return False
             roots[str(root)] = {"trusted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **identity, **wanted}

@@ -18,6 +18,7 @@ from atomictoolsd.bridges.scripts import Bridges
 from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
+from atomictoolsd.environments import Environments
 from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.confinement import configure_sandbox, held_policy, judge
@@ -26,6 +27,7 @@ from atomictoolsd.registry.holding import ContentJudge
 from atomictoolsd.registry.idle import ProjectReaper
 from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.registry.projects import Registry
+from atomictoolsd.registry.sitewatch import SiteWatcher
 from atomictoolsd.registry.trust import TrustError, TrustStore
 from atomictoolsd.registry.watcher import FileWatcher
 from atomictoolsd.server.lifecycle import Server
@@ -65,6 +67,19 @@ def build_server(
     def trusted(root: Path) -> bool:
         return current_config().trust_all or trust.is_trusted(root)
 
+    def project_setting(root: str) -> tuple[str, str] | None:
+        # The user's choice only: the project's trust entry, else their config file's project_venv.
+        entry = trust.entry(Path(root))
+        if entry is not None and isinstance(entry.get("python"), str):
+            return entry["python"], "trust"
+        name = current_config().project_venv
+        if name and (Path(root) / name / "pyvenv.cfg").is_file():
+            return str(Path(root) / name), "config"
+        return None
+
+    environments = Environments(paths.cache_dir / "envs", paths.home, config, project_setting)
+    pool.environment = environments.for_runner
+
     registry = Registry(
         pool,
         paths.home,
@@ -80,6 +95,7 @@ def build_server(
             trust, ContentStore(paths.state_dir), lambda: current_config().trust_all,
             lambda root: held_policy(root, current_config(), paths.home),
         ),
+        environments=environments,
     )
     server = Server(paths, config, pool, registry)
     if service is not None:
@@ -90,7 +106,7 @@ def build_server(
     watcher = FileWatcher()
     monitor = WorkerMonitor()
     # Started in this order once the socket serves, stopped in reverse order.
-    server.components += [watcher, monitor, ProjectReaper(), Bridges()]
+    server.components += [environments, watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher()]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:
@@ -104,6 +120,7 @@ def build_server(
     _probe_network_early(config, trust)
     server.status_sections["netProxy"] = pool.net_proxy.info
     server.status_sections["monitor"] = monitor.info
+    server.status_sections["environments"] = environments.info
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
     return server

@@ -18,7 +18,8 @@ from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
 
 __all__ = [
     "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
-    "InitializeParams", "ListParams", "Message", "ParamsError", "SetLevelParams", "clip", "decode_call", "decode_message",
+    "InitializeParams", "ListParams", "Message", "ParamsError", "ReloadParams", "SetLevelParams", "clip", "decode_call",
+    "decode_message",
     "decode_params",
 ]
 
@@ -91,6 +92,11 @@ class AttachParams(msgspec.Struct):
 
 class AtomicListParams(msgspec.Struct):
     all: bool = False
+
+
+class ReloadParams(msgspec.Struct):
+    module: str | None = None  # a module's path, a tool it defines or its file's stem; None: the whole project
+    force: bool = False  # the whole project: every module loaded again, changed or not (a module always is)
 
 
 class SetLevelParams(msgspec.Struct):

@@ -55,6 +55,7 @@ from atomictoolsd.sessions.messages import (
     InitializeParams,
     ListParams,
     ParamsError,
+    ReloadParams,
     SetLevelParams,
     decode_params,
 )
@@ -615,6 +616,9 @@ class Session(Connection):
             "loading": view.loading,
             "held": view.held,
         }
+        environment = self.server.registry.project_environment(self.project)
+        if environment is not None:
+            result["environment"] = environment
         if params.all:
             result["shadowed"] = [
                 tool.listing(shadowed_by=winner)
@@ -673,9 +677,22 @@ class Session(Connection):
             self._seen = self.fingerprint()
         self.send_result(id_json, b"{}")
 
-    async def on_reload(self, id_json: bytes, raw: Any) -> None:
-        result = await self.server.registry.reload(self.project)
-        self.send_result(id_json, encode_report(result))
+    def on_reload(self, id_json: bytes, raw: Any) -> Awaitable[None]:
+        params = decode_params(raw, ReloadParams)
+        registry = self.server.registry
+        if params.module is None:
+            return self._reloaded(id_json, registry.reload(self.project, force=params.force))
+        modules = registry.find_modules(self.project, params.module)
+        if not modules:
+            known = sorted(Path(m.path).name for d in self.project.dirs if d.scope != "builtin" for m in d.modules.values())
+            raise ParamsError(
+                f"Invalid params: no tool module of {self.project.root or 'the global tools'} is {params.module!r} "
+                f"(a module's path, its file's name or stem, or a tool it defines); its modules: {', '.join(known) or 'none'}"
+            )
+        return self._reloaded(id_json, registry.reload_modules(self.project, modules))
+
+    async def _reloaded(self, id_json: bytes, reloading: Awaitable[dict[str, Any]]) -> None:
+        self.send_result(id_json, encode_report(await reloading))
 
     def on_status(self, id_json: bytes, raw: Any) -> None:
         self.send_result(id_json, encode_report(self.server.status()))

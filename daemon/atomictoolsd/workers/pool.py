@@ -30,7 +30,7 @@ from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.netproxy import NetProxy
-from atomictoolsd.workers.protocol import CallContext, LoadFailure, Trusted, WorkerSpec, encode_frame
+from atomictoolsd.workers.protocol import CallContext, EnvSpec, LoadFailure, SiteDir, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
@@ -106,6 +106,12 @@ class ModuleRunner:
         self.durations: deque[float] = deque(maxlen=1024)
         self.last_error: str | None = None
         self.spawns = 0
+        # The site-packages dirs its last loaded (or failed) worker imported from (``protocol.SiteDir``):
+        # a package installed or upgraded there reloads it (``registry/sitewatch.py``).
+        self.site: list[SiteDir] = []
+        # The build of its environment under way, as ``environments`` shows it (status, list); None
+        # when no worker of it waits for one.
+        self.installing: dict[str, Any] | None = None
         self.backoff = CrashBackoff()
         self._epoch = 0  # bumped by install() and retire(): a lazy start begun before is stale
         # Set by the registry: a lazily started worker could not load the module; it loaded it
@@ -142,6 +148,9 @@ class ModuleRunner:
 
     async def _load(self) -> tuple[Worker, list[dict[str, Any]], float]:
         loop = asyncio.get_running_loop()
+        if self.pool.environment is not None:
+            # Its environment, built first when it is not there (LoadFailure when it cannot be).
+            self.spec.env = await self.pool.environment(self)
         started = time.perf_counter()
         trusted = self.trusted_content
         spec = self.spec if self.spec.follow_content == (trusted is not None) else msgspec.structs.replace(
@@ -592,6 +601,9 @@ class WorkerPool:
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
         self.discarded: set[ModuleRunner] = set()  # runners of deleted modules, still draining
         self.call_ids = itertools.count(1)  # a call's id, unique among every worker's calls
+        # What a module's workers import from besides the daemon's own (``environments``), asked
+        # before each worker starts; None: the daemon's own environment for every module.
+        self.environment: Callable[[ModuleRunner], Awaitable[EnvSpec | None]] | None = None
 
     def runner(self, path: str, kind: str, cwd: str) -> ModuleRunner:
         """The runner of the module at ``path`` whose workers run in ``cwd`` (created on first use)."""
@@ -606,6 +618,7 @@ class WorkerPool:
         self.settings = settings
         for runner in self.runners.values():
             spec = settings.worker_spec(runner.spec.path, runner.spec.kind, runner.spec.cwd)
+            spec.env = runner.spec.env  # its environment's, not a limit: set anew before each start
             if spec != runner.spec:
                 runner.spec = spec
                 runner.retire()

@@ -24,10 +24,10 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
-    "DaemonMessage", "Dropped", "Failed",
-    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
-    "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length",
+    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod",
+    "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Failed",
+    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result", "SiteDir",
+    "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length", "read_site",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -36,6 +36,19 @@ MAX_FRAME = 1 << 30  # a larger frame means the stream is corrupt, not that a re
 # its call id): a reader given a limit of ``max_message_bytes + FRAME_OVERHEAD`` refuses nothing
 # the runtime sends.
 FRAME_OVERHEAD = 64 * 1024
+
+
+class EnvSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """An environment a worker imports from, besides the daemon's own (``runtime/environment.py``):
+    the packages a module declares (``declared``: an environment the daemon built for them), or its
+    project's (``project``: a virtual environment the user named, with the project's own code)."""
+
+    kind: Literal["declared", "project"]
+    name: str  # how messages name it: its directory
+    site: list[str] = []  # its site-packages dirs: searched after the standard library, before the daemon's
+    code: list[str] = []  # the project's own code (its root, its src/), searched before ``site``
+    python: str = ""  # a project environment's interpreter: the one an install command names
+    requirements: list[str] = []  # what the module declares (``declared``)
 
 
 class WorkerSpec(msgspec.Struct, kw_only=True):
@@ -64,6 +77,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     # listener (``runtime/netns.isolate``). Set by the fork server, which received it with the
     # spawn request; -1 for every other worker.
     net_handoff: int = -1
+    env: EnvSpec | None = None  # the environment it imports from besides the daemon's; None: the daemon's alone
 
 
 class LoadFailure(Exception):
@@ -117,6 +131,20 @@ class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, froz
     pass
 
 
+# A site-packages dir a module imported from: ``[dir, dir's mtime_ns, [[entry, inode, mtime_ns], ...]]``,
+# each entry the top-level file or directory of a package it imported from there (``runtime/environment.py``).
+SiteDir = tuple[str, int, list[tuple[str, int, int]]]
+
+
+def read_site(value: Any) -> list[SiteDir]:
+    """``value`` (a failed load's ``site``, as a worker sent it or the cache kept it) as ``SiteDir``s;
+    empty when it is not a list of them."""
+    try:
+        return msgspec.convert(value or [], list[SiteDir])
+    except msgspec.ValidationError:
+        return []
+
+
 class Loaded(_Message, tag="loaded"):
     definitions: list[dict[str, Any]]
     load_ms: float
@@ -124,6 +152,7 @@ class Loaded(_Message, tag="loaded"):
     deps: list[list[Any]] = []
     fingerprint: list[Any] | None = None
     helpers: list[list[Any]] = []
+    site: list[SiteDir] = []
 
 
 class Failed(_Message, tag="failed"):

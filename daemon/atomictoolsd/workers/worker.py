@@ -57,6 +57,7 @@ from atomictoolsd.workers.protocol import (
     encode_message,
     error_result,
     pack_length,
+    read_site,
 )
 from atomictoolsd.workers.runtime.output import CHUNK_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError, describe_status
@@ -312,8 +313,10 @@ class Worker(asyncio.Protocol):
                 self.deps = files_in(directory, message.deps)
                 self.fingerprint = message.fingerprint
                 self.helpers = files_in(directory, message.helpers)
+                self.runner.site = message.site
                 self.loaded.set_result((message.definitions, message.load_ms))
             elif kind is Failed:
+                self.runner.site = read_site(message.info.get("site"))
                 self.loaded.set_exception(LoadFailure.from_info(self._own_files(message.info)))
 
     def _own_files(self, info: dict[str, Any]) -> dict[str, Any]:

@@ -332,6 +332,8 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
         sandbox.open_shared_rules(_RUNTIME_PATHS)
         _TEMP_BASE.append(tempfile.mkdtemp(prefix="atomictools-sandbox-"))
     spec.runtime_paths = _RUNTIME_PATHS
+    if spec.env is not None:  # what it imports from besides the runtime: read, never written
+        spec.sandbox = sandbox.with_environment(spec.sandbox or {}, [*spec.env.site, *spec.env.code])
     spec.temp_dir = _new_dir(_TEMP_BASE[0])
     if spec.spill_dir:
         # Its own: a confined tool can write the spill files of its results, never read another's.

@@ -20,6 +20,7 @@ from typing import Any
 
 from atomictools._schema import SchemaError, ToolSpec, collect_tools
 from atomictoolsd.workers.protocol import LoadFailure, WorkerSpec
+from atomictoolsd.workers.runtime.environment import activate, missing_module_hint
 from atomictoolsd.workers.runtime.sourceload import SourceOnlyLoader, install_source_only_finder
 
 __all__ = ["LOADERS", "LOADER_IMPORTS", "LoaderResult", "declared", "load_module", "prepare", "warm_up"]
@@ -64,6 +65,9 @@ def _load_python(path: str) -> list[ToolSpec]:
         message = (
             f"SyntaxError: {exc.msg}" if isinstance(exc, SyntaxError) else f"{type(exc).__name__}: {exc}"
         )
+        hint = missing_module_hint(exc)
+        if hint:
+            message = f"{message}: {hint}"
         raise LoadFailure(path, _error_line(exc, path), message, traceback.format_exc()) from None
     if hasattr(module, "__atomic_sandbox__"):
         declared["sandbox"] = module.__atomic_sandbox__
@@ -111,6 +115,7 @@ def load_module(spec: WorkerSpec) -> tuple[list[ToolSpec], list[dict[str, Any]]]
     loader = LOADERS.get(spec.kind)
     if loader is None:
         raise LoadFailure(spec.path, None, f"unknown module kind {spec.kind!r}")
+    activate(spec)
     loaded = loader(spec.path)
     return loaded if isinstance(loaded, tuple) else (loaded, [])
 

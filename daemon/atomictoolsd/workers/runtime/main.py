@@ -19,13 +19,16 @@ daemon → worker
     (``result_json`` None and ``error`` why, when there is none).
 
 worker → daemon
-    ``["loaded", definitions, load_ms, problems, deps, fingerprint, helpers]`` once, when the module loaded;
+    ``["loaded", definitions, load_ms, problems, deps, fingerprint, helpers, site]`` once, when the module loaded;
     ``problems`` lists the tools it skipped (``{tool, line, message}``: a declarative file's malformed
     tools), else ``[]``; ``deps`` lists ``[path, size, mtime_ns]`` of the other files of its directory
     it imported; ``fingerprint`` is ``[size, crc32]`` of the module file's bytes it loaded (None if it
     read none), ``helpers`` ``[path, size, crc32]`` of the bytes it loaded from each of those files.
-    ``["failed", {file, line, message, traceback, deps, fingerprint, helpers, refused?}]`` once, instead, when it did
-    not (``refused``: the files of its tools dir whose content it was not allowed to load); then it exits.
+    ``site`` lists the site-packages dirs it imported from (``[dir, mtime_ns, [[entry, inode, mtime_ns], ...]]``,
+    ``environment.site_report``).
+    ``["failed", {file, line, message, traceback, deps, fingerprint, helpers, refused?, site}]`` once, instead,
+    when it did not (``refused``: the files of its tools dir whose content it was not allowed to load;
+    ``site``: every site-packages dir on its path); then it exits.
     ``["result", call_id, result_json]``: the MCP ``CallToolResult`` as JSON; ``None`` for a call that
     ended by cancellation.
     ``["progress", call_id, progress, total, message]`` and ``["log", call_id, level, data]``.
@@ -55,6 +58,7 @@ from typing import Any
 import msgspec
 
 from atomictoolsd.workers.protocol import Failed, Loaded, LoadFailure, Trusted, WorkerSpec, encode_frame
+from atomictoolsd.workers.runtime.environment import site_report
 from atomictoolsd.workers.runtime.limits import apply_memory_limit, describe_limit
 from atomictoolsd.workers.runtime.loading import LOADERS, declared, load_module, prepare, warm_up
 from atomictoolsd.workers.runtime.output import capture as capture_output
@@ -107,7 +111,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     except LoadFailure as failure:
         info = {
             **failure.info, "deps": imported_from(directory, spec.path), "fingerprint": fingerprint(spec.path),
-            "helpers": fingerprints(directory, spec.path),
+            "helpers": fingerprints(directory, spec.path), "site": site_report(failed=True),
         }
         if refused():
             info["refused"] = refused()  # the daemon judges these again (registry/content.py)
@@ -131,7 +135,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     deps = imported_from(directory, spec.path)
     runtime.send(Loaded(
         [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path),
-        fingerprints(directory, spec.path),
+        fingerprints(directory, spec.path), site_report(failed=False),
     ))
     runtime.run()
     # The reading role moved to another thread (a call here ran long); the process ends when
@@ -189,6 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
 
         spec.runtime_paths = sandbox.runtime_read_paths()
+        if spec.env is not None:
+            spec.sandbox = sandbox.with_environment(spec.sandbox, [*spec.env.site, *spec.env.code])
     serve(int(args[0]), spec)
 
 

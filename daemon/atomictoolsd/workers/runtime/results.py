@@ -18,6 +18,7 @@ from atomictools._errors import ToolError
 from atomictools._schema import ToolSpec, enc_hook
 from atomictoolsd.workers.protocol import TEXT_HEAD, TEXT_TAIL, WorkerSpec, error_result
 from atomictoolsd.workers.runtime.blocks import content_blocks, is_content
+from atomictoolsd.workers.runtime.environment import missing_module_hint
 from atomictoolsd.workers.runtime.limits import memory_error_text
 from atomictoolsd.workers.runtime.truncate import spill, truncate
 
@@ -36,7 +37,8 @@ def exception_text(tool: str, exc: BaseException, memory_limit: int = 0) -> str:
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     trace = "".join(traceback.format_exception(type(exc), exc, tb))
-    return f"Tool {tool!r} raised {type(exc).__name__}: {exc}\n\n{trace}".rstrip()
+    hint = missing_module_hint(exc)
+    return f"Tool {tool!r} raised {type(exc).__name__}: {exc}{': ' + hint if hint else ''}\n\n{trace}".rstrip()
 
 
 def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
@@ -54,9 +56,8 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
     structured = None
     if spec.output_schema is not None:
         try:
-            if not (isinstance(spec.output_type, type) and type(value) is spec.output_type):
-                value = msgspec.convert(value, spec.output_type, from_attributes=True)
-        except (msgspec.ValidationError, TypeError) as exc:
+            value = spec.structured(value)
+        except (ValueError, TypeError) as exc:  # msgspec's ValidationError and pydantic's are ValueErrors
             return error_result(
                 f"Tool {spec.name!r} returned a value that does not match its return annotation: {exc}"
             )

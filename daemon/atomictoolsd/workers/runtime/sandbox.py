@@ -67,6 +67,7 @@ __all__ = [
     "runtime_read_paths",
     "support",
     "warm_up",
+    "with_environment",
     "worker_environ",
 ]
 
@@ -961,6 +962,28 @@ def forget_prepared() -> None:
     ruleset and put the fork server's own environment back."""
     while _PREPARED:
         _PREPARED.popitem()[1].restore()
+
+
+def with_environment(policy: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    """``policy`` with the directories of a worker's environment readable (``WorkerSpec.env``: the
+    packages it declares, the project's own environment): what it imports from. Never written: a
+    directory of a policy's ``project`` (its ``.venv``) is added to what stays read-only in it
+    (``protect``) too, where the policy names its project. ``policy`` itself is left as it is."""
+    read = list(policy.get("read", ()))
+    protect = list(policy.get("protect", ()))
+    project = policy.get("project")
+    for path in paths:
+        real = os.path.realpath(path)
+        if real not in read:
+            read.append(real)
+        if isinstance(project, str) and real.startswith(project.rstrip("/") + "/"):
+            inside = os.path.relpath(real, project)
+            if inside not in protect:
+                protect.append(inside)
+    widened = {**policy, "read": read}
+    if protect:
+        widened["protect"] = protect
+    return widened
 
 
 def narrow(declared: Any, policy: dict[str, Any], temp_dir: str, spill_dir: str) -> list[str]:
