@@ -104,9 +104,11 @@ class Env:
             XDG_CACHE_HOME=str(root / "cache"),
             XDG_DATA_HOME=str(root / "data"),
             # Every test may use project-local tools without trusting its project first, and sees
-            # only the tools it wrote: tests of trust and of the built-ins remove these.
+            # only the tools it wrote: tests of trust, of the built-ins and of OpenCode's tool
+            # directories remove these.
             ATOMICTOOLS_TRUST_ALL="1",
             ATOMICTOOLS_BUILTINS="0",
+            ATOMICTOOLS_OPENCODE_DIRS="0",
         )
 
     @property

@@ -29,6 +29,7 @@ from atomictoolsd.server.lifecycle import Server
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
+from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.spawner import EarlyForkServer
@@ -72,6 +73,7 @@ def build_server(
         judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
         cache=DefinitionCache(paths.cache_dir / "definitions"),
         load_wait=config.load_wait,
+        opencode_dirs=config.opencode_dirs,
     )
     server = Server(paths, config, pool, registry)
     if service is not None:
@@ -81,8 +83,9 @@ def build_server(
 
     watcher = FileWatcher()
     monitor = WorkerMonitor()
+    javascript = pool.javascript = JavaScript(paths.cache_dir, paths.home, config)
     # Started in this order once the socket serves, stopped in reverse order.
-    server.components += [watcher, monitor, ProjectReaper(), Bridges()]
+    server.components += [watcher, monitor, ProjectReaper(), Bridges(), javascript]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:
@@ -94,6 +97,7 @@ def build_server(
     server.status_sections["watcher"] = watcher.info
     server.status_sections["sandbox"] = _sandbox_support
     server.status_sections["monitor"] = monitor.info
+    server.status_sections["javascript"] = javascript.info
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
     return server

@@ -28,6 +28,7 @@ import msgspec
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
+from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.protocol import CallContext, LoadFailure, WorkerSpec
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
@@ -130,7 +131,10 @@ class ModuleRunner:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         spawner = self.pool.spawner_for(self.spec)
-        pid, sock = await spawner.spawn(self.spec)
+        spec = self.spec
+        if spec.kind == "javascript" and self.pool.javascript is not None:
+            spec = self.pool.javascript.worker_spec(spec)  # with the runtime it starts on
+        pid, sock = await spawner.spawn(spec)
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
@@ -563,6 +567,8 @@ class WorkerPool:
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
         self.discarded: set[ModuleRunner] = set()  # runners of deleted modules, still draining
         self.call_ids = itertools.count(1)  # a call's id, unique among every worker's calls
+        # Set by the wiring: the runtime of TypeScript and JavaScript modules (``workers.javascript``).
+        self.javascript: JavaScript | None = None
 
     def runner(self, path: str, kind: str, cwd: str) -> ModuleRunner:
         """The runner of the module at ``path`` whose workers run in ``cwd`` (created on first use)."""

@@ -26,7 +26,7 @@ from atomictools._protocol import LogLevel
 __all__ = [
     "ASK_METHODS", "FRAME_OVERHEAD", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool", "Cancel",
     "DaemonMessage", "Dropped", "Failed",
-    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
+    "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
     "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length",
 ]
 
@@ -36,6 +36,18 @@ MAX_FRAME = 1 << 30  # a larger frame means the stream is corrupt, not that a re
 # its call id): a reader given a limit of ``max_message_bytes + FRAME_OVERHEAD`` refuses nothing
 # the runtime sends.
 FRAME_OVERHEAD = 64 * 1024
+
+
+class JsRuntime(msgspec.Struct, frozen=True, kw_only=True):
+    """How the worker of a TypeScript or JavaScript module starts (``WorkerSpec.javascript``): the
+    runtime the daemon chose (``workers/javascript/runtimes.py``), run by ``runtime/jsexec.py``."""
+
+    name: str = ""  # "bun" or "node"; empty when no runtime can run the module
+    version: str = ""
+    command: list[str] = []  # the runtime's executable and its flags
+    packages: str = ""  # the directory whose node_modules holds the support packages ("": none)
+    read: list[str] = []  # what a confined worker reads besides the Python runtime: the runtime's files, the packages
+    problem: str = ""  # why no runtime can run the module (then ``command`` is empty)
 
 
 class WorkerSpec(msgspec.Struct, kw_only=True):
@@ -57,6 +69,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     sandbox: dict[str, Any] | None = None
     temp_dir: str = ""  # a confined worker's private TMPDIR, made and removed by the fork server
     runtime_paths: list[str] = []  # what a confined worker reads of the Python runtime
+    javascript: JsRuntime | None = None  # set for a TypeScript or JavaScript module (kind "javascript")
 
 
 class LoadFailure(Exception):

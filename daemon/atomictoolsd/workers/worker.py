@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from atomictoolsd.eventlog.writer import events
+from atomictoolsd.workers.javascript.definitions import served_definitions
 from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
     TEXT_HEAD,
@@ -283,13 +284,17 @@ class Worker(asyncio.Protocol):
                 self._distrust(f"sent a second load report ({message.__struct_config__.tag!r})")
             elif kind is Loaded:
                 self.state = "ready"
-                self.problems = message.problems
+                definitions, self.problems = message.definitions, message.problems
+                if self.runner.spec.kind == "javascript":
+                    definitions, self.problems = served_definitions(definitions, self.problems)
                 self.deps = [list(dep) for dep in message.deps]
                 self.fingerprint = message.fingerprint
                 self.helpers = [list(helper) for helper in message.helpers]
-                self.loaded.set_result((message.definitions, message.load_ms))
+                self.loaded.set_result((definitions, message.load_ms))
             elif kind is Failed:
-                self.loaded.set_exception(LoadFailure.from_info(message.info))
+                # "outside": not the module's doing (no runtime, a package not installed): not kept
+                # as the module's failure, and tried again on the next scan.
+                self.loaded.set_exception(LoadFailure.from_info(message.info, by_module=not message.info.get("outside")))
 
     def _distrust(self, cause: str) -> None:
         """The worker sent what its runtime never sends: read nothing more from it, and kill it."""

@@ -65,6 +65,10 @@ __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_
 
 def serve(fd: int, spec: WorkerSpec) -> None:
     """Load the module and serve calls on channel ``fd`` until the daemon closes it. Never returns."""
+    if spec.kind == "javascript":
+        from atomictoolsd.workers.runtime.jsexec import exec_runtime  # lazy: a TypeScript/JavaScript module's worker only
+
+        exec_runtime(fd, spec)  # becomes Bun or Node, which serve the module on the same channel
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
     sender = Sender(sock)

@@ -1,0 +1,145 @@
+"""A TypeScript or JavaScript module's worker: forked as any worker is, it becomes the JavaScript
+runtime (Bun or Node) running ``js/worker.mjs``, which loads the module and speaks the same protocol
+on the same channel. The process stays the one the fork server forked (same pid, session and
+process group, parent-death signal, child subreaper: ``execve`` keeps them), so the daemon watches,
+stops and kills it as it does any worker.
+
+Before the ``execve``, and so before anything of the module or of the runtime runs:
+
+- a module file another user could have written is refused (``check_writers``);
+- a worker whose project is trusted with ``--sandbox`` is confined (Landlock and seccomp hold
+  across ``execve``), reading besides the project the runtime's files and the support packages;
+- descriptor 3 becomes the channel, 1 and 2 pipes whose read ends (4 and 5) the worker forwards as
+  ``output`` messages, and nothing else is left open;
+- the environment loses every variable that would make the runtime load or run something
+  (``NODE_OPTIONS``, ``BUN_OPTIONS``, ``NODE_*``, ``BUN_*``, npm's); Bun is told to read no
+  ``bunfig.toml`` (``--config`` names an empty one), no ``.env`` file and never to install a package.
+
+There is no memory rlimit: JavaScript engines reserve far more address space than they use, and
+fail outright under one. The daemon's resident-memory watch (``workers/monitor``) holds the limit;
+Node's heap is also capped at it (``--max-old-space-size``).
+
+Runs inside workers: standard library and the protocol only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from typing import NoReturn
+
+import msgspec
+
+from atomictoolsd.workers.protocol import Failed, WorkerSpec, encode_frame
+from atomictoolsd.workers.runtime.sourceload import check_writers
+
+__all__ = ["JS_DIR", "WORKER_SCRIPT", "clean_environment", "exec_runtime"]
+
+JS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
+WORKER_SCRIPT = os.path.join(JS_DIR, "worker.mjs")
+MODULES_DIR = os.path.join(JS_DIR, "modules")  # @atomic/plugin
+_CHANNEL, _STDOUT_READ, _STDERR_READ = 3, 4, 5
+_PIPE_SIZE = 1 << 20  # what a tool's programs may write before the worker reads it
+_F_SETPIPE_SZ = 1031
+_DROPPED_PREFIXES = ("NODE_", "BUN_", "__BUN", "NPM_CONFIG_", "TS_NODE_")
+
+
+def _fail(fd: int, spec: WorkerSpec, message: str, outside: bool = True) -> NoReturn:
+    """Report the module as not loaded, and end the worker. ``outside``: not the module's doing (no
+    runtime, no sandbox), so the daemon tries again on its next scan rather than keep the failure."""
+    frame = encode_frame(Failed({"file": spec.path, "line": None, "message": message, "traceback": "", "outside": outside}))
+    try:
+        while frame:
+            frame = frame[os.write(fd, frame):]
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def clean_environment(environ: dict[str, str], packages: str) -> dict[str, str]:
+    """The worker's environment: ``environ`` without what makes a runtime load or run something,
+    with ``NODE_PATH`` naming the worker's own ``@atomic/plugin`` and then the support packages."""
+    env = {key: value for key, value in environ.items() if not key.upper().startswith(_DROPPED_PREFIXES)}
+    search = [MODULES_DIR]
+    if packages:
+        search.append(os.path.join(packages, "node_modules"))
+    env["NODE_PATH"] = os.pathsep.join(search)
+    return env
+
+
+def _arrange_descriptors(channel: int) -> None:
+    """Channel on 3, stdout and stderr on pipes whose read ends are 4 and 5, nothing else open."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    for write_end in (out_w, err_w):
+        try:
+            fcntl.fcntl(write_end, _F_SETPIPE_SZ, _PIPE_SIZE)
+        except OSError:
+            pass  # the system's cap (/proc/sys/fs/pipe-max-size): the default 64 KiB then
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 16) for fd in (channel, out_r, err_r)]
+    for fd in {channel, out_r, err_r, out_w, err_w}:
+        os.close(fd)
+    for target, fd in zip((_CHANNEL, _STDOUT_READ, _STDERR_READ), moved, strict=True):
+        os.dup2(fd, target)  # inheritable: the runtime takes them over
+        os.close(fd)
+    os.closerange(6, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+
+
+def _argument(spec: WorkerSpec) -> str:
+    runtime = spec.javascript
+    assert runtime is not None
+    return msgspec.json.encode({
+        "path": spec.path,
+        "cwd": spec.cwd,
+        "runtime": runtime.name,
+        "version": runtime.version,
+        "packages": runtime.packages,
+        "limits": {
+            "truncateLines": spec.truncate_lines,
+            "truncateBytes": spec.truncate_bytes,
+            "maxResultBytes": spec.max_result_bytes,
+            "spillDir": spec.spill_dir,
+        },
+    }).decode()
+
+
+def exec_runtime(channel: int, spec: WorkerSpec) -> NoReturn:
+    """Become the JavaScript runtime serving ``spec``'s module on ``channel``. Never returns."""
+    runtime = spec.javascript
+    if runtime is None or not runtime.command:
+        _fail(channel, spec, (runtime.problem if runtime is not None else "") or "no JavaScript runtime was chosen for it")
+    try:
+        check_writers(spec.path)
+    except PermissionError as exc:
+        _fail(channel, spec, str(exc), outside=False)
+    except OSError:
+        pass  # the runtime reads it, and says what is wrong with it
+    if spec.sandbox is not None:
+        from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
+
+        # A policy of its own (not the one the fork server prepared): it reads the runtime's files too.
+        policy = {**spec.sandbox, "read": [*spec.sandbox.get("read", ()), *runtime.read, JS_DIR]}
+        try:
+            sandbox.confine(policy, spec.runtime_paths, spec.temp_dir, spec.spill_dir)
+        except sandbox.SandboxError as exc:
+            _fail(channel, spec, f"not loaded: its project is trusted with --sandbox, and {exc}")
+    command = list(runtime.command)
+    if runtime.name == "node" and spec.memory_limit > 0:
+        command.append(f"--max-old-space-size={max(16, spec.memory_limit // (1024 * 1024))}")
+    env = clean_environment(dict(os.environ), runtime.packages)
+    try:
+        if spec.cwd:
+            os.chdir(spec.cwd)
+    except OSError as exc:
+        _fail(channel, spec, f"cannot enter its working directory {spec.cwd}: {exc.strerror}")
+    argv = [*command, WORKER_SCRIPT, _argument(spec)]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _arrange_descriptors(channel)
+    try:
+        os.execve(command[0], argv, env)
+    except OSError as exc:
+        _fail(_CHANNEL, spec, f"cannot start {runtime.name} ({command[0]}): {exc.strerror}")
