@@ -10,8 +10,11 @@ gets what it needs from here (a narrow protocol its own module defines, which ``
 from __future__ import annotations
 
 import socket
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from atomictoolsd.bridges.scripts import Bridges
 from atomictoolsd.builtins import BUILTIN_DIR
@@ -80,6 +83,7 @@ def build_server(
         server.service = service
     server.listen_socket = listen_socket
     server.methods["atomic/trust/refresh"] = trust_refresh_method(registry.refresh_trust)
+    server.methods["atomic/javascript/retry"] = _javascript_retry
 
     watcher = FileWatcher()
     monitor = WorkerMonitor()
@@ -101,6 +105,18 @@ def build_server(
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
     return server
+
+
+def _javascript_retry(session: Any, id_json: bytes, raw: Any) -> Awaitable[None]:
+    """``atomic/javascript/retry`` (``atomictoolsd js install`` once it installed): load again the
+    TypeScript and JavaScript modules that failed; answers with the component's status."""
+    javascript = session.server.pool.javascript
+
+    async def retry() -> None:
+        await javascript.retry_failed()
+        session.send_result(id_json, msgspec.json.encode(javascript.info()))
+
+    return retry()
 
 
 def _sandbox_support() -> dict[str, Any]:

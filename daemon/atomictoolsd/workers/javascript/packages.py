@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -65,7 +66,10 @@ def install_command(runtime: JsRuntime | None) -> list[str] | None:
         npm = str(beside) if beside.is_file() else None
     if npm is None:
         return None
-    return [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-retries=1", "--loglevel=http"]
+    return [
+        npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--fetch-retries=1", "--fetch-retry-mintimeout=1000",
+        "--fetch-retry-maxtimeout=5000", "--loglevel=http",
+    ]
 
 
 def _versions(directory: Path) -> dict[str, str | None]:
@@ -174,7 +178,9 @@ class Packages:
             process.wait()
             raise InstallError(f"{' '.join(command[:2])} took longer than {INSTALL_TIMEOUT:g} s; run `atomictoolsd js install`") from None
         if code != 0:
-            last = self.log[-1] if self.log else f"exit code {code}"
+            # npm's error code line (ECONNREFUSED, ENOTFOUND, ETIMEDOUT) says most; else the last line.
+            coded = [text for text in self.log if re.search(r"\b(code )?E[A-Z]{3,}\b", text)]
+            last = coded[0] if coded else self.log[-1] if self.log else f"exit code {code}"
             raise InstallError(
                 f"`{' '.join(command[:2])}` failed ({last}); are you offline? run `atomictoolsd js install` when the "
                 f"registry can be reached"

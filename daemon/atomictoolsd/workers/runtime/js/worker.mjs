@@ -40,6 +40,10 @@ let tools = new Map()
 
 const channel = await openChannel(3, (message) => dispatch(message))
 new OutputForwarder(channel).capture({ 1: 4, 2: 5 })
+// What a tool leaves failing in the background (a timer that throws, a promise nobody awaits) is
+// logged as its output, as a Python thread's exception is: it ends neither the worker nor its calls.
+process.on("uncaughtException", (error) => console.error("Uncaught exception in a tool:", error))
+process.on("unhandledRejection", (reason) => console.error("Unhandled promise rejection in a tool:", reason))
 
 // -- loading ------------------------------------------------------------------------------------
 
@@ -174,7 +178,7 @@ function failureOf(error, source) {
     }
     const root = specifier?.startsWith("@") ? specifier.split("/").slice(0, 2).join("/") : specifier?.split("/")[0]
     if (root && SUPPORT.has(root)) {
-      info.message += `; ${root} is one of the packages the daemon provides, and they are not installed: run \`atomictoolsd js install\``
+      info.message += `; ${root} is one of the packages the daemon provides to tools that do not install them, and they are not installed yet: the daemon installs them on first need (\`atomictoolsd status\` shows how that went), \`atomictoolsd js install\` installs them by hand`
     } else if (root) {
       info.message += `; install it where the module can find it, e.g. cd ${TOOLS_DIR} && npm install ${root}`
     }
