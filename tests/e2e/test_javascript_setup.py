@@ -103,7 +103,7 @@ def test_offline_without_the_packages_the_module_says_what_to_run_and_nothing_ha
     assert "Cannot find package '@opencode-ai/plugin'" in str(error["message"])
     assert "`atomictoolsd js install` installs them by hand" in str(error["message"])
     with daemon.client() as client:
-        packages = wait_for(lambda: (p := client.status()["javascript"]["packages"])["state"] == "failed" and p,
-                            timeout=30, message="the install to fail")
-    assert "ECONNREFUSED" in packages["error"] and "atomictoolsd js install" in packages["error"]
-    assert not any(Path(packages["dir"]).parent.glob(".install-*")), "a failed install leaves nothing behind"
+        status = wait_for(lambda: (s := client.status()["javascript"])["packages"] == "failed" and s,
+                          timeout=30, message="the install to fail")
+    assert "ECONNREFUSED" in status["installError"] and "atomictoolsd js install" in status["installError"]
+    assert not any(Path(status["packagesDir"]).parent.glob(".install-*")), "a failed install leaves nothing behind"

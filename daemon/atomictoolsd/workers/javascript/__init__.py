@@ -132,11 +132,17 @@ class JavaScript:
             await registry.scan(tools_dir, retry_failed=True)
 
     def info(self) -> dict[str, Any]:
-        """For status: the runtime (as found last; looked for now if never) and the packages."""
+        """For status, one line a key: the runtime (as found last; looked for now if never), the
+        setting, and the support packages (where, whether there, their versions, what went wrong)."""
         runtime = self._runtime[1] if self._runtime is not None else find_runtime(self.config.js_runtime, self.home, self.packages.path())
+        packages = self.packages.info()
+        versions = ", ".join(f"{name} {version}" for name, version in packages["versions"].items() if version)
         return {
-            "runtime": {"name": runtime.name, "version": runtime.version, "path": runtime.command[0]} if not runtime.problem
-            else {"problem": runtime.problem},
+            "runtime": f"{runtime.name} {runtime.version} ({runtime.command[0]})" if not runtime.problem else None,
+            "runtimeProblem": runtime.problem or None,
             "setting": self.config.js_runtime,
-            "packages": self.packages.info(),
+            "packages": packages["state"] + (f": {versions}" if versions else ""),
+            "packagesDir": packages["dir"] + ("" if packages["own"] else " (js_packages)"),
+            "installError": packages["error"],
+            "installLog": packages.get("log", []),
         }
