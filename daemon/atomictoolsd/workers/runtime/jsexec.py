@@ -9,8 +9,9 @@ Before the ``execve``, and so before anything of the module or of the runtime ru
 - a module file another user could have written is refused (``check_writers``);
 - a worker whose project is trusted with ``--sandbox`` is confined (Landlock and seccomp hold
   across ``execve``), reading besides the project the runtime's files and the support packages;
-- descriptor 3 becomes the channel, 1 and 2 pipes whose read ends (4 and 5) the worker forwards as
-  ``output`` messages, and nothing else is left open;
+- descriptor 3 becomes the channel, 1 and 2 pipes that a small drain process (forked here) reads
+  and sends on as ``output`` frames to descriptor 4, which the worker passes on whole; nothing else is
+  left open;
 - the environment loses every variable that would make the runtime load or run something
   (``NODE_OPTIONS``, ``BUN_OPTIONS``, ``NODE_*``, ``BUN_*``, npm's); Bun is told to read no
   ``bunfig.toml`` (``--config`` names an empty one), no ``.env`` file and never to install a package.
@@ -26,12 +27,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
+import socket
 import sys
+import time
 from typing import NoReturn
 
 import msgspec
 
-from atomictoolsd.workers.protocol import Failed, WorkerSpec, encode_frame
+from atomictoolsd.workers.protocol import Failed, Output, WorkerSpec, encode_frame
+from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from atomictoolsd.workers.runtime.sourceload import check_writers
 
 __all__ = ["JS_DIR", "WORKER_SCRIPT", "clean_environment", "exec_runtime"]
@@ -39,9 +44,7 @@ __all__ = ["JS_DIR", "WORKER_SCRIPT", "clean_environment", "exec_runtime"]
 JS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
 WORKER_SCRIPT = os.path.join(JS_DIR, "worker.mjs")
 MODULES_DIR = os.path.join(JS_DIR, "modules")  # @atomic/plugin
-_CHANNEL, _STDOUT_READ, _STDERR_READ = 3, 4, 5
-_PIPE_SIZE = 1 << 20  # what a tool's programs may write before the worker reads it
-_F_SETPIPE_SZ = 1031
+_CHANNEL, _RELAY = 3, 4
 _DROPPED_PREFIXES = ("NODE_", "BUN_", "__BUN", "NPM_CONFIG_", "TS_NODE_")
 
 
@@ -69,23 +72,70 @@ def clean_environment(environ: dict[str, str], packages: str) -> dict[str, str]:
 
 
 def _arrange_descriptors(channel: int) -> None:
-    """Channel on 3, stdout and stderr on pipes whose read ends are 4 and 5, nothing else open."""
+    """Channel on 3, stdout and stderr on pipes that a drain process reads, its ``output`` frames
+    arriving on 4; nothing else open."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    for write_end in (out_w, err_w):
+    relay, drained = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.fork() == 0:
         try:
-            fcntl.fcntl(write_end, _F_SETPIPE_SZ, _PIPE_SIZE)
-        except OSError:
-            pass  # the system's cap (/proc/sys/fs/pipe-max-size): the default 64 KiB then
+            os.close(channel)
+            os.close(out_w)
+            os.close(err_w)
+            relay.close()
+            _drain({out_r: 1, err_r: 2}, drained)
+        finally:
+            os._exit(0)
+    drained.close()
+    os.close(out_r)
+    os.close(err_r)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
-    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 16) for fd in (channel, out_r, err_r)]
-    for fd in {channel, out_r, err_r, out_w, err_w}:
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 16) for fd in (channel, relay.fileno())]
+    relay.close()
+    for fd in {channel, out_w, err_w}:
         os.close(fd)
-    for target, fd in zip((_CHANNEL, _STDOUT_READ, _STDERR_READ), moved, strict=True):
+    for target, fd in zip((_CHANNEL, _RELAY), moved, strict=True):
         os.dup2(fd, target)  # inheritable: the runtime takes them over
         os.close(fd)
-    os.closerange(6, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+    os.closerange(5, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+
+
+def _drain(pipes: dict[int, int], relay: socket.socket) -> None:
+    """The drain process: read what the worker and the programs it starts write to descriptors 1
+    and 2, as fast as they write it, and send it to the worker as ``output`` frames, within the
+    bounds a Python worker keeps (``output``); what is over, and what the worker is too busy to
+    take, is counted as dropped. So a tool's program never blocks on a full pipe, even while the
+    tool itself blocks the worker's only thread (``spawnSync`` with inherited output).
+
+    Ends when every writer has closed the pipes (the worker and what it started are gone), or the
+    worker has closed its end."""
+    relay.setblocking(False)
+    dropped = dict.fromkeys(pipes.values(), 0)
+    tokens, last = float(BURST_BYTES), time.monotonic()
+    while pipes:
+        readable, _, _ = select.select(list(pipes), [], [], 1.0 if any(dropped.values()) else None)
+        now = time.monotonic()
+        tokens, last = min(float(BURST_BYTES), tokens + (now - last) * RATE_BYTES), now
+        for read_end in readable or [r for r, fd in pipes.items() if dropped[fd]]:
+            fd = pipes[read_end]
+            data = os.read(read_end, 65536) if readable else b""
+            if readable and not data:
+                del pipes[read_end]
+                continue
+            kept = data[:CHUNK_BYTES] if tokens >= 1 else b""
+            if readable and not kept:
+                dropped[fd] += len(data)
+                continue
+            try:
+                relay.send(encode_frame(Output(fd, kept, dropped[fd] + len(data) - len(kept))))
+            except BlockingIOError:
+                dropped[fd] += len(data)  # the worker is busy: counted, never waited for
+                continue
+            except OSError:
+                return  # the worker is gone
+            tokens -= len(kept)
+            dropped[fd] = 0
 
 
 def _argument(spec: WorkerSpec) -> str:

@@ -3,23 +3,13 @@
 // The channel is the socket the daemon made for this worker (descriptor 3): frames in, frames out
 // (msgpack.mjs). When the daemon closes it the worker exits, whatever its tools are doing.
 //
-// What a tool prints never reaches the channel as anything but an "output" message: console.* and
-// process.stdout/stderr are forwarded in this process; descriptors 1 and 2 are pipes (descriptors 4
-// and 5 are their read ends), so what a program the tool starts writes is forwarded too. The same
-// bounds as a Python worker's (workers/runtime/output.py): at most CHUNK_BYTES a message, RATE_BYTES
-// a second on average in bursts of BURST_BYTES; what is over is read and counted as dropped, and a
-// quiet second after a flood says how much was.
-
-import { Socket } from "node:net"
-import { fstatSync } from "node:fs"
-import { formatWithOptions } from "node:util"
+// What a tool prints never reaches the channel as anything but an "output" message: descriptors 1
+// and 2 (console.*, process.stdout, and the programs it starts with the descriptors they inherit)
+// are pipes that a drain process reads (workers/runtime/jsexec.py) as fast as they are written, with
+// the bounds of a Python worker's output (workers/runtime/output.py); its "output" frames arrive whole
+// on descriptor 4 and are passed on as they are (`relayOutput`).
 
 import { FrameReader, encodeFrame } from "./msgpack.mjs"
-
-export const CHUNK_BYTES = 8192
-export const RATE_BYTES = 8192
-export const BURST_BYTES = 65536
-const QUIET_MS = 1000
 
 const exit = () => process.exit(0) // the daemon closed the channel (or died): no one to answer
 
@@ -44,12 +34,13 @@ export async function openChannel(fd, onMessage) {
     })
     return channel
   }
-  return new NodeChannel(fd, received)
+  const { Socket } = await import("node:net") // Node only: Bun's own sockets cost it ~4 MiB less
+  return new NodeChannel(new Socket({ fd, readable: true, writable: true }), received)
 }
 
 class NodeChannel {
-  constructor(fd, received) {
-    this.socket = new Socket({ fd, readable: true, writable: true })
+  constructor(socket, received) {
+    this.socket = socket
     this.socket.on("data", received)
     this.socket.on("end", exit)
     this.socket.on("close", exit)
@@ -58,6 +49,10 @@ class NodeChannel {
 
   send(message) {
     this.socket.write(encodeFrame(message))
+  }
+
+  sendFrame(frame) {
+    this.socket.write(frame)
   }
 
   /** Resolves once everything sent so far is written. */
@@ -74,7 +69,10 @@ class BunChannel {
   }
 
   send(message) {
-    const frame = encodeFrame(message)
+    this.sendFrame(encodeFrame(message))
+  }
+
+  sendFrame(frame) {
     if (this.queue.length) {
       this.queue.push(frame)
       return
@@ -101,98 +99,34 @@ class BunChannel {
   }
 }
 
-class Stream {
-  constructor(forwarder, fd) {
-    this.forwarder = forwarder
-    this.fd = fd
-    this.dropped = 0
-  }
-
-  write(data) {
-    const forwarder = this.forwarder
-    forwarder.refill()
-    if (forwarder.tokens < 1) {
-      this.dropped += data.length
-      forwarder.quietReport()
-      return
+/** Pass on, whole, the frames the drain process sends on descriptor `fd`. */
+export async function relayOutput(fd, channel) {
+  let pending = new Uint8Array(0)
+  const received = (chunk) => {
+    const data = pending.length ? concat(pending, chunk) : chunk
+    let at = 0
+    while (data.length - at >= 4) {
+      const length = ((data[at] << 24) >>> 0) + (data[at + 1] << 16) + (data[at + 2] << 8) + data[at + 3]
+      if (data.length - at - 4 < length) break
+      channel.sendFrame(data.slice(at, at + 4 + length)) // built by the drain: an "output" message
+      at += 4 + length
     }
-    const kept = data.length > CHUNK_BYTES ? data.subarray(0, CHUNK_BYTES) : data
-    forwarder.tokens -= kept.length
-    forwarder.send(["output", this.fd, kept, this.dropped + data.length - kept.length])
-    this.dropped = 0
+    pending = data.slice(at)
   }
+  if (typeof Bun !== "undefined") {
+    await Bun.connect({ fd, socket: { data: (_socket, chunk) => received(new Uint8Array(chunk)), error() {}, close() {} } })
+    return
+  }
+  const { Socket } = await import("node:net")
+  const socket = new Socket({ fd, readable: true, writable: false })
+  socket.on("data", (chunk) => received(new Uint8Array(chunk)))
+  socket.on("error", () => {})
+  socket.unref() // the drain ends with this process: it never keeps it alive
 }
 
-export class OutputForwarder {
-  constructor(channel) {
-    this.channel = channel
-    this.tokens = BURST_BYTES
-    this.last = performance.now()
-    this.streams = { 1: new Stream(this, 1), 2: new Stream(this, 2) }
-    this.timer = null
-  }
-
-  send(message) {
-    this.channel.send(message)
-  }
-
-  refill() {
-    const now = performance.now()
-    this.tokens = Math.min(BURST_BYTES, this.tokens + ((now - this.last) / 1000) * RATE_BYTES)
-    this.last = now
-  }
-
-  quietReport() {
-    if (this.timer !== null) return
-    this.timer = setTimeout(() => {
-      this.timer = null
-      for (const stream of Object.values(this.streams)) {
-        if (stream.dropped) {
-          this.send(["output", stream.fd, new Uint8Array(0), stream.dropped])
-          stream.dropped = 0
-        }
-      }
-    }, QUIET_MS)
-    this.timer.unref?.()
-  }
-
-  /** Forward what this process prints (console.*, process.stdout/stderr) and what is written to
-   * descriptors 1 and 2 (read from `pipes`, `{1: fd, 2: fd}`). */
-  capture(pipes) {
-    const encoder = new TextEncoder()
-    const toBytes = (chunk) => (typeof chunk === "string" ? encoder.encode(chunk) : new Uint8Array(chunk))
-    for (const fd of [1, 2]) {
-      const stream = this.streams[fd]
-      const target = fd === 1 ? process.stdout : process.stderr
-      target.write = (chunk, encoding, callback) => {
-        stream.write(toBytes(chunk))
-        const done = typeof encoding === "function" ? encoding : callback
-        if (typeof done === "function") queueMicrotask(done)
-        return true
-      }
-    }
-    const print = (fd) => (...args) => this.streams[fd].write(encoder.encode(formatWithOptions({ colors: false }, ...args) + "\n"))
-    for (const name of ["log", "info", "debug", "trace"]) console[name] = print(1)
-    for (const name of ["error", "warn"]) console[name] = print(2)
-    for (const [fd, readEnd] of Object.entries(pipes)) this.readPipe(Number(fd), readEnd)
-  }
-
-  readPipe(fd, readEnd) {
-    try {
-      if (!fstatSync(readEnd).isFIFO()) return
-    } catch {
-      return
-    }
-    const forward = (chunk) => this.streams[fd].write(new Uint8Array(chunk))
-    if (typeof Bun !== "undefined") {
-      ;(async () => {
-        for await (const chunk of Bun.file(readEnd).stream()) forward(chunk)
-      })().catch(() => {})
-      return
-    }
-    const socket = new Socket({ fd: readEnd, readable: true, writable: false })
-    socket.on("data", forward)
-    socket.on("error", () => {})
-    socket.unref() // a pipe only this process and its children write to never keeps it alive
-  }
+function concat(a, b) {
+  const out = new Uint8Array(a.length + b.length)
+  out.set(a)
+  out.set(b, a.length)
+  return out
 }

@@ -11,7 +11,6 @@
 
 import { closeSync, mkdirSync, openSync, writeSync } from "node:fs"
 import { join } from "node:path"
-import { randomBytes } from "node:crypto"
 
 const encoder = new TextEncoder()
 const TEXT_HEAD = '{"content":[{"type":"text","text":'
@@ -59,7 +58,8 @@ export function truncate(text, maxLines, maxBytes, spillDir, label) {
 export function spill(data, spillDir, label, suffix) {
   mkdirSync(spillDir, { recursive: true, mode: 0o700 })
   for (;;) {
-    const path = join(spillDir, `${label}-${randomBytes(6).toString("hex")}${suffix}`)
+    const random = [...crypto.getRandomValues(new Uint8Array(6))].map((b) => b.toString(16).padStart(2, "0")).join("")
+    const path = join(spillDir, `${label}-${random}${suffix}`)
     let fd
     try {
       fd = openSync(path, "wx", 0o600)

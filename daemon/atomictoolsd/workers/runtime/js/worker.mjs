@@ -2,11 +2,11 @@
 // module and serve calls to its tools, speaking the daemon's worker protocol (workers/protocol.py,
 // workers/runtime/main.py lists the messages) on descriptor 3.
 //
-// It is started by workers/runtime/javascript.py, which confined the process (when its project is
-// trusted with --sandbox), set descriptors 1 and 2 to pipes whose read ends are 4 and 5, cleaned the
-// environment and changed to the module's working directory before the exec. Its one argument is a
-// JSON object: the module's path, the limits, the spill dir, the runtime's name and where the
-// support packages are.
+// It is started by workers/runtime/jsexec.py, which confined the process (when its project is
+// trusted with --sandbox), made descriptors 1 and 2 pipes that a drain process reads (its "output"
+// frames come on descriptor 4), cleaned the environment and changed to the module's working
+// directory before the exec. Its one argument is a JSON object: the module's path, the limits, the
+// spill dir, the runtime's name and where the support packages are.
 //
 // Each call runs as the tool's promise; its context's `abort` fires when the daemon cancels the call
 // (the caller cancelled, or the timeout passed); a tool that goes on regardless is killed with its
@@ -17,7 +17,7 @@ import { dirname, join, sep } from "node:path"
 import { pathToFileURL, fileURLToPath } from "node:url"
 import { crc32 } from "./crc32.mjs"
 
-import { OutputForwarder, openChannel } from "./channel.mjs"
+import { openChannel, relayOutput } from "./channel.mjs"
 import { float64 } from "./msgpack.mjs"
 import { errorResult, exceptionText, makeResult } from "./results.mjs"
 import { ToolProblem, collectTools, definition, splitUndeclared } from "./tools.mjs"
@@ -39,7 +39,7 @@ let nextAsk = 1
 let tools = new Map()
 
 const channel = await openChannel(3, (message) => dispatch(message))
-new OutputForwarder(channel).capture({ 1: 4, 2: 5 })
+await relayOutput(4, channel)
 // What a tool leaves failing in the background (a timer that throws, a promise nobody awaits) is
 // logged as its output, as a Python thread's exception is: it ends neither the worker nor its calls.
 process.on("uncaughtException", (error) => console.error("Uncaught exception in a tool:", error))
@@ -218,6 +218,9 @@ async function load() {
       fingerprint,
       helpers(),
     ])
+    // What loading left behind (the module graph's source, the compiler's garbage) is collected
+    // now, while the worker is idle: its resident memory is what the limit and the monitor watch.
+    setTimeout(() => (typeof Bun !== "undefined" ? Bun.gc(true) : globalThis.gc?.()), 0)
   } catch (error) {
     channel.send(["failed", { ...failureOf(error, source), deps: deps(), fingerprint, helpers: helpers() }])
     await channel.flush()
