@@ -23,7 +23,7 @@ from shim_helpers import mcp_session, wait_until
 FAULTS = '''
 import { tool } from "@atomic/plugin"
 import { writeFileSync } from "node:fs"
-import { spawn } from "node:child_process"
+import { spawnSync } from "node:child_process"
 
 export const waits = tool({
   description: "Waits until the call is cancelled",
@@ -48,8 +48,9 @@ export const floods = tool({
   args: {},
   async execute() {
     for (let i = 0; i < 50; i++) console.log("x".repeat(100_000))
-    const child = spawn("sh", ["-c", "head -c 3000000 /dev/zero | tr '\\\\0' y"], { stdio: ["ignore", "inherit", "inherit"] })
-    await new Promise((resolve) => child.on("exit", resolve))
+    // A program that writes far more than a pipe holds while the tool waits for it, blocking the
+    // worker's thread: its output is drained all the same.
+    spawnSync("sh", ["-c", "head -c 3000000 /dev/zero | tr '\\\\0' y"], { stdio: ["ignore", "inherit", "inherit"] })
     return "flooded"
   },
 })
@@ -130,6 +131,23 @@ def test_a_save_reloads_a_syntax_error_withdraws_and_its_fix_restores(served: tu
 async def text(session: Any, name: str, **arguments: Any) -> str:
     result = await session.call_tool(name, arguments)
     return "".join(block.text for block in result.content if block.type == "text")
+
+
+def test_an_edit_to_a_helper_it_imports_reloads_the_module(served: tuple[Env, Daemon]) -> None:
+    env, daemon = served
+    helper = env.write_tool(env.local_tools, "_words.ts", 'export const word: string = "one"\n')
+    env.write_tool(env.local_tools, "speak.ts", '''
+        import { tool } from "@atomic/plugin"
+        import { word } from "./_words"
+        export default tool({ description: "Say the helper's word", args: {}, execute: () => word })
+    ''')
+    with daemon.client() as client:
+        wait_for(lambda: "speak" in {t["name"] for t in client.list_tools()}, message="speak.ts to load")
+        assert client.call("speak").text == "one"
+        helper.write_text('export const word: string = "two"\n')
+        wait_for(lambda: client.call("speak").text == "two", message="the module to reload with its helper")
+    for name in ("speak.ts", "_words.ts"):
+        (env.local_tools / name).unlink()
 
 
 def test_an_import_of_a_package_nobody_installed_says_what_to_install(served: tuple[Env, Daemon]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 
 from helpers import Daemon, Env
@@ -24,7 +25,7 @@ from shim_helpers import SHIM, mcp_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "javascript"
 ATOMIC = ["lint", "weather_getTemp", "weather_forecast", "squad_decide", "squad_status"]
-OPENCODE = ["patterns", "timestamp", "greet", "log_session"]
+OPENCODE = ["patterns", "timestamp", "greet", "log_session", "context_report", "context_edit", "context_lines"]
 
 
 @pytest.fixture(scope="module", params=["bun", "node"])
@@ -160,3 +161,42 @@ def test_opencode_is_not_offered_the_tools_it_loads_itself(served: tuple[str, En
     assert names == set(ATOMIC)
     with daemon.client(agent="claude") as client:
         assert {tool["name"] for tool in client.list_tools()} == set(ATOMIC + OPENCODE)
+
+
+def test_context_metadata_ask_and_a_long_result(served: tuple[str, Env, Daemon]) -> None:
+    runtime, env, daemon = served
+    progress: list[tuple[float, float | None, str | None]] = []
+    logged: list[Any] = []
+    asked: list[types.ElicitRequestParams] = []
+    answers = iter([types.ElicitResult(action="accept", content={"allow": True}), types.ElicitResult(action="decline")])
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params)
+        return next(answers)
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    async def main() -> dict[str, Any]:
+        async with mcp_session(env, elicitation_callback=elicit, logging_callback=on_log) as (session, _seen):
+            return {
+                "report": await session.call_tool("context_report", {}, progress_callback=on_progress),
+                "allowed": await session.call_tool("context_edit", {"file": "a.txt"}),
+                "denied": await session.call_tool("context_edit", {"file": "b.txt"}),
+                "lines": await session.call_tool("context_lines", {"count": 2500}),
+            }
+
+    results = anyio.run(main)
+    assert _text(results["report"]) == "reported"
+    assert [message for _value, _total, message in progress] == ["step 1", "step 2"]
+    assert {"title": "step 2", "metadata": {"done": 2}} in logged
+    assert _text(results["allowed"]) == "edited a.txt"
+    assert results["denied"].is_error and "permission denied: edit" in _text(results["denied"])
+    assert "edit" in asked[0].message and "a.txt" in asked[0].message
+    text = _text(results["lines"])
+    assert text.startswith("line 1\nline 2\n") and "[output truncated: showing 2,000 of 2,500 lines" in text
+    spill = Path(results["lines"].meta["atomic/fullOutput"])
+    assert spill.read_text().count("\n") == 2499 and spill.read_text().endswith("line 2500")
