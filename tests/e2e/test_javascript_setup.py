@@ -107,3 +107,21 @@ def test_offline_without_the_packages_the_module_says_what_to_run_and_nothing_ha
                           timeout=30, message="the install to fail")
     assert "ECONNREFUSED" in status["installError"] and "atomictoolsd js install" in status["installError"]
     assert not any(Path(status["packagesDir"]).parent.glob(".install-*")), "a failed install leaves nothing behind"
+
+
+def test_the_readme_s_typescript_tool_runs_as_written(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    found = re.search(r"<!-- readme-test: lint-ts -->\n```ts\n(.*?)```", readme, re.DOTALL)
+    assert found, "README.md has no block marked readme-test: lint-ts"
+    env.write_tool(env.local_tools, "lint.ts", found.group(1))
+    (env.project / "bad.py").write_text("import os\n")
+    daemon: Daemon = make_daemon(js_settings("bun"))
+    with daemon.client() as client:
+        report = client.call("lint", path="bad.py")
+        assert "F401" in report.text and "os" in report.text, report.text
+        counted = client.call("lint_count", path="bad.py")
+        assert counted.structured == {"path": "bad.py", "problems": 0}
+        refused = client.call("lint_count", path="notes.txt")
+        assert refused.is_error and "not a Python file - at `$.path`" in refused.text
