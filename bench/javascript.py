@@ -144,26 +144,29 @@ def save_latency(bun: str, edits: int) -> Table:
 
 
 def call_latency(found: dict[str, str], calls: int, rounds: int) -> tuple[Table, dict[str, Any]]:
-    tools = {"echo_py (Python)": "echo_py", **{f"echo_ts ({name})": "echo_ts" for name in found}}
+    """Every runtime's daemon runs at once, each with its shim; rounds take turns between the Python
+    tool and each TypeScript one, so a change in the machine's load hits them alike."""
     rows = []
     data: dict[str, Any] = {}
     for mode, pinned in MODES:
-        samples: dict[str, Stats] = {label: Stats() for label in tools}
-        for name, runtime in found.items():
-            with daemon_for(runtime) as daemon, affinity(pinned):
-                proc, channel = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=str(daemon.project))
-                try:
-                    channel.handshake()
-                    for _round in range(rounds):
-                        for label, tool in tools.items():
-                            if tool == "echo_ts" and not label.endswith(f"({name})"):
-                                continue
-                            if tool == "echo_py" and name != "bun":
-                                continue  # the Python tool is measured once, beside Bun
-                            stats = measure_latency(channel, calls, warmup=200, line=call_line(tool))
-                            samples[label].samples.extend(stats.samples)
-                finally:
-                    channel.close()
+        daemons = {name: daemon_for(runtime).start() for name, runtime in found.items()}
+        channels: dict[str, tuple[Any, Any]] = {}
+        try:
+            with affinity(pinned):
+                for name, daemon in daemons.items():
+                    channels[name] = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=str(daemon.project))
+                    channels[name][1].handshake()
+                turns = [("echo_py (Python)", "bun", "echo_py"), *((f"echo_ts ({name})", name, "echo_ts") for name in found)]
+                samples = {label: Stats() for label, _name, _tool in turns}
+                for _round in range(rounds):
+                    for label, name, tool in turns:
+                        stats = measure_latency(channels[name][1], calls, warmup=100, line=call_line(tool))
+                        samples[label].samples.extend(stats.samples)
+        finally:
+            for _proc, channel in channels.values():
+                channel.close()
+            for daemon in daemons.values():
+                daemon.stop()
         python_p50 = statistics.median(samples["echo_py (Python)"].samples)
         for label, stats in samples.items():
             summary = stats.summary()
@@ -173,7 +176,8 @@ def call_latency(found: dict[str, str], calls: int, rounds: int) -> tuple[Table,
     table = Table(
         "javascript_calls", "Steady tools/call through the shim: a TypeScript tool beside a Python one",
         ["mode", "tool", "calls", "p50 µs", "p99 µs", "× Python p50"], rows,
-        ["the raw stdio client running `atomictoolsd mcp`; one-line echo tools; rounds alternate between the tools"],
+        ["the raw stdio client running `atomictoolsd mcp`, one daemon per runtime, all at once; "
+         "one-line echo tools; rounds take turns between the tools"],
     )
     return table, data
 
@@ -209,15 +213,77 @@ def idle_memory(found: dict[str, str]) -> Table:
     )
 
 
+HELLO_TS = '''import { tool } from "@opencode-ai/plugin"
+
+export default tool({
+  description: "Greet someone by name",
+  args: { name: tool.schema.string().describe("The person's name") },
+  async execute(args) { return `hello ${args.name}` },
+})
+'''
+
+
+def against_opencode(bun: str, runs: int) -> Table | None:
+    """One call of an OpenCode tool file from nothing: OpenCode's own headless run of it (``opencode
+    debug agent build --tool``: start, load the tool files, run the tool) against a daemon started
+    cold (no definition cache) answering ``atomictoolsd call`` for the same file, started by the call."""
+    import subprocess
+
+    opencode = AGENTS / "node_modules" / ".bin" / "opencode"
+    if not opencode.exists():
+        return None
+    rows = []
+    with DaemonUnderTest(tools={}) as base:  # an isolated home for OpenCode's own files
+        project = base.project
+        (project / ".opencode" / "tools").mkdir(parents=True)
+        (project / ".opencode" / "tools" / "hello.ts").write_text(HELLO_TS)
+        subprocess.run(["git", "init", "-q", str(project)], check=True)
+        env = {**base.env, "OPENCODE_DISABLE_AUTOUPDATE": "1", "CI": "1"}
+        command = [str(opencode), "debug", "agent", "build", "--tool", "hello", "--params", '{"name":"A"}']
+        first = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=300)  # installs its packages
+        if "hello A" not in first.stdout:
+            return None
+        samples = Stats()
+        for _ in range(runs):
+            started = time.perf_counter()
+            done = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=120)
+            samples.samples.append(time.perf_counter() - started)
+            assert "hello A" in done.stdout, done.stdout + done.stderr
+        rows.append(["opencode debug agent --tool (its own load and run)", runs, samples.ms()["p50_ms"], samples.ms()["min_ms"]])
+        ours = Stats()
+        for _ in range(runs):
+            with DaemonUnderTest(tools={}, extra_env={"ATOMICTOOLS_JS_RUNTIME": bun, "ATOMICTOOLS_JS_PACKAGES": str(AGENTS),
+                                                       "ATOMICTOOLS_BUILTINS": "0"}) as fresh:
+                fresh.stop(remove=False)  # only its dirs: the call below starts the daemon
+                (fresh.project / ".opencode" / "tools").mkdir(parents=True)
+                (fresh.project / ".opencode" / "tools" / "hello.ts").write_text(HELLO_TS)
+                started = time.perf_counter()
+                done = subprocess.run([CONSOLE, "call", "hello", "name=A"], env=fresh.env, cwd=fresh.project,
+                                      capture_output=True, text=True, timeout=120)
+                ours.samples.append(time.perf_counter() - started)
+                assert done.stdout.strip() == "hello A", done.stdout + done.stderr
+                subprocess.run([CONSOLE, "stop"], env=fresh.env, cwd=fresh.project, capture_output=True, timeout=60)
+        rows.append(["atomictoolsd call, the daemon started by it (Bun)", runs, ours.ms()["p50_ms"], ours.ms()["min_ms"]])
+    return Table(
+        "javascript_opencode", "One call of an OpenCode tool file from nothing, against OpenCode itself",
+        ["what", "runs", "p50 ms", "min ms"], rows,
+        ["OpenCode installs @opencode-ai/plugin into .opencode/ on its first run (not counted); "
+         "the daemon reads it from its support packages and writes nothing there"],
+    )
+
+
 def measure(quick: bool) -> Report:
     found = runtimes()
-    edits, calls, rounds = (10, 300, 2) if quick else (40, 2000, 3)
+    edits, calls, rounds = (10, 300, 2) if quick else (40, 500, 12)
     report = Report("javascript")
     report.tables.append(save_latency(found["bun"], edits))
     table, data = call_latency(found, calls, rounds)
     report.tables.append(table)
     report.data["calls"] = data
     report.tables.append(idle_memory(found))
+    opencode = against_opencode(found["bun"], 3 if quick else 8)
+    if opencode is not None:
+        report.tables.append(opencode)
     report.data["runtimes"] = found
     return report
 

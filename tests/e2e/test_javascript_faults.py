@@ -67,6 +67,12 @@ export const grows = tool({
 })
 
 export const pid = tool({ description: "Its worker's pid", args: {}, execute: () => String(process.pid) })
+
+export const claims = tool({
+  description: "Claims a name no one has (an async refinement)",
+  args: { name: tool.schema.string().refine(async (name) => name !== "taken", "already taken") },
+  execute: (args) => `claimed ${args.name}`,
+})
 '''
 
 
@@ -239,3 +245,11 @@ def test_without_a_runtime_the_module_fails_with_what_to_install(env: Env, make_
     assert "no JavaScript runtime to run it" in error["message"] and "npm install -g bun" in error["message"]
     with daemon.client() as client:
         assert client.call("py").text == "still serving"
+
+
+def test_an_async_refinement_checks_the_arguments(served: tuple[Env, Daemon]) -> None:
+    env, daemon = served
+    with daemon.client() as client:
+        assert client.call("faults_claims", name="free").text == "claimed free"
+        taken = client.call("faults_claims", name="taken")
+        assert taken.is_error and "already taken - at `$.name`" in taken.text

@@ -96,7 +96,7 @@ function copilotTool(name, definition, zod) {
   let input
   if (parameters === undefined || parameters === null) {
     const inputSchema = { type: "object", properties: {}, additionalProperties: false }
-    input = { inputSchema, declared: new Set(), parse: async (values) => ({ ok: true, value: values }) }
+    input = { inputSchema, declared: new Set(), parse: (values) => ({ ok: true, value: values }) }
   } else if (isZod(parameters)) {
     input = zodInput(parameters, zod)
   } else if (typeof parameters === "object") {
@@ -124,13 +124,20 @@ function zodInput(schema, zod) {
   if (inputSchema.type !== "object") throw new ToolProblem("its parameters must be an object schema (z.object({...}))")
   const declared = declaredKeys(inputSchema)
   if (!("additionalProperties" in inputSchema)) inputSchema.additionalProperties = false
-  return {
-    inputSchema,
-    declared,
-    parse: async (values) => {
-      const outcome = await schema.safeParseAsync(values)
-      return outcome.success ? { ok: true, value: outcome.data } : { ok: false, message: describeIssues(outcome.error.issues) }
-    },
+  return { inputSchema, declared, parse: (values) => parseWith(schema, values) }
+}
+
+const parsed = (outcome) =>
+  outcome.success ? { ok: true, value: outcome.data } : { ok: false, message: describeIssues(outcome.error.issues) }
+
+/** Check `values` with a Zod schema: synchronously (no promise on the call path) unless the schema
+ * has an async refinement or transform, which Zod refuses to run so (then a promise of it). */
+function parseWith(schema, values) {
+  try {
+    return parsed(schema.safeParse(values))
+  } catch (error) {
+    if (!/async/i.test(`${error?.constructor?.name} ${error?.message}`)) throw error
+    return schema.safeParseAsync(values).then(parsed)
   }
 }
 
@@ -149,11 +156,7 @@ function jsonInput(parameters, zod) {
   return {
     inputSchema,
     declared: declaredKeys(inputSchema),
-    parse: async (values) => {
-      if (schema === null) return { ok: true, value: values }
-      const outcome = await schema.safeParseAsync(values)
-      return outcome.success ? { ok: true, value: outcome.data } : { ok: false, message: describeIssues(outcome.error.issues) }
-    },
+    parse: (values) => (schema === null ? { ok: true, value: values } : parseWith(schema, values)),
   }
 }
 

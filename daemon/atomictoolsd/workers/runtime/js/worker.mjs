@@ -304,18 +304,21 @@ async function startCall(callId, name, argumentsJson, context, progress) {
   }
   let result
   try {
-    const parsed = await tool.parse(values)
+    // Awaited only when a promise: a sync schema and a sync tool answer without a microtask between.
+    let parsed = tool.parse(values)
+    if (parsed instanceof Promise) parsed = await parsed
     if (!parsed.ok) {
       answer(callId, errorResult(`Invalid arguments for tool '${name}': ${parsed.message}`))
       return
     }
     const [sessionId, messageId, agent, directory, worktree, toolUseId] = context
-    const value = await tool.run(
+    let value = tool.run(
       parsed.value,
       tool.kind === "copilot"
         ? { sessionId, toolCallId: toolUseId, toolName: name, arguments: values, signal: controller.signal }
         : toolContext(callId, progress, { sessionId, messageId, agent, directory, worktree, toolUseId }, controller.signal),
     )
+    if (value !== null && typeof value?.then === "function") value = await value
     result = makeResult(name, value, spec.limits)
   } catch (error) {
     result = errorResult(exceptionText(name, error, RUNTIME_DIR))
