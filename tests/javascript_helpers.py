@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["AGENTS", "PACKAGES", "bun", "js_settings", "node", "runtimes"]
+__all__ = ["AGENTS", "PACKAGES", "bun", "js_settings", "node"]
 
 AGENTS = Path(__file__).resolve().parents[1] / ".ci" / "agents"
 PACKAGES = AGENTS / "node_modules"
@@ -45,17 +45,14 @@ def node() -> str:
     return str(path)
 
 
-def runtimes() -> list[str]:
-    """The names of the runtimes a test runs on, each a parameter (``bun``, ``node``)."""
-    return ["bun", "node"]
-
-
 def js_settings(runtime: str) -> dict[str, str]:
-    """The daemon's environment for TypeScript tools on ``runtime`` ("bun" or "node")."""
+    """The daemon's environment for TypeScript tools on ``runtime``: "bun", "node", or "node-thread"
+    (Node with the module hooks of Node before 22.15, which run in a thread of their own)."""
     executable = bun() if runtime == "bun" else node()
+    extra = {"ATOMICTOOLS_NODE_HOOKS": "thread"} if runtime == "node-thread" else {}
     # The runtime's directory first on PATH: a tool that runs `bun` (Atomic's lint example) finds it.
     path = os.pathsep.join([str(Path(executable).parent), os.environ.get("PATH", "")])
     return {
         "ATOMICTOOLS_JS_RUNTIME": executable, "ATOMICTOOLS_JS_PACKAGES": str(AGENTS), "ATOMICTOOLS_OPENCODE_DIRS": "1",
-        "PATH": path,
+        "PATH": path, **extra,
     }

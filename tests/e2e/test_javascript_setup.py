@@ -125,3 +125,22 @@ def test_the_readme_s_typescript_tool_runs_as_written(env: Env, make_daemon) -> 
         assert counted.structured == {"path": "bad.py", "problems": 0}
         refused = client.call("lint_count", path="notes.txt")
         assert refused.is_error and "not a Python file - at `$.path`" in refused.text
+
+
+@pytest.mark.parametrize("runtime", ["node", "node-thread"])
+def test_node_finds_a_helper_as_bun_does_and_reloads_the_module_when_it_changes(env: Env, make_daemon, runtime: str) -> None:  # type: ignore[no-untyped-def]
+    """`./_words` (no extension, as Bun and TypeScript write it) is `_words.ts`; the worker reports
+    it as loaded, on Node 22.15+'s hooks and on the older ones' thread alike, so editing it reloads."""
+    from helpers import wait_for as wait
+
+    helper = env.write_tool(env.local_tools, "_words.ts", 'export const word: string = "one"\n')
+    env.write_tool(env.local_tools, "speak.ts", '''
+        import { tool } from "@atomic/plugin"
+        import { word } from "./_words"
+        export default tool({ description: "Say the helper's word", args: {}, execute: () => word })
+    ''')
+    daemon: Daemon = make_daemon(js_settings(runtime))
+    with daemon.client() as client:
+        assert client.call("speak").text == "one"
+        helper.write_text('export const word: string = "two"\n')
+        wait(lambda: client.call("speak").text == "two", message="the module to reload with its helper")

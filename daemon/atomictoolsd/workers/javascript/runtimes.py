@@ -1,8 +1,7 @@
 """Which JavaScript runtime runs TypeScript and JavaScript tool modules, and how it is started.
 
 ``js_runtime = "auto"`` (the default) takes Bun when it is installed (what Atomic and OpenCode run
-their tools on), else Node 22.15 or newer (type stripping, and ``module.registerHooks``, which a
-worker needs to resolve ``@atomic/plugin``); ``bun`` or ``node`` takes only that one; a path takes
+their tools on), else Node 22.6 or newer (type stripping); ``bun`` or ``node`` takes only that one; a path takes
 that executable, whichever of the two it is. Each is looked for on the daemon's ``PATH``, and Bun
 also where its installer puts it (``~/.bun/bin``). A runtime too old, or none, is a ``problem``
 that names what was found and the command that installs one: the modules are listed as failed with
@@ -30,9 +29,9 @@ from atomictoolsd.workers.runtime.jsexec import JS_DIR
 __all__ = ["INSTALL_HINT", "MIN_BUN", "MIN_NODE", "find_runtime", "runtime_read_paths"]
 
 MIN_BUN = (1, 2, 0)
-MIN_NODE = (22, 15, 0)
+MIN_NODE = (22, 6, 0)
 INSTALL_HINT = (
-    "install Bun (`npm install -g bun`, or `curl -fsSL https://bun.sh/install | bash`) or Node.js 22.15 or newer "
+    "install Bun (`npm install -g bun`, or `curl -fsSL https://bun.sh/install | bash`) or Node.js 22.6 or newer "
     "(`npm install -g node@22`), or set js_runtime to the path of one"
 )
 _VERSION = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
@@ -92,7 +91,9 @@ def runtime_read_paths(executable: str, packages: str) -> list[str]:
 def _command(name: str, path: str, version: tuple[int, int, int]) -> list[str]:
     if name == "bun":
         return [path, f"--config={_BUNFIG}", "--no-env-file", "--no-install"]
-    return [path, "--experimental-transform-types", "--disable-warning=ExperimentalWarning"]
+    # Transforming (enums, namespaces, parameter properties) came in 22.7; 22.6 strips types only.
+    types = "--experimental-transform-types" if version >= (22, 7, 0) else "--experimental-strip-types"
+    return [path, types, "--disable-warning=ExperimentalWarning"]
 
 
 def find_runtime(setting: str, home: Path, packages: str = "") -> JsRuntime:

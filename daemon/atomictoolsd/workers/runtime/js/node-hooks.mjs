@@ -1,4 +1,4 @@
-// How a Node worker resolves what a tool module imports (module.registerHooks, in this thread):
+// How a Node worker resolves what a tool module imports:
 //
 // - `@atomic/plugin` is the worker's own (modules/@atomic/plugin), never fetched or installed;
 // - any other package resolves as the tool module's own imports do (its tools dir's node_modules,
@@ -8,73 +8,54 @@
 //   `.js` of a `.ts` file finds the file, as Bun would.
 //
 // Each file of the tools dir that loads is reported (`onLoad`), so the daemon reloads the module
-// when one of them changes.
+// when one of them changes. Node 22.15 and later run these hooks in this thread
+// (module.registerHooks); before, Node runs them in a thread of its own (module.register, with
+// node-hooks-thread.mjs), which reports the files it loaded over a message port.
 
-import { registerHooks } from "node:module"
-import { readFileSync } from "node:fs"
-import { join, sep } from "node:path"
-import { fileURLToPath, pathToFileURL } from "node:url"
+import * as nodeModule from "node:module"
+import { MessageChannel } from "node:worker_threads"
+import { join } from "node:path"
+import { pathToFileURL } from "node:url"
 
-const EXTENSIONS = [".ts", ".mts", ".js", ".mjs", ".cts", ".cjs", "/index.ts", "/index.mts", "/index.js", "/index.mjs"]
+import { hooks } from "./node-resolve.mjs"
 
-export function installNodeHooks({ toolsDir, toolPath, runtimeDir, packages, onLoad }) {
-  if (typeof registerHooks !== "function") {
-    throw new Error(`this Node.js (${process.version}) has no module.registerHooks: use Node 22.15 or newer, or Bun`)
+export async function installNodeHooks({ toolsDir, toolPath, runtimeDir, packages, onLoad }) {
+  const settings = {
+    toolsDir,
+    toolURL: pathToFileURL(toolPath).href,
+    ownPlugin: pathToFileURL(join(runtimeDir, "modules", "@atomic", "plugin", "index.mjs")).href,
+    runtimePrefix: pathToFileURL(runtimeDir).href + "/",
+    toolsPrefix: pathToFileURL(toolsDir).href + "/",
+    supportParent: packages ? pathToFileURL(join(packages, "package.json")).href : null,
   }
-  const toolURL = pathToFileURL(toolPath).href
-  const ownPlugin = pathToFileURL(join(runtimeDir, "modules", "@atomic", "plugin", "index.mjs")).href
-  const runtimePrefix = pathToFileURL(runtimeDir).href + "/"
-  const toolsPrefix = pathToFileURL(toolsDir).href + "/"
-  const supportParent = packages ? pathToFileURL(join(packages, "package.json")).href : null
-
-  const isBare = (specifier) => !/^(\.{1,2}\/|\/|[a-zA-Z][a-zA-Z0-9+.-]*:)/.test(specifier) && !specifier.startsWith("#")
-
-  function resolveRelative(specifier, context, nextResolve, error) {
-    const stems = specifier.endsWith(".js") ? [specifier.slice(0, -3), specifier] : [specifier]
-    for (const stem of stems) {
-      for (const extension of EXTENSIONS) {
-        if (stem === specifier && extension === ".js") continue
-        try {
-          return nextResolve(stem + extension, context)
-        } catch {}
-      }
-    }
-    throw error
+  // ATOMICTOOLS_NODE_HOOKS=thread: the hooks of Node before 22.15 on a newer one (the tests of both).
+  if (typeof nodeModule.registerHooks === "function" && process.env.ATOMICTOOLS_NODE_HOOKS !== "thread") {
+    nodeModule.registerHooks(hooks(settings, onLoad))
+    return async () => {}
   }
-
-  registerHooks({
-    resolve(specifier, context, nextResolve) {
-      if (specifier === "@atomic/plugin") return { url: ownPlugin, shortCircuit: true }
-      const bare = isBare(specifier)
-      const parentURL = context.parentURL
-      const asked = bare && parentURL?.startsWith(runtimePrefix) ? { ...context, parentURL: toolURL } : context
-      try {
-        return nextResolve(specifier, asked)
-      } catch (error) {
-        if (error?.code !== "ERR_MODULE_NOT_FOUND") throw error
-        if (bare && supportParent !== null) return nextResolve(specifier, { ...context, parentURL: supportParent })
-        if (!bare && specifier.startsWith(".") && parentURL?.startsWith(toolsPrefix)) {
-          return resolveRelative(specifier, context, nextResolve, error)
-        }
-        throw error
-      }
-    },
-    load(url, context, nextLoad) {
-      const result = nextLoad(url, context)
-      if (url.startsWith(toolsPrefix)) {
-        const path = fileURLToPath(url)
-        const source = result.source
-        let bytes = null
-        if (source instanceof Uint8Array) bytes = source
-        else if (typeof source === "string") bytes = new TextEncoder().encode(source)
-        else {
-          try {
-            bytes = readFileSync(path)
-          } catch {}
-        }
-        if (bytes !== null && path.startsWith(toolsDir + sep)) onLoad(path, bytes)
-      }
-      return result
-    },
+  const { port1, port2 } = new MessageChannel()
+  port1.on("message", (message) => {
+    if (message.path !== undefined) onLoad(message.path, message.bytes)
   })
+  port1.unref()
+  nodeModule.register(pathToFileURL(join(runtimeDir, "node-hooks-thread.mjs")).href, {
+    parentURL: import.meta.url,
+    data: { settings, port: port2 },
+    transferList: [port2],
+  })
+  // What the hooks' thread reported comes before its answer to this, on the same port.
+  return () =>
+    new Promise((resolve) => {
+      port1.ref()
+      port1.on("message", function done(message) {
+        if (message.flushed) {
+          port1.off("message", done)
+          port1.unref()
+          resolve()
+        }
+      })
+      port1.postMessage({ flush: true })
+    })
 }
+
+

@@ -121,8 +121,12 @@ async function installHooks() {
     return
   }
   const { installNodeHooks } = await import("./node-hooks.mjs")
-  installNodeHooks({ toolsDir: TOOLS_DIR, toolPath: spec.path, runtimeDir: RUNTIME_DIR, packages: spec.packages, onLoad: noteLoaded })
+  flushLoaded = await installNodeHooks({
+    toolsDir: TOOLS_DIR, toolPath: spec.path, runtimeDir: RUNTIME_DIR, packages: spec.packages, onLoad: noteLoaded,
+  })
 }
+
+let flushLoaded = async () => {} // until what the hooks reported of the files loaded is in (Node before 22.15)
 
 /** `specifier` resolved as the tool module would resolve it, else from the support packages. */
 function resolveForTool(specifier) {
@@ -208,6 +212,7 @@ async function load() {
     }
     const collected = await collectTools(exports, spec.path, zod, pluginInput())
     tools = collected.tools
+    await flushLoaded()
     const runtime = `${spec.runtime} ${spec.version}`
     channel.send([
       "loaded",
@@ -222,6 +227,7 @@ async function load() {
     // now, while the worker is idle: its resident memory is what the limit and the monitor watch.
     setTimeout(() => (typeof Bun !== "undefined" ? Bun.gc(true) : globalThis.gc?.()), 0)
   } catch (error) {
+    await flushLoaded()
     channel.send(["failed", { ...failureOf(error, source), deps: deps(), fingerprint, helpers: helpers() }])
     await channel.flush()
     process.exit(0)
