@@ -60,7 +60,7 @@ def typescript_template(name: str) -> str:
     return f'''// The {name} tool, written by `atomictoolsd new --ts`: edit it, save it, and the daemon reloads it.
 //
 // The default export is the tool `{name}` (the file's name); a named export `other` would be
-// `{name}_other`. It runs on Bun, or Node 22.15+, in a worker of its own. What it prints goes to the
+// `{name}_other`. It runs on Bun, or Node 22.6+, in a worker of its own. What it prints goes to the
 // daemon's log (`atomictoolsd logs`), not to the caller: return what the caller should see.
 import {{ tool }} from "@atomic/plugin" // provided by atomictoolsd: nothing to install
 

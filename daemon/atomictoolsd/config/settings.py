@@ -76,7 +76,7 @@ class Config:
     sandbox_allow_read: str = _setting("", "More directories every confined worker may read, separated by ':'.")
     sandbox_allow_write: str = _setting("", "More directories every confined worker may read and write, separated by ':'.")
     js_runtime: str = _setting(
-        "auto", "What runs TypeScript and JavaScript tools: auto (Bun when installed, else Node 22.15+), bun, node, or the path of either.",
+        "auto", "What runs TypeScript and JavaScript tools: auto (Bun when installed, else Node 22.6+), bun, node, or the path of either.",
     )
     js_packages: str = _setting(
         "", "A directory whose node_modules holds zod, @opencode-ai/plugin and @github/copilot-sdk for tools that do not install them (empty: the daemon's own, installed on first need).",

@@ -22,6 +22,7 @@ import msgspec
 from atomictoolsd.workers.javascript.packages import InstallError, Packages
 from atomictoolsd.workers.javascript.runtimes import find_runtime
 from atomictoolsd.workers.protocol import JsRuntime, WorkerSpec
+from atomictoolsd.workers.runtime.jsexec import JS_DIR
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -87,8 +88,13 @@ class JavaScript:
         return runtime
 
     def worker_spec(self, spec: WorkerSpec) -> WorkerSpec:
-        """``spec`` (a TypeScript or JavaScript module's) with the runtime its worker starts."""
-        return msgspec.structs.replace(spec, javascript=self.runtime())
+        """``spec`` (a TypeScript or JavaScript module's) with the runtime its worker starts, and, for
+        a confined worker, a policy that also reads the runtime's files and the support packages."""
+        runtime = self.runtime()
+        sandbox = spec.sandbox
+        if sandbox is not None:
+            sandbox = {**sandbox, "read": sorted({*sandbox.get("read", ()), *runtime.read, JS_DIR})}
+        return msgspec.structs.replace(spec, javascript=runtime, sandbox=sandbox)
 
     # -- the support packages ---------------------------------------------------------------------
 

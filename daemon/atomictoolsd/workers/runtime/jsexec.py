@@ -7,8 +7,9 @@ stops and kills it as it does any worker.
 Before the ``execve``, and so before anything of the module or of the runtime runs:
 
 - a module file another user could have written is refused (``check_writers``);
-- a worker whose project is trusted with ``--sandbox`` is confined (Landlock and seccomp hold
-  across ``execve``), reading besides the project the runtime's files and the support packages;
+- a worker whose project is trusted with ``--sandbox`` was confined by ``main.serve``, as any
+  worker, with a policy that reads the runtime's files and the support packages besides the project
+  (``workers/javascript``); Landlock and seccomp hold across ``execve``;
 - descriptor 3 becomes the channel, 1 and 2 pipes that a small drain process (forked here) reads
   and sends on as ``output`` frames to descriptor 4, which the worker passes on whole; nothing else is
   left open;
@@ -157,7 +158,8 @@ def _argument(spec: WorkerSpec) -> str:
 
 
 def exec_runtime(channel: int, spec: WorkerSpec) -> NoReturn:
-    """Become the JavaScript runtime serving ``spec``'s module on ``channel``. Never returns."""
+    """Become the JavaScript runtime serving ``spec``'s module on ``channel`` (called by ``main.serve``
+    once the worker is confined, before anything else runs in it). Never returns."""
     runtime = spec.javascript
     if runtime is None or not runtime.command:
         _fail(channel, spec, (runtime.problem if runtime is not None else "") or "no JavaScript runtime was chosen for it")
@@ -167,15 +169,6 @@ def exec_runtime(channel: int, spec: WorkerSpec) -> NoReturn:
         _fail(channel, spec, str(exc), outside=False)
     except OSError:
         pass  # the runtime reads it, and says what is wrong with it
-    if spec.sandbox is not None:
-        from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
-
-        # A policy of its own (not the one the fork server prepared): it reads the runtime's files too.
-        policy = {**spec.sandbox, "read": [*spec.sandbox.get("read", ()), *runtime.read, JS_DIR]}
-        try:
-            sandbox.confine(policy, spec.runtime_paths, spec.temp_dir, spec.spill_dir)
-        except sandbox.SandboxError as exc:
-            _fail(channel, spec, f"not loaded: its project is trusted with --sandbox, and {exc}")
     command = list(runtime.command)
     if runtime.name == "node" and spec.memory_limit > 0:
         command.append(f"--max-old-space-size={max(16, spec.memory_limit // (1024 * 1024))}")

@@ -65,10 +65,6 @@ __all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_
 
 def serve(fd: int, spec: WorkerSpec) -> None:
     """Load the module and serve calls on channel ``fd`` until the daemon closes it. Never returns."""
-    if spec.kind == "javascript":
-        from atomictoolsd.workers.runtime.jsexec import exec_runtime  # lazy: a TypeScript/JavaScript module's worker only
-
-        exec_runtime(fd, spec)  # becomes Bun or Node, which serve the module on the same channel
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
     sender = Sender(sock)
@@ -88,6 +84,10 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             send(Failed({"file": spec.path, "line": None, "traceback": "",
                          "message": f"not loaded: its project is trusted with --sandbox, and {exc}"}))
             exit_worker()
+    if spec.kind == "javascript":
+        from atomictoolsd.workers.runtime.jsexec import exec_runtime  # lazy: a TypeScript/JavaScript module's worker only
+
+        exec_runtime(sock.detach(), spec)  # confined already: becomes Bun or Node, serving the module on this channel
     capture_output(send)  # first: what the module prints while it loads is the author's clue
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
