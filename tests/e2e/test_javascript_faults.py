@@ -195,7 +195,7 @@ def test_a_tool_that_never_returns_is_killed_with_its_worker(served: tuple[Env, 
         started = time.monotonic()
         result = client.call("faults_spins")
         assert result.is_error and "timed out after 3 s" in result.text
-        assert time.monotonic() - started < 6
+        assert time.monotonic() - started < 10  # answered at its timeout, not when the tool ends
         wait_for(lambda: not psutil.pid_exists(before) or psutil.Process(before).status() == psutil.STATUS_ZOMBIE,
                  message="the spinning worker to be killed after the grace period")
         assert int(client.call("faults_pid").text) != before
