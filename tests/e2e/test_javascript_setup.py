@@ -144,3 +144,17 @@ def test_node_finds_a_helper_as_bun_does_and_reloads_the_module_when_it_changes(
         assert client.call("speak").text == "one"
         helper.write_text('export const word: string = "two"\n')
         wait(lambda: client.call("speak").text == "two", message="the module to reload with its helper")
+
+
+def test_a_file_other_users_can_write_is_never_loaded(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    helper = env.write_tool(env.local_tools, "_shared.ts", 'export const word = "x"\n')
+    env.write_tool(env.local_tools, "uses.ts", 'import { word } from "./_shared"\nexport default { description: "d", args: {}, execute: () => word }\n')
+    module = env.write_tool(env.local_tools, "open.ts", 'export default { description: "d", args: {}, execute: () => "x" }\n')
+    os.chmod(helper, 0o666)
+    os.chmod(module, 0o666)
+    daemon: Daemon = make_daemon(js_settings("bun"))
+    found = {str(e["file"]).rsplit("/", 1)[1]: str(e["message"]) for e in errors(daemon, env)}
+    assert f"refused to load {helper}: other users can write it" in found["uses.ts"]
+    assert f"refused to load {module}: other users can write it" in found["open.ts"]

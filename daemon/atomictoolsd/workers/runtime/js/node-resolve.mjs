@@ -6,6 +6,8 @@ import { readFileSync } from "node:fs"
 import { sep } from "node:path"
 import { fileURLToPath } from "node:url"
 
+import { checkWriters } from "./writers.mjs"
+
 const EXTENSIONS = [".ts", ".mts", ".js", ".mjs", ".cts", ".cjs", "/index.ts", "/index.mts", "/index.js", "/index.mjs"]
 const isBare = (specifier) => !/^(\.{1,2}\/|\/|[a-zA-Z][a-zA-Z0-9+.-]*:)/.test(specifier) && !specifier.startsWith("#")
 const isPromise = (value) => value !== null && typeof value?.then === "function"
@@ -70,6 +72,7 @@ export function hooks(settings, onLoad) {
   }
 
   function load(url, context, nextLoad) {
+    if (url.startsWith(toolsPrefix) && !url.includes("/node_modules/")) checkWriters(fileURLToPath(url))
     const result = nextLoad(url, context)
     return isPromise(result) ? result.then((value) => noted(url, value)) : noted(url, result)
   }

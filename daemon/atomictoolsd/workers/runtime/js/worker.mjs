@@ -21,6 +21,7 @@ import { openChannel, relayOutput } from "./channel.mjs"
 import { float64 } from "./msgpack.mjs"
 import { errorResult, exceptionText, makeResult } from "./results.mjs"
 import { ToolProblem, collectTools, definition, splitUndeclared } from "./tools.mjs"
+import { checkWriters } from "./writers.mjs"
 
 const spec = JSON.parse(process.argv[process.argv.length - 1])
 const RUNTIME_DIR = dirname(fileURLToPath(import.meta.url))
@@ -110,6 +111,7 @@ async function installHooks() {
       setup(build) {
         // Bun reads the files of the tools dir through this hook, so what was loaded is known to the byte.
         build.onLoad({ filter: new RegExp(`^${escaped}(?!.*/node_modules/)`) }, (args) => {
+          checkWriters(args.path)
           const bytes = readFileSync(args.path)
           noteLoaded(args.path, bytes)
           const extension = args.path.slice(args.path.lastIndexOf(".") + 1)
