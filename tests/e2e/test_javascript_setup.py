@@ -15,6 +15,7 @@ import pytest
 from helpers import Daemon, Env, wait_for
 from javascript_helpers import js_settings
 
+
 def run(env: Env, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "atomictoolsd", *args], env=env.vars, cwd=cwd or env.project,
                           capture_output=True, text=True, timeout=60)

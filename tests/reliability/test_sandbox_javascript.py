@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 from atomictools import Client
+from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 from javascript_helpers import js_settings
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
-from reliability.test_sandbox import cli, matrix, reset, resume
-from reliability.test_sandbox import world  # noqa: F401 - the fixture: the places a confined tool must not reach
+from reliability.test_sandbox import cli, matrix, reset, resume, world  # noqa: F401 - world: the fixture ts_world asks for
 
 pytestmark = pytest.mark.skipif(
     kernel_abi() < REQUIRED_ABI,
@@ -99,13 +98,14 @@ def call(client: Client, what: str, arg: Any = None, child: bool = False) -> str
 
 
 @pytest.fixture(params=["bun", "node"])
-def ts_world(request: pytest.FixtureRequest, env: Env, world: dict[str, Any]) -> dict[str, Any]:
+def ts_world(request: pytest.FixtureRequest, env: Env) -> dict[str, Any]:
     """``world`` with the escape tool written in TypeScript (the Python one removed)."""
+    places: dict[str, Any] = request.getfixturevalue("world")
     for name in ("escape.py", "sibling.py"):
         (env.local_tools / name).unlink()
     env.write_tool(env.local_tools, "escape.ts", ESCAPE_TS)
     env.write_tool(env.local_tools, "sibling.ts", SIBLING_TS)
-    return {**world, "settings": js_settings(request.param), "runtime": request.param}
+    return {**places, "settings": js_settings(request.param), "runtime": request.param}
 
 
 def test_a_confined_typescript_tool_and_what_it_starts_cannot_get_out(env: Env, ts_world: dict[str, Any], make_daemon, record) -> None:  # type: ignore[no-untyped-def]
