@@ -118,8 +118,10 @@ class Env:
             XDG_CONFIG_HOME=str(root / "config"),
             XDG_CACHE_HOME=str(root / "cache"),
             XDG_DATA_HOME=str(root / "data"),
-            # Every test sees only the tools it wrote: tests of the built-ins remove this.
+            # Every test sees only the tools it wrote: tests of the built-ins and of OpenCode's tool
+            # directories remove these.
             ATOMICTOOLS_BUILTINS="0",
+            ATOMICTOOLS_OPENCODE_DIRS="0",
         )
         # Every test may use project-local tools without trusting its project first: trust_all in the
         # config file (the one place it is read from); tests of trust turn it off (``set_trust_all``).

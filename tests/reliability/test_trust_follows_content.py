@@ -456,3 +456,51 @@ def test_a_declarative_file_that_arrives_through_git_is_held_too(world: World, m
         wait_for(lambda: "deploy" in {t["name"] for t in client.list_tools()}, message="the approved file")
         assert not client.call("deploy").is_error
     assert marker.exists()
+
+
+DYNAMIC_TS = '''import { tool } from "@atomic/plugin"
+
+export default tool({
+  description: "Import a helper of the tools dir when called",
+  args: {},
+  async execute() {
+    try {
+      const helper = await import("./helper.ts")
+      return "helper " + helper.VALUE
+    } catch (error) {
+      return "refused: " + String(error?.message ?? error)
+    }
+  },
+})
+'''
+
+
+@pytest.mark.parametrize("runtime", ["bun", "node"])
+def test_a_typescript_tool_loads_no_helper_that_arrived_through_git(env: Env, make_daemon, runtime: str) -> None:  # type: ignore[no-untyped-def]
+    """A JavaScript worker of a followed project gets what it may load, as a Python one does, and its
+    load hooks refuse other bytes: a helper pulled since, imported at call time, does not run."""
+    from javascript_helpers import js_settings
+
+    settings = js_settings(runtime)
+    env.set_trust_all(False)
+    env.write_tool(env.local_tools, "dyn.ts", DYNAMIC_TS)
+    origin, other = env.root / "origin.git", env.root / "other"
+    run(env, "git", "init", "-q", "--bare", "-b", "main", str(origin), cwd=env.root)
+    git(env, env.project, "init", "-q", "-b", "main")
+    git(env, env.project, "add", "-A")
+    git(env, env.project, "commit", "-qm", "a tool")
+    git(env, env.project, "remote", "add", "origin", str(origin))
+    git(env, env.project, "push", "-q", "-u", "origin", "main")
+    git(env, env.root, "clone", "-q", str(origin), str(other))
+    assert cli(env, "trust").returncode == 0
+    daemon: Daemon = make_daemon({**settings, **lowered_abi(env)})  # nothing confines held content: it must not run
+    with daemon.client() as client:
+        assert client.call("dyn").text.startswith("refused: ")  # no helper yet
+        (other / ".atomic" / "tools" / "helper.ts").write_text('export const VALUE = "from a teammate"\n')
+        git(env, other, "add", "-A")
+        git(env, other, "commit", "-qm", "a helper")
+        git(env, other, "push", "-q", "origin", "main")
+        git(env, env.project, "pull", "-q", "origin", "main")
+        wait_for(lambda: any(h["file"].endswith("helper.ts") for h in held(daemon, env)), message="the helper to be held")
+        answer = client.call("dyn").text
+    assert "helper.ts: its content is not what you trusted" in answer, answer

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 # Command groups, in the order ``--help`` lists them.
-COMMAND_MODULES = ("daemon", "tools", "scaffold", "trust", "agents", "bridges", "observe", "service")
+COMMAND_MODULES = ("daemon", "tools", "scaffold", "javascript", "trust", "agents", "bridges", "observe", "service")
 
 
 def build_parser() -> argparse.ArgumentParser:

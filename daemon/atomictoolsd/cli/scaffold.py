@@ -1,4 +1,4 @@
-"""``atomictoolsd new NAME [--json]``: write a commented tool file to start from.
+"""``atomictoolsd new NAME [--json | --ts]``: write a commented tool file to start from.
 
 Where it goes: a project's ``.atomic/tools/`` when the directory is in a project — an ancestor (the
 home directory excepted) holds ``.atomic/``, or it is inside a git worktree — else the global
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, safe
 
-__all__ = ["json_template", "python_template", "register"]
+__all__ = ["json_template", "python_template", "register", "typescript_template"]
 
 
 def python_template(name: str) -> str:
@@ -57,6 +57,33 @@ def {function}(
 
 # A relative path with no ".." segment, that no "-" or "+" starts and that holds no "=", "|", "<", ">".
 PROJECT_PATH_PATTERN = r"^(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.][A-Za-z0-9_./ ]*$"
+
+def typescript_template(name: str) -> str:
+    """An Atomic-style TypeScript tool (docs/javascript.md) that loads as it is, on Bun or Node."""
+    return f'''// The {name} tool, written by `atomictoolsd new --ts`: edit it, save it, and the daemon reloads it.
+//
+// The default export is the tool `{name}` (the file's name); a named export `other` would be
+// `{name}_other`. It runs on Bun, or Node 22.6+, in a worker of its own. What it prints goes to the
+// daemon's log (`atomictoolsd logs`), not to the caller: return what the caller should see.
+import {{ tool }} from "@atomic/plugin" // provided by atomictoolsd: nothing to install
+
+export default tool({{
+  // The description the agent reads to decide when to use the tool.
+  description: "Repeat a text, and say which project the call came from",
+  // Each argument is a Zod schema (tool.schema is Zod): it becomes a field of the tool's JSON
+  // Schema, and a call that breaks a constraint is refused before execute runs.
+  args: {{
+    text: tool.schema.string().min(1).describe("The text to repeat"),
+    times: tool.schema.number().int().min(1).max(10).default(1).describe("How many times to repeat it"),
+  }},
+  async execute(args, context) {{
+    if (args.text.trim() === "") throw new Error("text is only whitespace: give some words") // the caller reads this
+    // context: sessionID, messageID, agent, directory (the caller's project), worktree, and abort,
+    // an AbortSignal that fires when the call is cancelled or times out.
+    return Array(args.times).fill(args.text).join(" ") + ` (from ${{context.directory}})`
+  }},
+}})
+'''
 
 
 def json_template(name: str) -> str:
@@ -112,7 +139,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     from atomictoolsd.registry.trust import trust_offer  # lazy: only this command pays for it (start-up cost)
 
     problem = check_tool_name(args.name)
-    if problem is None and not args.json and not args.name.replace("-", "_").isidentifier():
+    if problem is None and not (args.json or args.ts) and not args.name.replace("-", "_").isidentifier():
         problem = f"{args.name!r} cannot name a Python function even with - as _; use letters, digits, _ and -, not starting with a digit"
     if problem:
         print(f"atomictoolsd: {problem}", file=sys.stderr)
@@ -123,11 +150,12 @@ def cmd_new(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     home = Paths.from_env().home
     tools_dir, root = target_dir(directory, home, args.use_global)
-    path = tools_dir / (args.name + (".json" if args.json else ".py"))
+    kind, template = (".json", json_template) if args.json else (".ts", typescript_template) if args.ts else (".py", python_template)
+    path = tools_dir / (args.name + kind)
     tools_dir.mkdir(parents=True, exist_ok=True)
     try:
         with open(path, "x") as f:  # "x": a file already there is the user's work, never replaced
-            f.write(json_template(args.name) if args.json else python_template(args.name))
+            f.write(template(args.name))
     except FileExistsError:
         print(f"atomictoolsd: {safe(path)} already exists; edit it, or choose another name", file=sys.stderr)
         return EXIT_FAILED
@@ -172,13 +200,15 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     new = commands.add_parser(
         "new", help="write a commented tool file to start from",
         description="Write a commented tool module NAME.py (typed parameters, a docstring, a Field "
-        "constraint, a ctx use) — or, with --json, a declarative NAME.json — into the project's "
+        "constraint, a ctx use) — or, with --json, a declarative NAME.json, or with --ts, a TypeScript NAME.ts — into the project's "
         ".atomic/tools/ when the current directory is in a project (an ancestor holds .atomic/, or it "
         "is inside a git worktree), else into ~/.atomic/tools/. Never overwrites a file. A running "
         "daemon loads it at once.",
     )
     new.add_argument("name", metavar="NAME", help="the tool's name (letters, digits, _ and -, starting with a letter or _)")
-    new.add_argument("--json", action="store_true", help="a declarative JSON tool file instead of Python")
+    kind = new.add_mutually_exclusive_group()
+    kind.add_argument("--json", action="store_true", help="a declarative JSON tool file instead of Python")
+    kind.add_argument("--ts", action="store_true", help="a TypeScript tool file (Atomic's tool() helper) instead of Python")
     new.add_argument("--global", dest="use_global", action="store_true", help="into ~/.atomic/tools/ even in a project")
     new.add_argument("--directory", "-C", help="a directory of the project (default: the current one)")
     new.set_defaults(func=cmd_new)

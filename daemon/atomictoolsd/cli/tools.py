@@ -138,7 +138,8 @@ def _why_untrusted(root: str) -> None:
 
 
 def _scope(tool: dict[str, Any]) -> str:
-    marks = (["json"] if tool.get("kind") == "declarative" else []) + (["confined"] if tool.get("confined") else [])
+    marks = (["json"] if tool.get("kind") == "declarative" else []) + ([tool["runtime"]] if tool.get("runtime") else [])
+    marks += ["confined"] if tool.get("confined") else []
     marks += ["held"] if tool.get("held") else []
     scope = _listed(tool, "scope")
     return f"{scope} ({', '.join(marks)})" if marks else scope

@@ -16,12 +16,14 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = [
     "GIT_INCLUDE_KEYS",
     "GIT_PATH_KEYS",
+    "HELPER_SUFFIXES",
     "KEPT_GIT_VARS",
     "MODULE_KINDS",
     "ModuleFile",
@@ -35,6 +37,8 @@ __all__ = [
     "global_tools_dir",
     "list_module_files",
     "local_tools_dir",
+    "opencode_global_dirs",
+    "opencode_tools_dirs",
     "locate_repository",
     "project_root",
     "regular_file",
@@ -42,8 +46,15 @@ __all__ = [
     "within",
 ]
 
-# File suffix → module kind (the worker loader that serves it).
-MODULE_KINDS = {".py": "python", ".json": "declarative"}
+# File suffix → module kind (the worker loader that serves it). A TypeScript or JavaScript module
+# (Atomic's, OpenCode's, the Copilot SDK's tool files) runs on Bun or Node (workers/runtime/jsexec.py).
+MODULE_KINDS = {
+    ".py": "python", ".json": "declarative", ".ts": "javascript", ".mts": "javascript", ".js": "javascript",
+    ".mjs": "javascript",
+}
+# What a module of each kind may import from its tools dir (``_util.py``, ``_util.ts``): a change to
+# such a file retries the modules that failed to load.
+HELPER_SUFFIXES = (".py", ".ts", ".mts", ".cts", ".tsx", ".js", ".mjs", ".cjs", ".jsx")
 
 # What git reads of a config file beyond its own lines, lower-cased as ``git config --list`` prints
 # them: the files it includes, and the files the built-ins' git runs (status, diff) read by name.
@@ -70,6 +81,20 @@ def global_tools_dir(home: Path) -> Path:
 def local_tools_dir(root: Path) -> Path:
     """``<project root>/.atomic/tools``: tools of one project."""
     return root / ".atomic" / "tools"
+
+
+def opencode_tools_dirs(root: Path) -> list[Path]:
+    """``<project root>/.opencode/tool`` and ``.opencode/tools``: OpenCode's tools of one project."""
+    return [root / ".opencode" / name for name in ("tool", "tools")]
+
+
+def opencode_global_dirs(home: Path, environ: Mapping[str, str] | None = None) -> list[Path]:
+    """``~/.config/opencode/tool`` and ``tools`` (``$XDG_CONFIG_HOME`` when set): OpenCode's own
+    global tools, which every project sees."""
+    environ = os.environ if environ is None else environ
+    config = environ.get("XDG_CONFIG_HOME", "")
+    base = Path(config) if os.path.isabs(config) else home / ".config"
+    return [base / "opencode" / name for name in ("tool", "tools")]
 
 
 def git_worktree_root(directory: Path) -> Path | None:

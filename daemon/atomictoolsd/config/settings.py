@@ -127,6 +127,13 @@ class Config:
     package_index: str = _setting(
         "", "The package index declared dependencies come from (a URL; empty: PyPI).", file_only=True
     )
+    js_runtime: str = _setting(
+        "auto", "What runs TypeScript and JavaScript tools: auto (Bun when installed, else Node 22.6+), bun, node, or the path of either.",
+    )
+    js_packages: str = _setting(
+        "", "A directory whose node_modules holds zod, @opencode-ai/plugin and @github/copilot-sdk for tools that do not install them (empty: the daemon's own, installed on first need).",
+    )
+    opencode_dirs: bool = _setting(True, "Serve OpenCode's tool directories (.opencode/tool[s], ~/.config/opencode/tool[s]) too.")
     http: str = _setting(
         "", "Serve MCP's Streamable HTTP on [ADDRESS:]PORT (a bare port is loopback; 0: any free port; empty: off)."
     )

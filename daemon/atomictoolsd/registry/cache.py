@@ -12,7 +12,7 @@ when all of these still match:
   did not exist yet, and creating a file changes the directory;
 - the runtime version: this daemon's version, the Python that runs workers, msgspec's version and a
   digest of the code that turns a module into definitions: signatures into schemas, the Python and
-  declarative loaders, and fastjsonschema (``runtime_files``).
+  declarative loaders, a JavaScript worker's code, and fastjsonschema (``runtime_files``).
 
 What the cache cannot see (a module that reads a data file at import, an installed package that
 changed) is corrected when the worker starts: the registry compares the definitions it reports
@@ -81,6 +81,9 @@ def runtime_files() -> list[Path]:
     files += [daemon / "workers" / "runtime" / name for name in ("main.py", "sourceload.py")]
     files.append(daemon / "workers" / "protocol.py")  # what a worker reports of a load (LoadFailure, the messages)
     files += sorted((daemon / "declarative").glob("*.py"))
+    # A TypeScript or JavaScript module's: its worker's code, and the pass its definitions take.
+    files += sorted((daemon / "workers" / "runtime" / "js").glob("*.mjs"))
+    files += [daemon / "workers" / "runtime" / "jsexec.py", daemon / "workers" / "javascript" / "definitions.py"]
     spec = importlib.util.find_spec("fastjsonschema")
     if spec is not None and spec.origin:
         files += sorted(Path(spec.origin).parent.glob("*.py"))

@@ -70,13 +70,19 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# What a JavaScript worker loads from its tools dir (its hooks refuse other bytes of these,
+# ``workers/runtime/js/content.mjs``); a ``node_modules`` dir is packages, not the project's tools.
+_JAVASCRIPT = (".ts", ".mts", ".cts", ".tsx", ".js", ".mjs", ".cjs", ".jsx")
+
+
 def _is_code(rel: str) -> bool:
-    """Whether a worker may load ``rel`` (a path inside a tools dir) as code: a Python source or an
-    extension anywhere (modules, helpers, packages), a declarative ``.json`` module at the top."""
+    """Whether a worker may load ``rel`` (a path inside a tools dir) as code: a Python or JavaScript
+    source or an extension anywhere (modules, helpers, packages), a declarative ``.json`` module at
+    the top."""
     name = rel.rsplit("/", 1)[-1]
     if name.startswith("."):
         return False  # editor and temporary files: no import finds them
-    if rel.endswith(".py") or rel.endswith(_EXTENSION_SUFFIXES) or ".cpython-" in name:
+    if rel.endswith((".py", *_JAVASCRIPT)) or rel.endswith(_EXTENSION_SUFFIXES) or ".cpython-" in name:
         return True
     return "/" not in rel and rel.endswith(".json")
 

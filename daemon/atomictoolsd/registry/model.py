@@ -20,6 +20,7 @@ from atomictools._protocol import WRITTEN_SCHEMA, with_old_names
 from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
 from atomictoolsd.registry.content import Hold, Verdict, held_entry
 from atomictoolsd.registry.trust import trust_offer
+from atomictoolsd.workers.javascript.definitions import RUNTIME_KEY
 from atomictoolsd.workers.pool import ModuleRunner
 
 __all__ = ["Change", "DirListener", "Judgement", "LateLoad", "Listener", "Module", "Project", "Scope", "ToolDef", "ToolsDir", "View"]
@@ -45,11 +46,12 @@ class LateLoad:
 class ToolDef:
     """One tool as the daemon serves it: its MCP definition (pre-encoded) and the module behind it."""
 
-    __slots__ = ("_variants", "definition", "encoded", "encoded_as_written", "module", "name", "timeout", "written")
+    __slots__ = ("_variants", "definition", "encoded", "encoded_as_written", "module", "name", "runtime", "timeout", "written")
 
     def __init__(self, module: Module, definition: dict[str, Any]) -> None:
         definition = dict(definition)
         timeout = definition.pop("timeout", None)
+        self.runtime: str | None = definition.pop(RUNTIME_KEY, None)  # "bun 1.4.5": a TypeScript/JavaScript tool's
         written = definition.pop(WRITTEN_SCHEMA, None)
         self.name: str = definition["name"]
         self.module = module
@@ -83,6 +85,7 @@ class ToolDef:
             **self.definition, "scope": self.module.scope, "kind": self.module.kind, "path": self.module.path,
             "confined": self.module.confined,
             **({"held": True} if self.module.hold is not None else {}),
+            **({"runtime": self.runtime} if self.runtime else {}),
         }
         if shadowed_by is not None:
             listed["shadowedBy"] = with_old_names({"scope": shadowed_by.module.scope, "path": shadowed_by.module.path}, where)
@@ -224,6 +227,9 @@ class ToolsDir:
         self.scanned: asyncio.Future[None] | None = None
         self.lock = asyncio.Lock()
         self.retired = False  # forgotten with its project: scans no longer touch it
+        # The agent that loads this dir's tools itself ("opencode" for OpenCode's tool dirs): its
+        # sessions are not offered them twice.
+        self.loaded_by: str | None = None
         self.loading: dict[str, LateLoad] = {}  # loads that outlived their scan's load_wait, by path
         self._catalog: tuple[int, dict[str, ToolDef], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]] | None = None
 

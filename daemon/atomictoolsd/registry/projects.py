@@ -57,6 +57,8 @@ from atomictoolsd.config.discovery import (
     global_tools_dir,
     list_module_files,
     local_tools_dir,
+    opencode_global_dirs,
+    opencode_tools_dirs,
     project_root,
     scan_tools_dir,
 )
@@ -138,6 +140,11 @@ async def read_back(root: Path, loads: list[tuple[str, list[int] | None, list[li
     return await off_loop(lambda: read_whole(str(root), loads), [False] * len(loads))
 
 
+def _opencode(tools_dir: ToolsDir) -> ToolsDir:
+    tools_dir.loaded_by = "opencode"  # OpenCode loads these itself: its sessions are not offered them
+    return tools_dir
+
+
 def _discard(outcome: LoadOutcome) -> None:
     """Stop the worker generation of a load that will not be committed."""
     if isinstance(outcome, Loaded):
@@ -194,24 +201,31 @@ class Registry:
         load_wait: float = 2.0,
         content: ContentJudge | None = None,
         environments: Environments | None = None,
+        opencode_dirs: bool = False,
     ) -> None:
         self.pool = pool
         self.content = content
         self.environments = environments  # whose choice of a project's environment may change (trust --python)
+        self.opencode_dirs = opencode_dirs  # OpenCode's tool dirs are tools dirs too (a project's, the user's)
         self.load_wait = load_wait
         self.home = home
         self.cache = cache
         self.trusted: Callable[[Path], bool] = trusted or (lambda root: True)
         self.judge = judge
         self.global_dir = ToolsDir(global_tools_dir(home), "global", home)
-        self._judge(self.global_dir)
+        # Every dir of the user's, highest precedence first: the global dir, then OpenCode's.
+        self.global_dirs = [self.global_dir]
+        if opencode_dirs:
+            self.global_dirs += [_opencode(ToolsDir(path, "global", home)) for path in opencode_global_dirs(home)]
+        for tools_dir in self.global_dirs:
+            self._judge(tools_dir)
         self.builtin_dirs = list(builtin_dirs)
         # By (path, cwd): a project's own built-in dir has the shared one's path (``_builtins``).
-        self.dirs: dict[tuple[Path, Path], ToolsDir] = {self.global_dir.key: self.global_dir}
+        self.dirs: dict[tuple[Path, Path], ToolsDir] = {d.key: d for d in self.global_dirs}
         for tools_dir in self.builtin_dirs:
             self.dirs[tools_dir.key] = tools_dir
         self.projects: dict[Path, Project] = {}
-        self.base = Project(None, [self.global_dir, *self.builtin_dirs])
+        self.base = Project(None, [*self.global_dirs, *self.builtin_dirs])
         self._listeners: list[Listener] = []
         self._dir_listeners: list[DirListener] = []
         self._tasks: set[asyncio.Future[Any]] = set()  # scans under way: kept until done
@@ -260,20 +274,33 @@ class Registry:
         root = project_root(directory, self.home)
         project = self.projects.get(root)
         if project is None:
-            local_path = local_tools_dir(root)
-            dirs = [self.global_dir, *self._builtins(root)]
-            if local_path != self.global_dir.path:
-                local = self.dirs.get((local_path, root))
-                if local is None:
-                    local = self.dirs[(local_path, root)] = ToolsDir(local_path, "local", root)
-                    self._judge(local)
-                dirs.insert(0, local)
-            project = self.projects[root] = Project(root, dirs)
+            project = self.projects[root] = Project(root, [*self._local_dirs(root), *self.global_dirs, *self._builtins(root)])
         else:
-            self._trust_lost(project.dirs[0])
+            for tools_dir in project.dirs:
+                if tools_dir.scope == "local":
+                    self._trust_lost(tools_dir)
         for tools_dir in project.dirs:
             self.ensure_scanned(tools_dir)
         return project
+
+    def _local_dirs(self, root: Path) -> list[ToolsDir]:
+        """The project's own tools dirs, highest precedence first: ``.atomic/tools``, then OpenCode's
+        (none for the home: its ``.atomic/tools`` is the global dir)."""
+        if local_tools_dir(root) == self.global_dir.path:
+            return []
+        paths = [(local_tools_dir(root), False)]
+        if self.opencode_dirs:
+            paths += [(path, True) for path in opencode_tools_dirs(root)]
+        dirs = []
+        for path, opencode in paths:
+            local = self.dirs.get((path, root))
+            if local is None:
+                local = self.dirs[(path, root)] = ToolsDir(path, "local", root)
+                if opencode:
+                    _opencode(local)
+                self._judge(local)
+            dirs.append(local)
+        return dirs
 
     def _builtins(self, root: Path) -> list[ToolsDir]:
         """The built-in dirs the project at ``root`` sees: a dir of its own for each, whose workers

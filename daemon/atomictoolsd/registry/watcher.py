@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 # directory is watched (a tools dir must be before its first scan) or that a path is missing.
 from watchfiles._rust_notify import RustNotify
 
-from atomictoolsd.config.discovery import MODULE_KINDS, escape_path
+from atomictoolsd.config.discovery import HELPER_SUFFIXES, MODULE_KINDS, escape_path
 from atomictoolsd.registry.cache import deps_fresh
 from atomictoolsd.registry.doorbell import Doorbell
 from atomictoolsd.registry.model import ToolsDir
@@ -447,7 +447,7 @@ class FileWatcher:
         outcome = ""
         if os.path.isdir(path) or (change == _DELETED and self._watch is not None and path in self._watch.paths):
             outcome = "rewatch"  # a helper package appeared or went away
-        helper = path.endswith(".py")
+        helper = path.endswith(HELPER_SUFFIXES)
         for module in tools_dir.modules.values():
             if module.depends_on(path) or (helper and module.state == "failed"):
                 pending.paths.add(module.path)

@@ -171,7 +171,8 @@ class Server:
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT"), (signal.SIGHUP, "SIGHUP")):
             loop.add_signal_handler(sig, self._on_signal, name)
         self._leave_pointer()
-        self.registry.ensure_scanned(self.registry.global_dir)
+        for tools_dir in self.registry.global_dirs:
+            self.registry.ensure_scanned(tools_dir)
         for tools_dir in self.registry.builtin_dirs:
             self.registry.ensure_scanned(tools_dir)
         self._housekeeping.start()

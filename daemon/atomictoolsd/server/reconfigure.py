@@ -35,7 +35,7 @@ log = logging.getLogger("atomictoolsd")
 
 # Settings read once, when the daemon starts: a SIGHUP cannot apply them. The value in force stays
 # in ``server.config`` (so status tells the truth) and the new one waits, shown in status as such.
-RESTART_SETTINGS = frozenset({"builtins", "http"})
+RESTART_SETTINGS = frozenset({"builtins", "http", "opencode_dirs"})
 
 
 class Reconfigurable(Protocol):

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from atomictoolsd.bridges.scripts import Bridges
 from atomictoolsd.builtins import BUILTIN_DIR
@@ -34,6 +37,7 @@ from atomictoolsd.server.lifecycle import Server
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
+from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.monitor import WorkerMonitor
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.spawner import EarlyForkServer
@@ -96,17 +100,20 @@ def build_server(
             lambda root: held_policy(root, current_config(), paths.home),
         ),
         environments=environments,
+        opencode_dirs=config.opencode_dirs,
     )
     server = Server(paths, config, pool, registry)
     if service is not None:
         server.service = service
     server.listen_socket = listen_socket
     server.methods["atomic/trust/refresh"] = trust_refresh_method(registry.refresh_trust)
+    server.methods["atomic/javascript/retry"] = _javascript_retry
 
     watcher = FileWatcher()
     monitor = WorkerMonitor()
+    javascript = pool.javascript = JavaScript(paths.cache_dir, paths.home, config)
     # Started in this order once the socket serves, stopped in reverse order.
-    server.components += [environments, watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher()]
+    server.components += [environments, watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher(), javascript]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:
@@ -121,6 +128,7 @@ def build_server(
     server.status_sections["netProxy"] = pool.net_proxy.info
     server.status_sections["monitor"] = monitor.info
     server.status_sections["environments"] = environments.info
+    server.status_sections["javascript"] = javascript.info
     if registry.cache is not None:
         server.status_sections["cache"] = registry.cache.info
     return server
@@ -138,6 +146,17 @@ def _probe_network_early(config: Config, trust: TrustStore) -> None:
         from atomictoolsd.workers.runtime import netns  # lazy: ctypes, only where a tool may have the network
 
         threading.Thread(target=netns.support, name="atomictoolsd-netns-probe", daemon=True).start()
+
+def _javascript_retry(session: Any, id_json: bytes, raw: Any) -> Awaitable[None]:
+    """``atomic/javascript/retry`` (``atomictoolsd js install`` once it installed): load again the
+    TypeScript and JavaScript modules that failed; answers with the component's status."""
+    javascript = session.server.pool.javascript
+
+    async def retry() -> None:
+        await javascript.retry_failed()
+        session.send_result(id_json, msgspec.json.encode(javascript.info()))
+
+    return retry()
 
 
 def _sandbox_support() -> dict[str, Any]:

@@ -132,6 +132,9 @@ class Session(Connection):
         self._allow: tuple[str, ...] = ()  # the allow and deny globs (properties below)
         self._deny: tuple[str, ...] = ()
         self.dispatcher = False  # also offer the meta-tools of atomictoolsd.sessions.dispatcher
+        # The agent's name when it loads some tools dirs itself ("opencode": OpenCode's tool dirs),
+        # whose tools this session is then not offered again (``ToolsDir.loaded_by``).
+        self.loads_itself: str | None = None
         # The revision its client chose (sessions.revisions): at initialize, or named in a request's
         # _meta (2026-07-28); None until then (a raw client, which takes everything). ``protocol_version``
         # and ``modern`` mirror it for the hot path and for transports.
@@ -222,13 +225,24 @@ class Session(Connection):
     def _see(self, view: View) -> _Seen:
         """What this session may list and call in ``view``: its allow/deny globs are matched here,
         once per view, so a call looks its tool up in a dict and matches no glob."""
-        if self._allow or self._deny:
-            tools = {name: tool for name, tool in view.tools.items() if self.allowed(name)}
+        own = self.loads_itself
+        if self._allow or self._deny or own is not None:
+            tools = {
+                name: tool for name, tool in view.tools.items()
+                if self.allowed(name) and (own is None or tool.module.tools_dir.loaded_by != own)
+            }
         else:
             tools = view.tools
         seen = self._visible = (view, tools, list(tools.values()))
         self._stood_in = _stood_in(view, tools) if view.blocked else {}
         return seen
+
+    def _loads_itself(self, *names: str) -> None:
+        """Note whether the client is an agent that loads some tools dirs itself (OpenCode)."""
+        own = "opencode" if any("opencode" in name.lower() for name in names) else None
+        if own != self.loads_itself:
+            self.loads_itself = own
+            self._visible = _NOTHING_SEEN
 
     def fingerprint(self) -> int:
         return hash(tuple(t.encoded for t in self.visible()))
@@ -285,6 +299,7 @@ class Session(Connection):
             self.agent = str(params.clientInfo.get("name", ""))
             self._context = msgspec.structs.replace(self._context, agent=self.agent)
         self.portable_schemas = portable_only(self.agent, str(params.clientInfo.get("name", "")))
+        self._loads_itself(self.agent, str(params.clientInfo.get("name", "")))
         instructions = self._instructions()
         result = {
             "protocolVersion": revision.version,
@@ -645,6 +660,7 @@ class Session(Connection):
         self.worktree = str(git_worktree_root(directory) or self.project.root or directory)
         self.agent = params.agent or self.agent
         self.portable_schemas = self.portable_schemas or portable_only(self.agent)
+        self._loads_itself(self.agent)
         self.session_id = params.sessionId or self.session_id or f"s{self.id}"
         self.allow = tuple(params.allow)
         self.deny = tuple(params.deny)

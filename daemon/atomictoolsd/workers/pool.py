@@ -29,6 +29,7 @@ import msgspec
 from atomictoolsd.config.settings import Config
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
+from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.protocol import CallContext, EnvSpec, LoadFailure, SiteDir, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
@@ -155,6 +156,8 @@ class ModuleRunner:
         trusted = self.trusted_content
         spec = self.spec if self.spec.follow_content == (trusted is not None) else msgspec.structs.replace(
             self.spec, follow_content=trusted is not None)
+        if spec.kind == "javascript" and self.pool.javascript is not None:
+            spec = self.pool.javascript.worker_spec(spec)  # with the runtime it starts on
         spawner = self.pool.spawner_for(spec)
         # What the worker reads on its channel before its module, in this order: the variables it
         # is given by name (a confined worker's), then the content it may load (a followed project's).
@@ -604,6 +607,8 @@ class WorkerPool:
         # What a module's workers import from besides the daemon's own (``environments``), asked
         # before each worker starts; None: the daemon's own environment for every module.
         self.environment: Callable[[ModuleRunner], Awaitable[EnvSpec | None]] | None = None
+        # Set by the wiring: the runtime of TypeScript and JavaScript modules (``workers.javascript``).
+        self.javascript: JavaScript | None = None
 
     def runner(self, path: str, kind: str, cwd: str) -> ModuleRunner:
         """The runner of the module at ``path`` whose workers run in ``cwd`` (created on first use)."""

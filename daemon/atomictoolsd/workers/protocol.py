@@ -26,8 +26,8 @@ from atomictools._protocol import LogLevel
 __all__ = [
     "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod",
     "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Failed",
-    "FrameError", "FrameReader", "FrameTooLarge", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result", "SiteDir",
-    "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length", "read_site",
+    "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
+    "SiteDir", "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length", "read_site",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -49,6 +49,17 @@ class EnvSpec(msgspec.Struct, kw_only=True, frozen=True):
     code: list[str] = []  # the project's own code (its root, its src/), searched before ``site``
     python: str = ""  # a project environment's interpreter: the one an install command names
     requirements: list[str] = []  # what the module declares (``declared``)
+
+class JsRuntime(msgspec.Struct, frozen=True, kw_only=True):
+    """How the worker of a TypeScript or JavaScript module starts (``WorkerSpec.javascript``): the
+    runtime the daemon chose (``workers/javascript/runtimes.py``), run by ``runtime/jsexec.py``."""
+
+    name: str = ""  # "bun" or "node"; empty when no runtime can run the module
+    version: str = ""
+    command: list[str] = []  # the runtime's executable and its flags
+    packages: str = ""  # the directory whose node_modules holds the support packages ("": none)
+    read: list[str] = []  # what a confined worker reads besides the Python runtime: the runtime's files, the packages
+    problem: str = ""  # why no runtime can run the module (then ``command`` is empty)
 
 
 class WorkerSpec(msgspec.Struct, kw_only=True):
@@ -78,6 +89,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True):
     # spawn request; -1 for every other worker.
     net_handoff: int = -1
     env: EnvSpec | None = None  # the environment it imports from besides the daemon's; None: the daemon's alone
+    javascript: JsRuntime | None = None  # set for a TypeScript or JavaScript module (kind "javascript")
 
 
 class LoadFailure(Exception):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from atomictoolsd.eventlog.writer import events
+from atomictoolsd.workers.javascript.definitions import served_definitions
 from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
     TEXT_HEAD,
@@ -308,16 +309,21 @@ class Worker(asyncio.Protocol):
                 self._distrust(f"sent a second load report ({message.__struct_config__.tag!r})")
             elif kind is Loaded:
                 self.state = "ready"
-                self.problems = message.problems
+                definitions, self.problems = message.definitions, message.problems
+                if self.runner.spec.kind == "javascript":
+                    definitions, self.problems = served_definitions(definitions, self.problems)
                 directory = os.path.dirname(self.runner.spec.path)
                 self.deps = files_in(directory, message.deps)
                 self.fingerprint = message.fingerprint
                 self.helpers = files_in(directory, message.helpers)
                 self.runner.site = message.site
-                self.loaded.set_result((message.definitions, message.load_ms))
+                self.loaded.set_result((definitions, message.load_ms))
             elif kind is Failed:
                 self.runner.site = read_site(message.info.get("site"))
-                self.loaded.set_exception(LoadFailure.from_info(self._own_files(message.info)))
+                # "outside": not the module's doing (no runtime, a package not installed): not kept
+                # as the module's failure, and tried again on the next scan.
+                self.loaded.set_exception(LoadFailure.from_info(
+                    self._own_files(message.info), by_module=not message.info.get("outside")))
 
     def _own_files(self, info: dict[str, Any]) -> dict[str, Any]:
         """A failure report with only the files of the module's tools dir (see ``files_in``)."""

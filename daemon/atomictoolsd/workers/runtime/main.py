@@ -97,6 +97,15 @@ def serve(fd: int, spec: WorkerSpec) -> None:
                 os.environ.update(_passed_env(sock))
             except (OSError, struct.error, msgspec.DecodeError):
                 exit_worker()  # the daemon closed the channel first
+    if spec.kind == "javascript":
+        from atomictoolsd.workers.runtime.jsexec import (
+            exec_runtime,  # lazy: a TypeScript/JavaScript module's worker only
+        )
+
+        # Confined already: becomes Bun or Node, serving the module on this channel; in a project
+        # whose content is followed, its load hooks refuse what the daemon did not judge trusted.
+        trusted = _read_trusted(sock) if spec.follow_content else None
+        exec_runtime(sock.detach(), spec, trusted)
     capture_output(send)  # first: what the module prints while it loads is the author's clue
     started = time.perf_counter()
     apply_memory_limit(spec.memory_limit)  # before the import: a module's own allocations count too
