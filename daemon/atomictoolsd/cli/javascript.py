@@ -21,7 +21,7 @@ def cmd_js_install(args: argparse.Namespace) -> int:
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.workers.javascript.packages import (  # lazy: only this command pays for it (start-up cost)
-        InstallError,
+        PackagesInstallError,
         Packages,
     )
     from atomictoolsd.workers.javascript.runtimes import (  # lazy: only this command pays for it (start-up cost)
@@ -42,7 +42,7 @@ def cmd_js_install(args: argparse.Namespace) -> int:
         print(f"installing zod, @opencode-ai/plugin and @github/copilot-sdk into {packages.directory}")
         try:
             packages.install(None if runtime.problem else runtime, line=lambda text: print(f"  {text}", flush=True))
-        except InstallError as exc:
+        except PackagesInstallError as exc:
             print(f"atomictoolsd: {exc}", file=sys.stderr)
             return EXIT_FAILED
         print("installed")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from atomictoolsd.workers.javascript.packages import InstallError, Packages
+from atomictoolsd.workers.javascript.packages import PackagesInstallError, Packages
 from atomictoolsd.workers.javascript.runtimes import find_runtime
 from atomictoolsd.workers.protocol import JsRuntime, WorkerSpec
 from atomictoolsd.workers.runtime.jsexec import JS_DIR
@@ -117,7 +117,7 @@ class JavaScript:
 
         try:
             await loop.run_in_executor(None, self.packages.install, runtime, line)
-        except InstallError as exc:
+        except PackagesInstallError as exc:
             log.warning("the JavaScript support packages were not installed: %s", exc,
                         extra={"event": "javascript.install", "data": {"dir": where, "state": "failed", "error": str(exc)}})
             return

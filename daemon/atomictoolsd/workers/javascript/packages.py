@@ -35,7 +35,7 @@ from atomictoolsd.config.paths import make_private
 from atomictoolsd.workers.protocol import JsRuntime
 from atomictoolsd.workers.runtime.jsexec import JS_DIR
 
-__all__ = ["LOCK_DIR", "SUPPORT_PACKAGES", "InstallError", "Packages", "install_command"]
+__all__ = ["LOCK_DIR", "SUPPORT_PACKAGES", "PackagesInstallError", "Packages", "install_command"]
 
 LOCK_DIR = Path(JS_DIR) / "packages"
 SUPPORT_PACKAGES = ("zod", "@opencode-ai/plugin", "@github/copilot-sdk")
@@ -44,7 +44,7 @@ _LOCK_FILES = ("package.json", "package-lock.json")
 _DROPPED = ("NODE_OPTIONS", "BUN_OPTIONS", "NODE_PATH")
 
 
-class InstallError(Exception):
+class PackagesInstallError(Exception):
     """The support packages could not be installed; the message says why and what to do."""
 
 
@@ -117,16 +117,16 @@ class Packages:
         thread). ``line`` gets each line the package manager prints.
 
         Raises:
-            InstallError: no package manager, the directory is not the daemon's, or the install failed.
+            PackagesInstallError: no package manager, the directory is not the daemon's, or the install failed.
         """
         if not self.own:
-            raise InstallError(
+            raise PackagesInstallError(
                 f"js_packages names {self.directory}, which the daemon does not install into: run "
                 f"`npm install {' '.join(SUPPORT_PACKAGES)}` there, or unset js_packages"
             )
         command = install_command(runtime)
         if command is None:
-            raise InstallError(
+            raise PackagesInstallError(
                 "neither npm nor Bun was found to install them: install Node.js with npm, or Bun, and run "
                 "`atomictoolsd js install`"
             )
@@ -142,12 +142,12 @@ class Packages:
             except OSError:
                 if not self.installed():  # not another install's, finished meanwhile
                     raise
-        except InstallError as exc:
+        except PackagesInstallError as exc:
             self.state, self.error = "failed", str(exc)
             raise
         except OSError as exc:
             self.state, self.error = "failed", f"cannot install into {self.base}: {exc}"
-            raise InstallError(self.error) from exc
+            raise PackagesInstallError(self.error) from exc
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self.state, self.installed_at = "installed", time.time()
@@ -161,7 +161,7 @@ class Packages:
                 text=True, errors="replace", start_new_session=True,
             )
         except OSError as exc:
-            raise InstallError(f"cannot run {command[0]}: {exc.strerror}") from exc
+            raise PackagesInstallError(f"cannot run {command[0]}: {exc.strerror}") from exc
         deadline = time.monotonic() + INSTALL_TIMEOUT
         assert process.stdout is not None
         for text in process.stdout:
@@ -176,12 +176,12 @@ class Packages:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
             process.wait()
-            raise InstallError(f"{' '.join(command[:2])} took longer than {INSTALL_TIMEOUT:g} s; run `atomictoolsd js install`") from None
+            raise PackagesInstallError(f"{' '.join(command[:2])} took longer than {INSTALL_TIMEOUT:g} s; run `atomictoolsd js install`") from None
         if code != 0:
             # npm's error code line (ECONNREFUSED, ENOTFOUND, ETIMEDOUT) says most; else the last line.
             coded = [text for text in self.log if re.search(r"\b(code )?E[A-Z]{3,}\b", text)]
             last = coded[0] if coded else self.log[-1] if self.log else f"exit code {code}"
-            raise InstallError(
+            raise PackagesInstallError(
                 f"`{' '.join(command[:2])}` failed ({last}); are you offline? run `atomictoolsd js install` when the "
                 f"registry can be reached"
             )

@@ -98,9 +98,7 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             except (OSError, struct.error, msgspec.DecodeError):
                 exit_worker()  # the daemon closed the channel first
     if spec.kind == "javascript":
-        from atomictoolsd.workers.runtime.jsexec import (
-            exec_runtime,  # lazy: a TypeScript/JavaScript module's worker only
-        )
+        from atomictoolsd.workers.runtime.jsexec import exec_runtime  # lazy: JavaScript workers only
 
         # Confined already: becomes Bun or Node, serving the module on this channel; in a project
         # whose content is followed, its load hooks refuse what the daemon did not judge trusted.
