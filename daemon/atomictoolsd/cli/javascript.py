@@ -21,8 +21,8 @@ def cmd_js_install(args: argparse.Namespace) -> int:
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.workers.javascript.packages import (  # lazy: only this command pays for it (start-up cost)
-        PackagesInstallError,
         Packages,
+        PackagesInstallError,
     )
     from atomictoolsd.workers.javascript.runtimes import (  # lazy: only this command pays for it (start-up cost)
         find_runtime,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from atomictoolsd.workers.javascript.packages import PackagesInstallError, Packages
+from atomictoolsd.workers.javascript.packages import Packages, PackagesInstallError
 from atomictoolsd.workers.javascript.runtimes import find_runtime
 from atomictoolsd.workers.protocol import JsRuntime, WorkerSpec
 from atomictoolsd.workers.runtime.jsexec import JS_DIR
