@@ -76,9 +76,7 @@ def connected_line(output: str, name: str = "atomic") -> str:
 def test_claude_code_connects_to_the_project_and_the_user_entry(agent_env: Env) -> None:
     claude = agent_cli("claude")
     env = agent_env
-    connect(env, "claude")  # .mcp.json: Claude asks to approve project servers; approve ours as a user would
-    (env.project / ".claude").mkdir()
-    (env.project / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["atomic"]}))
+    connect(env, "claude")  # .mcp.json, and its approval where Claude Code's prompt writes it
     assert "Connected" in connected_line(run(env, claude, "mcp", "list"))
     connect(env, "claude", "--user", "--name", "atomic_user")
     assert "Connected" in connected_line(run(env, claude, "mcp", "list"), "atomic_user")
@@ -99,8 +97,7 @@ def test_gemini_and_qwen_connect_once_the_folder_is_trusted(agent_env: Env, agen
     before = connected_line(run(env, program, "mcp", "list"))
     if agent == "gemini":  # Gemini CLI ignores a project's settings until the folder is trusted
         assert "Connected" not in before, before
-    (env.home / f".{agent}").mkdir(exist_ok=True)
-    (env.home / f".{agent}" / "trustedFolders.json").write_text(json.dumps({str(env.project): "TRUST_FOLDER"}))
+    connect(env, agent, "--trust-folder")  # as its trust prompt records it
     assert "Connected" in connected_line(run(env, program, "mcp", "list"))
     connect(env, agent, "--user", "--name", "atomic_user")
     assert "Connected" in connected_line(run(env, program, "mcp", "list"), "atomic_user")
@@ -121,13 +118,9 @@ def http_agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def
 def test_agents_connect_by_url_with_the_token_from_the_environment(http_agent_env: Env, agent: str) -> None:
     program = agent_cli(agent)
     env = http_agent_env
-    connect(env, agent, "--http")
-    if agent == "claude":
-        (env.project / ".claude").mkdir()
-        (env.project / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["atomic"]}))
+    connect(env, agent, "--http")  # Claude Code's entry approved as it is written
     if agent in ("gemini", "qwen"):
-        (env.home / f".{agent}").mkdir(exist_ok=True)
-        (env.home / f".{agent}" / "trustedFolders.json").write_text(json.dumps({str(env.project): "TRUST_FOLDER"}))
+        connect(env, agent, "--trust-folder")
     line = connected_line(run(env, program, "mcp", "list"))
     assert "onnected" in line and "failed" not in line.lower() and "disconnected" not in line.lower(), line
     # Without the token in the environment the same entry is refused: the token is really checked.

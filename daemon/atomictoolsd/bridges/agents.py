@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +32,7 @@ __all__ = [
     "HTTP_AGENTS",
     "SERVER_NAME",
     "TOKEN_VARIABLE",
+    "TokenSource",
     "AgentInfo",
     "AgentConfigError",
     "ConfigFile",
@@ -39,15 +40,20 @@ __all__ = [
     "add_server",
     "config_file",
     "entry_command",
+    "entry_url",
     "http_entry",
     "project_command",
     "read_server",
+    "read_servers",
     "remove_server",
     "runtime_pin",
     "server_entry",
     "servers_key",
     "shim_command",
     "snippet",
+    "token_source",
+    "update_json",
+    "update_toml",
 ]
 
 Scope = Literal["project", "user"]
@@ -349,24 +355,92 @@ def _toml_table(name: str, entry: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_server(target: ConfigFile, name: str = SERVER_NAME) -> dict[str, Any] | None:
-    """Server ``name``'s entry in ``target`` as plain data, or None when the file or entry is missing.
+def read_servers(target: ConfigFile) -> dict[str, Any]:
+    """Every server entry in ``target`` by name, as plain data; {} when the file or its table of
+    servers is missing.
 
     Raises:
         AgentConfigError: the file exists but does not parse.
     """
     text = _read(target.path)
     if text is None:
-        return None
+        return {}
     if target.format == "toml":
-        document = _toml_parse(target, text)
-        servers = document.get(target.key)
+        servers = _toml_parse(target, text).get(target.key)
     else:
-        servers = _json_document(target, text).get(target.key)
-    if not isinstance(servers, dict) or not isinstance(servers.get(name), dict):
-        return None
-    value = servers[name]
-    return json.loads(json.dumps(_plain(value)))
+        servers = _json_document(target.path, text).get(target.key)
+    if not isinstance(servers, dict):
+        return {}
+    return {str(name): json.loads(json.dumps(_plain(value))) for name, value in servers.items()}
+
+
+def read_server(target: ConfigFile, name: str = SERVER_NAME) -> dict[str, Any] | None:
+    """Server ``name``'s entry in ``target`` as plain data, or None when the file or entry is missing.
+
+    Raises:
+        AgentConfigError: the file exists but does not parse.
+    """
+    entry = read_servers(target).get(name)
+    return entry if isinstance(entry, dict) else None
+
+
+def entry_url(entry: dict[str, Any]) -> str | None:
+    """The URL of an entry that connects by URL (``url``; Gemini CLI's and Qwen Code's ``httpUrl``),
+    or None for one that starts a command."""
+    for key in ("httpUrl", "url"):
+        if isinstance(entry.get(key), str):
+            return str(entry[key])
+    return None
+
+
+@dataclass(frozen=True)
+class TokenSource:
+    """Where the agent takes the bearer token of a URL entry from."""
+
+    variable: str | None = None  # the environment variable it expands (the way ``connect`` writes)
+    literal: str | None = None  # a token written in the entry itself
+    problem: str | None = None  # why the agent sends no usable token, in words
+
+
+# The forms of a variable each agent expands in a header's value (the first is what connect writes).
+_TOKEN_FORMS = {
+    "claude": (r"\$\{(\w+)\}", r"\$\{(\w+):-[^}]*\}"),
+    "copilot": (r"\$\{(\w+)\}",),
+    "cursor": (r"\$\{env:(\w+)\}",),
+    "vscode": (r"\$\{env:(\w+)\}",),
+    "gemini": (r"\$(\w+)", r"\$\{(\w+)\}"),
+    "qwen": (r"\$(\w+)", r"\$\{(\w+)\}"),
+    "opencode": (r"\{env:(\w+)\}",),
+}
+
+
+def token_source(agent: str, entry: dict[str, Any]) -> TokenSource:
+    """Where ``agent`` takes the bearer token of its URL entry ``entry`` from."""
+    import re  # lazy: only doctor reads tokens (start-up cost)
+
+    if agent == "codex":
+        variable = entry.get("bearer_token_env_var")
+        if isinstance(variable, str) and variable:
+            return TokenSource(variable=variable)
+        headers = entry.get("http_headers")
+    else:
+        headers = entry.get("headers")
+    value = next((v for k, v in headers.items() if k.lower() == "authorization"), None) if isinstance(
+        headers, dict) else None
+    if not isinstance(value, str):
+        return TokenSource(problem="it sends no Authorization header: the daemon answers 401")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return TokenSource(problem="its Authorization header is not \"Bearer <token>\": the daemon answers 401")
+    token = token.strip()
+    for form in _TOKEN_FORMS.get(agent, ()):
+        match = re.fullmatch(form, token)
+        if match:
+            return TokenSource(variable=match.group(1))
+    if re.search(r"\$|\{env:", token):
+        return TokenSource(problem=f"{INFO[agent].title} does not expand {token!r} in a header: it sends it as "
+                                   f"written (it expands {_TOKEN_REFERENCE[agent] % 'VAR'})")
+    return TokenSource(literal=token)
 
 
 # -- reading and writing config files ---------------------------------------------------------------
@@ -413,18 +487,31 @@ def _read(path: Path) -> str | None:
         raise AgentConfigError(f"cannot read {path}: {exc}") from None
 
 
-def _json_document(target: ConfigFile, text: str | None) -> dict[str, Any]:
+def _json_document(path: Path, text: str | None) -> dict[str, Any]:
     if text is None or not text.strip():
         return {}
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AgentConfigError(
-            f"{target.path} is not plain JSON ({exc}); nothing was changed. Add the entry by hand"
-        ) from None
+        raise AgentConfigError(f"{path} is not plain JSON ({exc}); nothing was changed. Add the entry by hand") from None
     if not isinstance(document, dict):
-        raise AgentConfigError(f"{target.path} does not hold a JSON object; nothing was changed")
+        raise AgentConfigError(f"{path} does not hold a JSON object; nothing was changed")
     return document
+
+
+def update_json(path: Path, change: Callable[[dict[str, Any]], bool], *, backup_dir: Path) -> Outcome:
+    """Apply ``change`` to the JSON object in ``path`` (created when missing) and write it back as
+    ``add_server`` writes a config, when ``change`` says it changed something.
+
+    Raises:
+        AgentConfigError: the file exists but does not hold a JSON object.
+    """
+    text = _read(path)
+    document = _json_document(path, text)
+    if not change(document):
+        return Outcome(False, path, None, "unchanged")
+    backup = _write(path, text, _json_dump(document, text), backup_dir)
+    return Outcome(True, path, backup, "updated" if text is not None else "added")
 
 
 def _json_servers(target: ConfigFile, document: dict[str, Any], create: bool) -> dict[str, Any] | None:
@@ -439,7 +526,7 @@ def _json_servers(target: ConfigFile, document: dict[str, Any], create: bool) ->
 
 
 def _json_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, Any]) -> tuple[str, str]:
-    document = _json_document(target, text)
+    document = _json_document(target.path, text)
     if not document and target.agent == "opencode":
         document["$schema"] = "https://opencode.ai/config.json"
     servers = _json_servers(target, document, create=True)
@@ -452,7 +539,7 @@ def _json_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, 
 
 
 def _json_remove(target: ConfigFile, text: str, name: str) -> str | None:
-    document = _json_document(target, text)
+    document = _json_document(target.path, text)
     servers = _json_servers(target, document, create=False)
     if servers is None or name not in servers:
         return None
@@ -472,6 +559,22 @@ def _indent_of(text: str | None) -> int | str:
             prefix = line[: len(line) - len(stripped)]
             return "\t" if prefix.startswith("\t") else len(prefix)
     return 2
+
+
+def update_toml(path: Path, change: Callable[[Any], bool], *, backup_dir: Path) -> Outcome:
+    """``update_json`` for a TOML file: ``change`` gets its tomlkit document, comments and layout kept.
+
+    Raises:
+        AgentConfigError: the file exists but is not valid TOML.
+    """
+    import tomlkit
+
+    text = _read(path)
+    document = _toml_parse(ConfigFile("codex", "user", path, "toml", ""), text)
+    if not change(document):
+        return Outcome(False, path, None, "unchanged")
+    backup = _write(path, text, tomlkit.dumps(document), backup_dir)
+    return Outcome(True, path, backup, "updated" if text is not None else "added")
 
 
 def _toml_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, Any]) -> tuple[str, str]:
