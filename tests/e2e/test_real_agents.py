@@ -82,6 +82,39 @@ def test_claude_code_connects_to_the_project_and_the_user_entry(agent_env: Env) 
     assert "Connected" in connected_line(run(env, claude, "mcp", "list"), "atomic_user")
 
 
+def doctor_approval(env: Env, server: str = "atomic") -> dict[str, object]:
+    done = subprocess.run([SHIM, "doctor", "claude", "--json"], env=env.vars, cwd=env.project, capture_output=True,
+                          text=True, timeout=120)
+    report = next(r for r in json.loads(done.stdout)["agents"] if r["server"] == server)
+    return next(c for c in report["checks"] if c["name"] == "approval")
+
+
+def test_doctor_says_what_claude_mcp_list_shows_and_its_fix_makes_it_connect(agent_env: Env) -> None:
+    """Pending outside a git repository (Claude Code counts settings.local.json there only once the
+    folder is trusted), rejected by disabledMcpjsonServers: doctor says what Claude Code shows, and
+    the command it gives makes Claude Code connect, without a prompt."""
+    claude = agent_cli("claude")
+    env = agent_env
+    shutil.rmtree(env.project / ".git")
+    connect(env, "claude")
+    line = connected_line(run(env, claude, "mcp", "list"))
+    approval = doctor_approval(env)
+    assert "Pending approval" in line and not approval["ok"] and "Pending approval" in str(approval["detail"]), line
+    fix = str(approval["fix"]).split("   (")[0].split()
+    assert fix[:3] == ["atomictoolsd", "connect", "claude"] and "--trust-folder" in fix
+    connect(env, *fix[2:])
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list")) and doctor_approval(env)["ok"]
+
+    local = env.project / ".claude" / "settings.local.json"
+    local.write_text(json.dumps({"disabledMcpjsonServers": ["atomic"]}))
+    listed = run(env, claude, "mcp", "list")
+    approval = doctor_approval(env)
+    assert "atomic" not in listed and "Rejected" in run(env, claude, "mcp", "get", "atomic"), listed
+    assert not approval["ok"] and "`claude mcp list` leaves 'atomic' out" in str(approval["detail"]), approval
+    connect(env, *str(approval["fix"]).split()[2:])
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list")) and doctor_approval(env)["ok"]
+
+
 def test_opencode_connects(agent_env: Env) -> None:
     opencode = agent_cli("opencode")
     connect(agent_env, "opencode")
