@@ -164,3 +164,16 @@ def test_agents_connect_by_url_with_the_token_from_the_environment(http_agent_en
         assert re.search(r"fail|disconnected|error|needs auth|unauthori", line.lower()), line
     finally:
         env.vars["ATOMICTOOLS_TOKEN"] = token
+
+
+def test_claude_code_ignores_an_approval_the_repository_ships_and_doctor_says_so(agent_env: Env) -> None:
+    """settings.local.json tracked by git could come from whoever wrote the repository: Claude Code
+    ignores it in a folder not trusted, and doctor says the server is pending for that reason."""
+    claude = agent_cli("claude")
+    env = agent_env
+    connect(env, "claude")
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list")) and doctor_approval(env)["ok"]
+    subprocess.run(["git", "-C", str(env.project), "add", "-f", ".claude/settings.local.json"], check=True, timeout=30)
+    approval = doctor_approval(env)
+    assert "Pending approval" in connected_line(run(env, claude, "mcp", "list"))
+    assert not approval["ok"] and "git tracks .claude/settings.local.json" in str(approval["detail"]), approval

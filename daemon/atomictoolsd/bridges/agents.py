@@ -438,8 +438,9 @@ def token_source(agent: str, entry: dict[str, Any]) -> TokenSource:
         if match:
             return TokenSource(variable=match.group(1))
     if re.search(r"\$|\{env:", token):
+        expands = f" (it expands {_TOKEN_REFERENCE[agent] % 'VAR'})" if agent in _TOKEN_REFERENCE else ""
         return TokenSource(problem=f"{INFO[agent].title} does not expand {token!r} in a header: it sends it as "
-                                   f"written (it expands {_TOKEN_REFERENCE[agent] % 'VAR'})")
+                                   f"written{expands}")
     return TokenSource(literal=token)
 
 
