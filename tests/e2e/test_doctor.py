@@ -317,3 +317,31 @@ def test_claude_codes_approval_is_reported_and_fixed_without_a_prompt(detached: 
     assert doctor(env, "claude")[0] == 0
     refused = cli(env, "connect", "claude", "--approve", "--name", "nothing")
     assert refused.returncode == 1 and "no server 'nothing'" in refused.stderr
+
+
+def test_fifos_a_repository_plants_block_neither_doctor_nor_connect(detached: Env) -> None:
+    """A project's .mcp.json, .claude/settings.local.json and git index are the repository's to make:
+    as FIFOs they would block a reader forever; they are refused, and said so."""
+    env = detached
+    env.vars["PATH"] = f"{Path(SHIM).parent}{os.pathsep}{env.vars.get('PATH', '')}"  # atomictoolsd installed
+    assert cli(env, "start").returncode == 0
+    (env.project / ".git").mkdir()
+    os.mkfifo(env.project / ".git" / "index")
+    (env.project / ".claude").mkdir()
+    os.mkfifo(env.project / ".claude" / "settings.local.json")
+    os.mkfifo(env.project / ".mcp.json")
+    done = subprocess.run([SHIM, "doctor", "claude", "--json"], env=env.vars, cwd=env.project, capture_output=True,
+                          text=True, timeout=30)
+    entry = checks(by_agent(json.loads(done.stdout))["claude"])["entry"]
+    assert done.returncode == 1 and not entry["ok"] and "is not a regular file" in entry["detail"], entry
+    refused = subprocess.run([SHIM, "connect", "claude"], env=env.vars, cwd=env.project, capture_output=True,
+                             text=True, timeout=30)
+    assert refused.returncode == 1 and "is not a regular file" in refused.stderr
+
+    (env.project / ".mcp.json").unlink()
+    agents.add_server(agents.config_file("claude", "project", home=env.home, root=env.project.resolve()),
+                      agents.server_entry("claude", ["atomictoolsd", "mcp"]), backup_dir=env.root / "backups")
+    done = subprocess.run([SHIM, "doctor", "claude", "--json"], env=env.vars, cwd=env.project, capture_output=True,
+                          text=True, timeout=30)
+    approval = report_of(json.loads(done.stdout), "claude", "atomic")["approval"]
+    assert not approval["ok"] and "Pending approval" in approval["detail"], approval

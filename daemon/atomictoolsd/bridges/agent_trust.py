@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from atomictoolsd.bridges.agents import INFO, AgentConfigError, Outcome, update_json, update_toml
+from atomictoolsd.bridges.agents import INFO, AgentConfigError, Outcome, read_config, update_json, update_toml
+from atomictoolsd.config.discovery import RepositoryRefused, git_worktree_root, locate_repository
 
 __all__ = [
     "TRUSTING_AGENTS",
@@ -59,29 +60,31 @@ class Approval:
 def claude_project_key(root: Path) -> Path:
     """The folder Claude Code keys a project by in ``~/.claude.json``: the top of the git work tree
     holding ``root`` (a linked worktree's main one), else ``root`` itself."""
-    top = next((d for d in (root, *root.parents) if os.path.lexists(d / ".git")), None)
-    if top is None:
-        return root
     try:
-        line = (top / ".git").read_text(errors="replace").strip() if (top / ".git").is_file() else ""
-        if not line.startswith("gitdir:"):
-            return top
-        git_dir = (top / line[7:].strip()).resolve()
-        common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
-        if git_dir.parent != common / "worktrees":
-            return top
-        if Path((git_dir / "gitdir").read_text().strip()).resolve() != (top / ".git").resolve():
-            return top
-        return common if common.name != ".git" else common.parent
-    except OSError:
-        return top
+        repository = locate_repository(root)
+    except (RepositoryRefused, OSError):
+        return git_worktree_root(root) or root
+    if repository is None:
+        return root
+    if repository.git_dir == repository.common_dir:
+        return repository.worktree
+    common = repository.common_dir  # a linked worktree: its main repository's
+    return common.parent if common.name == ".git" else common
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it is missing or cannot be read as JSON (a FIFO included:
+    a project's files are the repository's to make)."""
+    try:
+        text = read_config(path)
+        return None if text is None else json.loads(text)
+    except (AgentConfigError, ValueError):
+        return None
 
 
 def _claude_trusted(root: Path, home: Path) -> bool:
-    try:
-        projects = json.loads((home / ".claude.json").read_text()).get("projects")
-    except (OSError, ValueError, AttributeError):
-        return False
+    config = _read_json(home / ".claude.json")
+    projects = config.get("projects") if isinstance(config, dict) else None
     entry = projects.get(str(claude_project_key(root))) if isinstance(projects, dict) else None
     return isinstance(entry, dict) and entry.get("hasTrustDialogAccepted") is True
 
@@ -96,17 +99,16 @@ def local_settings_ignored(root: Path) -> str | None:
         return f"{root / '.claude'} is a git repository of its own"
     if shutil.which("git") is None:
         return None  # Claude Code asks git; without one, it counts the file
-    from atomictoolsd.workers.runtime.gitindex import (  # lazy: only for a Claude Code project entry
-        index_paths,
-        repository_of,
-    )
+    from atomictoolsd.workers.runtime.gitindex import index_paths  # lazy: only for a Claude Code project entry
 
-    found = repository_of(str(root))
-    if found is None:
+    try:
+        repository = locate_repository(root)
+    except (RepositoryRefused, OSError) as exc:
+        return f"its git repository cannot be read ({exc})"
+    if repository is None:
         return f"{root} is not in a git repository"
-    worktree, index = found
-    wanted = os.path.relpath(root / _LOCAL, worktree).lower()
-    if any(path.lower() == wanted for path in index_paths(index) or ()):
+    wanted = os.path.relpath(root / _LOCAL, repository.worktree).lower()
+    if any(path.lower() == wanted for path in index_paths(str(repository.git_dir / "index")) or ()):
         return f"git tracks {_LOCAL} (a file the repository ships)"
     return None
 
@@ -116,10 +118,7 @@ def _claude_settings(root: Path, home: Path) -> list[tuple[str, Path, dict[str, 
     found = []
     for source, path in (("user", home / ".claude" / "settings.json"), ("project", root / ".claude" / "settings.json"),
                          ("local", root / _LOCAL), *(("policy", p) for p in _MANAGED)):
-        try:
-            settings = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+        settings = _read_json(path)
         if isinstance(settings, dict):
             found.append((source, path, settings))
     return found
@@ -203,10 +202,7 @@ def folder_trusted(agent: str, root: Path, home: Path, environ: dict[str, str] |
 def _folder_rule(store: Path, folder: Path) -> bool:
     """Gemini CLI's (and Qwen Code's) rule: a TRUST_FOLDER entry covers it and what is below it,
     TRUST_PARENT the entry's parent; the longest matching entry decides."""
-    try:
-        rules = json.loads(store.read_text())
-    except (OSError, ValueError):
-        return False
+    rules = _read_json(store)
     best: tuple[int, bool] | None = None
     for path, level in rules.items() if isinstance(rules, dict) else ():
         base = Path(path).parent if level == "TRUST_PARENT" else Path(path)

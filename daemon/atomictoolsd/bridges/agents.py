@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "entry_url",
     "http_entry",
     "project_command",
+    "read_config",
     "read_server",
     "read_servers",
     "remove_server",
@@ -362,7 +364,7 @@ def read_servers(target: ConfigFile) -> dict[str, Any]:
     Raises:
         AgentConfigError: the file exists but does not parse.
     """
-    text = _read(target.path)
+    text = read_config(target.path)
     if text is None:
         return {}
     if target.format == "toml":
@@ -453,7 +455,7 @@ def add_server(target: ConfigFile, entry: dict[str, Any], *, name: str = SERVER_
     Raises:
         AgentConfigError: the file exists but cannot be parsed, or its servers table is not a table.
     """
-    text = _read(target.path)
+    text = read_config(target.path)
     if target.format == "toml":
         new_text, action = _toml_add(target, text, name, entry)
     else:
@@ -466,7 +468,7 @@ def add_server(target: ConfigFile, entry: dict[str, Any], *, name: str = SERVER_
 
 def remove_server(target: ConfigFile, *, name: str = SERVER_NAME, backup_dir: Path) -> Outcome:
     """Remove exactly server ``name`` from ``target``, leaving everything else as it was."""
-    text = _read(target.path)
+    text = read_config(target.path)
     if text is None:
         return Outcome(False, target.path, None, "absent")
     if target.format == "toml":
@@ -479,13 +481,30 @@ def remove_server(target: ConfigFile, *, name: str = SERVER_NAME, backup_dir: Pa
     return Outcome(True, target.path, backup, "removed")
 
 
-def _read(path: Path) -> str | None:
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # ~/.claude.json grows with every project Claude Code opens
+
+
+def read_config(path: Path) -> str | None:
+    """The text of a config file (None when it is missing). A project's is the repository's to make:
+    a FIFO or a device, which would block or never end, is refused, as is a file past
+    ``MAX_CONFIG_BYTES``."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise AgentConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+            what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes long"
+            raise AgentConfigError(f"{path} is {what}; it was not read, and nothing was changed")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise AgentConfigError(f"cannot read {path}: {exc}") from None
+    finally:
+        os.close(fd)
 
 
 def _json_document(path: Path, text: str | None) -> dict[str, Any]:
@@ -507,7 +526,7 @@ def update_json(path: Path, change: Callable[[dict[str, Any]], bool], *, backup_
     Raises:
         AgentConfigError: the file exists but does not hold a JSON object.
     """
-    text = _read(path)
+    text = read_config(path)
     document = _json_document(path, text)
     if not change(document):
         return Outcome(False, path, None, "unchanged")
@@ -570,7 +589,7 @@ def update_toml(path: Path, change: Callable[[Any], bool], *, backup_dir: Path) 
     """
     import tomlkit
 
-    text = _read(path)
+    text = read_config(path)
     document = _toml_parse(ConfigFile("codex", "user", path, "toml", ""), text)
     if not change(document):
         return Outcome(False, path, None, "unchanged")

@@ -15,7 +15,7 @@ import os
 import stat
 import struct
 
-__all__ = ["gitlinks", "index_paths", "repository_of", "submodule_git_dirs"]
+__all__ = ["gitlinks", "index_paths", "submodule_git_dirs"]
 
 # Per index file: its identity and the submodules it lists. Read again only once it changed.
 _SUBMODULES: dict[str, tuple[tuple[int, ...], list[str]]] = {}
@@ -27,7 +27,7 @@ def submodule_git_dirs(project: str) -> list[str]:
     """The ``.git`` of each submodule that the index of ``project``'s repository lists, there or
     not, and of theirs in turn: ``git status`` runs git in each one checked out, with its
     ``.git``'s config (core.fsmonitor)."""
-    found = repository_of(project)
+    found = _repository_of(project)
     git_dirs: list[str] = []
     pending = [found] if found is not None else []
     seen: set[str] = set()
@@ -57,7 +57,7 @@ def _listed_gitlinks(index: str) -> list[str]:
     return cached[1]
 
 
-def repository_of(directory: str) -> tuple[str, str] | None:
+def _repository_of(directory: str) -> tuple[str, str] | None:
     """The work tree and the index file of the git repository holding ``directory``, found as git
     finds it (the nearest ``.git``); None when there is none."""
     while True:
@@ -104,12 +104,21 @@ def gitlinks(index: str) -> list[str]:
 
 
 def index_paths(index: str) -> list[str] | None:
-    """Every path a git index file lists (what ``git ls-files`` prints); None when it cannot be read."""
+    """Every path a git index file lists (what ``git ls-files`` prints); None when it cannot be read
+    or is not a regular file (a FIFO would block)."""
     try:
-        with open(index, "rb") as f:
+        fd = os.open(index, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read()
     except OSError:
         return None
+    finally:
+        os.close(fd)
     entries = _entries(data)
     return None if entries is None else [path for _mode, path in entries]
 
