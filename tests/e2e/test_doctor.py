@@ -317,6 +317,9 @@ def test_claude_codes_approval_is_reported_and_fixed_without_a_prompt(detached: 
     assert doctor(env, "claude")[0] == 0
     refused = cli(env, "connect", "claude", "--approve", "--name", "nothing")
     assert refused.returncode == 1 and "no server 'nothing'" in refused.stderr
+    # Claude Code approves by name: disconnect takes the approval back with the entry.
+    assert "and its approval from" in cli(env, "disconnect", "claude").stdout
+    assert json.loads(local.read_text())["enabledMcpjsonServers"] == []
 
 
 def test_fifos_a_repository_plants_block_neither_doctor_nor_connect(detached: Env) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "folder_trusted",
     "local_settings_ignored",
     "trust_folder",
+    "withdraw_claude_approval",
 ]
 
 # The agents that read a project's MCP entries only in a folder you trust.
@@ -186,6 +187,24 @@ def approve_claude_server(root: Path, name: str, *, backup_dir: Path) -> Outcome
         return changed
 
     return update_json(root / _LOCAL, approve, backup_dir=backup_dir)
+
+
+def withdraw_claude_approval(root: Path, name: str, *, backup_dir: Path) -> Outcome:
+    """Take ``name`` out of ``enabledMcpjsonServers`` in ``root``'s ``.claude/settings.local.json``
+    (``disconnect``): Claude Code approves by name, and a server of that name a pulled ``.mcp.json``
+    brings later must be asked about again."""
+    path = root / _LOCAL
+    if not os.path.lexists(path) or any(p.is_symlink() for p in (root / ".claude", path)):
+        return Outcome(False, path, None, "absent")
+
+    def withdraw(settings: dict[str, Any]) -> bool:
+        enabled = settings.get("enabledMcpjsonServers")
+        if not isinstance(enabled, list) or name not in enabled:
+            return False
+        enabled.remove(name)
+        return True
+
+    return update_json(path, withdraw, backup_dir=backup_dir)
 
 
 def folder_trusted(agent: str, root: Path, home: Path, environ: dict[str, str] | None = None) -> bool:

@@ -184,7 +184,8 @@ def _approve_written(args: argparse.Namespace, target) -> str | None:  # type: i
         outcome = agent_trust.approve_claude_server(_project_root(args), args.name, backup_dir=_backup_dir())
     except (agents.AgentConfigError, OSError) as exc:
         return f"not approved: {exc}"
-    return f"approved in {safe(outcome.path)} (enabledMcpjsonServers), as Claude Code's prompt does"
+    done = "approved in" if outcome.changed else "approved already in"
+    return f"{done} {safe(outcome.path)} (enabledMcpjsonServers), as Claude Code's prompt does"
 
 
 def _consent(args: argparse.Namespace, target) -> int:  # type: ignore[no-untyped-def]
@@ -225,7 +226,8 @@ def _consent(args: argparse.Namespace, target) -> int:  # type: ignore[no-untype
         print(f"  `claude mcp list`: {'connects to' if approval.state == 'approved' else 'does not start'} "
               f"{args.name!r} ({approval.detail})")
         if args.trust_folder:
-            print("  note: quit Claude Code first if it runs: it rewrites ~/.claude.json")
+            print("  note: Claude Code rewrites ~/.claude.json while it runs: if it was running, quit it and run "
+                  "this again")
     return 0
 
 
@@ -281,6 +283,16 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
     print(f"{name}: removed server {args.name!r} from {safe(outcome.path)}")
     if outcome.backup is not None:
         print(f"  previous file saved as {safe(outcome.backup)}")
+    if args.agent == "claude" and target.scope == "project":
+        from atomictoolsd.bridges import agent_trust  # lazy: only this command pays for it (start-up cost)
+
+        try:
+            withdrawn = agent_trust.withdraw_claude_approval(_project_root(args), args.name, backup_dir=_backup_dir())
+        except (agents.AgentConfigError, OSError) as exc:
+            print(f"  its approval stays: {exc}")
+        else:
+            if withdrawn.changed:
+                print(f"  and its approval from {safe(withdrawn.path)}")
     return 0
 
 
