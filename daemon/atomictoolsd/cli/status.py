@@ -151,7 +151,7 @@ def render(status: dict[str, Any], *, verbose: bool = False, width: int | None =
     out = Lines(width)
     _header(out, status, verbose)
     _projects(out, status)
-    _problems(out, status, verbose)
+    _problems(out, status)
     if verbose:
         _modules(out, status)
         for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
@@ -216,17 +216,17 @@ def _sandbox(out: Lines, status: dict[str, Any], verbose: bool) -> None:
     builtins = (status.get("config") or {}).get("builtins", True)
     if not sandbox["available"]:
         out.field("sandbox", f"unavailable: {sandbox['reason']}")
-        if builtins and verbose:
+        if builtins:
             out.field("", "built-in tools: not confined (atomictoolsd's own code, one worker for every project)")
         return
-    if not verbose:
+    if verbose:
+        out.field("sandbox", f"Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
+        network = sandbox.get("network")
+        if network:
+            out.field("", "network (--allow-net): " + ("from a namespace of its own, through the daemon's proxy"
+                                                       if network["available"] else f"none: {network['reason']}"))
+    else:
         out.field("sandbox", f"Landlock ABI {sandbox['abi']}: `trust --sandbox` confines a project's tools")
-        return
-    out.field("sandbox", f"Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
-    network = sandbox.get("network")
-    if network:
-        out.field("", "network (--allow-net): " + ("from a namespace of its own, through the daemon's proxy"
-                                                   if network["available"] else f"none: {network['reason']}"))
     if builtins:
         out.field("", "built-in tools: confined to the project they are called for (read-only)")
 
@@ -276,7 +276,7 @@ def _count(modules: list[dict[str, Any]]) -> str:
     return f"{len(modules)}" + (f" ({failed} failed)" if failed else "")
 
 
-def _problems(out: Lines, status: dict[str, Any], verbose: bool) -> None:
+def _problems(out: Lines, status: dict[str, Any]) -> None:
     """What does not work, each on its line (where, then what): read first, fix first."""
     found: list[tuple[str, str]] = []
     http = status.get("http") or {}
@@ -303,13 +303,10 @@ def _problems(out: Lines, status: dict[str, Any], verbose: bool) -> None:
         return
     out.blank()
     out.text("problems")
-    shown = found if verbose else found[:10]
-    for place, what in shown:
+    for place, what in found:  # every one: each is yours to fix
         if out.width is not None:  # a long path gives up its start, so that what went wrong shows
             place = _shorten(place, max(_MIN_COLUMN * 2, out.width - 4 - len(what)))
         out.text(f"  {place}: {what}", indent=4)
-    if len(found) > len(shown):
-        out.text(f"  … and {len(found) - len(shown)} more (status --verbose)")
 
 
 def _modules(out: Lines, status: dict[str, Any]) -> None:
