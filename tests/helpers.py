@@ -109,7 +109,7 @@ class Env:
         self.vars = {
             key: value
             for key, value in os.environ.items()
-            if not key.startswith(("ATOMICTOOLS_", "XDG_", "LISTEN_", "NOTIFY_SOCKET"))
+            if not key.startswith(("ATOMICTOOLS_", "XDG_", "LISTEN_", "NOTIFY_SOCKET")) and key not in ("COLUMNS", "LINES")
         }
         self.vars.update(
             HOME=str(self.home),

@@ -71,7 +71,7 @@ def test_start_list_call_status_stop(detached: Env) -> None:
     stray = run(env, "call", "greet", "name=Ada", "--no-such-option")
     assert stray.returncode == 2 and "unrecognized arguments: --no-such-option" in stray.stderr
 
-    status = run(env, "status")
+    status = run(env, "status", "--verbose")
     assert status.returncode == 0 and f"pid {pid}" in status.stdout and "greet.py" in status.stdout
     status_json = json.loads(run(env, "status", "--json").stdout)
     assert status_json["pid"] == pid

@@ -115,7 +115,7 @@ def test_status_tells_settings_in_force_from_those_waiting_and_a_config_that_fai
     daemon = make_daemon()  # type: ignore[operator]
     config.write_text("builtins = false\ncall_timeout = 7\n")
     daemon.proc.send_signal(signal.SIGHUP)
-    status = _status_once(env, "reloaded at")
+    status = _status_once(env, "reloaded at", "--verbose")  # a reload that went well is a detail
     assert "builtins = false waits for a restart (in force: true" in status
     with daemon.client() as client:
         assert "git-status" in [t["name"] for t in client.list_tools()]  # what status says is in force
@@ -128,9 +128,9 @@ def test_status_tells_settings_in_force_from_those_waiting_and_a_config_that_fai
     assert "builtins = false waits for a restart" in status  # still waiting: the bad file changed nothing
 
 
-def _status_once(env: Env, says: str) -> str:
+def _status_once(env: Env, says: str, *flags: str) -> str:
     def status() -> str | None:
-        out = run(env, "status").stdout
+        out = run(env, "status", *flags).stdout
         return out if says in out else None
 
     return wait_for(status, timeout=20, message=f"status to say {says!r}")
@@ -226,7 +226,7 @@ def test_logs_follow_with_no_history_prints_only_new_events(env: Env, make_daemo
 
 
 def test_status_renders_its_sections_as_tables(env: Env, daemon: Daemon) -> None:
-    shown = run(env, "status").stdout
+    shown = run(env, "status", "--verbose").stdout
     assert "{" not in shown, shown  # no raw JSON
     lines = shown.splitlines()
     for section, row in (("watcher", "debounce ms"), ("monitor", "killed for memory"), ("cache", "hits")):
@@ -398,7 +398,7 @@ def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env,
     with daemon.client() as client:
         nap = next(m for m in client.status()["modules"] if m["path"].endswith("nap.py"))
     assert (nap["calls"], nap["errors"], nap["cancelled"]) == (0, 0, 1), nap
-    assert "CANCELLED" in run(env, "status").stdout
+    assert "CANCELLED" in run(env, "status", "--verbose").stdout
 
 
 def test_a_started_daemons_stderr_file_keeps_warnings_not_every_event(env: Env) -> None:

@@ -73,7 +73,7 @@ def test_status_and_logs_reflect_calls_failures_deaths_and_reloads(env: Env, mak
     assert worker and entry["workerState"] == "ready" and entry["state"] == "ready"
     assert psutil.Process(worker).is_running() and entry["rss"] > 1_000_000, "the worker's resident memory"
 
-    table = run(env, "status")
+    table = run(env, "status", "--verbose")
     assert table.returncode == 0
     out = table.stdout
     assert f"pid {daemon.pid}" in out and f"socket    {env.socket}" in out and "service   none" in out
@@ -201,20 +201,15 @@ def test_status_shows_the_running_configuration_and_its_sources(env: Env, make_d
 
 def test_status_prints_sections_other_parts_add() -> None:
     # Bridges (another part of the daemon) add their own status section; the table shows any such.
-    from atomictoolsd.cli.daemon import print_status
+    from atomictoolsd.cli.status import render
 
     status = {
         "pid": 1, "version": "0", "uptime": 5, "socket": "/s", "forkserver": {"pid": None, "workers": 0},
         "sessions": [], "projects": [], "modules": [], "config": {}, "configSources": {},
         "bridges": [{"agent": "claude", "path": "/run/b/claude"}],
     }
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        print_status(status)
-    assert "AGENT   PATH" in out.getvalue() and "claude  /run/b/claude" in out.getvalue()
+    out = "\n".join(render(status, verbose=True))
+    assert "AGENT   PATH" in out and "claude  /run/b/claude" in out
 
 
 def test_logs_into_a_closed_pipe_ends_quietly(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
@@ -243,7 +238,7 @@ def test_status_lists_the_bridges(env: Env, make_daemon) -> None:  # type: ignor
         "id": created["id"], "agent": "claude", "directory": str(env.project), "ownerPid": os.getpid(),
         "path": created["path"], "owner": os.getpid(),  # "owner": the name before 0.2, until 0.3
     }]
-    out = run(env, "status").stdout
+    out = run(env, "status", "--verbose").stdout
     header = next(line for line in out.splitlines() if line.startswith("ID "))
     assert header.split() == ["ID", "AGENT", "DIRECTORY", "OWNER", "PID", "PATH"]
     assert any(line.split() == [created["id"], "claude", str(env.project), str(os.getpid()), created["path"]]

@@ -76,12 +76,43 @@ def connected_line(output: str, name: str = "atomic") -> str:
 def test_claude_code_connects_to_the_project_and_the_user_entry(agent_env: Env) -> None:
     claude = agent_cli("claude")
     env = agent_env
-    connect(env, "claude")  # .mcp.json: Claude asks to approve project servers; approve ours as a user would
-    (env.project / ".claude").mkdir()
-    (env.project / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["atomic"]}))
+    connect(env, "claude")  # .mcp.json, and its approval where Claude Code's prompt writes it
     assert "Connected" in connected_line(run(env, claude, "mcp", "list"))
     connect(env, "claude", "--user", "--name", "atomic_user")
     assert "Connected" in connected_line(run(env, claude, "mcp", "list"), "atomic_user")
+
+
+def doctor_approval(env: Env, server: str = "atomic") -> dict[str, object]:
+    done = subprocess.run([SHIM, "doctor", "claude", "--json"], env=env.vars, cwd=env.project, capture_output=True,
+                          text=True, timeout=120)
+    report = next(r for r in json.loads(done.stdout)["agents"] if r["server"] == server)
+    return next(c for c in report["checks"] if c["name"] == "approval")
+
+
+def test_doctor_says_what_claude_mcp_list_shows_and_its_fix_makes_it_connect(agent_env: Env) -> None:
+    """Pending outside a git repository (Claude Code counts settings.local.json there only once the
+    folder is trusted), rejected by disabledMcpjsonServers: doctor says what Claude Code shows, and
+    the command it gives makes Claude Code connect, without a prompt."""
+    claude = agent_cli("claude")
+    env = agent_env
+    shutil.rmtree(env.project / ".git")
+    connect(env, "claude")
+    line = connected_line(run(env, claude, "mcp", "list"))
+    approval = doctor_approval(env)
+    assert "Pending approval" in line and not approval["ok"] and "Pending approval" in str(approval["detail"]), line
+    fix = str(approval["fix"]).split("   (")[0].split()
+    assert fix[:3] == ["atomictoolsd", "connect", "claude"] and "--trust-folder" in fix
+    connect(env, *fix[2:])
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list")) and doctor_approval(env)["ok"]
+
+    local = env.project / ".claude" / "settings.local.json"
+    local.write_text(json.dumps({"disabledMcpjsonServers": ["atomic"]}))
+    listed = run(env, claude, "mcp", "list")
+    approval = doctor_approval(env)
+    assert "atomic" not in listed and "Rejected" in run(env, claude, "mcp", "get", "atomic"), listed
+    assert not approval["ok"] and "`claude mcp list` leaves 'atomic' out" in str(approval["detail"]), approval
+    connect(env, *str(approval["fix"]).split()[2:])
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list")) and doctor_approval(env)["ok"]
 
 
 def test_opencode_connects(agent_env: Env) -> None:
@@ -99,8 +130,7 @@ def test_gemini_and_qwen_connect_once_the_folder_is_trusted(agent_env: Env, agen
     before = connected_line(run(env, program, "mcp", "list"))
     if agent == "gemini":  # Gemini CLI ignores a project's settings until the folder is trusted
         assert "Connected" not in before, before
-    (env.home / f".{agent}").mkdir(exist_ok=True)
-    (env.home / f".{agent}" / "trustedFolders.json").write_text(json.dumps({str(env.project): "TRUST_FOLDER"}))
+    connect(env, agent, "--trust-folder")  # as its trust prompt records it
     assert "Connected" in connected_line(run(env, program, "mcp", "list"))
     connect(env, agent, "--user", "--name", "atomic_user")
     assert "Connected" in connected_line(run(env, program, "mcp", "list"), "atomic_user")
@@ -121,13 +151,9 @@ def http_agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def
 def test_agents_connect_by_url_with_the_token_from_the_environment(http_agent_env: Env, agent: str) -> None:
     program = agent_cli(agent)
     env = http_agent_env
-    connect(env, agent, "--http")
-    if agent == "claude":
-        (env.project / ".claude").mkdir()
-        (env.project / ".claude" / "settings.local.json").write_text(json.dumps({"enabledMcpjsonServers": ["atomic"]}))
+    connect(env, agent, "--http")  # Claude Code's entry approved as it is written
     if agent in ("gemini", "qwen"):
-        (env.home / f".{agent}").mkdir(exist_ok=True)
-        (env.home / f".{agent}" / "trustedFolders.json").write_text(json.dumps({str(env.project): "TRUST_FOLDER"}))
+        connect(env, agent, "--trust-folder")
     line = connected_line(run(env, program, "mcp", "list"))
     assert "onnected" in line and "failed" not in line.lower() and "disconnected" not in line.lower(), line
     # Without the token in the environment the same entry is refused: the token is really checked.
@@ -138,3 +164,16 @@ def test_agents_connect_by_url_with_the_token_from_the_environment(http_agent_en
         assert re.search(r"fail|disconnected|error|needs auth|unauthori", line.lower()), line
     finally:
         env.vars["ATOMICTOOLS_TOKEN"] = token
+
+
+def test_claude_code_ignores_an_approval_the_repository_ships_and_doctor_says_so(agent_env: Env) -> None:
+    """settings.local.json tracked by git could come from whoever wrote the repository: Claude Code
+    ignores it in a folder not trusted, and doctor says the server is pending for that reason."""
+    claude = agent_cli("claude")
+    env = agent_env
+    connect(env, "claude")
+    assert "Connected" in connected_line(run(env, claude, "mcp", "list")) and doctor_approval(env)["ok"]
+    subprocess.run(["git", "-C", str(env.project), "add", "-f", ".claude/settings.local.json"], check=True, timeout=30)
+    approval = doctor_approval(env)
+    assert "Pending approval" in connected_line(run(env, claude, "mcp", "list"))
+    assert not approval["ok"] and "git tracks .claude/settings.local.json" in str(approval["detail"]), approval

@@ -88,11 +88,9 @@ def as_older_daemon(value: Any) -> Any:
 
 def test_the_cli_prints_an_older_daemons_status_as_a_current_ones(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     # A CLI newer than the daemon that runs (upgraded, not yet restarted) reads the old names.
-    import contextlib
-    import io
     import time
 
-    from atomictoolsd.cli.daemon import print_status
+    from atomictoolsd.cli.status import render
 
     env.write_tool(env.global_tools, "greet.py", GREET)
     make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
@@ -106,10 +104,7 @@ def test_the_cli_prints_an_older_daemons_status_as_a_current_ones(env: Env, make
     assert "tokenFile" not in older["http"] and "watchdogSec" not in older["service"]
 
     def printed(status: dict[str, Any]) -> str:
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            print_status(status)
-        return out.getvalue()
+        return "\n".join(render(status, verbose=True))
 
     current = printed(status)
     assert printed(older) == current

@@ -487,7 +487,7 @@ def test_trust_levels_switch_while_the_daemon_runs(env: Env, world: dict[str, An
     assert [line.split()[:2] for line in listed.stdout.splitlines()[1:]] == [[root, "sandbox"]], listed.stdout
     shown = cli(env, "list").stdout
     assert "local (confined)" in shown and "its own tools run confined" in shown, shown
-    status = cli(env, "status").stdout
+    status = cli(env, "status", "--verbose").stdout
     assert "(confined)" in status and "sandbox   Landlock ABI" in status, status
 
     assert cli(env, "trust", "--yes").returncode == 0  # full trust: the modules load again, unconfined
@@ -757,7 +757,7 @@ def test_builtins_answer_right_confined_in_a_sandboxed_and_a_fully_trusted_proje
     projects = {m["project"] for m in modules if m["worker"] and "project" in m}
     assert projects == {str(env.project.resolve()), str(inner.resolve()), str(worktree.resolve())}
     assert all(confined_by_the_kernel(m["worker"]) for m in modules if m["worker"] and "project" in m)
-    out = cli(env, "status").stdout
+    out = cli(env, "status", "--verbose").stdout
     assert "built-in tools: confined to the project they are called for" in out
     assert f"builtin (confined to {worktree.resolve()})" in out
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +33,7 @@ __all__ = [
     "HTTP_AGENTS",
     "SERVER_NAME",
     "TOKEN_VARIABLE",
+    "TokenSource",
     "AgentInfo",
     "AgentConfigError",
     "ConfigFile",
@@ -39,15 +41,21 @@ __all__ = [
     "add_server",
     "config_file",
     "entry_command",
+    "entry_url",
     "http_entry",
     "project_command",
+    "read_config",
     "read_server",
+    "read_servers",
     "remove_server",
     "runtime_pin",
     "server_entry",
     "servers_key",
     "shim_command",
     "snippet",
+    "token_source",
+    "update_json",
+    "update_toml",
 ]
 
 Scope = Literal["project", "user"]
@@ -349,24 +357,93 @@ def _toml_table(name: str, entry: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_servers(target: ConfigFile) -> dict[str, Any]:
+    """Every server entry in ``target`` by name, as plain data; {} when the file or its table of
+    servers is missing.
+
+    Raises:
+        AgentConfigError: the file exists but does not parse.
+    """
+    text = read_config(target.path)
+    if text is None:
+        return {}
+    if target.format == "toml":
+        servers = _toml_parse(target, text).get(target.key)
+    else:
+        servers = _json_document(target.path, text).get(target.key)
+    if not isinstance(servers, dict):
+        return {}
+    return {str(name): json.loads(json.dumps(_plain(value))) for name, value in servers.items()}
+
+
 def read_server(target: ConfigFile, name: str = SERVER_NAME) -> dict[str, Any] | None:
     """Server ``name``'s entry in ``target`` as plain data, or None when the file or entry is missing.
 
     Raises:
         AgentConfigError: the file exists but does not parse.
     """
-    text = _read(target.path)
-    if text is None:
-        return None
-    if target.format == "toml":
-        document = _toml_parse(target, text)
-        servers = document.get(target.key)
+    entry = read_servers(target).get(name)
+    return entry if isinstance(entry, dict) else None
+
+
+def entry_url(entry: dict[str, Any]) -> str | None:
+    """The URL of an entry that connects by URL (``url``; Gemini CLI's and Qwen Code's ``httpUrl``),
+    or None for one that starts a command."""
+    for key in ("httpUrl", "url"):
+        if isinstance(entry.get(key), str):
+            return str(entry[key])
+    return None
+
+
+@dataclass(frozen=True)
+class TokenSource:
+    """Where the agent takes the bearer token of a URL entry from."""
+
+    variable: str | None = None  # the environment variable it expands (the way ``connect`` writes)
+    literal: str | None = None  # a token written in the entry itself
+    problem: str | None = None  # why the agent sends no usable token, in words
+
+
+# The forms of a variable each agent expands in a header's value (the first is what connect writes).
+_TOKEN_FORMS = {
+    "claude": (r"\$\{(\w+)\}", r"\$\{(\w+):-[^}]*\}"),
+    "copilot": (r"\$\{(\w+)\}",),
+    "cursor": (r"\$\{env:(\w+)\}",),
+    "vscode": (r"\$\{env:(\w+)\}",),
+    "gemini": (r"\$(\w+)", r"\$\{(\w+)\}"),
+    "qwen": (r"\$(\w+)", r"\$\{(\w+)\}"),
+    "opencode": (r"\{env:(\w+)\}",),
+}
+
+
+def token_source(agent: str, entry: dict[str, Any]) -> TokenSource:
+    """Where ``agent`` takes the bearer token of its URL entry ``entry`` from."""
+    import re  # lazy: only doctor reads tokens (start-up cost)
+
+    if agent == "codex":
+        variable = entry.get("bearer_token_env_var")
+        if isinstance(variable, str) and variable:
+            return TokenSource(variable=variable)
+        headers = entry.get("http_headers")
     else:
-        servers = _json_document(target, text).get(target.key)
-    if not isinstance(servers, dict) or not isinstance(servers.get(name), dict):
-        return None
-    value = servers[name]
-    return json.loads(json.dumps(_plain(value)))
+        headers = entry.get("headers")
+    value = next((v for k, v in headers.items() if k.lower() == "authorization"), None) if isinstance(
+        headers, dict) else None
+    if not isinstance(value, str):
+        return TokenSource(problem="it sends no Authorization header: the daemon answers 401")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return TokenSource(problem="its Authorization header is not \"Bearer <token>\": the daemon answers 401")
+    token = token.strip()
+    for form in _TOKEN_FORMS.get(agent, ()):
+        match = re.fullmatch(form, token)
+        if match:
+            return TokenSource(variable=match.group(1))
+    if re.search(r"\$|\{env:", token):
+        expands = f" (it expands {_TOKEN_REFERENCE[agent] % 'VAR'})" if agent in _TOKEN_REFERENCE else ""
+        return TokenSource(problem=f"{INFO[agent].title} does not expand {token!r} in a header: it sends it as "
+                                   f"written{expands}")
+    return TokenSource(literal=token)
 
 
 # -- reading and writing config files ---------------------------------------------------------------
@@ -378,7 +455,7 @@ def add_server(target: ConfigFile, entry: dict[str, Any], *, name: str = SERVER_
     Raises:
         AgentConfigError: the file exists but cannot be parsed, or its servers table is not a table.
     """
-    text = _read(target.path)
+    text = read_config(target.path)
     if target.format == "toml":
         new_text, action = _toml_add(target, text, name, entry)
     else:
@@ -391,7 +468,7 @@ def add_server(target: ConfigFile, entry: dict[str, Any], *, name: str = SERVER_
 
 def remove_server(target: ConfigFile, *, name: str = SERVER_NAME, backup_dir: Path) -> Outcome:
     """Remove exactly server ``name`` from ``target``, leaving everything else as it was."""
-    text = _read(target.path)
+    text = read_config(target.path)
     if text is None:
         return Outcome(False, target.path, None, "absent")
     if target.format == "toml":
@@ -404,27 +481,57 @@ def remove_server(target: ConfigFile, *, name: str = SERVER_NAME, backup_dir: Pa
     return Outcome(True, target.path, backup, "removed")
 
 
-def _read(path: Path) -> str | None:
+MAX_CONFIG_BYTES = 16 * 1024 * 1024  # ~/.claude.json grows with every project Claude Code opens
+
+
+def read_config(path: Path) -> str | None:
+    """The text of a config file (None when it is missing). A project's is the repository's to make:
+    a FIFO or a device, which would block or never end, is refused, as is a file past
+    ``MAX_CONFIG_BYTES``."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise AgentConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
+            what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"{info.st_size} bytes long"
+            raise AgentConfigError(f"{path} is {what}; it was not read, and nothing was changed")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_CONFIG_BYTES + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise AgentConfigError(f"cannot read {path}: {exc}") from None
+    finally:
+        os.close(fd)
 
 
-def _json_document(target: ConfigFile, text: str | None) -> dict[str, Any]:
+def _json_document(path: Path, text: str | None) -> dict[str, Any]:
     if text is None or not text.strip():
         return {}
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AgentConfigError(
-            f"{target.path} is not plain JSON ({exc}); nothing was changed. Add the entry by hand"
-        ) from None
+        raise AgentConfigError(f"{path} is not plain JSON ({exc}); nothing was changed. Add the entry by hand") from None
     if not isinstance(document, dict):
-        raise AgentConfigError(f"{target.path} does not hold a JSON object; nothing was changed")
+        raise AgentConfigError(f"{path} does not hold a JSON object; nothing was changed")
     return document
+
+
+def update_json(path: Path, change: Callable[[dict[str, Any]], bool], *, backup_dir: Path) -> Outcome:
+    """Apply ``change`` to the JSON object in ``path`` (created when missing) and write it back as
+    ``add_server`` writes a config, when ``change`` says it changed something.
+
+    Raises:
+        AgentConfigError: the file exists but does not hold a JSON object.
+    """
+    text = read_config(path)
+    document = _json_document(path, text)
+    if not change(document):
+        return Outcome(False, path, None, "unchanged")
+    backup = _write(path, text, _json_dump(document, text), backup_dir)
+    return Outcome(True, path, backup, "updated" if text is not None else "added")
 
 
 def _json_servers(target: ConfigFile, document: dict[str, Any], create: bool) -> dict[str, Any] | None:
@@ -439,7 +546,7 @@ def _json_servers(target: ConfigFile, document: dict[str, Any], create: bool) ->
 
 
 def _json_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, Any]) -> tuple[str, str]:
-    document = _json_document(target, text)
+    document = _json_document(target.path, text)
     if not document and target.agent == "opencode":
         document["$schema"] = "https://opencode.ai/config.json"
     servers = _json_servers(target, document, create=True)
@@ -452,7 +559,7 @@ def _json_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, 
 
 
 def _json_remove(target: ConfigFile, text: str, name: str) -> str | None:
-    document = _json_document(target, text)
+    document = _json_document(target.path, text)
     servers = _json_servers(target, document, create=False)
     if servers is None or name not in servers:
         return None
@@ -472,6 +579,22 @@ def _indent_of(text: str | None) -> int | str:
             prefix = line[: len(line) - len(stripped)]
             return "\t" if prefix.startswith("\t") else len(prefix)
     return 2
+
+
+def update_toml(path: Path, change: Callable[[Any], bool], *, backup_dir: Path) -> Outcome:
+    """``update_json`` for a TOML file: ``change`` gets its tomlkit document, comments and layout kept.
+
+    Raises:
+        AgentConfigError: the file exists but is not valid TOML.
+    """
+    import tomlkit
+
+    text = read_config(path)
+    document = _toml_parse(ConfigFile("codex", "user", path, "toml", ""), text)
+    if not change(document):
+        return Outcome(False, path, None, "unchanged")
+    backup = _write(path, text, tomlkit.dumps(document), backup_dir)
+    return Outcome(True, path, backup, "updated" if text is not None else "added")
 
 
 def _toml_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, Any]) -> tuple[str, str]:

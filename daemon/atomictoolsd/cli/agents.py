@@ -23,12 +23,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
 
-    home = Path(os.environ.get("HOME") or Path.home())
-    directory = Path(args.directory or os.getcwd()).resolve()
     scope = args.scope or agents.DEFAULT_SCOPE[args.agent]
-    return agents.config_file(args.agent, scope, home=home, root=project_root(directory, home))
+    return agents.config_file(args.agent, scope, home=_home(), root=_project_root(args))
 
 
 def _backup_dir() -> Path:
@@ -59,6 +56,8 @@ def cmd_connect(args: argparse.Namespace) -> int:
     except agents.AgentConfigError as exc:
         print(f"atomictoolsd: {exc}", file=sys.stderr)
         return 2
+    if args.approve or args.trust_folder:
+        return _consent(args, target)
     command = agents.entry_command(args.agent, target.scope, dispatcher=args.dispatcher, allow=args.allow,
                                    deny=args.deny)
     env = entry_environment(args.agent, target.scope)
@@ -86,6 +85,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
         print(f"the entry to add by hand:\n{text}", file=sys.stderr)
         return 1
     info = agents.INFO[args.agent]
+    approved = _approve_written(args, target)
     if outcome.action == "unchanged":
         print(f"{info.title} is already connected: server {args.name!r} in {safe(outcome.path)}")
     else:
@@ -97,7 +97,9 @@ def cmd_connect(args: argparse.Namespace) -> int:
                   f"export {agents.TOKEN_VARIABLE}=$(atomictoolsd http token --show)")
         if outcome.backup is not None:
             print(f"  previous file saved as {safe(outcome.backup)}")
-    for note in connect_notes(args.agent, target):
+    if approved is not None:
+        print(f"  {approved}")
+    for note in connect_notes(args, target):
         print(f"  note: {note}")
     if outcome.action != "unchanged":
         print(f"Restart {info.title} (or reload its MCP servers) to use the tools; "
@@ -128,31 +130,105 @@ def _http_url(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyp
     return http["url"] + ("?" + urlencode(query, safe="/") if query else "")
 
 
-def connect_notes(agent: str, target) -> list[str]:  # type: ignore[no-untyped-def]
-    """What the user still has to do for the entry to work (shared with ``doctor``'s advice)."""
+def connect_notes(args: argparse.Namespace, target) -> list[str]:  # type: ignore[no-untyped-def]
+    """What the user still has to do for the entry to work (``doctor`` checks the same)."""
     import shutil
 
-    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agent_trust, agents  # lazy: only this command pays for it (start-up cost)
 
     notes = []
-    if target.scope == "project":
-        if shutil.which(agents.PROJECT_PROGRAM) is None:
-            notes.append(
-                f"{agents.PROJECT_PROGRAM!r} is not on your PATH, and this project entry runs it from there (so "
-                f"that it works on a teammate's machine too): install it with `pipx install atomictoolsd` or "
-                f"`uv tool install atomictoolsd`, or connect with --user"
-            )
-        if agent in ("gemini", "qwen"):
-            title = agents.INFO[agent].title
-            notes.append(
-                f"{title} reads a project's settings only in folders you trust: run `{agent}` in "
-                f"{safe(target.path.parent.parent)} and choose to trust the folder (or add it with /permissions)"
-            )
-        if agent == "codex":
-            notes.append("Codex reads .codex/config.toml only in projects you have marked as trusted")
-        if agent == "claude":
-            notes.append("Claude Code asks you to approve a project's .mcp.json servers on first use")
+    if target.scope != "project":
+        return notes
+    if shutil.which(agents.PROJECT_PROGRAM) is None:
+        notes.append(
+            f"{agents.PROJECT_PROGRAM!r} is not on your PATH, and this project entry runs it from there (so "
+            f"that it works on a teammate's machine too): install it with `pipx install atomictoolsd` or "
+            f"`uv tool install atomictoolsd`, or connect with --user"
+        )
+    agent, root, home = args.agent, _project_root(args), _home()
+    if agent == "claude":
+        approval = agent_trust.claude_approval(root, args.name, home)
+        if approval.needs_trust:
+            notes.append(f"Claude Code shows it as Pending approval until you trust the folder ({approval.detail}): "
+                         f"run `atomictoolsd connect claude --trust-folder`, or `claude` in {safe(root)} and accept "
+                         f"its prompts")
+        elif approval.state != "approved":
+            notes.append(f"Claude Code does not start it: {approval.detail}")
+    elif agent in agent_trust.TRUSTING_AGENTS and not agent_trust.folder_trusted(agent, root, home):
+        title = agents.INFO[agent].title
+        notes.append(f"{title} reads a project's MCP servers only in folders you trust, and {safe(root)} is not one: "
+                     f"run `atomictoolsd connect {agent} --trust-folder` (as its trust prompt does), or `{agent}` "
+                     f"there and trust the folder")
     return notes
+
+
+def _home() -> Path:
+    return Path(os.environ.get("HOME") or Path.home())
+
+
+def _project_root(args: argparse.Namespace) -> Path:
+    """The project ``connect`` works for: the one of ``--directory``, or of the current directory."""
+    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+
+    return project_root(Path(args.directory or os.getcwd()).resolve(), _home())
+
+
+def _approve_written(args: argparse.Namespace, target) -> str | None:  # type: ignore[no-untyped-def]
+    """Approve the project server ``connect claude`` wrote, as Claude Code's prompt does: the user
+    asked for it by connecting. What was done, in words (None: nothing to approve)."""
+    from atomictoolsd.bridges import agent_trust, agents  # lazy: only this command pays for it (start-up cost)
+
+    if args.agent != "claude" or target.scope != "project":
+        return None
+    try:
+        outcome = agent_trust.approve_claude_server(_project_root(args), args.name, backup_dir=_backup_dir())
+    except (agents.AgentConfigError, OSError) as exc:
+        return f"not approved: {exc}"
+    done = "approved in" if outcome.changed else "approved already in"
+    return f"{done} {safe(outcome.path)} (enabledMcpjsonServers), as Claude Code's prompt does"
+
+
+def _consent(args: argparse.Namespace, target) -> int:  # type: ignore[no-untyped-def]
+    """``--approve`` and ``--trust-folder``: the agent's approval of the project's server and its
+    trust of the project folder, written where its own prompts write them; the entry is left as it is."""
+    from atomictoolsd.bridges import agent_trust, agents  # lazy: only this command pays for it (start-up cost)
+
+    if args.http or args.allow or args.deny or args.dispatcher is not None or args.dry_run:
+        print("atomictoolsd: --approve and --trust-folder change only the agent's approval and trust, not the "
+              "entry: run connect without them to write the entry", file=sys.stderr)
+        return 2
+    info = agents.INFO[args.agent]
+    root = _project_root(args)
+    try:
+        if args.approve:
+            if args.agent != "claude" or target.scope != "project":
+                raise agents.AgentConfigError("--approve is for Claude Code's project servers (.mcp.json): the other "
+                                              "agents, and user entries, need no approval")
+            if agents.read_server(target, args.name) is None:
+                print(f"atomictoolsd: no server {args.name!r} in {safe(target.path)}: run `atomictoolsd connect "
+                      f"claude` (it approves what it writes)", file=sys.stderr)
+                return 1
+            outcome = agent_trust.approve_claude_server(root, args.name, backup_dir=_backup_dir())
+            print(f"{info.title}: server {args.name!r} {'approved' if outcome.changed else 'was approved already'} in "
+                  f"{safe(outcome.path)}")
+        if args.trust_folder:
+            if args.agent not in agent_trust.TRUSTING_AGENTS:
+                raise agents.AgentConfigError(f"{info.title} has no folder trust of its own: nothing to trust")
+            outcome = agent_trust.trust_folder(args.agent, root, _home(), backup_dir=_backup_dir())
+            print(f"{info.title}: {'now trusts' if outcome.changed else 'trusted already'} {safe(root)} "
+                  f"({safe(outcome.path)}), as when you accept its trust prompt: it applies that folder's own "
+                  f"settings and servers")
+    except (agents.AgentConfigError, OSError) as exc:
+        print(f"atomictoolsd: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, agents.AgentConfigError) else 1
+    if args.agent == "claude" and target.scope == "project":
+        approval = agent_trust.claude_approval(root, args.name, _home())
+        print(f"  `claude mcp list`: {'connects to' if approval.state == 'approved' else 'does not start'} "
+              f"{args.name!r} ({approval.detail})")
+        if args.trust_folder:
+            print("  note: Claude Code rewrites ~/.claude.json while it runs: if it was running, quit it and run "
+                  "this again")
+    return 0
 
 
 def _http_project(args: argparse.Namespace) -> Path | None:
@@ -207,6 +283,16 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
     print(f"{name}: removed server {args.name!r} from {safe(outcome.path)}")
     if outcome.backup is not None:
         print(f"  previous file saved as {safe(outcome.backup)}")
+    if args.agent == "claude" and target.scope == "project":
+        from atomictoolsd.bridges import agent_trust  # lazy: only this command pays for it (start-up cost)
+
+        try:
+            withdrawn = agent_trust.withdraw_claude_approval(_project_root(args), args.name, backup_dir=_backup_dir())
+        except (agents.AgentConfigError, OSError) as exc:
+            print(f"  its approval stays: {exc}")
+        else:
+            if withdrawn.changed:
+                print(f"  and its approval from {safe(withdrawn.path)}")
     return 0
 
 
@@ -267,6 +353,12 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                          help="connect by URL to the daemon's Streamable HTTP endpoint (it must serve HTTP: "
                          "`start --http PORT`), the token read from $ATOMICTOOLS_TOKEN; see docs/http.md")
     connect.add_argument("--dry-run", action="store_true", help="print the entry instead of writing it")
+    connect.add_argument("--approve", action="store_true",
+                         help="Claude Code: only approve the project's existing .mcp.json server (--name) in "
+                         ".claude/settings.local.json, as its prompt does (connect approves what it writes)")
+    connect.add_argument("--trust-folder", action="store_true",
+                         help="only mark the project folder trusted in the agent's own store (claude, gemini, qwen, "
+                         "codex), as its trust prompt does: it then applies that folder's settings and servers")
     connect.set_defaults(func=cmd_connect)
 
     disconnect = commands.add_parser("disconnect", help="remove atomictoolsd from an agent's MCP config")

@@ -7,26 +7,21 @@ instance lock: the lock file is held for the daemon's whole life and holds its p
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import signal
 import sys
 import time
 from typing import Any
 
-from atomictools._protocol import RENAMED, read_renamed
+from atomictools._protocol import read_renamed
+from atomictoolsd.cli import status as status_view
 from atomictoolsd.cli._common import (
     connect,
     not_running,
     pid_alive,
     print_json,
     raw_request,
-    safe,
-    shown_command,
-    table,
     wait_gone,
-    where,
 )
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
 
@@ -225,7 +220,7 @@ def _print_http() -> int:
     if http.get("error"):
         print(f"atomictoolsd: HTTP not served: {http['error']}", file=sys.stderr)
         return 1
-    print(f"MCP over HTTP at {http['url']} (token in {read_renamed(http, 'tokenFile', _HTTP)})")
+    print(f"MCP over HTTP at {http['url']} (token in {read_renamed(http, 'tokenFile', status_view.HTTP_RENAMED)})")
     return 0
 
 
@@ -239,7 +234,7 @@ def cmd_http_token(args: argparse.Namespace) -> int:
     path = Path(runtime_dir()) / TOKEN_NAME
     if args.rotate:
         reply = raw_request("atomic/http/rotate")
-        if not (isinstance(reply, dict) and read_renamed(reply, "tokenFile", _HTTP) is not None):
+        if not (isinstance(reply, dict) and read_renamed(reply, "tokenFile", status_view.HTTP_RENAMED) is not None):
             new_token(path)  # no daemon serving HTTP: the next one to start reads this one
         print(f"a new token is in {path}; clients using the old one get 401 until they read it")
     token = read_token(path)
@@ -344,7 +339,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     except ConnectError:
         pid = lock_holder()
         if pid is None:
-            _print_other_daemons(other_daemons(None), sys.stderr)
+            for line in status_view.render_others(other_daemons(None), status_view.output_width(sys.stderr)):
+                print(line, file=sys.stderr)
             return not_running()
         status = _wait_for_socket()
         if status is None:
@@ -365,19 +361,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: this directory's project: {exc}", file=sys.stderr)
     others = other_daemons(status.get("pid"))
     if args.json:
-        print_json({**status, "otherDaemons": others})
+        print_json({**status_view.current_names(status), "otherDaemons": others})
         return 0
-    print_status(status)
-    _print_other_daemons(others, sys.stdout)
+    for line in status_view.render(status, verbose=args.verbose, width=status_view.output_width(sys.stdout), others=others):
+        print(line)
     return 0
 
 
 def other_daemons(pid: int | None) -> list[dict[str, Any]]:
-    """The daemons of this user other than ``pid``, each with the socket it serves: one started with
-    another runtime dir (another ``XDG_RUNTIME_DIR``, an entry's ``ATOMICTOOLS_RUNTIME_DIR``) is
-    otherwise invisible to the CLI, which asks only the socket its own environment names."""
+    """The daemons of this user and home other than ``pid``, each with the socket it serves: one
+    started with another runtime dir (another ``XDG_RUNTIME_DIR``, an entry's
+    ``ATOMICTOOLS_RUNTIME_DIR``) is otherwise invisible to the CLI, which asks only the socket its own
+    environment names. A daemon with another ``HOME`` serves another set of tools and trust: not
+    yours here (the test suite's daemons, each in its own home)."""
     import psutil  # lazy: only status pays for it (start-up cost)
 
+    home = os.environ.get("HOME")
     found: dict[str, dict[str, Any]] = {}
     for process in psutil.process_iter(["pid", "uids", "cmdline"]):
         info = process.info
@@ -387,6 +386,8 @@ def other_daemons(pid: int | None) -> list[dict[str, Any]]:
         if "atomictoolsd" not in " ".join(cmdline) or "serve" not in cmdline:
             continue
         try:
+            if process.environ().get("HOME") != home:
+                continue
             listening = [c.laddr for c in process.net_connections(kind="unix") if c.status == psutil.CONN_NONE]
         except (psutil.Error, OSError):
             continue
@@ -394,234 +395,6 @@ def other_daemons(pid: int | None) -> list[dict[str, Any]]:
             if isinstance(path, str) and path.endswith("/atomictoolsd.sock"):
                 found.setdefault(path, {"pid": info["pid"], "socket": path})
     return sorted(found.values(), key=lambda d: d["pid"])
-
-
-def _print_other_daemons(others: list[dict[str, Any]], out: Any) -> None:
-    if not others:
-        return
-    print("\nother daemons of yours (this shell's environment names another socket):", file=out)
-    for daemon in others:
-        print(f"  pid {daemon['pid']}  socket {safe(daemon['socket'])}  "
-              f"(ATOMICTOOLS_RUNTIME_DIR={shown_command([os.path.dirname(daemon['socket'])])} atomictoolsd status)",
-              file=out)
-
-
-def print_status(status: dict[str, Any]) -> None:
-    """The human form of ``atomic/status``."""
-    service = status.get("service") or {}
-    manager = service.get("manager", "none")
-    if manager != "none":
-        unit = f" ({service['unit']})" if service.get("unit") else ""
-        manager += unit + (", socket-activated" if service.get("activated") else "")
-        watchdog = read_renamed(service, "watchdogSec", "atomic/status service")
-        if watchdog:
-            manager += f", watchdog {watchdog:g} s"
-    fork = status["forkserver"]
-    print(f"atomictoolsd {status['version']}  pid {status['pid']}  up {_duration(status['uptime'])}")
-    print(f"socket    {status['socket']}")
-    http = status.get("http")
-    if http:
-        token_file = read_renamed(http, "tokenFile", _HTTP)
-        print(f"http      {http['url']}  (token in {token_file})" if http.get("url") else f"http      not served: {http['error']}")
-    print(f"service   {manager}")
-    confined = status.get("confinedForkserver") or {"pid": None, "workers": 0}
-    workers = fork["workers"] + confined["workers"]
-    print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}"
-          + (f" (confined workers: pid {confined['pid']})" if confined["pid"] else "")
-          + f", {workers} worker{'s' * (workers != 1)}")
-    for problem in (fork.get("problem"), confined.get("problem")):
-        if problem:
-            print(f"          {problem}")
-    log = status.get("log") or {}
-    if log.get("file"):
-        print(f"log       {log['file']} ({log.get('level')})")
-    _print_reload(status)
-    for note in (status.get("configIgnored") or {}).values():
-        print(f"config    {note}")
-    _print_sandbox(status)
-    projects = status.get("projects") or []
-    if projects:
-        print()
-        table(["PROJECT", "TOOLS"], [[safe(p["root"]), p["tools"]] for p in projects])
-    modules = [{**m, "scope": _scope(m)} for m in status["modules"]]
-    if modules:
-        print()
-        table(
-            ["MODULE", "SCOPE", "STATE", "TOOLS", "WORKER", "RSS", "CALLS", "FAILED", "CANCELLED", "P50 MS", "P99 MS"],
-            [
-                [
-                    safe(m["path"]), m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
-                    m["calls"], _module(m, "failedCalls"), m.get("cancelled", 0),
-                    _ms(_module(m, "p50Ms")), _ms(_module(m, "p99Ms")),
-                ]
-                for m in modules
-            ],
-        )
-        for m in modules:
-            if m["error"]:
-                print(f"\n{where(m['error'])}: {m['error']['message']}")
-            elif _module(m, "lastError"):
-                print(f"\n{safe(m['path'])}: last error: {_first_lines(_module(m, 'lastError'))}")
-            if _module(m, "blockedReason"):
-                print(f"\n{safe(m['path'])}: blocked: {_module(m, 'blockedReason')}")
-            for problem in m.get("problems", []):  # tools a module skipped (a malformed JSON tool)
-                tool = f" tool {problem['tool']!r}:" if problem.get("tool") else ""
-                print(f"\n{where(problem)}:{tool} {problem['message']}")
-    skipped = status.get("skipped") or []
-    if skipped:
-        print("\nskipped (not loaded; the daemon serves everything else):")
-        for entry in skipped:
-            print(f"  {safe(entry['file'])}: {entry['message']}")
-    for name, value in status.items():  # sections other parts of the daemon add (bridges, …)
-        if name not in _CORE_KEYS:
-            _print_section(name, value)
-    sources = read_renamed(status, "configSources", "atomic/status") or {}
-    print()
-    if sources:
-        table(
-            ["SETTING", "VALUE", "FROM"],
-            [[key, json.dumps(status["config"][key]), source] for key, source in sorted(sources.items())],
-        )
-        print(f"(every other setting has its default: `{command_name()} config` lists them all)")
-    else:
-        print(f"configuration: all defaults (`{command_name()} config` lists them)")
-
-
-_CORE_KEYS = frozenset({
-    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkserver", "sessions",
-    "projects", "modules", "skipped", "config", "configSources", "configIgnored", "configFile", "log", "reload",
-    "sandbox", "http",
-    *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
-})
-_HTTP = "atomic/status http, atomic/http/rotate"
-# The new names of each old one (until 0.3), for the sections printed as they come (``_shown``).
-_NEW_NAMES: dict[str, set[str]] = {}
-for _renames in RENAMED.values():
-    for _old, _new in _renames.items():
-        _NEW_NAMES.setdefault(_old, set()).add(_new)
-
-
-def _module(module: dict[str, Any], key: str) -> Any:
-    return read_renamed(module, key, "atomic/status modules[]")
-
-
-def _shown(item: dict[str, Any]) -> dict[str, Any]:
-    """``item`` as a section shows it: an old name beside its new one is left out, and one alone
-    (a daemon older than 0.2) is shown under its new name, when it has only one."""
-    shown = {}
-    for key, value in item.items():
-        news = _NEW_NAMES.get(key, set())
-        if news & item.keys():
-            continue
-        shown[next(iter(news)) if len(news) == 1 else key] = value
-    return shown
-
-
-def _print_sandbox(status: dict[str, Any]) -> None:
-    """What this kernel lets ``trust --sandbox`` enforce, or why it cannot; how the built-ins run."""
-    sandbox = status.get("sandbox")
-    if not sandbox:
-        return
-    builtins = (status.get("config") or {}).get("builtins", True)
-    if sandbox["available"]:
-        print(f"sandbox   Landlock ABI {sandbox['abi']}: confines {', '.join(sandbox['enforced'])}")
-        network = sandbox.get("network")
-        if network:
-            print("          network (--allow-net): " + (
-                "from a namespace of its own, through the daemon's proxy" if network["available"]
-                else f"none: {network['reason']}"))
-        if builtins:
-            print("          built-in tools: confined to the project they are called for (read-only)")
-    else:
-        print(f"sandbox   unavailable: {sandbox['reason']}")
-        if builtins:
-            print("          built-in tools: not confined (atomictoolsd's own code, one worker for every project)")
-
-
-def _scope(module: dict[str, Any]) -> str:
-    """A module's scope as the table shows it: where it runs confined, and a built-in's project."""
-    if not module.get("confined"):
-        return str(module["scope"])
-    if module.get("project"):
-        return f"{module['scope']} (confined to {safe(module['project'])})"
-    return f"{module['scope']} (confined)"
-
-
-def _print_reload(status: dict[str, Any]) -> None:
-    """The last SIGHUP: a configuration that did not load, and settings that wait for a restart."""
-    reload = status.get("reload")
-    if not reload:
-        return
-    at = time.strftime("%H:%M:%S", time.localtime(reload["at"]))
-    config_error = read_renamed(reload, "configError", "atomic/status reload")
-    if config_error:
-        print(f"config    NOT reloaded at {at}, the previous configuration stays in force: {config_error}")
-    else:
-        print(f"config    reloaded at {at}")
-    for key, value in (reload.get("waiting") or {}).items():
-        print(f"          {key} = {json.dumps(value)} waits for a restart "
-              f"(in force: {json.dumps(status['config'].get(key))}; run: {command_name()} restart)")
-
-
-def _print_section(name: str, value: Any) -> None:
-    print()
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        headers = list(dict.fromkeys(k for item in value for k in _shown(item)))
-        table([_label(h).upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value])
-    elif isinstance(value, list) and not value:
-        print(f"{name}: none")
-    elif isinstance(value, dict):
-        # One setting or counter a line, lists one item a line: a person reads down, not across.
-        print(name)
-        value = {_label(k): v for k, v in _shown(value).items()}
-        width = max((len(k) for k in value), default=0)
-        for key, item in value.items():
-            items = item if isinstance(item, list) and item else (["none"] if item == [] else [item])
-            for index, one in enumerate(items):
-                label = key if index == 0 else ""
-                print(f"  {label.ljust(width)}  {_cell(one)}".rstrip())
-    else:
-        print(f"{name}: {json.dumps(value)}")
-
-
-def _label(key: str) -> str:
-    """``debounceMs`` → ``debounce ms``: a key as words."""
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r" \1", key).replace("_", " ").lower()
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    return safe(value) if isinstance(value, str) else json.dumps(value)
-
-
-def _state(module: dict[str, Any]) -> str:
-    worker = _module(module, "workerState")
-    if module["state"] == "ready" and worker and worker != "ready":
-        return f"ready/{worker}"
-    return module["state"] if module["state"] != "ready" or worker else "ready/idle"
-
-
-def _size(rss: int | None) -> str:
-    if not rss:
-        return "-"
-    return f"{rss / (1024 * 1024):.1f}M"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
-def _first_lines(text: str, limit: int = 3) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return "\n  ".join(lines[:limit]) + (" …" if len(lines) > limit else "")
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -679,5 +452,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         description="Show the daemon's process, service manager, projects, modules (worker, memory, "
         "calls, errors, latency) and the settings in force. Exits 3 when the daemon is not running.",
     )
-    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--verbose", "-v", action="store_true",
+                        help="also every module (worker, memory, calls, latency) and each part of the daemon")
+    status.add_argument("--json", action="store_true", help="print JSON (every key once, by its current name)")
     status.set_defaults(func=cmd_status)

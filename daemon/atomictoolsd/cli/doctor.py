@@ -1,10 +1,17 @@
-"""``atomictoolsd doctor``: check an agent's entry the way that agent uses it.
+"""``atomictoolsd doctor``: check an agent's entries the way that agent uses them.
 
-For each agent whose config holds our entry (or the one named): the entry is there and well formed,
-it runs this installation's shim, the shim starts with that agent's environment (Codex and Claude
-Desktop scrub it), answers ``initialize`` and lists this directory's tools from the daemon the user's
-CLI talks to; the project folder is trusted where the agent asks for it; the agent re-lists tools or
-has the dispatcher. Every problem comes with the command that fixes it.
+Every entry of ours in each agent's config files is found whatever its name (one that runs this
+installation's shim, or whose URL is this daemon's HTTP endpoint; and any entry named ``atomic``),
+and reported under its name. A command entry: it is well formed, it runs this installation's shim,
+the shim starts with that agent's environment (Codex and Claude Desktop scrub it), answers
+``initialize`` and lists this directory's tools from the daemon the user's CLI talks to. A URL
+entry (``connect --http``): the agent reads it as Streamable HTTP, its token reference names a
+variable that holds the daemon's token, and the endpoint answers at that URL (``doctor_http``). For
+both: the project folder is trusted where the agent asks for it, Claude Code has approved a
+project's server (what ``claude mcp list`` shows), and the agent re-lists tools or has the
+dispatcher. Every problem comes with the command that fixes it, non-interactive where the agent
+allows it; a fix that rewrites an entry keeps its name and options, and none is offered for a
+working entry.
 
 A config file, a project's above all, is a repository's to write: doctor runs only this
 installation's own shim (``_own_shim``: the sealed interpreter ``connect`` writes, the
@@ -29,8 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from atomictoolsd.bridges import agents
-from atomictoolsd.cli._common import safe, shown_command
+from atomictoolsd.bridges import agent_trust, agents
+from atomictoolsd.cli import doctor_http
+from atomictoolsd.cli._common import raw_request, safe, shown_command
 from atomictoolsd.config.command import installed_command, shell_quote
 from atomictoolsd.shim.relay import UsageError, parse_args
 from atomictoolsd.workers.processes import stop_process
@@ -60,6 +68,8 @@ class Report:
     title: str
     file: str
     scope: str
+    server: str | None = None  # the entry's name in the file
+    transport: str | None = None  # "stdio" (a command) or "http" (a URL)
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -71,40 +81,87 @@ class Report:
         return ok
 
 
+@dataclass(frozen=True)
+class _Where:
+    """What every check of one doctor run reads: the directory, the homes, the daemon's HTTP."""
+
+    directory: Path
+    root: Path
+    home: Path
+    environ: Mapping[str, str]
+    http: Mapping[str, Any] | None  # the daemon's status["http"] ({} without HTTP; None: no daemon)
+
+
 def minimal_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: environ[k] for k in MINIMAL_KEYS if k in environ}
 
 
 def diagnose(agent: str | None, directory: Path, *, home: Path, root: Path,
              environ: Mapping[str, str] | None = None) -> list[Report]:
-    """A report per agent whose config holds our entry (all of ``agent``'s files when it is named)."""
+    """A report per entry of ours in each agent's config files (all of ``agent``'s when it is named)."""
     env = os.environ if environ is None else environ
+    status = raw_request("atomic/status", timeout=10.0)
+    where = _Where(directory, root, home, env, (status.get("http") or {}) if isinstance(status, dict) else None)
     reports = []
     for name in [agent] if agent else list(agents.AGENTS):
-        info = agents.INFO[name]
-        found = False
-        for scope in info.scopes:
-            target = agents.config_file(name, scope, home=home, root=root, environ=env)
-            try:
-                entry = agents.read_server(target)
-            except agents.AgentConfigError as exc:
-                report = Report(name, info.title, str(target.path), scope)
-                report.add("entry", False, str(exc), f"fix the file by hand, or move it aside and run: "
-                                                      f"atomictoolsd connect {name} --{scope}")
-                reports.append(report)
-                found = True
-                continue
-            if entry is None:
-                continue
-            found = True
-            reports.append(_check_entry(name, target, entry, directory, root, home, env))
+        found = [report for scope in agents.INFO[name].scopes for report in _reports_of_file(name, scope, where)]
         if agent and not found:
-            report = Report(name, info.title, str(agents.config_file(
-                name, info.scopes[0], home=home, root=root, environ=env).path), info.scopes[0])
-            report.add("entry", False, f"no {agents.SERVER_NAME!r} server in {info.title}'s config files",
+            info = agents.INFO[name]
+            target = agents.config_file(name, info.scopes[0], home=home, root=root, environ=env)
+            report = Report(name, info.title, str(target.path), target.scope)
+            report.add("entry", False, f"no atomictoolsd entry in {info.title}'s config files",
                        f"atomictoolsd connect {name}")
-            reports.append(report)
+            found.append(report)
+        reports += found
     return reports
+
+
+def _reports_of_file(agent: str, scope: agents.Scope, where: _Where) -> list[Report]:
+    info = agents.INFO[agent]
+    target = agents.config_file(agent, scope, home=where.home, root=where.root, environ=where.environ)
+    try:
+        servers = agents.read_servers(target)
+    except agents.AgentConfigError as exc:
+        report = Report(agent, info.title, str(target.path), scope)
+        report.add("entry", False, str(exc), f"fix the file by hand, or move it aside and run: "
+                                              f"atomictoolsd connect {agent} --{scope}")
+        return [report]
+    daemon_url = (where.http or {}).get("url")
+    return [_check_entry(agent, target, server, entry, where) for server, entry in servers.items()
+            if server == agents.SERVER_NAME or _looks_ours(agent, entry, daemon_url)]
+
+
+def _looks_ours(agent: str, entry: Any, daemon_url: str | None) -> bool:
+    """Whether an entry is one of ours by what it runs or reaches, whatever its name: our shim's
+    shape (checked further by ``_own_shim``), a bridge script, or this daemon's HTTP endpoint."""
+    if not isinstance(entry, dict):
+        return False
+    if agents.entry_url(entry) is not None:
+        return doctor_http.is_our_url(agent, entry, daemon_url)
+    parsed = _command_of(agent, entry)
+    return not isinstance(parsed, str) and _shim_args(parsed[0]) is not None
+
+
+def _shim_args(command: list[str]) -> list[str] | None:
+    """The shim's arguments of a command shaped as ours (the sealed interpreter's ``-E -P -m
+    atomictoolsd mcp``, ``atomictoolsd mcp``, a bridge script: none), else None. The shape only:
+    ``_own_shim`` says whether it is this installation's."""
+    program, args = command[0], command[1:]
+    sealed = agents.shim_command()
+    if args[: len(sealed) - 1] == sealed[1:]:
+        return args[len(sealed) - 1 :]
+    if os.path.basename(program) == agents.PROJECT_PROGRAM and args[:1] == ["mcp"]:
+        return args[1:]
+    return [] if _own_bridge(program) else None
+
+
+def _options_of(shim_args: list[str]) -> dict[str, Any]:
+    """The ``connect`` options an entry's shim arguments stand for (none that the parser refuses)."""
+    try:
+        parsed = parse_args(shim_args)
+    except UsageError:
+        return {}
+    return {"allow": parsed.allow, "deny": parsed.deny, "dispatcher": parsed.dispatcher}
 
 
 def _command_of(agent: str, entry: dict[str, Any]) -> tuple[list[str], dict[str, str]] | str:
@@ -129,60 +186,110 @@ def _command_of(agent: str, entry: dict[str, Any]) -> tuple[list[str], dict[str,
     return command, dict(env)
 
 
-def _check_entry(agent: str, target: agents.ConfigFile, entry: dict[str, Any], directory: Path, root: Path,
-                 home: Path, environ: Mapping[str, str]) -> Report:
+def reconnect(agent: str, scope: str, server: str | None, *, http: bool = False, allow: list[str] | None = None,
+              deny: list[str] | None = None, dispatcher: bool | None = None, directory: str | None = None) -> str:
+    """The ``connect`` command that writes this entry again, with its name and options."""
+    argv = ["atomictoolsd", "connect", agent, f"--{scope}"]
+    if server not in (None, agents.SERVER_NAME):
+        argv += ["--name", str(server)]
+    if http:
+        argv.append("--http")
+    if directory is not None:
+        argv += ["-C", directory]
+    for option, globs in (("--allow", allow or []), ("--deny", deny or [])):
+        for glob in globs:
+            argv += [option, glob]
+    if dispatcher is not None and dispatcher != agents.INFO[agent].dispatcher:
+        argv.append("--dispatcher" if dispatcher else "--no-dispatcher")
+    return shown_command(argv)
+
+
+def _check_entry(agent: str, target: agents.ConfigFile, server: str, entry: Any, where: _Where) -> Report:
     info = agents.INFO[agent]
-    report = Report(agent, info.title, str(target.path), target.scope)
-    reconnect = f"atomictoolsd connect {agent} --{target.scope}"
+    report = Report(agent, info.title, str(target.path), target.scope, server)
+    if not isinstance(entry, dict):
+        report.add("entry", False, f"server {server!r} is malformed: not an object",
+                   reconnect(agent, target.scope, server))
+        return report
+    url = agents.entry_url(entry)
+    if url is not None:
+        report.transport = "http"
+        parts = doctor_http.EntryUrl(url)
+        options: dict[str, Any] = {"http": True, "allow": parts.allow, "deny": parts.deny,
+                                   "dispatcher": parts.dispatcher}
+        if parts.directory is not None and Path(parts.directory) != where.root and os.path.isdir(parts.directory):
+            options["directory"] = parts.directory  # the project the URL names, not doctor's
+        if not doctor_http.check_http(report, entry, where.http, where.environ,
+                                      reconnect(agent, target.scope, server, **options)):
+            return report
+    else:
+        report.transport = "stdio"
+        shim_options = _check_stdio(report, entry, target, where)
+        if shim_options is None:
+            return report
+        options = shim_options
+    _check_project(report, target, where)
+    _check_held(report, where.root)
+    dispatcher = bool(options.get("dispatcher"))
+    if info.refreshes == "yes":
+        report.add("refresh", True, f"{info.title} re-lists tools when they change")
+    else:
+        fix = reconnect(agent, target.scope, server, **{**options, "dispatcher": None}) + " --dispatcher"
+        report.add("refresh", dispatcher,
+                   f"{info.title} {info.refresh_note}; " + ("the dispatcher meta-tools see every change" if dispatcher
+                                                              else "without the dispatcher, new tools stay unseen"),
+                   fix)
+    return report
+
+
+def _check_stdio(report: Report, entry: dict[str, Any], target: agents.ConfigFile,
+                 where: _Where) -> dict[str, Any] | None:
+    """The checks of an entry that starts a command; the shim options it has (for a fix that writes
+    it again), or None when it is not one doctor can start."""
+    agent, server, info = report.agent, report.server, agents.INFO[report.agent]
+    plain = reconnect(agent, target.scope, server)
     parsed = _command_of(agent, entry)
     if isinstance(parsed, str):
-        report.add("entry", False, f"server {agents.SERVER_NAME!r} is malformed: {parsed}", reconnect)
-        return report
+        report.add("entry", False, f"server {server!r} is malformed: {parsed}", plain)
+        return None
     command, entry_env = parsed
     # What the agent searches PATH with (its own, or the entry's), and what doctor starts the shim with.
-    base = dict(environ) if info.environment == "full" else minimal_environment(environ)
+    base = dict(where.environ) if info.environment == "full" else minimal_environment(where.environ)
     search_path = {**base, **entry_env}.get("PATH")
     run_env = {**base, **{k: v for k, v in entry_env.items() if k in SOCKET_VARIABLES}}
     own = _own_shim(command, search_path)
     if isinstance(own, str):
-        where = " (a project's file: a repository can write it)" if target.scope == "project" else ""
-        report.add("entry", False, f"server {agents.SERVER_NAME!r} runs {shown_command(command)}: {own}, not "
-                                   f"atomictoolsd's shim; doctor does not run it{where}", reconnect)
-        return report
+        place = " (a project's file: a repository can write it)" if target.scope == "project" else ""
+        report.add("entry", False, f"server {server!r} runs {shown_command(command)}: {own}, not "
+                                   f"atomictoolsd's shim; doctor does not run it{place}", plain)
+        return None
     if own is None:
         program = command[0]
-        report.add("entry", True, f"server {agents.SERVER_NAME!r}: {shown_command(command)}")
+        report.add("entry", True, f"server {server!r}: {shown_command(command)}")
         fix = ("pipx install atomictoolsd  (or: uv tool install atomictoolsd), or connect with --user"
-               if not os.path.isabs(program) else reconnect)
+               if not os.path.isabs(program) else reconnect(agent, target.scope, server,
+                                                            **_options_of(_shim_args(command) or [])))
         report.add("command", False, f"{safe(program)} is not found (PATH of {info.title}'s servers)", fix)
-        return report
+        return None
     shim, shim_args = own
-    shim_args = [a.replace("${workspaceFolder}", str(directory)) for a in shim_args]
+    shim_args = [a.replace("${workspaceFolder}", str(where.directory)) for a in shim_args]
     try:
         parse_args(shim_args)
     except UsageError as exc:
-        report.add("entry", False, f"server {agents.SERVER_NAME!r} is malformed: {exc}", reconnect)
-        return report
-    report.add("entry", True, f"server {agents.SERVER_NAME!r}: {shown_command(command)}")
+        report.add("entry", False, f"server {server!r} is malformed: {exc}", plain)
+        return None
+    options = _options_of(shim_args)
+    again = reconnect(agent, target.scope, server, **options)
+    report.add("entry", True, f"server {server!r}: {shown_command(command)}")
     report.add("command", True, f"found: {safe(shim[0])}")
     foreign = sorted(set(entry_env) - set(SOCKET_VARIABLES))
     if foreign:
         report.add("env", False, f"the entry sets {', '.join(map(safe, foreign))} for the shim: {info.title} starts it "
                                  f"with them, doctor did not (only {', '.join(SOCKET_VARIABLES)} are the shim's)",
-                   f"remove them from the entry, or run: {reconnect}")
-
-    _check_shim(report, [*shim, *shim_args, "--no-autostart"], run_env, directory, agent, info, reconnect)
-    _check_trust(report, agent, target, root, home)
-    _check_held(report, root)
-    dispatcher = "--dispatcher" in command
-    if info.refreshes == "yes":
-        report.add("refresh", True, f"{info.title} re-lists tools when they change")
-    else:
-        report.add("refresh", dispatcher,
-                   f"{info.title} {info.refresh_note}; " + ("the dispatcher meta-tools see every change" if dispatcher
-                                                              else "without the dispatcher, new tools stay unseen"),
-                   f"atomictoolsd connect {agent} --{target.scope} --dispatcher")
-    return report
+                   f"remove them from the entry, or run: {again}")
+    pin = reconnect(agent, "user", server, **options) if "user" in info.scopes else again
+    _check_shim(report, [*shim, *shim_args, "--no-autostart"], run_env, where.directory, again, pin)
+    return options
 
 
 def _own_shim(command: list[str], search_path: str | None) -> tuple[list[str], list[str]] | str | None:
@@ -196,12 +303,15 @@ def _own_shim(command: list[str], search_path: str | None) -> tuple[list[str], l
     """
     program, args = command[0], command[1:]
     sealed = agents.shim_command()
+    shim_args = _shim_args(command)
+    if shim_args is None:
+        return "a command that is not this installation's"
     if args[: len(sealed) - 1] == sealed[1:]:
         if _executable(program, search_path) is None:
             return None
         if os.path.abspath(program) != sealed[0]:
             return f"the interpreter {safe(program)} is not this installation's ({safe(sealed[0])})"
-        return sealed, args[len(sealed) - 1 :]
+        return sealed, shim_args
     if os.path.basename(program) == agents.PROJECT_PROGRAM and args[:1] == ["mcp"]:
         found = _executable(program, search_path)
         if found is None:
@@ -209,10 +319,8 @@ def _own_shim(command: list[str], search_path: str | None) -> tuple[list[str], l
         script = installed_command()
         if script is None or os.path.realpath(found) != os.path.realpath(script):
             return f"{safe(found)} is not this installation's atomictoolsd ({safe(script or 'none is installed')})"
-        return [script, "mcp"], args[1:]
-    if _own_bridge(program):
-        return [program], []
-    return "a command that is not this installation's"
+        return [script, "mcp"], shim_args
+    return [program], []  # a bridge script of ours
 
 
 def _executable(program: str, search_path: str | None) -> str | None:
@@ -233,8 +341,8 @@ def _own_bridge(program: str) -> bool:
             and info.st_uid == os.geteuid() and not info.st_mode & 0o022)
 
 
-def _check_shim(report: Report, argv: list[str], run_env: dict[str, str], directory: Path, agent: str,
-                info: agents.AgentInfo, reconnect: str) -> None:
+def _check_shim(report: Report, argv: list[str], run_env: dict[str, str], directory: Path, again: str,
+                pin: str) -> None:
     """Start the shim as the agent would; initialize, list, and find its session in the CLI's daemon."""
     from atomictools import Client
     from atomictools._errors import AtomicToolsError
@@ -258,26 +366,26 @@ def _check_shim(report: Report, argv: list[str], run_env: dict[str, str], direct
         stderr = (proc.stderr.read().decode(errors="replace").strip() if proc.stderr else "")[-600:]
     if answers is None:
         hint = stderr or "no answer"
-        fix = reconnect if "runtime" in stderr or "no daemon" in stderr or "XDG_RUNTIME_DIR" in stderr else (
+        fix = again if "runtime" in stderr or "no daemon" in stderr or "XDG_RUNTIME_DIR" in stderr else (
             f"{shown_command(argv[:-1])}   (run it by hand to see why)")
-        report.add("shim", False, f"the shim started as {info.title} starts it did not answer: {hint}", fix)
+        report.add("shim", False, f"the shim started as {report.title} starts it did not answer: {hint}", fix)
         return
     init, listed = answers
     if "result" not in init or "result" not in listed:
         report.add("shim", False, f"the shim answered with an error: {init.get('error') or listed.get('error')}",
-                   reconnect)
+                   again)
         return
     names = {t["name"] for t in listed["result"].get("tools", [])}
     if not same:
         report.add("shim", False, "the shim reached another daemon than the one your CLI talks to",
-                   f"atomictoolsd connect {agent} --user   (it pins your runtime dir)")
+                   f"{pin}   (a user entry pins your runtime dir)")
         return
     missing = sorted(expected - names)
     if missing:
         report.add("shim", False, f"the shim does not list {', '.join(missing[:5])}, which your CLI sees here",
-                   f"atomictoolsd connect {agent}   (the entry may attach another directory)")
+                   f"{again}   (the entry may attach another directory)")
         return
-    report.add("shim", True, f"started as {info.title} starts it: initialize answered, {len(names)} tools "
+    report.add("shim", True, f"started as {report.title} starts it: initialize answered, {len(names)} tools "
                              f"listed for {directory}, from your CLI's daemon")
 
 
@@ -327,20 +435,45 @@ def _close(proc: subprocess.Popen[bytes]) -> None:
     stop_process(proc, 10, sig=None)
 
 
-def _check_trust(report: Report, agent: str, target: agents.ConfigFile, root: Path, home: Path) -> None:
+def _check_project(report: Report, target: agents.ConfigFile, where: _Where) -> None:
+    """What the agent asks before it uses a project's entry: the folder trusted (Gemini CLI, Qwen
+    Code, Codex), the server approved (Claude Code: what ``claude mcp list`` shows)."""
     if target.scope != "project":
         return
-    if agent in ("gemini", "qwen"):
-        store = home / f".{agent}" / "trustedFolders.json"
-        trusted = _folder_trusted(store, root)
-        report.add("trust", trusted, f"{root} is trusted by {report.title}" if trusted
-                   else f"{report.title} ignores {target.path.name} in {root}: the folder is not in {store}",
-                   f"cd {shell_quote(str(root))} && {agent}   (and choose to trust the folder)")
-    elif agent == "codex":
-        trusted = _codex_trusts(home, root)
-        report.add("trust", trusted, f"Codex trusts {root}" if trusted
-                   else f"Codex reads .codex/config.toml only in projects it trusts, and {root} is not one",
-                   f"cd {shell_quote(str(root))} && codex   (and trust the project), or: atomictoolsd connect codex --user")
+    agent, root = report.agent, where.root
+    if agent == "claude":
+        _check_approval(report, root, where.home)
+    elif agent in agent_trust.TRUSTING_AGENTS:
+        trusted = agent_trust.folder_trusted(agent, root, where.home, dict(where.environ))
+        store = {"codex": "~/.codex/config.toml"}.get(agent, f"~/.{agent}/trustedFolders.json")
+        report.add("trust", trusted, f"{report.title} trusts {root}" if trusted
+                   else f"{report.title} ignores {target.path.name} in {root}: the folder is not trusted in {store}",
+                   f"atomictoolsd connect {agent} --trust-folder   (as its trust prompt does; or run `{agent}` in "
+                   f"{shell_quote(str(root))} and trust the folder)")
+
+
+def _check_approval(report: Report, root: Path, home: Path) -> None:
+    """Claude Code's approval of a project's ``.mcp.json`` server, as ``claude mcp list`` shows it."""
+    server = report.server or agents.SERVER_NAME
+    approval = agent_trust.claude_approval(root, server, home)
+    named = ["--name", server] if server != agents.SERVER_NAME else []
+    if approval.state == "approved":
+        report.add("approval", True, f"Claude Code connects to {server!r} without asking: {approval.detail}")
+        return
+    if approval.state == "pending":
+        shown = f"`claude mcp list` shows {server!r} as ⏸ Pending approval"
+    else:
+        shown = f"`claude mcp list` leaves {server!r} out (`claude mcp get {server}`: ✘ Rejected)"
+    detail = f"{shown}, and Claude Code does not start it: {approval.detail}"
+    approve = ["atomictoolsd", "connect", "claude", "--approve", *named]
+    if approval.rejected_by is not None and approval.rejected_by != root / ".claude" / "settings.local.json":
+        fix = f"remove {server!r} from disabledMcpjsonServers in {approval.rejected_by} (connect writes only settings.local.json)"
+    elif approval.needs_trust:
+        fix = (f"{shown_command([*approve, '--trust-folder'])}   (trusting the folder lets Claude Code apply the "
+               f"project's .claude/ settings, as its trust prompt does)")
+    else:
+        fix = shown_command(approve)
+    report.add("approval", False, detail, fix)
 
 
 def _check_held(report: Report, root: Path) -> None:
@@ -359,38 +492,6 @@ def _check_held(report: Report, root: Path) -> None:
                    review_command(root))
     else:
         report.add("content", True, f"{root}'s tools are the content you trusted, or your own edits")
-
-
-def _folder_trusted(store: Path, folder: Path) -> bool:
-    """Gemini CLI's (and Qwen Code's) rule: a TRUST_FOLDER entry covers it and what is below it,
-    TRUST_PARENT the entry's parent; the longest matching entry decides."""
-    try:
-        rules = json.loads(store.read_text())
-    except (OSError, ValueError):
-        return False
-    best: tuple[int, bool] | None = None
-    for path, level in rules.items() if isinstance(rules, dict) else ():
-        base = Path(path).parent if level == "TRUST_PARENT" else Path(path)
-        if folder == base or base in folder.parents:
-            depth = len(base.parts)
-            if best is None or depth > best[0]:
-                best = (depth, level in ("TRUST_FOLDER", "TRUST_PARENT"))
-    return bool(best and best[1])
-
-
-def _codex_trusts(home: Path, root: Path) -> bool:
-    import tomllib
-
-    codex_home = Path(os.environ.get("CODEX_HOME") or home / ".codex")
-    try:
-        config = tomllib.loads((codex_home / "config.toml").read_text())
-    except (OSError, ValueError):
-        return False
-    projects = config.get("projects") or {}
-    return any(
-        isinstance(v, dict) and v.get("trust_level") == "trusted" and (root == Path(k) or Path(k) in root.parents)
-        for k, v in projects.items()
-    )
 
 
 def project_environment(root: Path, home: Path) -> dict[str, Any] | None:
@@ -442,7 +543,9 @@ def render(reports: list[Report], as_json: bool) -> str:
                 "  fix: atomictoolsd connect AGENT   (claude, codex, gemini, … : atomictoolsd connect --help)")
     out = []
     for report in reports:  # each line escaped: a config file's path and an entry's command are anyone's
-        out.append(f"{report.title} ({report.scope}: {safe(report.file)})")
+        server = f", server '{safe(report.server)}'" if report.server else ""
+        by = " by URL" if report.transport == "http" else ""
+        out.append(f"{report.title}{server}{by} ({report.scope}: {safe(report.file)})")
         for check in report.checks:
             out.append(f"  {'ok  ' if check.ok else 'FAIL'}  {check.name}: {safe(check.detail)}")
             if check.fix:

@@ -1210,9 +1210,22 @@ class Registry:
     def info(self) -> dict[str, Any]:
         return {
             "projects": [
-                {"root": str(root), "tools": len(p.view().tools), "dirs": [str(d.path) for d in p.dirs]}
+                {"root": str(root), "tools": len(p.view().tools), "dirs": [str(d.path) for d in p.dirs],
+                 "trust": _trust_of(p)}
                 for root, p in self.projects.items()
             ],
             "modules": [m.info() for d in self.dirs.values() for m in d.modules.values()],
             "skipped": [s.entry(d.scope) for d in self.dirs.values() for s in d.skipped],
         }
+
+
+def _trust_of(project: Project) -> str | None:
+    """How a project's own tools may run, in a word for ``status``: ``trusted``, ``sandboxed``
+    (trusted with ``--sandbox``), ``untrusted`` (blocked until ``trust``) or ``blocked`` (for
+    another reason, said in its modules' ``blockedReason``); None without a tools dir of its own."""
+    own = project.dirs[0] if project.root is not None and project.dirs else None
+    if own is None or own.scope != "local":
+        return None
+    if not own.trusted:
+        return "untrusted" if own.blocked_reason is None else "blocked"
+    return "sandboxed" if own.sandbox is not None else "trusted"

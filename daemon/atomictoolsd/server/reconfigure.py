@@ -118,8 +118,12 @@ def _report_in_status(server: Reconfigurable, error: str, loaded: Config | None)
 def apply_config(server: Reconfigurable, config: Config) -> list[str]:
     """Make ``config`` the daemon's configuration; return the names of the settings that changed."""
     old = server.config
-    # What cannot change without a restart stays as it is (``_report_in_status`` says it waits).
-    config = dataclasses.replace(config, **{key: getattr(old, key) for key in RESTART_SETTINGS})
+    # What cannot change without a restart stays as it is (``_report_in_status`` says it waits),
+    # and so does where it came from: a value in force is never said to come from a file that only
+    # asks for another one.
+    sources = {k: v for k, v in config.sources.items() if k not in RESTART_SETTINGS}
+    sources.update({k: v for k, v in old.sources.items() if k in RESTART_SETTINGS})
+    config = dataclasses.replace(config, **{key: getattr(old, key) for key in RESTART_SETTINGS}, sources=sources)
     changed = [f.name for f in Config.settings() if getattr(old, f.name) != getattr(config, f.name)]
     server.config = config
     configure_sandbox(config)

@@ -1,6 +1,7 @@
 """The submodules a git repository's index lists, read without running git: their ``.git`` stays
 read-only to a confined worker (``sandbox``), as ``git status`` in the repository runs git in each
-one checked out, with its ``.git``'s config.
+one checked out, with its ``.git``'s config. ``doctor`` reads whether the index lists a file (as
+``git ls-files`` would say) the same way: it runs no git on a repository it checks.
 
 A small reader of git's index format (versions 2 to 4, SHA-1 and SHA-256; git's
 ``Documentation/gitformat-index.txt``): it walks the entries for their mode and path, and nothing
@@ -14,7 +15,7 @@ import os
 import stat
 import struct
 
-__all__ = ["gitlinks", "submodule_git_dirs"]
+__all__ = ["gitlinks", "index_paths", "submodule_git_dirs"]
 
 # Per index file: its identity and the submodules it lists. Read again only once it changed.
 _SUBMODULES: dict[str, tuple[tuple[int, ...], list[str]]] = {}
@@ -97,23 +98,50 @@ def gitlinks(index: str) -> list[str]:
     except OSError:
         return []
     # Each entry holds its mode in 4 bytes: an index without a gitlink's (most) needs no parsing.
-    if data[:4] != b"DIRC" or b"\x00\x00\xe0\x00" not in data:
+    if b"\x00\x00\xe0\x00" not in data:
         return []
+    return [path for mode, path in _entries(data) or () if mode & 0o170000 == _GITLINK]
+
+
+def index_paths(index: str) -> list[str] | None:
+    """Every path a git index file lists (what ``git ls-files`` prints); None when it cannot be read
+    or is not a regular file (a FIFO would block)."""
+    try:
+        fd = os.open(index, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    entries = _entries(data)
+    return None if entries is None else [path for _mode, path in entries]
+
+
+def _entries(data: bytes) -> list[tuple[int, str]] | None:
+    """The mode and path of each entry of an index file's ``data``; None when it is not one."""
+    if data[:4] != b"DIRC" or len(data) < 12:
+        return None
     version, count = struct.unpack_from(">II", data, 4)
     for hash_size in (20, 32):  # SHA-1, SHA-256: the wrong one fails the first entry's checks
         try:
-            return _index_gitlinks(data, version, count, hash_size)
+            return _index_entries(data, version, count, hash_size)
         except (ValueError, IndexError):
             continue
-    return []
+    return None
 
 
-def _index_gitlinks(data: bytes, version: int, count: int, hash_size: int) -> list[str]:
+def _index_entries(data: bytes, version: int, count: int, hash_size: int) -> list[tuple[int, str]]:
     """Walk the entries of an index (git's index-format.txt, versions 2 to 4)."""
     if version not in (2, 3, 4):
         raise ValueError(f"index version {version}")
     fixed = 40 + hash_size + 2  # stat data and mode, the object's hash, the flags
-    links: list[str] = []
+    entries: list[tuple[int, str]] = []
     previous = b""
     pos = 12
     for _ in range(count):
@@ -135,10 +163,9 @@ def _index_gitlinks(data: bytes, version: int, count: int, hash_size: int) -> li
                 raise ValueError("bad padding")
         if not path or flags & 0xFFF != min(len(path), 0xFFF):
             raise ValueError("bad path length")
-        if mode & 0o170000 == _GITLINK:
-            links.append(os.fsdecode(path))
+        entries.append((mode, os.fsdecode(path)))
         previous = path
-    return links
+    return entries
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
