@@ -67,8 +67,14 @@ def test_slow_calls_that_arrive_together_still_overlap(env: Env, make_daemon) ->
 def test_a_tool_that_was_slow_runs_inline_again_after_quick_calls(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "where.py", WHERE)
     with make_daemon().raw() as raw:
-        pipelined(raw, 1, sleep=0.05)  # slow: calls that arrive together now go to the pool
-        after_slow = pipelined(raw, 64)
+        # The calls of one write reach the worker together only as fast as the daemon relays them: on
+        # a loaded machine they may trickle in one by one, and each then runs inline as it should.
+        # Up to three rounds for one where they came together.
+        for _round in range(3):
+            pipelined(raw, 1, sleep=0.05)  # slow: calls that arrive together now go to the pool
+            after_slow = pipelined(raw, 64)
+            if after_slow["tool"] >= 1:
+                break
         later = pipelined(raw, 64)
     print(f"64 quick calls right after a slow one ran on {dict(after_slow)}; the next 64 on {dict(later)}")
     assert after_slow["tool"] >= 1, after_slow
