@@ -77,6 +77,15 @@ def misspelling_of(key: str, declared: Iterable[str]) -> str | None:
     return None if best is None else best[1]
 
 
+def _object(raw: bytes) -> dict[str, Any] | None:
+    """``raw`` decoded, when it is a JSON object."""
+    try:
+        arguments: Any = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return arguments if isinstance(arguments, dict) else None
+
+
 def split_undeclared(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[str]] | None:
     """Drop the undeclared keys of ``raw`` (a JSON object) under the rule above.
 
@@ -87,11 +96,8 @@ def split_undeclared(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[s
     Raises:
         Undeclared: a key is a near miss of a declared parameter; the message names both.
     """
-    try:
-        arguments: Any = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(arguments, dict):
+    arguments = _object(raw)
+    if arguments is None:
         return None
     known = set(declared)
     unknown = [key for key in arguments if key not in known]
@@ -127,11 +133,8 @@ def relax(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[str]] | None
     Raises:
         Undeclared: a key is a near miss of a declared parameter; the message names both.
     """
-    try:
-        arguments: Any = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(arguments, dict):
+    arguments = _object(raw)
+    if arguments is None:
         return None
     encoded = msgspec.json.encode(_integral(arguments))
     split = split_undeclared(encoded, declared)
