@@ -210,8 +210,11 @@ class ModuleRunner:
     def drop(self, worker: Worker) -> None:
         """Stop a generation that will never serve (it failed, or what it loaded is already stale).
 
-        It counts among the retiring until it has exited, so status and shutdown see it.
+        It counts among the retiring until it has exited, so status and shutdown see it; one whose
+        end was handled already (it died while loading) is not waited for.
         """
+        if worker.ended:
+            return
         self.retiring.add(worker)
         worker.retire()
 
@@ -633,8 +636,17 @@ class WorkerPool:
             for call in self.deadlines.calls() if not call.done
         ]
 
+    CLOSE_WAIT = 5.0  # seconds the workers have to exit at close before their fork servers end them
+
     async def close(self) -> None:
-        await asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))
+        """Retire every worker and wait for them to exit, at most ``CLOSE_WAIT`` seconds (a worker
+        that does not exit is killed after 2 s; one whose end is never reported is not waited for),
+        then stop the fork servers, which end whatever is left."""
+        closing = asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))
+        try:
+            await asyncio.wait_for(closing, self.CLOSE_WAIT)
+        except TimeoutError:
+            log.warning("workers still running %g s after they were told to stop; their fork servers end them", self.CLOSE_WAIT)
         self.deadlines.close()
         await asyncio.gather(self.spawner.close(), self.confined_spawner.close())
         await self.net_proxy.close()

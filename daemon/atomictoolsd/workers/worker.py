@@ -90,6 +90,15 @@ _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 
 
+# What decoding a worker's JSON may raise besides a DecodeError: a string that is not UTF-8, and
+# msgspec's depth check (a value nested past what the decoder recurses).
+_UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def _unreadable(exc: Exception) -> str:
+    return "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+
+
 def _too_large(what: str, size: int, limit: int) -> str:
     return f"{what} of {size:,} bytes, more than the {limit:,} bytes a message may carry (max_message_bytes)"
 
@@ -247,6 +256,7 @@ class Worker(asyncio.Protocol):
         self.started = time.monotonic()
         self.last_used = self.started
         self.cause: str | None = None
+        self.ended = False  # its end was handled: its calls answered, its runner told (worker_ended)
         self.status: int | None = None  # its waitpid status once it ended (FORKSERVER_GONE: with the fork server)
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
@@ -268,18 +278,30 @@ class Worker(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._trusted:
             return
-        message = self._reader.whole(data)
-        if type(message) is Result:  # the call path: one result, as it came
-            self._on_result(message.call_id, message.result)
-            return
         try:
-            messages = [message] if message is not None else self._reader.feed(data)
-        except FrameError as exc:
-            self._handle(exc.messages)  # what came whole before it is as good as ever
-            what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
-            self._distrust(f"sent {what}")
-            return
-        self._handle(messages)
+            message = self._reader.whole(data)
+            if type(message) is Result:  # the call path: one result, as it came
+                self._on_result(message.call_id, message.result)
+                return
+            try:
+                messages = [message] if message is not None else self._reader.feed(data)
+            except FrameError as exc:
+                self._handle(exc.messages)  # what came whole before it is as good as ever
+                what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
+                self._distrust(f"sent {what}")
+                return
+            self._handle(messages)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, this channel cannot be read on
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """Reading the worker's channel failed on the daemon's side: the worker is killed with its
+        process group (left running, it would hold what it holds with no one to end it)."""
+        log.error(
+            "reading the channel of worker %d of %s failed; killing it", self.pid, self.runner.spec.path, exc_info=exc,
+            extra={"event": "worker.channel_error", "data": {"pid": self.pid, "module": self.runner.spec.path, "error": repr(exc)}},
+        )
+        self._distrust(f"was stopped: the daemon failed reading its channel ({type(exc).__name__}: {exc})")
 
     def _handle(self, messages: list[Any]) -> None:
         for message in messages:
@@ -369,11 +391,19 @@ class Worker(asyncio.Protocol):
         self.state = "dead"
         asyncio.get_running_loop().create_task(self._ended(was))
 
-    async def _ended(self, was: str) -> None:
+    async def _exit_within(self, seconds: float) -> int | None:
         try:
-            status = await asyncio.wait_for(asyncio.shield(self.exit_status), 2.0)
+            return await asyncio.wait_for(asyncio.shield(self.exit_status), seconds)
         except TimeoutError:
-            status = None
+            return None
+
+    async def _ended(self, was: str) -> None:
+        status = await self._exit_within(2.0)
+        if status is None:
+            # Its channel is closed and it has not ended: nothing it does can reach anyone now, and
+            # once forgotten here nothing would ever end it (not untrust, not stop).
+            self._kill_group()
+            status = await self._exit_within(2.0)
         if self._kill_timer is not None:
             self._kill_timer.cancel()
         # The fork server has killed what was left in the worker's process group before reaping it.
@@ -391,6 +421,7 @@ class Worker(asyncio.Protocol):
         pending, self.pending = self.pending, {}
         for call in pending.values():
             call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
+        self.ended = True
         self.runner.worker_ended(self, was)
 
     # -- calls ----------------------------------------------------------------------------------
@@ -455,8 +486,8 @@ class Worker(asyncio.Protocol):
                 return result
         try:
             return _encode_json(_decode_result(result))
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8: the latter
-            return error_result(f"Tool {tool!r} sent a malformed result ({exc}); it was not relayed")
+        except _UNREADABLE as exc:
+            return error_result(f"Tool {tool!r} sent a malformed result ({_unreadable(exc)}); it was not relayed")
 
     def _on_progress(self, message: Progress) -> None:
         call = self.pending.get(message.call_id)
@@ -478,8 +509,8 @@ class Worker(asyncio.Protocol):
             return
         try:
             data = _encode_json(_decode_json(message.data))
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            call.fail(f"Tool {call.tool!r} sent a malformed log message ({exc}); it was not relayed")
+        except _UNREADABLE as exc:
+            call.fail(f"Tool {call.tool!r} sent a malformed log message ({_unreadable(exc)}); it was not relayed")
             return
         call.owner.call_log(call, message.level, data)
 
@@ -495,7 +526,7 @@ class Worker(asyncio.Protocol):
         # anything to its channel.
         try:
             params = _decode_json(message.params)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        except _UNREADABLE as exc:
             params = exc
         if not isinstance(params, dict):
             call.fail(f"Tool {call.tool!r} sent a malformed {message.method} request; it was not relayed")
