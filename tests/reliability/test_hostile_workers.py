@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from atomictoolsd.workers.runtime.output import BURST_BYTES, RATE_BYTES
 from helpers import Daemon, Env, RawConnection, wait_for
 
 LIMIT = 1 << 20  # max_message_bytes for the frame matrix: the attacks go far past it
@@ -531,3 +532,129 @@ def test_stop_finishes_after_a_loading_worker_died_with_its_fork_server(env: Env
     record(f"a module importing while its fork server was stopped and replaced: stop took {took:.1f} s "
            f"(shutdown_grace {grace:g} s)")
 
+
+# A tool whose child stops the worker (SIGSTOP: it reads nothing more) and writes frames on the
+# worker's channel as fast as the daemon reads them: questions to the client (``ctx.elicit``'s
+# frame), each with a question id of its own, or output past the runtime's own rate limit.
+FLOODER = '''
+    import gc, os, signal, struct, time
+    import msgspec
+    from pathlib import Path
+    from atomictools import Context, tool
+
+    def _frame(message):
+        body = msgspec.msgpack.encode(message)
+        return struct.pack(">I", len(body)) + body
+
+    @tool(timeout=30)
+    def flood(kind: str, ctx: Context) -> str:
+        rt = next(o for o in gc.get_objects() if type(o).__name__ == "Runtime" and hasattr(o, "sock"))
+        me = max(rt.calls)
+        fd = rt.sock.fileno()
+        child = os.fork()
+        if child == 0:
+            try:
+                Path({mark!r}).write_text(f"{{os.getppid()}} {{os.getpid()}}")
+                if kind == "ask":
+                    os.kill(os.getppid(), signal.SIGSTOP)
+                text = "x" * 1000
+                deadline = time.monotonic() + (20 if kind == "ask" else 3)
+                n = 0
+                while time.monotonic() < deadline:
+                    n += 1
+                    if kind == "ask":
+                        frame = _frame(["ask", me, n, "elicitation/create", msgspec.json.encode({{"message": text, "requestedSchema": {{"type": "object", "properties": {{}}}}}})])
+                    else:
+                        frame = _frame(["output", 2, b"y" * 8192, 0])
+                    os.write(fd, frame)
+            finally:
+                os._exit(0)
+        if kind == "ask":
+            time.sleep(25)
+        else:
+            os.waitpid(child, 0)
+        return "survived"
+
+    @tool
+    def echo(text: str) -> str:
+        return text
+'''
+
+
+def _flood(env: Env, daemon: Daemon, raw: RawConnection, kind: str, mark: Path) -> tuple[dict, float, list[int]]:  # type: ignore[type-arg]
+    """Start a flood; return the call's answer, the daemon's growth in peak RSS (MiB), and the
+    pids of the worker and its child."""
+    mark.unlink(missing_ok=True)
+    baseline = _peak_rss(daemon.pid)
+    raw.send({"jsonrpc": "2.0", "id": f"flood-{kind}", "method": "tools/call",
+              "params": {"name": "flooder_flood", "arguments": {"kind": kind}}})
+    pids = wait_for(lambda: mark.exists() and len(found := mark.read_text().split()) == 2 and [int(pid) for pid in found],
+                    message="the flood to start")
+    deadline = time.monotonic() + 15  # the call's timeout is 30 s: it must fail long before
+    try:
+        while True:
+            raw.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                message = raw.recv()
+            except TimeoutError:
+                grown = (_peak_rss(daemon.pid) - baseline) / 2**20
+                pytest.fail(f"{kind} flood: no answer after 15 s; the daemon's peak RSS grew by {grown:.0f} MiB")
+            if message.get("id") == f"flood-{kind}":
+                break  # questions the client is sent meanwhile are left unanswered
+    finally:
+        try:
+            os.kill(pids[1], signal.SIGKILL)  # a test that failed leaves nothing (the daemon kills it with its worker)
+        except ProcessLookupError:
+            pass
+    return message, (_peak_rss(daemon.pid) - baseline) / 2**20, pids
+
+
+def test_a_stopped_worker_flooding_questions_is_recycled_and_the_daemon_does_not_grow(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    mark = env.root / "flood.pids"
+    env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
+    daemon: Daemon = make_daemon()
+    outcomes = {}
+    with RawConnection(env.socket, timeout=60) as raw, RawConnection(env.socket, timeout=60) as asked:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        # A client that may be asked (and never answers), and one that may not: the questions go
+        # to the client, or are answered at once to a worker that reads nothing.
+        asked.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                                     "clientInfo": {"name": "asked"}})
+        asked.request("atomic/attach", {"directory": str(env.project)})
+        for name, connection in (("a client that may be asked", asked), ("a client that may not", raw)):
+            response, grown, pids = _flood(env, daemon, connection, "ask", mark)
+            text = _text(response)
+            outcomes[name] = (text, grown)
+            assert response["result"].get("isError") and "its worker process" in text, text
+            assert grown < 32, f"{name}: the daemon's peak RSS grew by {grown:.0f} MiB"
+            wait_for(lambda: not any(psutil.pid_exists(pid) for pid in pids), timeout=5, message="the worker to be gone")
+            assert _text(_call(connection, f"echo-{name}", "flooder_echo", {"text": "again"})[0]) == "again"
+    record("a stopped worker's child flooding questions: " + "; ".join(
+        f"{name}: the call failed ({text.split(': ', 1)[-1][:80]}), the daemon grew {grown:.1f} MiB"
+        for name, (text, grown) in outcomes.items()))
+
+
+def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A child writes output frames on its worker's channel for 3 s, past the runtime's own rate
+    limit: the daemon logs what the runtime would have sent, and counts the rest."""
+    mark = env.root / "flood.pids"
+    env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
+    daemon: Daemon = make_daemon()
+    with RawConnection(env.socket, timeout=60) as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        log_file = Path(raw.result("atomic/status")["log"]["file"])
+        response, grown, _ = _flood(env, daemon, raw, "output", mark)
+        assert _text(response) == "survived", response
+        assert _text(_call(raw, "echo", "flooder_echo", {"text": "flushed"})[0]) == "flushed"
+    time.sleep(0.5)  # the event log is written every quarter second
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert any(e.get("event") == "daemon.start" for e in events), "the flood rotated the log away"
+    output = [e for e in events if e.get("event") == "tool.output" and e.get("module", "").endswith("flooder.py")]
+    logged = sum(len(e["message"]) for e in output)
+    dropped = sum(e.get("dropped", 0) for e in output)
+    # 3 s at the runtime's rate after twice its burst (frames it sent in time may arrive together).
+    assert logged <= 2 * BURST_BYTES + 4 * RATE_BYTES, f"{logged:,} bytes of output logged"
+    assert dropped > 10 * logged, (logged, dropped)
+    assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
+    record(f"a child writing output frames past the runtime's rate limit for 3 s: {logged:,} bytes logged, "
+           f"{dropped:,} counted as dropped; the daemon grew {grown:.1f} MiB")

@@ -58,7 +58,7 @@ from atomictoolsd.workers.protocol import (
     error_result,
     pack_length,
 )
-from atomictoolsd.workers.runtime.output import CHUNK_BYTES
+from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError, describe_status
 
 if TYPE_CHECKING:
@@ -97,6 +97,13 @@ _UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 def _unreadable(exc: Exception) -> str:
     return "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+
+
+# Per call, at most this many questions (``ctx.elicit``, ``ctx.sample``) wait for the client, and at
+# most this many frames for it (its answers, its cancel) wait while the worker reads nothing: a tool
+# asks and waits for each answer, so more means a worker that writes without reading. Past either,
+# the call fails and the worker is recycled.
+MAX_QUESTIONS = 16
 
 
 def _too_large(what: str, size: int, limit: int) -> str:
@@ -224,6 +231,34 @@ class Call(msgspec.Struct, eq=False):
 MAX_REPORTED_FILES = 4096  # helpers one load report may name; the rest are not looked at
 
 
+class _OutputBudget:
+    """The runtime's rate limit on what a worker prints (``runtime/output``), held again on the
+    daemon's side: a tool can write output frames on its channel itself, past the runtime's. Twice
+    the runtime's burst, as frames the runtime sent in time may arrive together."""
+
+    __slots__ = ("at", "dropped", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens = float(2 * BURST_BYTES)
+        self.at = time.monotonic()
+        self.dropped = 0  # bytes left out since the last message logged
+
+    def admit(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes is within the rate; one that is not is counted."""
+        now = time.monotonic()
+        self.tokens = min(2.0 * BURST_BYTES, self.tokens + (now - self.at) * RATE_BYTES)
+        self.at = now
+        if size > self.tokens:
+            self.dropped += size
+            return False
+        self.tokens -= size
+        return True
+
+    def take_dropped(self) -> int:
+        dropped, self.dropped = self.dropped, 0
+        return dropped
+
+
 def files_in(directory: str, entries: Any) -> list[list[Any]]:
     """The ``[path, int, int]`` entries of a load report whose path is a file below ``directory``,
     written as the runtime writes it (absolute, normalized): every other entry is dropped."""
@@ -266,7 +301,13 @@ class Worker(asyncio.Protocol):
         self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
         self._trusted = True  # until it sends what no worker runtime sends
         self.strays = 0  # results it sent for calls it is not running (dropped)
+        self._output: _OutputBudget | None = None  # made with its first output
         self._transport: asyncio.Transport | None = None
+        # Backpressure: while the channel holds more than the worker has read (``pause_writing``),
+        # new calls wait here, and the frames written for each call in flight are counted.
+        self.paused = False
+        self._held: dict[int, Call] = {}
+        self._unread: dict[int, int] = {}
         self._kill_timer: asyncio.TimerHandle | None = None
         self.exit_status.add_done_callback(self._on_exit_status)
 
@@ -274,6 +315,17 @@ class Worker(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        """The worker has read most of what it was sent: the calls held meanwhile go out."""
+        self.paused = False
+        self._unread.clear()
+        held, self._held = self._held, {}
+        for call in held.values():
+            self.send_call(call)  # held again if the channel fills again
 
     def data_received(self, data: bytes) -> None:
         if not self._trusted:
@@ -371,7 +423,15 @@ class Worker(asyncio.Protocol):
             self._transport.abort()
 
     def _on_output(self, fd: int, data: bytes, dropped: int) -> None:
-        """What the worker printed: a ``tool.output`` event of its module (stderr as a warning)."""
+        """What the worker printed: a ``tool.output`` event of its module (stderr as a warning),
+        within the runtime's rate (what is over it is counted, and logged with the next message)."""
+        budget = self._output
+        if budget is None:
+            budget = self._output = _OutputBudget()
+        if not budget.admit(min(len(data), CHUNK_BYTES)):
+            budget.dropped += dropped + max(0, len(data) - CHUNK_BYTES)
+            return
+        dropped += budget.take_dropped() + max(0, len(data) - CHUNK_BYTES)
         text = bytes(data[:CHUNK_BYTES]).decode("utf-8", "replace")  # bounded here too: a tool can write anything
         fields: dict[str, Any] = {
             "module": self.runner.spec.path,
@@ -430,15 +490,22 @@ class Worker(asyncio.Protocol):
         call.worker = self
         self.pending[call.id] = call
         self.last_used = call.started
+        if self.paused:
+            self._held[call.id] = call  # sent once the worker has read what it was sent before
+            return
         transport = self._transport
         if transport is not None:  # encode_frame, inline
             body = encode_message(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None))
             transport.write(pack_length(len(body)) + body)
 
     def send_cancel(self, call: Call) -> None:
-        if call.id in self.pending:
+        if self._held.pop(call.id, None) is not None:
+            del self.pending[call.id]  # never sent: nothing to stop
+            if self.state == "retiring" and self.live_calls() == 0:
+                self.close()
+        elif call.id in self.pending:
             self.abandoned.add(call.id)
-            self._write(Cancel(call.id))
+            self._write_for(call, Cancel(call.id))
 
     def _on_result(self, call_id: int, result: bytes | None) -> None:
         call = self.pending.pop(call_id, None)
@@ -518,9 +585,12 @@ class Worker(asyncio.Protocol):
         call = self.pending.get(message.call_id)
         if call is None or call.done:
             return  # the call has ended: the tool's wait ends with it
+        if call.asking >= MAX_QUESTIONS:
+            self._distrust(f"asked more than {MAX_QUESTIONS} questions at once in one call")
+            return
         ask = getattr(call.owner, "call_ask", None)
         if ask is None:
-            self._write(Answer(call.id, message.ask_id, None, "this caller cannot be asked anything"))
+            self._write_for(call, Answer(call.id, message.ask_id, None, "this caller cannot be asked anything"))
             return
         # Re-encoded, as results are: the params go into a line to the client, and a tool can write
         # anything to its channel.
@@ -535,13 +605,21 @@ class Worker(asyncio.Protocol):
 
     def send_answer(self, call: Call, ask_id: int, result: bytes | None, error: str | None) -> None:
         if call.id in self.pending:
-            self._write(Answer(call.id, ask_id, result, error))
+            self._write_for(call, Answer(call.id, ask_id, result, error))
 
     def live_calls(self) -> int:
         """Calls whose caller still waits for this worker's answer."""
         return len(self.pending) - len(self.abandoned)
 
-    def _write(self, message: CallTool | Cancel | Answer) -> None:
+    def _write_for(self, call: Call, message: Cancel | Answer) -> None:
+        """Write a frame for ``call`` in flight. While the worker reads nothing, at most
+        ``MAX_QUESTIONS`` of them wait per call: one that asks without reading its answers (a
+        stopped worker, a child writing on its channel) is recycled, and its calls fail."""
+        if self.paused:
+            unread = self._unread[call.id] = self._unread.get(call.id, 0) + 1
+            if unread > MAX_QUESTIONS:
+                self._distrust(f"did not read its channel: more than {MAX_QUESTIONS} answers for one call waited unread")
+                return
         if self._transport is not None:
             self._transport.write(encode_frame(message))
 
