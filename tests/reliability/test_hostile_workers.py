@@ -627,7 +627,7 @@ def test_a_stopped_worker_flooding_questions_is_recycled_and_the_daemon_does_not
             outcomes[name] = (text, grown)
             assert response["result"].get("isError") and "its worker process" in text, text
             assert grown < 32, f"{name}: the daemon's peak RSS grew by {grown:.0f} MiB"
-            wait_for(lambda: not any(psutil.pid_exists(pid) for pid in pids), timeout=5, message="the worker to be gone")
+            wait_for(lambda pids=pids: not any(psutil.pid_exists(pid) for pid in pids), timeout=5, message="the worker to be gone")
             assert _text(_call(connection, f"echo-{name}", "flooder_echo", {"text": "again"})[0]) == "again"
     record("a stopped worker's child flooding questions: " + "; ".join(
         f"{name}: the call failed ({text.split(': ', 1)[-1][:80]}), the daemon grew {grown:.1f} MiB"
