@@ -424,12 +424,14 @@ def print_status(status: dict[str, Any]) -> None:
         token_file = read_renamed(http, "tokenFile", _HTTP)
         print(f"http      {http['url']}  (token in {token_file})" if http.get("url") else f"http      not served: {http['error']}")
     print(f"service   {manager}")
-    confined = status.get("confinedForkserver") or {"pid": None, "workers": 0}
-    workers = fork["workers"] + confined["workers"]
+    confined = status.get("confinedForkservers") or []  # one per project with confined workers
+    workers = fork["workers"] + sum(c["workers"] for c in confined)
+    running = ", ".join(str(c["pid"]) for c in confined if c["pid"])
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}"
-          + (f" (confined workers: pid {confined['pid']})" if confined["pid"] else "")
+          + (f" (confined workers: pid {running})" if running else "")
           + f", {workers} worker{'s' * (workers != 1)}")
-    for problem in (fork.get("problem"), confined.get("problem")):
+    problems = [fork.get("problem"), *(c["problem"] and f"{c['project']}: {c['problem']}" for c in confined)]
+    for problem in problems:
         if problem:
             print(f"          {problem}")
     log = status.get("log") or {}
@@ -488,7 +490,7 @@ def print_status(status: dict[str, Any]) -> None:
 
 
 _CORE_KEYS = frozenset({
-    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkserver", "sessions",
+    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkservers", "sessions",
     "projects", "modules", "skipped", "config", "configSources", "configIgnored", "configFile", "log", "reload",
     "sandbox", "http",
     *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3

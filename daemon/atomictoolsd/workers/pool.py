@@ -574,9 +574,12 @@ class WorkerPool:
     """Every module runner of the daemon, the spawners they share, and their calls' deadlines.
 
     ``spawner`` starts the workers that run unconfined; its first fork server is ``first``, forked
-    from the daemon at start when it could be (``spawner.fork_early``). ``confined_spawner`` starts
-    the confined ones, and the built-ins' (``allowlisted``) confined or not, from an exec'd fork
-    server of their own with the allowlisted environment, started when the first is needed.
+    from the daemon at start when it could be (``spawner.fork_early``). ``confined_spawners`` start
+    the confined ones, and the built-ins' (``allowlisted``) confined or not, from exec'd fork servers
+    with the allowlisted environment: one per project (a worker's cwd), started when its first
+    worker is needed and stopped when it has had none for a while, so that what one project's
+    processes do to their fork server (keep it busy, stop it, have it replaced) reaches no other
+    project's workers.
     """
 
     def __init__(
@@ -589,7 +592,7 @@ class WorkerPool:
         self.allowlisted = tuple(path.rstrip("/") + "/" for path in allowlisted)
         self.spawner = Spawner(first=first)
         self.net_proxy = NetProxy()  # the one way out of confined workers allowed the network
-        self.confined_spawner = Spawner(environ=confined_environ, net_proxy=self.net_proxy)
+        self.confined_spawners: dict[str, Spawner] = {}  # by project: the cwd of its workers
         self.deadlines = Deadlines(self._unanswered)
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
@@ -648,10 +651,27 @@ class WorkerPool:
         except TimeoutError:
             log.warning("workers still running %g s after they were told to stop; their fork servers end them", self.CLOSE_WAIT)
         self.deadlines.close()
-        await asyncio.gather(self.spawner.close(), self.confined_spawner.close())
+        await asyncio.gather(*(spawner.close() for spawner in self.spawners()))
         await self.net_proxy.close()
 
     def spawner_for(self, spec: WorkerSpec) -> Spawner:
         if spec.sandbox is None and not (self.allowlisted and spec.path.startswith(self.allowlisted)):
             return self.spawner
-        return self.confined_spawner
+        return self.confined_spawner(spec.cwd)
+
+    def confined_spawner(self, project: str) -> Spawner:
+        """The spawner of the confined (and allowlisted) workers of ``project`` (their cwd)."""
+        spawner = self.confined_spawners.get(project)
+        if spawner is None:
+            spawner = self.confined_spawners[project] = Spawner(
+                environ=confined_environ, net_proxy=self.net_proxy, idle_stop=Spawner.IDLE_STOP,
+            )
+        return spawner
+
+    def spawners(self) -> list[Spawner]:
+        """Every spawner: the unconfined workers', then each project's confined workers'."""
+        return [self.spawner, *self.confined_spawners.values()]
+
+    def confined_info(self) -> list[dict[str, Any]]:
+        """For status: each project's confined fork server (``Spawner.info``), by project."""
+        return [{"project": project, **spawner.info()} for project, spawner in sorted(self.confined_spawners.items())]
