@@ -427,9 +427,12 @@ def print_status(status: dict[str, Any]) -> None:
     confined = status.get("confinedForkservers") or []  # one per project with confined workers
     workers = fork["workers"] + sum(c["workers"] for c in confined)
     running = ", ".join(str(c["pid"]) for c in confined if c["pid"])
+    slots = status.get("workerSlots") or {}
+    limit = f" (at most {slots['max']} at once" + (f", {slots['waiting']} waiting to start)" if slots["waiting"] else ")") \
+        if slots else ""
     print(f"sessions  {len(status['sessions'])}   fork server pid {fork['pid'] or '-'}"
           + (f" (confined workers: pid {running})" if running else "")
-          + f", {workers} worker{'s' * (workers != 1)}")
+          + f", {workers} worker{'s' * (workers != 1)}{limit}")
     problems = [fork.get("problem"), *(c["problem"] and f"{c['project']}: {c['problem']}" for c in confined)]
     for problem in problems:
         if problem:
@@ -490,7 +493,8 @@ def print_status(status: dict[str, Any]) -> None:
 
 
 _CORE_KEYS = frozenset({
-    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkservers", "sessions",
+    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkservers",
+    "workerSlots", "sessions",
     "projects", "modules", "skipped", "config", "configSources", "configIgnored", "configFile", "log", "reload",
     "sandbox", "http",
     *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3

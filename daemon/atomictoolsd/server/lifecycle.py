@@ -433,6 +433,7 @@ class Server:
             "service": {**self.service.info(), "activated": self.listen_socket is not None},
             "forkserver": self.pool.spawner.info(),
             "confinedForkservers": self.pool.confined_info(),
+            "workerSlots": self.pool.slots.info(),
             "sessions": [s.info() for s in self.sessions],
             "projects": registry["projects"],
             "modules": _with_rss(registry["modules"]),

@@ -482,6 +482,7 @@ class Worker(asyncio.Protocol):
         for call in pending.values():
             call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
         self.ended = True
+        self.runner.pool.slots.give_back(self)  # taken for it before its spawn (ModuleRunner._spawn)
         self.runner.worker_ended(self, was)
 
     # -- calls ----------------------------------------------------------------------------------
