@@ -92,7 +92,7 @@ def test_spawns_take_turns_by_project(env: Env, make_daemon, record) -> None:  #
     (other / ".atomic").mkdir(parents=True)
     _write_modules(env, other / ".atomic" / "tools", "o", 1, seconds)
     env.write_config(max_workers=limit)
-    daemon: Daemon = make_daemon()
+    make_daemon()
     with RawConnection(env.socket, timeout=60) as busy, RawConnection(env.socket, timeout=60) as raw:
         busy.send({"jsonrpc": "2.0", "id": "attach", "method": "atomic/attach", "params": {"directory": str(env.project)}})
         wait_for(lambda: raw.result("atomic/status")["workerSlots"]["waiting"] > count // 2, timeout=15,
