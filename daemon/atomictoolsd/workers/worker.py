@@ -480,7 +480,10 @@ class Worker(asyncio.Protocol):
             self.loaded.exception()
         pending, self.pending = self.pending, {}
         for call in pending.values():
-            call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
+            try:
+                call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
+            except Exception:  # its owner's bug: the other calls are answered, and the worker's end handled
+                log.exception("answering call %d of %r at its worker's end failed", call.id, call.tool)
         self.ended = True
         self.runner.pool.slots.give_back(self)  # taken for it before its spawn (ModuleRunner._spawn)
         self.runner.worker_ended(self, was)
