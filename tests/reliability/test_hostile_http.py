@@ -261,3 +261,61 @@ def test_abandoned_http_sessions_never_lock_out_the_socket(env: Env, make_daemon
 def _sessions(daemon: Daemon) -> list[dict[str, Any]]:
     with daemon.raw() as raw:
         return raw.request("atomic/status")["result"]["sessions"]
+
+
+NOISY = '''
+    import time
+    from atomictools import Context, tool
+
+    @tool(timeout=60)
+    def noisy(ctx: Context) -> str:
+        end = time.monotonic() + 5
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+            ctx.progress(n, None, "p" * 65536)
+            ctx.log("info", "l" * 65536)
+        return f"sent {n}"
+'''
+
+
+def _peak_rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_progress_and_logs_for_an_http_client_that_reads_nothing_are_dropped(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A tool sends 64 KiB progress and log notifications as fast as it can for 5 s, on the SSE stream
+    of an HTTP call whose client reads nothing: they are dropped (as on the socket), the daemon does
+    not grow, and the answer still comes."""
+    env.write_tool(env.global_tools, "noisy.py", NOISY)
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    port, token = _port_and_token(daemon)
+    status, headers, _ = _post(port, token, INITIALIZE)
+    session = headers["mcp-session-id"]
+    _post(port, token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    _post(port, token, {"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "debug"}}, session)
+    baseline = _peak_rss(daemon.pid)
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                       "params": {"name": "noisy", "arguments": {}, "_meta": {"progressToken": 1}}}).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Accept: application/json, text/event-stream\r\n"
+                     + f"Authorization: Bearer {token}\r\nMcp-Session-Id: {session}\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(6)  # the tool sends for 5 s; the client reads nothing meanwhile
+        grown = (_peak_rss(daemon.pid) - baseline) / 2**20
+        assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
+        sock.settimeout(30)
+        stream = b""
+        while b'"id":7,"result"' not in stream:
+            chunk = sock.recv(1 << 20)
+            assert chunk, f"the stream ended without the answer: {stream[-300:]!r}"
+            stream += chunk
+    sent = re.search(rb'"text":"sent (\d+)"', stream)
+    assert sent, stream[-300:]
+    relayed = stream.count(b'"notifications/progress"') + stream.count(b'"notifications/message"')
+    record(f"a tool sent {int(sent.group(1)) * 2:,} progress and log notifications of 64 KiB in 5 s to an HTTP client "
+           f"reading nothing: {relayed} relayed, the rest dropped; the daemon grew {grown:.1f} MiB; the answer came")

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from atomictoolsd.workers.runtime.output import BURST_BYTES, RATE_BYTES
 from helpers import Daemon, Env, RawConnection, wait_for
 
 LIMIT = 1 << 20  # max_message_bytes for the frame matrix: the attacks go far past it
@@ -44,6 +47,23 @@ HOSTILE = '''
     def _frame(message):
         body = msgspec.msgpack.encode(message)
         return struct.pack(">I", len(body)) + body
+
+    def _raw(body):
+        return struct.pack(">I", len(body)) + body
+
+    # Nested far deeper than any decoder recurses, built by hand (no encoder would): in the fields
+    # a frame may hold any value in (a load report's), and in the JSON a result, a log message and a
+    # question carry.
+    N = 100_000
+    NESTED_MAP = b"\\x81\\xa1a" * N + b"\\xc0"  # msgpack {"a": {"a": ... None}}
+    NESTED_JSON = b"[" * N + b"]" * N
+    DEEP = {
+        "load report nested too deep": lambda me: b"\\x97\\xa6loaded\\x91" + NESTED_MAP + b"\\xcb" + bytes(8) + b"\\x90\\x90\\xc0\\x90",
+        "load failure nested too deep": lambda me: b"\\x92\\xa6failed" + NESTED_MAP,
+        "result nested too deep": lambda me: msgspec.msgpack.encode(["result", me, b'{"content":[{"a":' + NESTED_JSON + b"}]}"]),
+        "log nested too deep": lambda me: msgspec.msgpack.encode(["log", me, "info", NESTED_JSON]),
+        "ask nested too deep": lambda me: msgspec.msgpack.encode(["ask", me, 1, "elicitation/create", b'{"a":' + NESTED_JSON + b"}"]),
+    }
 
     SPLICE = b'{"content":[]},"id":"ghost"'
     TEXT = b'{"content":[{"type":"text","text":'
@@ -103,6 +123,8 @@ HOSTILE = '''
             _write(rt, struct.pack(">I", 4) + b"\\xc1\\xc1\\xc1\\xc1")
         elif kind == "empty frame":
             _write(rt, struct.pack(">I", 0))
+        elif kind in DEEP:
+            _write(rt, _raw(DEEP[kind](me)))
         elif kind == "announces 700 MB":
             # what a daemon that believes the header would hold
             _write(rt, struct.pack(">I", 700 << 20) + b"x" * (64 << 20))
@@ -162,6 +184,11 @@ EXPECTED = {
     "a bare number": MALFORMED,
     "not msgpack": MALFORMED,
     "empty frame": MALFORMED,
+    "load report nested too deep": "failed: its worker process sent a message nested too deep to read",
+    "load failure nested too deep": "failed: its worker process sent a message nested too deep to read",
+    "result nested too deep": "sent a malformed result (nested too deep)",
+    "log nested too deep": "sent a malformed log message (nested too deep)",
+    "ask nested too deep": "sent a malformed elicitation/create request",
     "second load report": "failed: its worker process sent a second load report",
     "load failure after load": "failed: its worker process sent a second load report",
     "log over the limit": "sent a log message of 1,052,674 bytes, " + TOO_LARGE,
@@ -395,3 +422,239 @@ def test_a_load_report_waiting_when_the_daemon_wakes_beats_the_load_timeout(env:
     finally:
         os.kill(daemon.pid, signal.SIGCONT)
     record("daemon SIGSTOPped past a module's load timeout while it finished importing: after SIGCONT the module loaded")
+
+
+def _cli(env: Env, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    if args[:1] == ("trust",):
+        args = (*args, "--yes")  # no terminal here: trust asks for one otherwise
+    return subprocess.run([sys.executable, "-m", "atomictoolsd", *args], env=env.vars, cwd=env.project,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _stop_in_time(env: Env, daemon: Daemon, grace: float) -> float:
+    """``atomictoolsd stop``: it must finish within the daemon's shutdown grace and a few seconds; how long it took."""
+    started = time.monotonic()
+    try:
+        stopped = _cli(env, "stop", timeout=grace + 15)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"atomictoolsd stop did not finish within {grace + 15:g} s:\n{daemon.stderr()[-3000:]}")
+    took = time.monotonic() - started
+    assert stopped.returncode == 0, stopped.stderr
+    assert daemon.proc is not None and daemon.proc.wait(5) == 0
+    return took
+
+
+# A module that forges, while it imports, a load report nested far deeper than a decoder recurses,
+# then stays in its import: it never reads its channel, so only a kill ends it. Its tool, had it
+# loaded, would start a process in its group.
+DEEP_AT_IMPORT = '''
+    import gc, os, struct, subprocess, time
+    from pathlib import Path
+
+    child = subprocess.Popen(["sleep", "300"])  # in the worker's process group
+    Path({mark!r}).write_text(f"{{os.getpid()}} {{child.pid}}")
+    sender = next(o for o in gc.get_objects() if type(o).__name__ == "Sender")
+    body = b"\\x97\\xa6loaded\\x91" + b"\\x81\\xa1a" * 100_000 + b"\\xc0\\xcb" + bytes(8) + b"\\x90\\x90\\xc0\\x90"
+    sender.send(struct.pack(">I", len(body)) + body)
+    time.sleep(3600)
+
+    def deep() -> str:
+        return "never"
+'''
+
+
+def test_a_frame_too_deep_to_read_ends_its_worker_and_stop_finishes(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A load report nested too deep to decode: the worker is killed with its process group, the
+    module fails saying what it sent, untrust leaves nothing running, and stop finishes in time."""
+    env.set_trust_all(False)
+    assert _cli(env, "trust", str(env.project)).returncode == 0
+    mark = env.root / "deep.pids"
+    env.write_tool(env.local_tools, "deep.py", DEEP_AT_IMPORT.format(mark=str(mark)))
+    grace = 3.0
+    env.write_config(shutdown_grace=grace)
+    daemon: Daemon = make_daemon()
+    with RawConnection(env.socket, timeout=30) as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        wait_for(mark.exists, message="the module to start importing")
+        worker, child = (int(pid) for pid in mark.read_text().split())
+
+        def failed() -> dict | None:  # type: ignore[type-arg]
+            errors = raw.result("atomic/list", {"directory": str(env.project)}).get("errors") or []
+            return next((e for e in errors if e["file"].endswith("deep.py")), None)
+
+        error = wait_for(failed, timeout=10, message="the module to fail")
+        assert "sent a message nested too deep to read" in error["message"], error
+        # Killed with its group, at once: not left running once its channel could not be read.
+        wait_for(lambda: not psutil.pid_exists(worker) and not psutil.pid_exists(child), timeout=5,
+                 message="the worker and the process in its group to be gone")
+        assert _cli(env, "untrust", str(env.project)).returncode == 0
+        assert "result" in raw.request("ping")
+    took = _stop_in_time(env, daemon, grace)
+    record(f"a load report nested 100,000 deep: its worker and its group killed, the module failed naming it; "
+           f"stop took {took:.1f} s (shutdown_grace {grace:g} s)")
+
+
+SLOW_FOREVER = '''
+    import os, time
+    from pathlib import Path
+
+    Path({mark!r}).write_text(str(os.getpid()))
+    time.sleep(3600)
+
+    def slow_forever() -> str:
+        return "never"
+'''
+
+
+def test_stop_finishes_after_a_loading_worker_died_with_its_fork_server(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A module that takes long to import is loading while its fork server is stopped and replaced:
+    the worker dies with it, and stop still finishes within its grace."""
+    mark = env.root / "slow.pid"
+    env.write_tool(env.global_tools, "slow_forever.py", SLOW_FOREVER.format(mark=str(mark)))
+    grace = 3.0
+    env.write_config(shutdown_grace=grace)
+    daemon: Daemon = make_daemon()
+    stopped: list[int] = []
+    try:
+        with RawConnection(env.socket, timeout=30) as raw:
+            raw.send({"jsonrpc": "2.0", "id": "list", "method": "tools/list"})  # starts the load
+            wait_for(mark.exists, message="the module's import to start")
+            fork_server = psutil.Process(int(mark.read_text())).ppid()
+            os.kill(fork_server, signal.SIGSTOP)
+            stopped.append(fork_server)
+            wait_for(lambda: raw.result("atomic/status")["forkserver"]["replaced"] >= 1, timeout=15,
+                     message="the stopped fork server to be replaced")
+        took = _stop_in_time(env, daemon, grace)
+    finally:
+        for pid in stopped:
+            if _stopped(pid):
+                os.kill(pid, signal.SIGCONT)
+    record(f"a module importing while its fork server was stopped and replaced: stop took {took:.1f} s "
+           f"(shutdown_grace {grace:g} s)")
+
+
+# A tool whose child stops the worker (SIGSTOP: it reads nothing more) and writes frames on the
+# worker's channel as fast as the daemon reads them: questions to the client (``ctx.elicit``'s
+# frame), each with a question id of its own, or output past the runtime's own rate limit.
+FLOODER = '''
+    import gc, os, signal, struct, time
+    import msgspec
+    from pathlib import Path
+    from atomictools import Context, tool
+
+    def _frame(message):
+        body = msgspec.msgpack.encode(message)
+        return struct.pack(">I", len(body)) + body
+
+    @tool(timeout=30)
+    def flood(kind: str, ctx: Context) -> str:
+        rt = next(o for o in gc.get_objects() if type(o).__name__ == "Runtime" and hasattr(o, "sock"))
+        me = max(rt.calls)
+        fd = rt.sock.fileno()
+        child = os.fork()
+        if child == 0:
+            try:
+                Path({mark!r}).write_text(f"{{os.getppid()}} {{os.getpid()}}")
+                if kind == "ask":
+                    os.kill(os.getppid(), signal.SIGSTOP)
+                text = "x" * 1000
+                deadline = time.monotonic() + (20 if kind == "ask" else 3)
+                n = 0
+                while time.monotonic() < deadline:
+                    n += 1
+                    if kind == "ask":
+                        frame = _frame(["ask", me, n, "elicitation/create", msgspec.json.encode({{"message": text, "requestedSchema": {{"type": "object", "properties": {{}}}}}})])
+                    else:
+                        frame = _frame(["output", 2, b"y" * 8192, 0])
+                    os.write(fd, frame)
+            finally:
+                os._exit(0)
+        if kind == "ask":
+            time.sleep(25)
+        else:
+            os.waitpid(child, 0)
+        return "survived"
+
+    @tool
+    def echo(text: str) -> str:
+        return text
+'''
+
+
+def _flood(env: Env, daemon: Daemon, raw: RawConnection, kind: str, mark: Path) -> tuple[dict, float, list[int]]:  # type: ignore[type-arg]
+    """Start a flood; return the call's answer, the daemon's growth in peak RSS (MiB), and the
+    pids of the worker and its child."""
+    mark.unlink(missing_ok=True)
+    baseline = _peak_rss(daemon.pid)
+    raw.send({"jsonrpc": "2.0", "id": f"flood-{kind}", "method": "tools/call",
+              "params": {"name": "flooder_flood", "arguments": {"kind": kind}}})
+    pids = wait_for(lambda: mark.exists() and len(found := mark.read_text().split()) == 2 and [int(pid) for pid in found],
+                    message="the flood to start")
+    deadline = time.monotonic() + 15  # the call's timeout is 30 s: it must fail long before
+    try:
+        while True:
+            raw.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                message = raw.recv()
+            except TimeoutError:
+                grown = (_peak_rss(daemon.pid) - baseline) / 2**20
+                pytest.fail(f"{kind} flood: no answer after 15 s; the daemon's peak RSS grew by {grown:.0f} MiB")
+            if message.get("id") == f"flood-{kind}":
+                break  # questions the client is sent meanwhile are left unanswered
+    finally:
+        try:
+            os.kill(pids[1], signal.SIGKILL)  # a test that failed leaves nothing (the daemon kills it with its worker)
+        except ProcessLookupError:
+            pass
+    return message, (_peak_rss(daemon.pid) - baseline) / 2**20, pids
+
+
+def test_a_stopped_worker_flooding_questions_is_recycled_and_the_daemon_does_not_grow(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    mark = env.root / "flood.pids"
+    env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
+    daemon: Daemon = make_daemon()
+    outcomes = {}
+    with RawConnection(env.socket, timeout=60) as raw, RawConnection(env.socket, timeout=60) as asked:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        # A client that may be asked (and never answers), and one that may not: the questions go
+        # to the client, or are answered at once to a worker that reads nothing.
+        asked.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                                     "clientInfo": {"name": "asked"}})
+        asked.request("atomic/attach", {"directory": str(env.project)})
+        for name, connection in (("a client that may be asked", asked), ("a client that may not", raw)):
+            response, grown, pids = _flood(env, daemon, connection, "ask", mark)
+            text = _text(response)
+            outcomes[name] = (text, grown)
+            assert response["result"].get("isError") and "its worker process" in text, text
+            assert grown < 32, f"{name}: the daemon's peak RSS grew by {grown:.0f} MiB"
+            wait_for(lambda pids=pids: not any(psutil.pid_exists(pid) for pid in pids), timeout=5, message="the worker to be gone")
+            assert _text(_call(connection, f"echo-{name}", "flooder_echo", {"text": "again"})[0]) == "again"
+    record("a stopped worker's child flooding questions: " + "; ".join(
+        f"{name}: the call failed ({text.split(': ', 1)[-1][:80]}), the daemon grew {grown:.1f} MiB"
+        for name, (text, grown) in outcomes.items()))
+
+
+def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A child writes output frames on its worker's channel for 3 s, past the runtime's own rate
+    limit: the daemon logs what the runtime would have sent, and counts the rest."""
+    mark = env.root / "flood.pids"
+    env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
+    daemon: Daemon = make_daemon()
+    with RawConnection(env.socket, timeout=60) as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        log_file = Path(raw.result("atomic/status")["log"]["file"])
+        response, grown, _ = _flood(env, daemon, raw, "output", mark)
+        assert _text(response) == "survived", response
+        assert _text(_call(raw, "echo", "flooder_echo", {"text": "flushed"})[0]) == "flushed"
+    time.sleep(0.5)  # the event log is written every quarter second
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert any(e.get("event") == "daemon.start" for e in events), "the flood rotated the log away"
+    output = [e for e in events if e.get("event") == "tool.output" and e.get("module", "").endswith("flooder.py")]
+    logged = sum(len(e["message"]) for e in output)
+    dropped = sum(e.get("dropped", 0) for e in output)
+    # 3 s at the runtime's rate after twice its burst (frames it sent in time may arrive together).
+    assert logged <= 2 * BURST_BYTES + 4 * RATE_BYTES, f"{logged:,} bytes of output logged"
+    assert dropped > 10 * logged, (logged, dropped)
+    assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
+    record(f"a child writing output frames past the runtime's rate limit for 3 s: {logged:,} bytes logged, "
+           f"{dropped:,} counted as dropped; the daemon grew {grown:.1f} MiB")

@@ -632,7 +632,8 @@ def test_confined_workers_come_from_an_execd_fork_server_of_their_own(env: Env, 
         status = client.status()
     ours, theirs = plain.parent(), confined.parent()
     assert ours is not None and theirs is not None and ours.pid != theirs.pid
-    assert (status["forkserver"]["pid"], status["confinedForkserver"]["pid"]) == (ours.pid, theirs.pid)
+    confined_pids = {entry["project"]: entry["pid"] for entry in status["confinedForkservers"]}
+    assert (status["forkserver"]["pid"], confined_pids[str(env.project)]) == (ours.pid, theirs.pid)
     assert theirs.ppid() == daemon.pid and theirs.name() == FORKSERVER_NAME
     assert theirs.cmdline()[1:4] == ["-P", "-m", "atomictoolsd.workers.runtime.forkserver"]
     if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":
@@ -977,8 +978,10 @@ def test_a_confined_worker_gets_an_allowlisted_environment(env: Env, world: dict
         seen_elsewhere = environments(client)
     assert builtin_pids
     builtins_seen = {f"built-in worker {pid}": Path(f"/proc/{pid}/environ").read_text(errors="replace") for pid in builtin_pids}
-    fork_server = status["confinedForkserver"]["pid"]
-    builtins_seen["the confined fork server"] = Path(f"/proc/{fork_server}/environ").read_text(errors="replace")
+    for entry in status["confinedForkservers"]:
+        if entry["pid"]:
+            builtins_seen[f"the confined fork server of {entry['project']}"] = \
+                Path(f"/proc/{entry['pid']}/environ").read_text(errors="replace")
     for where, text in {**seen, **builtins_seen}.items():
         for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "ATOMICTOOLS_TOKEN"):
             assert SECRETS[name] not in text and name not in text, (where, name)

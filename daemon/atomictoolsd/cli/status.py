@@ -34,7 +34,8 @@ HTTP_RENAMED = "atomic/status http, atomic/http/rotate"  # where RENAMED keeps t
 LABEL = 10  # "socket    ": the width of a line's label
 _MIN_COLUMN = 16  # a shortened column keeps at least this many characters
 _CORE_KEYS = frozenset({
-    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkserver", "sessions",
+    "pid", "version", "python", "started", "uptime", "socket", "service", "forkserver", "confinedForkservers",
+    "workerSlots", "sessions",
     "projects", "modules", "skipped", "config", "configSources", "configIgnored", "configFile", "log", "reload",
     "sandbox", "http",
     *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
@@ -182,10 +183,14 @@ def _header(out: Lines, status: dict[str, Any], verbose: bool) -> None:
     out.field("sessions", f"{len(sessions)}" + (f" ({', '.join(f'{a} {n}' for a, n in sorted(agents.items()))})"
                                                if agents else ""))
     fork = status.get("forkserver") or {"pid": None, "workers": 0}
-    confined = status.get("confinedForkserver") or {"pid": None, "workers": 0}
-    workers = fork.get("workers", 0) + confined.get("workers", 0)
-    out.field("workers", f"{workers} running" + (f"  (fork server pid {fork.get('pid') or '-'}" + (
-        f", confined: pid {confined['pid']})" if confined.get("pid") else ")") if verbose else ""))
+    confined = status.get("confinedForkservers") or []  # one per project with confined workers
+    workers = fork.get("workers", 0) + sum(c.get("workers", 0) for c in confined)
+    slots = status.get("workerSlots") or {}
+    limit = (f", at most {slots['max']} at once" + (f", {slots['waiting']} waiting to start" if slots.get("waiting") else "")
+             if slots else "")
+    pids = ", ".join(str(c["pid"]) for c in confined if c.get("pid"))
+    out.field("workers", f"{workers} running{limit}" + (f"  (fork server pid {fork.get('pid') or '-'}" + (
+        f", confined: pid {pids})" if pids else ")") if verbose else ""))
     _sandbox(out, status, verbose)
     log = status.get("log") or {}
     if log.get("file"):
@@ -280,8 +285,9 @@ def _problems(out: Lines, status: dict[str, Any]) -> None:
     """What does not work, each on its line (where, then what): read first, fix first."""
     found: list[tuple[str, str]] = []
     http = status.get("http") or {}
+    confined = status.get("confinedForkservers") or []
     for problem in ((status.get("forkserver") or {}).get("problem"),
-                    (status.get("confinedForkserver") or {}).get("problem")):
+                    *(c.get("problem") and f"{c.get('project')}: {c['problem']}" for c in confined)):
         if problem:
             found.append(("workers", str(problem)))
     for m in status.get("modules") or []:

@@ -27,7 +27,7 @@ from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.levels import DAEMON_LOG_LEVELS
 from atomictoolsd.config.nethosts import parse_private
 
-__all__ = ["Config", "ConfigError", "load_config"]
+__all__ = ["Config", "ConfigError", "load_config", "max_workers_default"]
 
 
 class ConfigError(SetupError):
@@ -73,6 +73,11 @@ class Config:
     idle_timeout: float = _setting(600.0, "Seconds an idle worker lives, and a project no session uses is kept (0: forever).", minimum=0)
     max_idle_workers: int = _setting(
         32, "Most idle workers kept at once; past it the least recently used stop (0: no limit).", minimum=0
+    )
+    max_workers: int = _setting(
+        0, "Most workers running at once, every project together; past it a new worker waits for one to "
+        "end (an idle one stops for it), projects taking turns (0: sized to this machine, max_workers_default()).",
+        minimum=0,
     )
     watch_debounce_ms: int = _setting(
         50, "Longest time the file watcher groups a burst of changes, in milliseconds.", minimum=1
@@ -165,6 +170,17 @@ class Config:
             }
             for f in self.settings()
         ]
+
+
+def max_workers_default() -> int:
+    """``max_workers`` where the setting is 0: 32 workers a CPU, at most one per 64 MiB of the
+    machine's memory, at least 16 (on 2 CPUs and 24 GiB: 64)."""
+    by_cpu = 32 * (os.cpu_count() or 1)
+    try:
+        by_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (64 << 20)
+    except (AttributeError, ValueError, OSError):  # no such sysconf name here
+        by_memory = by_cpu
+    return max(16, min(by_cpu, by_memory))
 
 
 def env_name(key: str) -> str:

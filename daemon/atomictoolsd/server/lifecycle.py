@@ -293,7 +293,7 @@ class Server:
         self.request_stop(name)
 
     def _force_exit(self) -> None:
-        for spawner in (self.pool.spawner, self.pool.confined_spawner):
+        for spawner in self.pool.spawners():
             pid = spawner.pid
             if pid is not None:
                 os.kill(pid, signal.SIGTERM)  # the fork server kills every worker group, then exits
@@ -433,7 +433,8 @@ class Server:
             "socket": str(self.socket_path),
             "service": {**self.service.info(), "activated": self.listen_socket is not None},
             "forkserver": self.pool.spawner.info(),
-            "confinedForkserver": self.pool.confined_spawner.info(),
+            "confinedForkservers": self.pool.confined_info(),
+            "workerSlots": self.pool.slots.info(),
             "sessions": [s.info() for s in self.sessions],
             "projects": registry["projects"],
             "modules": _with_rss(registry["modules"]),

@@ -81,7 +81,7 @@ def status_line(server: NotifyHost) -> str:
     modules = [m for d in server.registry.dirs.values() for m in d.modules.values()]
     tools = sum(len(m.tools) for m in modules)
     failed = sum(1 for m in modules if m.state == "failed")
-    workers = server.pool.spawner.info()["workers"]
+    workers = sum(spawner.info()["workers"] for spawner in server.pool.spawners())
     text = (
         f"serving {tools} tool{'s' * (tools != 1)} from {len(modules)} module{'s' * (len(modules) != 1)}; "
         f"{workers} worker{'s' * (workers != 1)}; {len(server.sessions)} session{'s' * (len(server.sessions) != 1)}"

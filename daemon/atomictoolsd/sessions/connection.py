@@ -478,15 +478,20 @@ class Connection(asyncio.Protocol):
                 self.notify_listener(id_json, _encode({"jsonrpc": "2.0", "method": method, "params": {
                     "_meta": {revisions.SUBSCRIPTION_ID: request_id}}}))
             return
-        if self.transport is None:
-            return
-        if method in _LOSSY and self.transport.get_write_buffer_size() > _LOSSY_BACKLOG:
-            self.dropped += 1
+        if self.transport is None or self.behind(method):
             return
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
         self.transport.write(encode_report(message) + b"\n")
+
+    def behind(self, method: str) -> bool:
+        """Whether notification ``method`` is a log or progress notification for a client that has
+        stopped reading: then it is dropped, and counted."""
+        if method in _LOSSY and self.transport is not None and self.transport.get_write_buffer_size() > _LOSSY_BACKLOG:
+            self.dropped += 1
+            return True
+        return False
 
     def client_id(self, id_json: bytes) -> Any:
         """The id the client gave the request ``id_json`` (a transport may have renamed it)."""

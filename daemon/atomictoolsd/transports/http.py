@@ -459,6 +459,8 @@ class HttpSession(Session):
         if self.modern and method == "notifications/tools/list_changed":
             super().send_notification(method, params)  # to each listen request: notify_listener
             return
+        if self.behind(method):  # its clients read nothing of what waits for them (backlog)
+            return
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params

@@ -26,12 +26,13 @@ from typing import Any
 
 import msgspec
 
-from atomictoolsd.config.settings import Config
+from atomictoolsd.config.settings import Config, max_workers_default
 from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.protocol import CallContext, EnvSpec, LoadFailure, SiteDir, Trusted, WorkerSpec, encode_frame
+from atomictoolsd.workers.slots import WorkerSlots
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
@@ -48,6 +49,7 @@ class PoolSettings:
 
     cancel_grace: float
     load_timeout: float
+    max_workers: int  # workers running at once (``WorkerSlots``); the setting's 0 sized to the machine
     worker: WorkerSpec  # what every new worker is told; path, kind and cwd are each module's
 
     @classmethod
@@ -57,6 +59,7 @@ class PoolSettings:
         return cls(
             cancel_grace=config.cancel_grace,
             load_timeout=config.load_timeout,
+            max_workers=config.max_workers or max_workers_default(),
             worker=WorkerSpec(
                 path="",
                 threads=config.worker_threads,
@@ -163,7 +166,7 @@ class ModuleRunner:
         # is given by name (a confined worker's), then the content it may load (a followed project's).
         env = passed_env(spec)
         first = (b"" if env is None else encode_frame(env)) + (b"" if trusted is None else encode_frame(Trusted(trusted)))
-        pid, sock = await spawner.spawn(spec, first)
+        pid, sock = await self._spawn(spawner, spec, first)
         self.spawns += 1
         spawn_ms = (time.perf_counter() - started) * 1000
         log.info(
@@ -171,7 +174,12 @@ class ModuleRunner:
             extra={"event": "worker.spawn", "data": {"pid": pid, "module": self.spec.path, "ms": round(spawn_ms, 3)}},
         )
         worker = Worker(self, pid, spawner)
-        await loop.connect_accepted_socket(lambda: worker, sock=sock)
+        try:
+            await loop.connect_accepted_socket(lambda: worker, sock=sock)
+        except OSError as exc:  # never connected, so never ended through its channel: end it here
+            worker.kill()
+            self.pool.slots.give_back()
+            raise SpawnError(f"cannot read the worker's channel: {exc}") from exc
         try:
             definitions, load_ms = await self._loaded(worker)
         except TimeoutError:
@@ -188,6 +196,17 @@ class ModuleRunner:
             self.drop(worker)  # a cancelled load too: nobody will install or drop this generation
             raise
         return worker, definitions, load_ms
+
+    async def _spawn(self, spawner: Spawner, spec: WorkerSpec, first: bytes) -> tuple[int, Any]:
+        """Spawn a worker once a slot is free (``max_workers``); the worker gives it back when it
+        has ended (``Worker._ended``), a spawn that fails at once."""
+        slots = self.pool.slots
+        await slots.take(spec.cwd)
+        try:
+            return await spawner.spawn(spec, first)
+        except BaseException:
+            slots.give_back()
+            raise
 
     async def _loaded(self, worker: Worker) -> tuple[list[dict[str, Any]], float]:
         """Wait for ``worker``'s load report, for ``load_timeout`` seconds.
@@ -222,8 +241,11 @@ class ModuleRunner:
     def drop(self, worker: Worker) -> None:
         """Stop a generation that will never serve (it failed, or what it loaded is already stale).
 
-        It counts among the retiring until it has exited, so status and shutdown see it.
+        It counts among the retiring until it has exited, so status and shutdown see it; one whose
+        end was handled already (it died while loading) is not waited for.
         """
+        if worker.ended:
+            return
         self.retiring.add(worker)
         worker.retire()
 
@@ -583,9 +605,12 @@ class WorkerPool:
     """Every module runner of the daemon, the spawners they share, and their calls' deadlines.
 
     ``spawner`` starts the workers that run unconfined; its first fork server is ``first``, forked
-    from the daemon at start when it could be (``spawner.fork_early``). ``confined_spawner`` starts
-    the confined ones, and the built-ins' (``allowlisted``) confined or not, from an exec'd fork
-    server of their own with the allowlisted environment, started when the first is needed.
+    from the daemon at start when it could be (``spawner.fork_early``). ``confined_spawners`` start
+    the confined ones, and the built-ins' (``allowlisted``) confined or not, from exec'd fork servers
+    with the allowlisted environment: one per project (a worker's cwd), started when its first
+    worker is needed and stopped when it has had none for a while, so that what one project's
+    processes do to their fork server (keep it busy, stop it, have it replaced) reaches no other
+    project's workers.
     """
 
     def __init__(
@@ -598,8 +623,9 @@ class WorkerPool:
         self.allowlisted = tuple(path.rstrip("/") + "/" for path in allowlisted)
         self.spawner = Spawner(first=first)
         self.net_proxy = NetProxy()  # the one way out of confined workers allowed the network
-        self.confined_spawner = Spawner(environ=confined_environ, net_proxy=self.net_proxy)
+        self.confined_spawners: dict[str, Spawner] = {}  # by project: the cwd of its workers
         self.deadlines = Deadlines(self._unanswered)
+        self.slots = WorkerSlots(settings.max_workers, self._stop_an_idle_worker)
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
         self.discarded: set[ModuleRunner] = set()  # runners of deleted modules, still draining
@@ -621,6 +647,7 @@ class WorkerPool:
         """Apply new limits. When what workers are told changed, every module's worker retires: calls
         in flight finish, and the next call starts a worker with the new limits."""
         self.settings = settings
+        self.slots.resize(settings.max_workers)
         for runner in self.runners.values():
             spec = settings.worker_spec(runner.spec.path, runner.spec.kind, runner.spec.cwd)
             spec.env = runner.spec.env  # its environment's, not a limit: set anew before each start
@@ -640,6 +667,16 @@ class WorkerPool:
     def inflight(self) -> int:
         return sum(r.inflight() for r in (*self.runners.values(), *self.discarded))
 
+    def _stop_an_idle_worker(self) -> Worker | None:
+        """Retire the worker idle the longest, for a spawn waiting for a slot; None when none is idle."""
+        idle = [(since, runner) for runner in self.runners.values() if (since := runner.idle_since()) is not None]
+        if not idle:
+            return None
+        _since, runner = min(idle, key=lambda pair: pair[0])
+        worker = runner.current
+        runner.retire()
+        return worker
+
     def _unanswered(self) -> Iterator[Call]:
         for runner in (*self.runners.values(), *self.discarded):
             yield from runner.unanswered()
@@ -651,13 +688,40 @@ class WorkerPool:
             for call in self.deadlines.calls() if not call.done
         ]
 
+    CLOSE_WAIT = 5.0  # seconds the workers have to exit at close before their fork servers end them
+
     async def close(self) -> None:
-        await asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))
+        """Retire every worker and wait for them to exit, at most ``CLOSE_WAIT`` seconds (a worker
+        that does not exit is killed after 2 s; one whose end is never reported is not waited for),
+        then stop the fork servers, which end whatever is left."""
+        self.slots.close("the daemon is stopping", SpawnError)  # no worker starts from now on
+        closing = asyncio.gather(*(r.close() for r in (*self.runners.values(), *self.discarded)))
+        try:
+            await asyncio.wait_for(closing, self.CLOSE_WAIT)
+        except TimeoutError:
+            log.warning("workers still running %g s after they were told to stop; their fork servers end them", self.CLOSE_WAIT)
         self.deadlines.close()
-        await asyncio.gather(self.spawner.close(), self.confined_spawner.close())
+        await asyncio.gather(*(spawner.close() for spawner in self.spawners()))
         await self.net_proxy.close()
 
     def spawner_for(self, spec: WorkerSpec) -> Spawner:
         if spec.sandbox is None and not (self.allowlisted and spec.path.startswith(self.allowlisted)):
             return self.spawner
-        return self.confined_spawner
+        return self.confined_spawner(spec.cwd)
+
+    def confined_spawner(self, project: str) -> Spawner:
+        """The spawner of the confined (and allowlisted) workers of ``project`` (their cwd)."""
+        spawner = self.confined_spawners.get(project)
+        if spawner is None:
+            spawner = self.confined_spawners[project] = Spawner(
+                environ=confined_environ, net_proxy=self.net_proxy, idle_stop=Spawner.IDLE_STOP,
+            )
+        return spawner
+
+    def spawners(self) -> list[Spawner]:
+        """Every spawner: the unconfined workers', then each project's confined workers'."""
+        return [self.spawner, *self.confined_spawners.values()]
+
+    def confined_info(self) -> list[dict[str, Any]]:
+        """For status: each project's confined fork server (``Spawner.info``), by project."""
+        return [{"project": project, **spawner.info()} for project, spawner in sorted(self.confined_spawners.items())]

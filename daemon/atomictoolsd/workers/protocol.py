@@ -329,7 +329,7 @@ class FrameReader:
             return None
         try:
             return self._decode(data[4:])  # a small frame: copying it is cheaper than a memoryview
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             return None  # feed() reads it again, and raises the error it is
 
     def feed(self, data: bytes) -> list[Any]:
@@ -340,7 +340,8 @@ class FrameReader:
 
         Raises:
             FrameError: a frame announces a size above ``limit`` (``FrameTooLarge``), or its body is
-                not a message of the reader's type; nothing after it can be read.
+                not a message of the reader's type (or is nested too deep to decode); nothing after it
+                can be read.
         """
         message = self.whole(data)
         if message is not None:
@@ -371,6 +372,8 @@ class FrameReader:
                         messages.append(decode(view[offset + 4 : end]))
                     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a str that is not UTF-8 too
                         raise FrameError(f"a malformed message ({exc})", messages) from None
+                    except RecursionError:  # msgspec's depth check: a value nested past what it recurses
+                        raise FrameError("a message nested too deep to read", messages) from None
                     offset = end
         except FrameError:
             buffer.clear()  # nothing after a bad frame can be trusted

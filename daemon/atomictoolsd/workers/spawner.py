@@ -35,14 +35,17 @@ child keeps none of its descriptors, runs from
 ``/`` with ``sealed_environ()`` and never returns to the daemon's code. A fork server that replaces a
 lost one is exec'd: by then the daemon has threads, which a fork does not copy.
 
-Confined workers (``WorkerSpec.sandbox``) come from a fork server of their own, always exec'd, so that
-a confined worker does not learn where the daemon's code is: the daemon parses what it sends. Its
-environment is the allowlisted one (``confined_environ``): a confined worker's memory is a copy of
-its fork server's, so nothing the confined workers may not see (a token of the daemon's, a variable
-one project is allowed) ever enters that process. What one worker is allowed by name goes to it
-alone, over its own channel (``spawn(env=…)``), before anything else. One allowed the network gets
-a second socket with its spawn request, on which it hands over its proxy listener; the spawner
-gives the daemon's end to the ``NetProxy`` until the worker ends (``_hand_over``).
+Confined workers (``WorkerSpec.sandbox``) come from fork servers of their own, one per project (the
+pool keeps a ``Spawner`` for each, whose fork server stops after ``IDLE_STOP`` seconds without a
+worker), always exec'd, so that a confined worker does not learn where the daemon's code is (the
+daemon parses what it sends), and so that what one project's processes do to their fork server ends
+no other project's workers. Their environment is the allowlisted one (``confined_environ``): a
+confined worker's memory is a copy of its fork server's, so nothing the confined workers may not see
+(a token of the daemon's, a variable one project is allowed) ever enters that process. What one
+worker is allowed by name goes to it alone, over its own channel (``spawn(env=…)``), before anything
+else. One allowed the network gets a second socket with its spawn request, on which it hands over its
+proxy listener; the spawner gives the daemon's end to the ``NetProxy`` until the worker ends
+(``_hand_over``).
 
 A ``SpawnError`` is never the module's doing: the caller fails what needed the worker, not the module.
 """
@@ -241,6 +244,7 @@ class _ForkServer:
         self.health: asyncio.TimerHandle | None = None
         self.check_due = 0.0  # when the health check was meant to run
         self.stopped_checks = 0  # health checks in a row that found it stopped
+        self.busy = time.monotonic()  # when a health check last found it with a worker or a request
         self.pings = itertools.count(1)
 
     def expect_answer(self) -> None:
@@ -253,6 +257,7 @@ class Spawner:
 
     CHECK_EVERY = 1.0  # seconds between two health checks (a quarter of it while a spawn waits)
     PING_AFTER = 5.0  # seconds of silence after which it is pinged
+    IDLE_STOP = 60.0  # seconds without a worker after which a project's confined fork server stops
 
     def __init__(
         self,
@@ -262,8 +267,10 @@ class Spawner:
         first: EarlyForkServer | None = None,
         net_proxy: NetProxy | None = None,
         environ: Callable[[], dict[str, str]] = sealed_environ,
+        idle_stop: float | None = None,
     ) -> None:
         self._loop = loop
+        self._idle_stop = idle_stop  # stop the fork server after this long without a worker (None: never)
         self._net_proxy = net_proxy  # serves the workers allowed the network (confined ones only)
         self._environ = environ  # the fork servers' environment, made as each one starts
         self._first = first  # forked at start: the first fork server, until it is adopted or closed
@@ -421,6 +428,9 @@ class Spawner:
         if problem is not None:
             self._replace(server, problem)
             return
+        if self._idle(server, now):
+            self._lost(server)  # not unexpected: it exits as at the daemon's stop; the next spawn starts one
+            return
         if server.waiting_since is None and now - server.heard >= self.PING_AFTER:
             try:
                 server.control.send(_encode(["ping", next(server.pings)]))
@@ -431,6 +441,13 @@ class Spawner:
                 self._lost(server, unexpected=True)
                 return
         self._schedule_check(server, self.CHECK_EVERY / 4 if server.requests else self.CHECK_EVERY)
+
+    def _idle(self, server: _ForkServer, now: float) -> bool:
+        """Whether ``server`` has had no worker and no request for ``idle_stop`` seconds."""
+        if server.workers or server.requests:
+            server.busy = now
+            return False
+        return self._idle_stop is not None and now - server.busy >= self._idle_stop
 
     def _schedule_check(self, server: _ForkServer, delay: float) -> None:
         server.check_due = time.monotonic() + delay

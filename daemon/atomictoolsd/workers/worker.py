@@ -60,7 +60,7 @@ from atomictoolsd.workers.protocol import (
     pack_length,
     read_site,
 )
-from atomictoolsd.workers.runtime.output import CHUNK_BYTES
+from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, Spawner, SpawnError, describe_status
 
 if TYPE_CHECKING:
@@ -90,6 +90,22 @@ _TEXT_START = len(TEXT_HEAD)
 _TEXT_END = -len(TEXT_TAIL)
 _decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
+
+
+# What decoding a worker's JSON may raise besides a DecodeError: a string that is not UTF-8, and
+# msgspec's depth check (a value nested past what the decoder recurses).
+_UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
+def _unreadable(exc: Exception) -> str:
+    return "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+
+
+# Per call, at most this many questions (``ctx.elicit``, ``ctx.sample``) wait for the client, and at
+# most this many frames for it (its answers, its cancel) wait while the worker reads nothing: a tool
+# asks and waits for each answer, so more means a worker that writes without reading. Past either,
+# the call fails and the worker is recycled.
+MAX_QUESTIONS = 16
 
 
 def _too_large(what: str, size: int, limit: int) -> str:
@@ -217,6 +233,34 @@ class Call(msgspec.Struct, eq=False):
 MAX_REPORTED_FILES = 4096  # helpers one load report may name; the rest are not looked at
 
 
+class _OutputBudget:
+    """The runtime's rate limit on what a worker prints (``runtime/output``), held again on the
+    daemon's side: a tool can write output frames on its channel itself, past the runtime's. Twice
+    the runtime's burst, as frames the runtime sent in time may arrive together."""
+
+    __slots__ = ("at", "dropped", "tokens")
+
+    def __init__(self) -> None:
+        self.tokens = float(2 * BURST_BYTES)
+        self.at = time.monotonic()
+        self.dropped = 0  # bytes left out since the last message logged
+
+    def admit(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes is within the rate; one that is not is counted."""
+        now = time.monotonic()
+        self.tokens = min(2.0 * BURST_BYTES, self.tokens + (now - self.at) * RATE_BYTES)
+        self.at = now
+        if size > self.tokens:
+            self.dropped += size
+            return False
+        self.tokens -= size
+        return True
+
+    def take_dropped(self) -> int:
+        dropped, self.dropped = self.dropped, 0
+        return dropped
+
+
 def files_in(directory: str, entries: Any) -> list[list[Any]]:
     """The ``[path, int, int]`` entries of a load report whose path is a file below ``directory``,
     written as the runtime writes it (absolute, normalized): every other entry is dropped."""
@@ -249,6 +293,7 @@ class Worker(asyncio.Protocol):
         self.started = time.monotonic()
         self.last_used = self.started
         self.cause: str | None = None
+        self.ended = False  # its end was handled: its calls answered, its runner told (worker_ended)
         self.status: int | None = None  # its waitpid status once it ended (FORKSERVER_GONE: with the fork server)
         self.problems: list[dict[str, Any]] = []  # tools the module skipped (from its "loaded" message)
         self.deps: list[list[Any]] = []  # [path, size, mtime_ns] of the helpers its module imported
@@ -258,7 +303,13 @@ class Worker(asyncio.Protocol):
         self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
         self._trusted = True  # until it sends what no worker runtime sends
         self.strays = 0  # results it sent for calls it is not running (dropped)
+        self._output: _OutputBudget | None = None  # made with its first output
         self._transport: asyncio.Transport | None = None
+        # Backpressure: while the channel holds more than the worker has read (``pause_writing``),
+        # new calls wait here, and the frames written for each call in flight are counted.
+        self.paused = False
+        self._held: dict[int, Call] = {}
+        self._unread: dict[int, int] = {}
         self._kill_timer: asyncio.TimerHandle | None = None
         self.exit_status.add_done_callback(self._on_exit_status)
 
@@ -267,21 +318,44 @@ class Worker(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
 
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        """The worker has read most of what it was sent: the calls held meanwhile go out."""
+        self.paused = False
+        self._unread.clear()
+        held, self._held = self._held, {}
+        for call in held.values():
+            self.send_call(call)  # held again if the channel fills again
+
     def data_received(self, data: bytes) -> None:
         if not self._trusted:
             return
-        message = self._reader.whole(data)
-        if type(message) is Result:  # the call path: one result, as it came
-            self._on_result(message.call_id, message.result)
-            return
         try:
-            messages = [message] if message is not None else self._reader.feed(data)
-        except FrameError as exc:
-            self._handle(exc.messages)  # what came whole before it is as good as ever
-            what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
-            self._distrust(f"sent {what}")
-            return
-        self._handle(messages)
+            message = self._reader.whole(data)
+            if type(message) is Result:  # the call path: one result, as it came
+                self._on_result(message.call_id, message.result)
+                return
+            try:
+                messages = [message] if message is not None else self._reader.feed(data)
+            except FrameError as exc:
+                self._handle(exc.messages)  # what came whole before it is as good as ever
+                what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
+                self._distrust(f"sent {what}")
+                return
+            self._handle(messages)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, this channel cannot be read on
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """Reading the worker's channel failed on the daemon's side: the worker is killed with its
+        process group (left running, it would hold what it holds with no one to end it)."""
+        log.error(
+            "reading the channel of worker %d of %s failed; killing it", self.pid, self.runner.spec.path, exc_info=exc,
+            extra={"event": "worker.channel_error", "data": {"pid": self.pid, "module": self.runner.spec.path, "error": repr(exc)}},
+        )
+        self._distrust(f"was stopped: the daemon failed reading its channel ({type(exc).__name__}: {exc})")
 
     def _handle(self, messages: list[Any]) -> None:
         for message in messages:
@@ -358,7 +432,15 @@ class Worker(asyncio.Protocol):
             self._transport.abort()
 
     def _on_output(self, fd: int, data: bytes, dropped: int) -> None:
-        """What the worker printed: a ``tool.output`` event of its module (stderr as a warning)."""
+        """What the worker printed: a ``tool.output`` event of its module (stderr as a warning),
+        within the runtime's rate (what is over it is counted, and logged with the next message)."""
+        budget = self._output
+        if budget is None:
+            budget = self._output = _OutputBudget()
+        if not budget.admit(min(len(data), CHUNK_BYTES)):
+            budget.dropped += dropped + max(0, len(data) - CHUNK_BYTES)
+            return
+        dropped += budget.take_dropped() + max(0, len(data) - CHUNK_BYTES)
         text = bytes(data[:CHUNK_BYTES]).decode("utf-8", "replace")  # bounded here too: a tool can write anything
         fields: dict[str, Any] = {
             "module": self.runner.spec.path,
@@ -378,11 +460,19 @@ class Worker(asyncio.Protocol):
         self.state = "dead"
         asyncio.get_running_loop().create_task(self._ended(was))
 
-    async def _ended(self, was: str) -> None:
+    async def _exit_within(self, seconds: float) -> int | None:
         try:
-            status = await asyncio.wait_for(asyncio.shield(self.exit_status), 2.0)
+            return await asyncio.wait_for(asyncio.shield(self.exit_status), seconds)
         except TimeoutError:
-            status = None
+            return None
+
+    async def _ended(self, was: str) -> None:
+        status = await self._exit_within(2.0)
+        if status is None:
+            # Its channel is closed and it has not ended: nothing it does can reach anyone now, and
+            # once forgotten here nothing would ever end it (not untrust, not stop).
+            self._kill_group()
+            status = await self._exit_within(2.0)
         if self._kill_timer is not None:
             self._kill_timer.cancel()
         # The fork server has killed what was left in the worker's process group before reaping it.
@@ -399,7 +489,12 @@ class Worker(asyncio.Protocol):
             self.loaded.exception()
         pending, self.pending = self.pending, {}
         for call in pending.values():
-            call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
+            try:
+                call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
+            except Exception:  # its owner's bug: the other calls are answered, and the worker's end handled
+                log.exception("answering call %d of %r at its worker's end failed", call.id, call.tool)
+        self.ended = True
+        self.runner.pool.slots.give_back(self)  # taken for it before its spawn (ModuleRunner._spawn)
         self.runner.worker_ended(self, was)
 
     # -- calls ----------------------------------------------------------------------------------
@@ -408,15 +503,22 @@ class Worker(asyncio.Protocol):
         call.worker = self
         self.pending[call.id] = call
         self.last_used = call.started
+        if self.paused:
+            self._held[call.id] = call  # sent once the worker has read what it was sent before
+            return
         transport = self._transport
         if transport is not None:  # encode_frame, inline
             body = encode_message(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None))
             transport.write(pack_length(len(body)) + body)
 
     def send_cancel(self, call: Call) -> None:
-        if call.id in self.pending:
+        if self._held.pop(call.id, None) is not None:
+            del self.pending[call.id]  # never sent: nothing to stop
+            if self.state == "retiring" and self.live_calls() == 0:
+                self.close()
+        elif call.id in self.pending:
             self.abandoned.add(call.id)
-            self._write(Cancel(call.id))
+            self._write_for(call, Cancel(call.id))
 
     def _on_result(self, call_id: int, result: bytes | None) -> None:
         call = self.pending.pop(call_id, None)
@@ -464,8 +566,8 @@ class Worker(asyncio.Protocol):
                 return result
         try:
             return _encode_json(_decode_result(result))
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # a string that is not UTF-8: the latter
-            return error_result(f"Tool {tool!r} sent a malformed result ({exc}); it was not relayed")
+        except _UNREADABLE as exc:
+            return error_result(f"Tool {tool!r} sent a malformed result ({_unreadable(exc)}); it was not relayed")
 
     def _on_progress(self, message: Progress) -> None:
         call = self.pending.get(message.call_id)
@@ -487,8 +589,8 @@ class Worker(asyncio.Protocol):
             return
         try:
             data = _encode_json(_decode_json(message.data))
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            call.fail(f"Tool {call.tool!r} sent a malformed log message ({exc}); it was not relayed")
+        except _UNREADABLE as exc:
+            call.fail(f"Tool {call.tool!r} sent a malformed log message ({_unreadable(exc)}); it was not relayed")
             return
         call.owner.call_log(call, message.level, data)
 
@@ -496,15 +598,18 @@ class Worker(asyncio.Protocol):
         call = self.pending.get(message.call_id)
         if call is None or call.done:
             return  # the call has ended: the tool's wait ends with it
+        if call.asking >= MAX_QUESTIONS:
+            self._distrust(f"asked more than {MAX_QUESTIONS} questions at once in one call")
+            return
         ask = getattr(call.owner, "call_ask", None)
         if ask is None:
-            self._write(Answer(call.id, message.ask_id, None, "this caller cannot be asked anything"))
+            self._write_for(call, Answer(call.id, message.ask_id, None, "this caller cannot be asked anything"))
             return
         # Re-encoded, as results are: the params go into a line to the client, and a tool can write
         # anything to its channel.
         try:
             params = _decode_json(message.params)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        except _UNREADABLE as exc:
             params = exc
         if not isinstance(params, dict):
             call.fail(f"Tool {call.tool!r} sent a malformed {message.method} request; it was not relayed")
@@ -513,13 +618,21 @@ class Worker(asyncio.Protocol):
 
     def send_answer(self, call: Call, ask_id: int, result: bytes | None, error: str | None) -> None:
         if call.id in self.pending:
-            self._write(Answer(call.id, ask_id, result, error))
+            self._write_for(call, Answer(call.id, ask_id, result, error))
 
     def live_calls(self) -> int:
         """Calls whose caller still waits for this worker's answer."""
         return len(self.pending) - len(self.abandoned)
 
-    def _write(self, message: CallTool | Cancel | Answer) -> None:
+    def _write_for(self, call: Call, message: Cancel | Answer) -> None:
+        """Write a frame for ``call`` in flight. While the worker reads nothing, at most
+        ``MAX_QUESTIONS`` of them wait per call: one that asks without reading its answers (a
+        stopped worker, a child writing on its channel) is recycled, and its calls fail."""
+        if self.paused:
+            unread = self._unread[call.id] = self._unread.get(call.id, 0) + 1
+            if unread > MAX_QUESTIONS:
+                self._distrust(f"did not read its channel: more than {MAX_QUESTIONS} answers for one call waited unread")
+                return
         if self._transport is not None:
             self._transport.write(encode_frame(message))
 

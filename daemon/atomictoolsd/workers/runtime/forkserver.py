@@ -32,6 +32,11 @@ because the fork server and every worker are child subreapers (``PR_SET_CHILD_SU
 parent is gone it is adopted by its worker, and when that worker ends, by the fork server, which
 kills whatever it adopted, each time a worker or an adopted process ends, and at shutdown until
 nothing is left.
+
+Reaping never holds the daemon's requests: the control socket is read first in each turn of the
+loop, at most ``REAP_BATCH`` exits are handled between two looks at it, and an adopted process's end
+costs a ``waitpid`` (a worker's, a look at every process for its session). Processes that fork and
+exit as fast as they can, adopted here one after the other, cost this process time, never an answer.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ SPAWN_TIMES_ENV = "ATOMICTOOLS_SPAWN_TIMES"
 
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.decode
+
+# Exited children reaped in one turn of the loop, between two looks at the daemon's requests.
+REAP_BATCH = 32
 
 
 def set_parent_death_signal(sig: int) -> bool:
@@ -130,18 +138,21 @@ class _Server:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops us
         self.send(["ready"])
+        more = False  # exited children may be left to reap: look again at once
         while not self.stopping:
             try:
-                readable, _, _ = select.select([self.control, self.wake_r, 0], [], [])
+                readable, _, _ = select.select([self.control, self.wake_r, 0], [], [], 0 if more else None)
             except InterruptedError:
                 continue
             if 0 in readable and not os.read(0, 4096):
                 self.stopping = True  # EOF on stdin: the daemon is gone
+            if self.control in readable:
+                self.handle_request()  # first: the daemon's requests never wait for reaping
             if self.wake_r in readable:
                 os.read(self.wake_r, 4096)
-                self.reap()
-            if self.control in readable:
-                self.handle_request()
+                more = True
+            if more:
+                more = self.reap()
         self.shutdown()
 
     def _on_term(self, *_: Any) -> None:
@@ -229,35 +240,52 @@ class _Server:
         finally:
             os._exit(70)
 
-    def reap(self) -> None:
-        while True:
+    def reap(self, most: int = REAP_BATCH) -> bool:
+        """Reap at most ``most`` exited children, then kill what they left to us; True when more
+        may have exited (the caller answers the daemon's requests, then calls again).
+
+        A worker's end costs a look at every process (its session); an adopted process's costs a
+        ``waitpid``: a tool's processes that fork and exit as fast as they can (a chain of
+        ``setsid``'d forks, each adopted here in turn) keep this process no more than ``most``
+        exits from its requests."""
+        reaped = 0
+        while reaped < most:
             try:
                 pid, status = _next_exited()
             except ChildProcessError:
-                return
+                break
             if pid == 0:
-                return
-            # What the worker's tools started lives on in its process group and session. An
-            # unreaped worker still holds its pid, so neither id can belong to anyone else yet: end
-            # them, then reap.
-            kill_worker_processes((pid,))
-            if status is None:
-                _, status = os.waitpid(pid, 0)
-            temp_dir = self.temp_dirs.pop(pid, None)
-            if temp_dir is not None:
-                remove_tree(temp_dir)  # its worker's, or what that started, may still write there
-                _stock_dirs()
-            spill_dir = self.spill_dirs.pop(pid, None)
-            if spill_dir is not None:
-                try:
-                    os.rmdir(spill_dir)  # a spill file in it stays for the spill housekeeping
-                except OSError:
-                    pass
+                break
+            reaped += 1
             if pid in self.children:
-                self.children.discard(pid)
-                self.send(["exited", pid, status])
-            # The processes it started outside its group are ours now (we are their subreaper).
+                self.worker_exited(pid, status)
+            else:
+                _reap_adopted(pid, status)
+        if reaped:
+            # The processes they started outside their group are ours now (we are their subreaper).
             self.kill_adopted()
+        return reaped == most
+
+    def worker_exited(self, pid: int, status: int | None) -> None:
+        """End what worker ``pid`` left running, reap it, remove its dirs, tell the daemon."""
+        # What the worker's tools started lives on in its process group and session. An
+        # unreaped worker still holds its pid, so neither id can belong to anyone else yet: end
+        # them, then reap.
+        kill_worker_processes((pid,))
+        if status is None:
+            _, status = os.waitpid(pid, 0)
+        temp_dir = self.temp_dirs.pop(pid, None)
+        if temp_dir is not None:
+            remove_tree(temp_dir)  # its worker's, or what that started, may still write there
+            _stock_dirs()
+        spill_dir = self.spill_dirs.pop(pid, None)
+        if spill_dir is not None:
+            try:
+                os.rmdir(spill_dir)  # a spill file in it stays for the spill housekeeping
+            except OSError:
+                pass
+        self.children.discard(pid)
+        self.send(["exited", pid, status])
 
     def kill_adopted(self) -> int:
         """SIGKILL every child that is not a worker (and the group each one leads); return how many."""
@@ -395,6 +423,21 @@ def _forget_prepared() -> None:
         from atomictoolsd.workers.runtime import sandbox  # lazy: imported already (above)
 
         sandbox.forget_prepared()
+
+
+def _reap_adopted(pid: int, status: int | None) -> None:
+    """Reap a process adopted from a worker's tree; first end the group it leads (its pid still
+    holds the group's id)."""
+    try:
+        if os.getpgid(pid) == pid != os.getpgrp():
+            os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if status is None:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def _next_exited() -> tuple[int, int | None]:
