@@ -111,3 +111,31 @@ def test_spawns_take_turns_by_project(env: Env, make_daemon, record) -> None:  #
     assert still_waiting > 0, "the scan was over before the other project's call: nothing was shown"
     record(f"a project of {count} modules importing {seconds:g} s each under max_workers {limit}: another project's "
            f"first call answered in {took:.2f} s, with {still_waiting} of the scan's spawns still waiting")
+
+
+NAP = '''
+    import time
+
+    def nap(seconds: float) -> str:
+        time.sleep(seconds)
+        return "rested"
+'''
+
+
+def test_a_call_that_waits_for_a_slot_past_its_timeout_says_so(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """Every slot busy with a call: another module's call waits for a worker, and at its timeout it
+    says what it waited for and what to do."""
+    env.write_tool(env.local_tools, "nap.py", NAP)
+    _write_modules(env, env.local_tools, "m", 1, 0)
+    env.write_config(max_workers=1)
+    make_daemon()
+    with RawConnection(env.socket, timeout=30) as busy, RawConnection(env.socket, timeout=30) as raw:
+        busy.request("atomic/attach", {"directory": str(env.project)})
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        busy.send({"jsonrpc": "2.0", "id": "nap", "method": "tools/call", "params": {"name": "nap", "arguments": {"seconds": 4}}})
+        wait_for(lambda: any(m["inflight"] for m in raw.result("atomic/status")["modules"]), message="the nap to start")
+        answer = raw.result("tools/call", {"name": "m000", "arguments": {}, "_meta": {"atomic/timeout": 1}})
+        assert busy.reply("nap")["result"]["content"][0]["text"] == "rested"
+    text = answer["content"][0]["text"]
+    assert answer.get("isError") and "waiting for a worker: the 1 that may run at once (max_workers)" in text, answer
+    record(f"every slot busy (max_workers 1): a call needing a worker answered at its 1 s timeout: {text!r}")

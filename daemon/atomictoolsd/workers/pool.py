@@ -103,6 +103,7 @@ class ModuleRunner:
         # Generations a scan loaded and has not yet installed or dropped: they serve no one meanwhile,
         # so a spawn waiting for a slot may stop one (``WorkerPool._stop_an_idle_worker``).
         self.unclaimed: set[Worker] = set()
+        self.waiting_for_slot = False  # a spawn of its waits for one of the max_workers slots
         self.loading = 0  # generations being started (spawned, not yet loaded)
         self._starting: asyncio.Task[Worker] | None = None
         self._queued: list[Call] = []
@@ -194,7 +195,11 @@ class ModuleRunner:
         """Spawn a worker once a slot is free (``max_workers``); the worker gives it back when it
         has ended (``Worker._ended``), a spawn that fails at once."""
         slots = self.pool.slots
-        await slots.take(spec.cwd)
+        self.waiting_for_slot = True
+        try:
+            await slots.take(spec.cwd)
+        finally:
+            self.waiting_for_slot = False
         try:
             return await spawner.spawn(spec, first)
         except BaseException:
