@@ -65,16 +65,18 @@ def _listed(raw: RawConnection, directory: Path) -> set[str]:
 
 
 def test_a_project_of_many_modules_runs_at_most_max_workers(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """The attach waits for every module (``load_wait`` long enough): the workers a scan loaded make
+    room for its other modules' before the scan installs them, or it would wait for ever."""
     count, limit = 60, 6
     _write_modules(env, env.local_tools, "m", count, 0.2)
-    env.write_config(max_workers=limit)
+    env.write_config(max_workers=limit, load_wait=120)
     daemon: Daemon = make_daemon()
     with _WorkerCount(daemon) as workers, RawConnection(env.socket, timeout=60) as raw:
         started = time.monotonic()
-        raw.request("atomic/attach", {"directory": str(env.project)})
-        names = {f"m{n:03d}" for n in range(count)}
-        wait_for(lambda: names <= _listed(raw, env.project), timeout=60, interval=0.2, message="every module to load")
+        attached = raw.result("atomic/attach", {"directory": str(env.project)})
         took = time.monotonic() - started
+        assert attached["toolCount"] == count and not attached["loading"], attached
+        assert {f"m{n:03d}" for n in range(count)} <= _listed(raw, env.project)
         slots = raw.result("atomic/status")["workerSlots"]
         assert raw.result("tools/call", {"name": "m000", "arguments": {}})["content"][0]["text"] == "m000"
     assert 1 < workers.peak <= limit, f"{workers.peak} workers at once, max_workers {limit}"
@@ -97,8 +99,8 @@ def test_spawns_take_turns_by_project(env: Env, make_daemon, record) -> None:  #
         busy.send({"jsonrpc": "2.0", "id": "attach", "method": "atomic/attach", "params": {"directory": str(env.project)}})
         wait_for(lambda: raw.result("atomic/status")["workerSlots"]["waiting"] > count // 2, timeout=15,
                  message="the scan's spawns to wait for slots")
+        started = time.monotonic()  # the attach loads its module (within load_wait), then the call
         raw.request("atomic/attach", {"directory": str(other)})
-        started = time.monotonic()
         answer = raw.result("tools/call", {"name": "o000", "arguments": {}})
         took = time.monotonic() - started
         still_waiting = raw.result("atomic/status")["workerSlots"]["waiting"]
@@ -109,3 +111,31 @@ def test_spawns_take_turns_by_project(env: Env, make_daemon, record) -> None:  #
     assert still_waiting > 0, "the scan was over before the other project's call: nothing was shown"
     record(f"a project of {count} modules importing {seconds:g} s each under max_workers {limit}: another project's "
            f"first call answered in {took:.2f} s, with {still_waiting} of the scan's spawns still waiting")
+
+
+NAP = '''
+    import time
+
+    def nap(seconds: float) -> str:
+        time.sleep(seconds)
+        return "rested"
+'''
+
+
+def test_a_call_that_waits_for_a_slot_past_its_timeout_says_so(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """Every slot busy with a call: another module's call waits for a worker, and at its timeout it
+    says what it waited for and what to do."""
+    env.write_tool(env.local_tools, "nap.py", NAP)
+    _write_modules(env, env.local_tools, "m", 1, 0)
+    env.write_config(max_workers=1)
+    make_daemon()
+    with RawConnection(env.socket, timeout=30) as busy, RawConnection(env.socket, timeout=30) as raw:
+        busy.request("atomic/attach", {"directory": str(env.project)})
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        busy.send({"jsonrpc": "2.0", "id": "nap", "method": "tools/call", "params": {"name": "nap", "arguments": {"seconds": 4}}})
+        wait_for(lambda: any(m["inflight"] for m in raw.result("atomic/status")["modules"]), message="the nap to start")
+        answer = raw.result("tools/call", {"name": "m000", "arguments": {}, "_meta": {"atomic/timeout": 1}})
+        assert busy.reply("nap")["result"]["content"][0]["text"] == "rested"
+    text = answer["content"][0]["text"]
+    assert answer.get("isError") and "waiting for a worker: the 1 that may run at once (max_workers)" in text, answer
+    record(f"every slot busy (max_workers 1): a call needing a worker answered at its 1 s timeout: {text!r}")

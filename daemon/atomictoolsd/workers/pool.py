@@ -101,6 +101,10 @@ class ModuleRunner:
         self.spec = pool.settings.worker_spec(path, kind, cwd)
         self.current: Worker | None = None
         self.retiring: set[Worker] = set()
+        # Generations a scan loaded and has not yet installed or dropped: they serve no one meanwhile,
+        # so a spawn waiting for a slot may stop one (``WorkerPool._stop_an_idle_worker``).
+        self.unclaimed: set[Worker] = set()
+        self.waiting_for_slot = False  # a spawn of its waits for one of the max_workers slots
         self.loading = 0  # generations being started (spawned, not yet loaded)
         self._starting: asyncio.Task[Worker] | None = None
         self._queued: list[Call] = []
@@ -146,9 +150,11 @@ class ModuleRunner:
         """
         self.loading += 1
         try:
-            return await self._load()
+            loaded = await self._load()
         finally:
             self.loading -= 1
+        self.unclaimed.add(loaded[0])
+        return loaded
 
     async def _load(self) -> tuple[Worker, list[dict[str, Any]], float]:
         loop = asyncio.get_running_loop()
@@ -201,7 +207,11 @@ class ModuleRunner:
         """Spawn a worker once a slot is free (``max_workers``); the worker gives it back when it
         has ended (``Worker._ended``), a spawn that fails at once."""
         slots = self.pool.slots
-        await slots.take(spec.cwd)
+        self.waiting_for_slot = True
+        try:
+            await slots.take(spec.cwd)
+        finally:
+            self.waiting_for_slot = False
         try:
             return await spawner.spawn(spec, first)
         except BaseException:
@@ -223,9 +233,15 @@ class ModuleRunner:
         return await asyncio.wait_for(asyncio.shield(worker.loaded), Deadlines.LATE)
 
     def install(self, worker: Worker) -> None:
-        """Make ``worker`` (a new generation of the module) serve new calls; the previous one retires."""
+        """Make ``worker`` (a new generation of the module) serve new calls; the previous one retires.
+        One stopped before it was installed (for a spawn waiting for a slot) serves nothing: the
+        previous one retires all the same, and the next call starts a worker."""
         self._epoch += 1
         self.backoff.reset()  # new code: its crash streak starts afresh
+        self.unclaimed.discard(worker)
+        if worker.state != "ready":
+            self.retire()
+            return
         self._swap_in(worker)
 
     def _swap_in(self, worker: Worker) -> None:
@@ -244,6 +260,7 @@ class ModuleRunner:
         It counts among the retiring until it has exited, so status and shutdown see it; one whose
         end was handled already (it died while loading) is not waited for.
         """
+        self.unclaimed.discard(worker)
         if worker.ended:
             return
         self.retiring.add(worker)
@@ -389,6 +406,7 @@ class ModuleRunner:
         after four tries the last one serves: the file keeps changing, and the watcher reloads it."""
         for _attempt in range(3):
             worker, definitions, load_ms = await self.load()
+            self.unclaimed.discard(worker)  # it serves the calls that wait for it: not to be stopped
             try:
                 whole = self.verify is None or await self.verify(worker)
             except BaseException:
@@ -397,7 +415,9 @@ class ModuleRunner:
             if whole:
                 return worker, definitions, load_ms
             self.drop(worker)
-        return await self.load()
+        worker, definitions, load_ms = await self.load()
+        self.unclaimed.discard(worker)
+        return worker, definitions, load_ms
 
     async def _start_worker(self) -> Worker | None:
         if not await self._admitted():
@@ -668,7 +688,16 @@ class WorkerPool:
         return sum(r.inflight() for r in (*self.runners.values(), *self.discarded))
 
     def _stop_an_idle_worker(self) -> Worker | None:
-        """Retire the worker idle the longest, for a spawn waiting for a slot; None when none is idle."""
+        """For a spawn waiting for a slot: stop a generation a scan loaded and has not installed yet
+        (its module's definitions are kept; its first call starts a worker), else retire the worker
+        idle the longest; None when no worker serves no one."""
+        for runner in (*self.runners.values(), *self.discarded):
+            for worker in runner.unclaimed:
+                if worker.state == "ready" and not worker.pending:
+                    runner.unclaimed.discard(worker)
+                    runner.retiring.add(worker)
+                    worker.retire()
+                    return worker
         idle = [(since, runner) for runner in self.runners.values() if (since := runner.idle_since()) is not None]
         if not idle:
             return None
@@ -723,5 +752,9 @@ class WorkerPool:
         return [self.spawner, *self.confined_spawners.values()]
 
     def confined_info(self) -> list[dict[str, Any]]:
-        """For status: each project's confined fork server (``Spawner.info``), by project."""
-        return [{"project": project, **spawner.info()} for project, spawner in sorted(self.confined_spawners.items())]
+        """For status: each project's confined fork server (``Spawner.info``) that runs, or that was
+        lost or replaced, by project."""
+        return [
+            {"project": project, **info} for project, spawner in sorted(self.confined_spawners.items())
+            if (info := spawner.info())["pid"] is not None or info["lost"] or info["replaced"]
+        ]

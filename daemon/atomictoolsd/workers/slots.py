@@ -6,10 +6,12 @@ free goes to the project whose turn it is, round robin, and within a project to 
 spawn: a project scanning hundreds of modules takes one slot in turn with every other project
 that waits, never all of them.
 
-While spawns wait, idle workers make room: the one unused the longest is retired for each waiting
-spawn (``make_room``), at once and again every ``RETRY`` seconds while spawns wait (a worker that
-was busy may have gone idle meanwhile). Idle workers cost nothing to stop: the next call to their
-module starts one again.
+While spawns wait, workers that serve no one make room, one for each waiting spawn (``make_room``),
+at once and again every ``RETRY`` seconds while spawns wait (a worker that was busy may have gone
+idle meanwhile): first a generation a scan has loaded and not installed yet (a scan installs its
+modules together, when all have loaded: were the loaded ones to keep their slots, the rest could
+wait for them for ever), then the idle worker unused the longest. Either costs nothing to stop: the
+module's definitions are kept, and its next call starts a worker.
 
 Daemon side; knows a worker only as what ``make_room`` returned, to tell when that one has ended.
 """
@@ -28,8 +30,7 @@ class WorkerSlots:
     """The slots of ``limit`` workers, and the spawns that wait for one.
 
     Args:
-        make_room: retires the idle worker unused the longest and returns it; None when no worker
-            is idle.
+        make_room: stops a worker that serves no one and returns it; None when there is none.
     """
 
     RETRY = 0.25  # seconds between two looks for an idle worker to stop while spawns wait

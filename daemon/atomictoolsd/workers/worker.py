@@ -118,7 +118,8 @@ class ModuleRunner(Protocol):
 
     spec: WorkerSpec
     backoff: CrashBackoff
-    pool: Any  # pool.WorkerPool: its settings (max_result_bytes) and its spawner
+    pool: Any  # pool.WorkerPool: its settings (max_result_bytes), its spawner and its worker slots
+    waiting_for_slot: bool  # a spawn of its waits for one of the max_workers slots
 
     def record(self, call: Call, result: bytes) -> None: ...
 
@@ -219,6 +220,12 @@ class Call(msgspec.Struct, eq=False):
         """The timeout fired: answer with an error, then stop the work."""
         if self.asking:
             self.fail(f"Tool {self.tool!r} timed out waiting for the client to answer its question (ask_timeout)")
+        elif self.worker is None and self.runner.waiting_for_slot:
+            self.fail(
+                f"Tool {self.tool!r} timed out after {self.timeout:g} s waiting for a worker: the "
+                f"{self.runner.pool.slots.limit} that may run at once (max_workers) are all busy; raise "
+                "max_workers, or try again later"
+            )
         else:
             self.fail(f"Tool {self.tool!r} timed out after {self.timeout:g} s")
 
