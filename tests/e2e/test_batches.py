@@ -1,6 +1,6 @@
 """JSON-RPC batches: taken in a session of MCP 2025-03-26, the one revision that has them, on the
 socket (one array line of answers) and over HTTP (one JSON array, or an SSE stream); refused in
-every other session as before."""
+every other session."""
 
 from __future__ import annotations
 
@@ -16,25 +16,7 @@ from helpers import Daemon, Env, RawConnection
 
 served = test_http.served  # the fixture: a daemon serving HTTP, with echo, slow and touch in its project
 
-ECHO = '''
-def echo(text: str) -> str:
-    """Say it back."""
-    return text
-'''
-
-SLOW = '''
-import asyncio
-from pathlib import Path
-
-from atomictools import Context
-
-async def slow(seconds: float, marker: str, ctx: Context) -> str:
-    """Report progress, sleep, then write a marker (unless cancelled first)."""
-    ctx.progress(1, 2, "half way")
-    await asyncio.sleep(seconds)
-    Path(__file__).resolve().parents[2].joinpath(marker).write_text("ran")
-    return "slept"
-'''
+ECHO, SLOW = test_http.ECHO, test_http.SLOW
 
 FAILS = '''
 from atomictools import ToolError

@@ -130,7 +130,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
 def _allowed_hosts(args: argparse.Namespace) -> object:
     """What ``--allow-net`` allows: True (any public host) or the hosts it names (``HOST,…``).
 
-    ``--allow-net DIR`` with no other DIR reads as it always has: the network, for the project at
+    ``--allow-net DIR`` with no other DIR means the network, for the project at
     DIR (a host list is never a directory here); ``--allow-net=HOST`` is always hosts.
     """
     from atomictoolsd.config.nethosts import parse_hosts  # lazy: only this command pays for it (start-up cost)

@@ -535,7 +535,10 @@ def _refusal(status: int, code: int, message: str, headers: bytes = b"") -> Refu
 
 def _takes_sse(accept: bytes | None) -> bool:
     """Whether a POST's ``Accept`` takes an SSE stream for its answer (no ``Accept`` takes anything)."""
-    return accept is None or b"text/event-stream" in accept or b"*/*" in accept
+    if accept is None:
+        return True
+    lowered = accept.lower()  # media types are case-insensitive
+    return b"text/event-stream" in lowered or b"*/*" in lowered
 
 
 def _acceptable(accept: bytes | None) -> bool:
