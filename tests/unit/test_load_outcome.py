@@ -11,7 +11,7 @@ from atomictoolsd.workers.pool import LoadFailure, SpawnError
 
 
 def settle(load: Any) -> Any:
-    return asyncio.run(load_outcome(load))
+    return asyncio.run(load_outcome("m.py", load))
 
 
 def test_each_way_a_load_ends_is_its_own_case() -> None:
@@ -38,12 +38,18 @@ def test_each_way_a_load_ends_is_its_own_case() -> None:
             raise AssertionError(other)
 
 
-def test_an_unexpected_error_is_not_swallowed() -> None:
+def test_a_bug_while_loading_one_module_is_its_load_error_logged_and_tried_again(caplog: Any) -> None:
+    # Not an exception out of the scan: that failed every other module's load and every attach.
     async def breaks() -> Any:
-        raise KeyError("a bug")
+        raise TypeError("can only concatenate str (not \"NoneType\") to str")
 
-    try:
-        settle(breaks())
-    except KeyError:
-        return
-    raise AssertionError("a bug became an outcome")
+    match settle(breaks()):
+        case NotLoaded(failure=failure):
+            assert failure.info["file"] == "m.py" and failure.info["line"] is None
+            assert "TypeError: can only concatenate str" in failure.info["message"]
+            assert "its log has the traceback" in failure.info["message"]
+            assert not failure.by_module  # not cached: the next load tries again
+        case other:
+            raise AssertionError(other)
+    [record] = [r for r in caplog.records if r.exc_info]
+    assert "m.py" in record.getMessage() and record.exc_info[0] is TypeError

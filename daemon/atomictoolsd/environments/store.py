@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from atomictoolsd.config.discovery import local_tools_dir
-from atomictoolsd.environments.installer import InstallError, find_installer
+from atomictoolsd.environments.installer import Installer, InstallError, find_installer
 from atomictoolsd.environments.project import describe, project_env
 from atomictoolsd.environments.script import ScriptError, ScriptMetadata, parse_metadata, python_meets
 from atomictoolsd.workers.protocol import EnvSpec, LoadFailure
@@ -93,6 +93,7 @@ class Environments:
         self._ready: dict[str, EnvSpec] = {}  # by declaration: environments known whole
         self._builds: dict[str, _Build] = {}  # by declaration: builds under way
         self._making: dict[str, asyncio.Future[None]] = {}  # by resolved set: installs under way
+        self._finding = asyncio.Lock()  # one installer lookup at a time: see _installer
         self._serial = itertools.count()
         self._swept = False
         self.built = 0
@@ -273,13 +274,20 @@ class Environments:
             return None
         return _env_spec(directory, requirements)
 
+    async def _installer(self) -> Installer:
+        """The installer the setting names, as found now. In a thread, since finding uv reads the
+        interpreter's configuration (sysconfig, ~5 ms the first time); one lookup at a time, since
+        that first read is not safe from two threads at once (builds of two declarations starting
+        together saw ``EXE`` still unset)."""
+        async with self._finding:
+            return await asyncio.get_running_loop().run_in_executor(None, find_installer, self.config.installer, self.home)
+
     async def _build(self, declaration: str, build: _Build) -> EnvSpec:
         started = time.monotonic()
         requirements = build.info["requirements"]
         self._sweep()
         try:
-            # In a thread: finding uv reads the interpreter's configuration (sysconfig, ~5 ms the first time).
-            installer = await asyncio.get_running_loop().run_in_executor(None, find_installer, self.config.installer, self.home)
+            installer = await self._installer()
         except InstallError as exc:
             self.failed += 1
             log.warning("cannot install %s: %s", ", ".join(requirements), exc,

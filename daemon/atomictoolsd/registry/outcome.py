@@ -11,6 +11,7 @@ Data only: no loading, no committing (``projects`` does both).
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ from atomictoolsd.workers.pool import LoadFailure, SpawnError
 
 if TYPE_CHECKING:
     from atomictoolsd.workers.worker import Worker
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BLOCKED", "HELD", "Blocked", "Cached", "Held", "NotLoaded", "Late", "LoadOutcome", "Loaded", "NoWorker", "load_outcome"]
 
@@ -78,12 +81,18 @@ BLOCKED = Blocked()
 HELD = Held()
 
 
-async def load_outcome(load: Any) -> LoadOutcome:
-    """Await a runner's ``load()``; its failures become values, not exceptions."""
+async def load_outcome(path: str, load: Any) -> LoadOutcome:
+    """Await a runner's ``load()`` of the module at ``path``; its failures become values, not
+    exceptions. A bug of the daemon's while loading one module is that module's load error (logged
+    with its traceback, tried again at the next load), never a failed scan of every other module."""
     try:
         worker, definitions, load_ms = await load
     except LoadFailure as failure:
         return NotLoaded(failure)
     except SpawnError as error:
         return NoWorker(error)
+    except Exception as exc:
+        log.exception("loading %s failed on atomictoolsd's side", path)
+        message = f"atomictoolsd could not load it: {type(exc).__name__}: {exc} (a bug of atomictoolsd's; its log has the traceback)"
+        return NotLoaded(LoadFailure(path, None, message, by_module=False))
     return Loaded(worker, definitions, load_ms)

@@ -618,7 +618,7 @@ class Registry:
         self._set_up(tools_dir, runner, deps)
         if tools_dir.scope == "local":
             self._listed[runner] = root_listing(tools_dir.cwd)
-        task = asyncio.ensure_future(load_outcome(runner.load()))
+        task = asyncio.ensure_future(load_outcome(file.path, runner.load()))
         await asyncio.wait([task], timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
         return file, (task.result() if task.done() else Late(task))
 
