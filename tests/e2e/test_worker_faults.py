@@ -344,7 +344,7 @@ def test_what_a_tool_prints_goes_to_the_event_log_as_its_modules_output_bounded(
         def seen() -> set[tuple[str, str, str]]:
             return {(e["level"], e["stream"], e["message"]) for e in output_events(env) if e["module"] == module}
 
-        wait_for(lambda: expected <= seen(), timeout=15, interval=0.1, message=f"{expected} in the log")
+        wait_for(lambda: expected <= seen(), timeout=15, interval=0.1, message=f"{expected} in the log (seen {seen()})")
 
         started = time.monotonic()
         assert client.call("noisy_flood").text == "flooded"
