@@ -208,7 +208,7 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
         from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a dir is to be confined
 
         if not sandbox.support()["available"] or not _utf8(str(tools_dir.cwd)):
-            # The product's own code: it runs as before rather than not at all (a project whose
+            # The product's own code: it runs unconfined rather than not at all (a project whose
             # path is not UTF-8 cannot reach the fork server: the shared workers serve it).
             return _FULL
         trusted = config.trust_all or store.is_trusted(tools_dir.cwd)

@@ -267,7 +267,7 @@ class Connection(asyncio.Protocol):
             try:
                 request = decode_call(line)  # only a well-formed 2.0 tools/call fits
             except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-                pass  # read again as a Message below, which answers it as it always has
+                pass  # read again as a Message below, answered by the rules for every message
             else:
                 # What is checked of any request below (its id is new; tools/call is never locked
                 # out), then the call, as _run_handler runs a handler.

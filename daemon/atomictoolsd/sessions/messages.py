@@ -58,8 +58,8 @@ class CallParams(msgspec.Struct):
 
 class CallRequest(msgspec.Struct):
     """A whole ``tools/call`` line, envelope and params in one decode: the call path's. A line that
-    does not fit (another method, a malformed id or params) is read again as a ``Message``, whose
-    handling answers it exactly as before."""
+    does not fit (another method, a malformed id or params) is read again as a ``Message`` and
+    answered by the rules for every message."""
 
     jsonrpc: Literal["2.0"]
     id: int | str

@@ -29,7 +29,7 @@ reads its settings or starts a thread or an event loop), so it and its workers r
 machine code at the daemon's own addresses. On one core, where a call goes daemon → worker → daemon,
 these processes take turns on one branch predictor, and with shared addresses each finds it trained
 by the others: a call then costs ~9 µs (15 %) less than with an exec'd fork server
-(docs/performance.md, "The call path, third pass"). It is sealed as an exec'd one is: the daemon
+(docs/performance.md, "Shared code addresses"). It is sealed as an exec'd one is: the daemon
 is (``serve`` re-executes itself sealed; one that still is not gets an exec'd fork server), and the
 child keeps none of its descriptors, runs from
 ``/`` with ``sealed_environ()`` and never returns to the daemon's code. A fork server that replaces a

@@ -66,7 +66,7 @@ class Runtime:
     arrive together with others go to pool threads, so they overlap; calls of a quick tool that
     arrive together run inline one after the other, which costs each less than a hand-off would
     (sixteen calls in flight to a one-line tool: up to twice the calls/s). A quick call that only
-    looked slow (the machine was busy) sends the next few calls to the pool, as before. A slow
+    looked slow (the machine was busy) sends the next few calls to the pool. A slow
     tool's calls are all timed; of the quick ones, one in ``TIME_EVERY`` inline calls is.
 
     The inline path of a quick call reads no clock and, when no other sync call runs and no other
