@@ -1,5 +1,7 @@
 """The agents' own CLIs check the entry ``connect`` wrote: Claude Code, OpenCode, Gemini CLI and Qwen
-Code each list their MCP servers offline, without a login, starting our shim as they do.
+Code each list their MCP servers offline, without a login, starting our shim as they do. Qwen Code
+also calls tools through it, TypeScript and Python, its model a scripted one on 127.0.0.1
+(``scripted_model.py``).
 
 The CLIs come from npm into ``.ci/agents/node_modules`` (``.ci/run`` installs them; by hand:
 ``npm install --prefix .ci/agents --no-audit --no-fund``). A test skips, saying so, when its CLI is
