@@ -4,8 +4,10 @@
 The script is a list of tool calls. Each request of the agent answers the next call — the tool
 named in the request's ``tools`` whose name ends with the scripted name (agents prefix an MCP
 server's tools: ``mcp__atomic__lint``, ``mcp_atomic_lint``) — and records the result of the call
-before it, carried by the request's ``tool`` message. Once every call has been made, the answer is
-plain text and the agent's turn ends. Requests with ``stream: true`` are answered as Server-Sent
+before it, carried by the request's ``tool`` message. An agent that defers its MCP tools (Qwen Code:
+their names in its system prompt, their schemas sent once the model asks) is first asked, through its
+tool search, for every scripted tool it names. Once every call has been made, the answer is plain
+text and the agent's turn ends. Requests with ``stream: true`` are answered as Server-Sent
 Events, one chunk per delta, as OpenAI's API does.
 
 Only the standard library: a ``ThreadingHTTPServer`` in a thread of the test, stopped by ``close``.
@@ -165,17 +167,21 @@ def _names(offered: str, tool: str) -> bool:
 
 
 def _search(transcript: _Transcript, request: dict[str, Any], offered: list[str], tool: str) -> dict[str, Any] | None:
-    """A call of the agent's tool search for ``tool``, when the agent defers its MCP tools (names them
-    in its system prompt and sends their schemas once the model asks); None when it does not."""
+    """A call of the agent's tool search for ``tool`` and every other scripted tool still to load, when
+    the agent defers its MCP tools (names them in its system prompt and sends their schemas once the
+    model asks); None when it does not."""
     searcher = next((n for n in offered if n in SEARCH_TOOLS), None)
     if searcher is None or tool in transcript.searched:
         return None
     prompt = " ".join(_text(m.get("content")) for m in request.get("messages", []) if m.get("role") == "system")
-    deferred = re.search(rf"\bmcp_\w*_{re.escape(tool)}\b", prompt)
-    if deferred is None:
+    wanted = [call.tool for call in transcript.calls if call.name is None and call.tool not in transcript.searched]
+    deferred = {name: re.search(rf"\bmcp_\w*_{re.escape(name)}\b", prompt) for name in wanted}
+    found = {name: match.group(0) for name, match in deferred.items() if match is not None}
+    if tool not in found:
         return None
-    transcript.searched.append(tool)
-    return _calling(f"search_{len(transcript.searched)}", searcher, {"query": f"select:{deferred.group(0)}"})
+    transcript.searched.extend(found)
+    query = {"query": "select:" + ",".join(found.values()), "max_results": len(found)}
+    return _calling(f"search_{len(transcript.searched)}", searcher, query)
 
 
 def _calling(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
