@@ -1,5 +1,7 @@
 """The agents' own CLIs check the entry ``connect`` wrote: Claude Code, OpenCode, Gemini CLI and Qwen
-Code each list their MCP servers offline, without a login, starting our shim as they do.
+Code each list their MCP servers offline, without a login, starting our shim as they do. Qwen Code
+also calls tools through it, TypeScript and Python, its model a scripted one on 127.0.0.1
+(``scripted_model.py``).
 
 The CLIs come from npm into ``.ci/agents/node_modules`` (``.ci/run`` installs them; by hand:
 ``npm install --prefix .ci/agents --no-audit --no-fund``). A test skips, saying so, when its CLI is
@@ -8,20 +10,25 @@ not installed there or on PATH.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from helpers import Env
+from javascript_helpers import js_settings
+from scripted_model import FINAL_TEXT, ScriptedCall, ScriptedModel
 from shim_helpers import SHIM
 
 NODE_BIN = Path(__file__).resolve().parents[2] / ".ci" / "agents" / "node_modules" / ".bin"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+JS_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "javascript"
 
 
 def agent_cli(name: str) -> str:
@@ -177,3 +184,77 @@ def test_claude_code_ignores_an_approval_the_repository_ships_and_doctor_says_so
     approval = doctor_approval(env)
     assert "Pending approval" in connected_line(run(env, claude, "mcp", "list"))
     assert not approval["ok"] and "git tracks .claude/settings.local.json" in str(approval["detail"]), approval
+
+
+QWEN_CALLS = {  # tool: (arguments, the result the tool computes from them)
+    "lint": ({"filePath": "src/app.ts"}, "lint-ok src/app.ts\n"),  # Atomic's lint.ts, a default export
+    "weather_getTemp": ({"city": "Oslo", "unit": "fahrenheit"}, "Oslo: 69.8°F"),  # a named export, a Zod enum
+    "greet": ({"name": "Ada", "enthusiastic": True}, "HELLO, ADA!"),  # an OpenCode plugin's tool
+    "patterns": ({  # OpenCode's Zod patterns: the tool echoes its arguments with the default and transform applied
+        "email": "a@b.co", "limited": "x", "pattern": "555-123-4567", "age": 30, "score": 99.5, "tags": ["a"],
+        "coords": [1, 2], "items": [{"id": "i", "quantity": 2}], "config": {"host": "h", "port": 80},
+        "format": "yaml", "mode": "auto", "name": "MiXeD",
+    }, None),
+    "squad_decide": ({"title": "Use Bun", "body": "Because.", "agentName": "fenster"},  # a Copilot SDK defineTool
+                     'Decision "Use Bun" written to inbox as fenster-use-bun.md. Scribe will merge to decisions.md.'),
+    "hello": ({"name": "Ada"}, "hello Ada, from Python"),  # a Python tool, for contrast
+}
+
+
+@pytest.fixture
+def js_agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def]
+    """As ``agent_env``, with the example tools of Atomic, OpenCode and the Copilot SDK served on Bun
+    beside a Python tool, in a project trusted as its user trusts it."""
+    settings = js_settings("bun")
+    _agent_project(env)
+    env.write_tool(env.local_tools, "hello.py",
+                   'def hello(name: str) -> str:\n    """Say hello."""\n    return f"hello {name}, from Python"\n')
+    shutil.copytree(JS_FIXTURES / "atomic", env.local_tools, dirs_exist_ok=True)
+    shutil.copytree(JS_FIXTURES / "opencode", env.project / ".opencode" / "tools")
+    # What Atomic's lint example runs: `bun lint FILE`, the project's own lint script.
+    (env.project / "package.json").write_text(json.dumps({"scripts": {"lint": "echo lint-ok"}}))
+    env.vars["PATH"] = os.pathsep.join([settings["PATH"].split(os.pathsep)[0], env.vars["PATH"]])
+    make_daemon({**settings, "PATH": env.vars["PATH"], "ATOMICTOOLS_LOAD_WAIT": "15"})
+    done = subprocess.run([SHIM, "trust", "--yes", str(env.project)], env=env.vars, cwd=env.project,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return env
+
+
+def run_headless(env: Env, *command: str, timeout: float = 60) -> str:
+    """Run an agent in a process group of its own, and kill what is left of the group after it."""
+    proc = subprocess.Popen(command, env=env.vars, cwd=env.project, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    return ANSI.sub("", output)
+
+
+def test_qwen_code_calls_typescript_and_python_tools_through_the_shim(js_agent_env: Env) -> None:
+    """Qwen Code, headless, against a scripted model on 127.0.0.1: the model calls each tool by the
+    name Qwen Code gives it (after its tool search, which defers MCP tools), and each result the tool
+    computed from the model's arguments comes back to the model in Qwen Code's next request."""
+    qwen = agent_cli("qwen")
+    env = js_agent_env
+    connect(env, "qwen")
+    connect(env, "qwen", "--trust-folder")
+    calls = [ScriptedCall(tool, arguments) for tool, (arguments, _result) in QWEN_CALLS.items()]
+    with ScriptedModel(calls) as model:
+        output = run_headless(env, qwen, "--auth-type", "openai", "--openai-base-url", model.base_url,
+                              "--openai-api-key", "scripted", "--model", model.model, "--approval-mode", "yolo",
+                              "Call the tools.")
+    assert not model.missing, f"tools Qwen Code did not offer (and what it offered): {model.missing}\n{output}"
+    results = {call.tool: call.result for call in calls}
+    assert {call.tool: call.name for call in calls} == {tool: f"mcp__atomic__{tool}" for tool in QWEN_CALLS}
+    for tool, (_arguments, expected) in QWEN_CALLS.items():
+        if expected is not None:
+            assert results[tool] == expected, (tool, results[tool], output)
+    echoed = json.loads(results["patterns"] or "{}")
+    assert (echoed["count"], echoed["name"]) == (10, "mixed"), echoed  # Zod's default and transform, in the tool
+    inbox = env.project / ".squad" / "decisions" / "inbox" / "fenster-use-bun.md"
+    assert "**Category:** general" in inbox.read_text()
+    assert FINAL_TEXT in output, output
