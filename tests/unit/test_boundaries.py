@@ -125,6 +125,7 @@ LAYERS: list[tuple[str, ...]] = [
 WORKER_SIDE = ("atomictoolsd.workers.runtime", "atomictoolsd.declarative", "atomictoolsd.workers.protocol")
 DAEMON_BOTTOM = ("atomictoolsd.config", "atomictoolsd.eventlog")
 PACKAGE_DIR = Path(atomictoolsd.__file__).resolve().parent
+CLIENT_DIR = Path(atomictools.__file__).resolve().parent
 
 
 class Import:
@@ -146,8 +147,10 @@ def module_files(root: Path = PACKAGE_DIR) -> dict[str, Path]:
 
 
 def imports_of(modules: dict[str, Path]) -> list[Import]:
-    """Every import of an atomictoolsd module, at any depth: top level, inside functions (lazy) and
-    under ``if TYPE_CHECKING`` alike: a type-only import is an arrow too."""
+    """Every import of a module of the package ``modules`` make up (atomictoolsd or atomictools), at
+    any depth: top level, inside functions (lazy) and under ``if TYPE_CHECKING`` alike: a type-only
+    import is an arrow too."""
+    own = {name.partition(".")[0] for name in modules}
     found: list[Import] = []
     for name, path in modules.items():
         source = path.read_text()
@@ -171,7 +174,7 @@ def imports_of(modules: dict[str, Path]) -> list[Import]:
                     continue
                 text = lines[child.lineno - 1] + lines[child.end_lineno - 1] if child.end_lineno else ""
                 for target in targets:
-                    if target.split(".")[0] == "atomictoolsd" and target != name:
+                    if target.split(".")[0] in own and target != name:
                         found.append(Import(name, target, path, child.lineno, in_function, "#" in text))
 
         visit(ast.parse(source), False)
@@ -194,6 +197,7 @@ def in_any(module: str, prefixes: tuple[str, ...]) -> bool:
 
 
 GRAPH = imports_of(module_files())
+CLIENT_GRAPH = imports_of(module_files(CLIENT_DIR))
 
 
 def test_every_module_is_in_a_layer() -> None:
@@ -232,9 +236,10 @@ def test_the_shim_imports_only_the_standard_library() -> None:
                 assert own or root in sys.stdlib_module_names or root == "__future__", f"{name}:{node.lineno} imports {root}"
 
 
-def test_there_are_no_import_cycles() -> None:
+def cycles_of(graph: list[Import]) -> list[list[str]]:
+    """The import cycles of ``graph``, each as the modules along it, the first again at the end."""
     edges: dict[str, set[str]] = {}
-    for i in GRAPH:
+    for i in graph:
         edges.setdefault(i.source, set()).add(i.target)
     cycles = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -254,7 +259,20 @@ def test_there_are_no_import_cycles() -> None:
     for node in sorted(edges):
         if node not in state:
             visit(node)
+    return cycles
+
+
+def test_there_are_no_import_cycles() -> None:
+    cycles = cycles_of(GRAPH)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_atomictools_has_no_import_cycles() -> None:
+    # What tool authors and clients import. The code that builds a tool's schemas from its
+    # signature needs the authoring surface, so it lives above it, in atomictoolsd.workers.runtime.
+    assert {i.source for i in CLIENT_GRAPH} >= {"atomictools", "atomictools._authoring", "atomictools._client"}
+    cycles = cycles_of(CLIENT_GRAPH)
+    assert not cycles, "import cycles in atomictools:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 def test_every_lazy_import_says_why() -> None:

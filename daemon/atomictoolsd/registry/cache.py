@@ -77,8 +77,10 @@ def runtime_files() -> list[Path]:
 
     client = Path(atomictools.__file__).parent
     daemon = Path(__file__).parent.parent
-    files = [client / name for name in ("_schema.py", "_authoring.py", "_protocol.py")]
-    files += [daemon / "workers" / "runtime" / name for name in ("main.py", "sourceload.py")]
+    files = [client / name for name in ("_authoring.py", "_jsonschema.py", "_protocol.py")]
+    files += [daemon / "workers" / "runtime" / name for name in (
+        "main.py", "sourceload.py", "schema.py", "signature.py", "pydantic_schema.py", "portable.py",
+    )]
     files.append(daemon / "workers" / "protocol.py")  # what a worker reports of a load (LoadFailure, the messages)
     files += sorted((daemon / "declarative").glob("*.py"))
     # A TypeScript or JavaScript module's: its worker's code, and the pass its definitions take.

@@ -23,7 +23,6 @@ import msgspec
 
 from atomictools._authoring import Context
 from atomictools._errors import AskError
-from atomictools._schema import ToolSpec
 from atomictoolsd.workers.protocol import (
     INVALID_ARGUMENTS,
     TEXT_HEAD,
@@ -45,6 +44,7 @@ from atomictoolsd.workers.protocol import (
 )
 from atomictoolsd.workers.runtime.arguments import Undeclared, relax, with_choices
 from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
+from atomictoolsd.workers.runtime.schema import ToolSpec
 from atomictoolsd.workers.runtime.sender import Sender, exit_worker
 
 __all__ = ["Runtime"]
