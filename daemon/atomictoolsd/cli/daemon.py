@@ -13,7 +13,6 @@ import sys
 import time
 from typing import Any
 
-from atomictools._protocol import read_renamed
 from atomictoolsd.cli import status as status_view
 from atomictoolsd.cli._common import (
     connect,
@@ -220,7 +219,7 @@ def _print_http() -> int:
     if http.get("error"):
         print(f"atomictoolsd: HTTP not served: {http['error']}", file=sys.stderr)
         return 1
-    print(f"MCP over HTTP at {http['url']} (token in {read_renamed(http, 'tokenFile', status_view.HTTP_RENAMED)})")
+    print(f"MCP over HTTP at {http['url']} (token in {http['tokenFile']})")
     return 0
 
 
@@ -234,7 +233,7 @@ def cmd_http_token(args: argparse.Namespace) -> int:
     path = Path(runtime_dir()) / TOKEN_NAME
     if args.rotate:
         reply = raw_request("atomic/http/rotate")
-        if not (isinstance(reply, dict) and read_renamed(reply, "tokenFile", status_view.HTTP_RENAMED) is not None):
+        if not (isinstance(reply, dict) and reply.get("tokenFile") is not None):
             new_token(path)  # no daemon serving HTTP: the next one to start reads this one
         print(f"a new token is in {path}; clients using the old one get 401 until they read it")
     token = read_token(path)
@@ -361,7 +360,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: this directory's project: {exc}", file=sys.stderr)
     others = other_daemons(status.get("pid"))
     if args.json:
-        print_json({**status_view.current_names(status), "otherDaemons": others})
+        print_json({**status, "otherDaemons": others})
         return 0
     for line in status_view.render(status, verbose=args.verbose, width=status_view.output_width(sys.stdout), others=others):
         print(line)

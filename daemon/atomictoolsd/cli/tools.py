@@ -9,7 +9,6 @@ import stat
 import sys
 from typing import Any
 
-from atomictools._protocol import read_renamed
 from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, connect, print_json, safe, table, where
 
 __all__ = ["parse_call_arguments", "register"]
@@ -41,7 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [[safe(t["name"]), _scope(t), _first_line(t.get("description") or _UNDESCRIBED)] for t in listing["tools"]]
     if args.all:
         rows += [
-            [safe(t["name"]), f"{_listed(t, 'scope')} (shadowed by {_listed(t['shadowedBy'], 'scope')})",
+            [safe(t["name"]), f"{t['scope']} (shadowed by {t['shadowedBy']['scope']})",
              _first_line(t.get("description", ""))]
             for t in listing["shadowed"]
         ]
@@ -141,12 +140,8 @@ def _scope(tool: dict[str, Any]) -> str:
     marks = (["json"] if tool.get("kind") == "declarative" else []) + ([tool["runtime"]] if tool.get("runtime") else [])
     marks += ["confined"] if tool.get("confined") else []
     marks += ["held"] if tool.get("held") else []
-    scope = _listed(tool, "scope")
+    scope = tool["scope"]
     return f"{scope} ({', '.join(marks)})" if marks else scope
-
-
-def _listed(tool: dict[str, Any], key: str) -> Any:
-    return read_renamed(tool, key, "atomic/list tools[] and shadowed[], shadowedBy")
 
 
 def _first_line(text: str, width: int = 72) -> str:
