@@ -126,8 +126,8 @@ def _print_environment(environment: dict[str, Any] | None) -> None:
 
 def _why_untrusted(root: str) -> None:
     """Say so when the project was trusted, but for a directory that has been replaced since."""
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.trust import (
         TrustStore,
         replaced_message,
     )
@@ -183,7 +183,7 @@ def _wants_string(prop: dict[str, Any]) -> bool:
 def cmd_call(args: argparse.Namespace) -> int:
     """Call a tool. Its result goes to stdout; every error goes to stderr, with a non-zero exit code."""
     from atomictools._errors import ConnectError, RPCError
-    from atomictoolsd.cli.prompts import Progress, ask_on_terminal  # lazy: only `call` pays for it (start-up cost)
+    from atomictoolsd.cli.prompts import Progress, ask_on_terminal
 
     progress = Progress() if sys.stderr.isatty() else None
     try:
@@ -251,7 +251,7 @@ def _full_output(result: Any) -> str | None:
     The path comes from a worker, so it is read only when it is a regular file of this user under
     the daemon's spill dir, opened without following a link: never a FIFO, a device or elsewhere.
     """
-    from atomictoolsd.config.paths import Paths  # lazy: only `call --full` pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
 
     path = (result.meta or {}).get("atomic/fullOutput")
     if not isinstance(path, str):

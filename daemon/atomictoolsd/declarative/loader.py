@@ -256,7 +256,7 @@ def _default_annotations(handler: Any) -> dict[str, Any]:
 
 
 def _hint(key: str, known: Any) -> str:
-    import difflib  # only on this error path
+    import difflib  # lazy: only on this error path
 
     close = difflib.get_close_matches(key, list(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"

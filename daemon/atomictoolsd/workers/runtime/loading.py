@@ -81,7 +81,7 @@ declared: dict[str, Any] = {}  # what the module just loaded declared of itself 
 
 
 def _load_declarative(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
-    from atomictoolsd.declarative import load_file  # usually imported already: see prepare()
+    from atomictoolsd.declarative import load_file  # lazy: usually imported already: see prepare()
 
     return load_file(path)
 

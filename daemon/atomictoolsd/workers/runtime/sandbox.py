@@ -739,7 +739,7 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
         raise SandboxError("a worker must be confined before it starts a thread")
     try:
         os.environ.update(_worker_env(policy, temp_dir))
-        import tempfile  # noqa: PLC0415 - already imported in the fork server; the cache must forget /tmp
+        import tempfile  # lazy: already imported in the fork server; the cache must forget /tmp
 
         tempfile.tempdir = None
         runtime = list(runtime)
@@ -874,7 +874,7 @@ class _Prepared:
     """
 
     def __init__(self, ruleset: int, abi: int, policy: dict[str, Any], temp_dir: str) -> None:
-        import tempfile  # noqa: PLC0415 - in the fork server, which has it imported already
+        import tempfile  # lazy: in the fork server, which has it imported already
 
         libc = _libc()
         self.syscall = libc.syscall
@@ -921,7 +921,7 @@ class _Prepared:
 
     def restore(self) -> None:
         """In the fork server, once the worker is forked: its own environment back."""
-        import tempfile  # noqa: PLC0415 - in the fork server, which has it imported already
+        import tempfile  # lazy: in the fork server, which has it imported already
 
         self.close()
         for name, value in self.saved_env.items():
