@@ -148,7 +148,7 @@ class Runtime:
         """
         inbox = self._inbox
         recv = self.sock.recv
-        whole = self._frames.whole
+        single_frame = self._frames.single_frame
         feed = self._frames.feed
         plain = self._plain
         slow = self._slow
@@ -162,7 +162,7 @@ class Runtime:
                     data = b""
                 if not data:
                     exit_worker()
-                message = whole(data)
+                message = single_frame(data)
                 if message is None:  # part of a frame, or several: the reader keeps what is not whole yet
                     inbox.extend(feed(data))
                     continue
