@@ -96,7 +96,7 @@ def _account_home() -> str | None:
     """Your home as the account database has it: no variable of a process's environment moves it."""
     if not _HOME:
         try:
-            import pwd  # lazy: the shim's start-up: a runtime dir of the session needs no account lookup
+            import pwd  # lazy: absent where there is no account database (the ImportError below)
 
             _HOME.append(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
         except (ImportError, KeyError):
