@@ -94,7 +94,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'atomictools' has no attribute {name!r}")
-    import importlib
+    import importlib  # lazy: this module imports nothing at run time (above)
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

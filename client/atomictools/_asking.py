@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from atomictools._jsonschema import inline_refs
+
 __all__ = ["Elicitation", "Sample", "elicitation_params", "read_elicitation", "read_sample", "sampling_params"]
 
 Action = Literal["accept", "decline", "cancel"]
@@ -137,8 +139,6 @@ def requested_schema(schema: Any) -> dict[str, Any]:
         if schema.get("type") != "object" or not isinstance(schema.get("properties", {}), dict):
             raise TypeError('an elicitation schema must be a JSON Schema object: {"type": "object", "properties": {...}}')
         return schema
-    from atomictools._schema import inline_refs  # lazy: only tools that ask with a type need it
-
     try:
         built = inline_refs(msgspec.json.schema(schema))
     except (TypeError, ValueError) as exc:

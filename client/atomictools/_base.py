@@ -132,7 +132,7 @@ def convert_tools(tools: list[dict[str, Any]], format: ToolFormat) -> list[dict[
 def start_daemon(directory: str | None = None) -> None:
     """Start the daemon for a client attaching ``directory``: its files may be in neither that
     project nor the working directory's (``_paths.check_locations``)."""
-    from atomictools._autostart import start_daemon  # imports subprocess; only needed here
+    from atomictools._autostart import start_daemon  # lazy: imports subprocess; only needed here
 
     try:
         anchors = [os.getcwd()]

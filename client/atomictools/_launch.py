@@ -57,7 +57,7 @@ def own_roots(environ: Mapping[str, str] | None = None) -> list[str]:
         module = sys.modules.get(name)
         origin = getattr(module, "__file__", None)
         if origin is None and module is None:
-            from importlib.util import find_spec
+            from importlib.util import find_spec  # lazy: only for a package not imported yet
 
             spec = find_spec(name)
             origin = spec.origin if spec is not None else None

@@ -96,7 +96,7 @@ def _account_home() -> str | None:
     """Your home as the account database has it: no variable of a process's environment moves it."""
     if not _HOME:
         try:
-            import pwd
+            import pwd  # lazy: absent where there is no account database (the ImportError below)
 
             _HOME.append(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
         except (ImportError, KeyError):
@@ -335,9 +335,9 @@ def runtime_dir(anchors: Iterable[str] | None = None) -> str:
     base = login_runtime_dir()
     if base is not None:
         return os.path.join(base, APP_NAME)
-    import warnings
+    import warnings  # lazy: as platformdirs
 
-    import platformdirs  # only without a runtime dir of the session (macOS, containers, cron)
+    import platformdirs  # lazy: only without a runtime dir of the session (macOS, containers, cron)
 
     with warnings.catch_warnings():  # its "XDG_RUNTIME_DIR is not set" warning is expected here
         warnings.simplefilter("ignore")

@@ -6,7 +6,7 @@ Standard library only: the stdio shim and the worker runtime import this module 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -18,11 +18,8 @@ __all__ = [
     "METHOD_NOT_FOUND",
     "NAME_PATTERN",
     "PARSE_ERROR",
-    "RENAMED",
     "SUPPORTED_PROTOCOL_VERSIONS",
     "check_tool_name",
-    "read_renamed",
-    "with_old_names",
 ]
 
 # JSON-RPC 2.0 error codes (MCP uses the same).
@@ -62,55 +59,3 @@ def check_tool_name(name: str) -> str | None:
 # The key of a tool definition that carries its input schema as the author wrote it (JSON Schema
 # 2020-12 with $defs/$ref), beside the portable one in ``inputSchema``; never sent as such to a client.
 WRITTEN_SCHEMA = "atomic/writtenInputSchema"
-
-# Keys of the daemon's own atomic/* results renamed in 0.2 so that they read as MCP's do (camelCase,
-# one name per idea), by where they appear: {old: new}. Until 0.3 each result carries the old key
-# beside the new one with the same value (``with_old_names``); docs/protocol.md#renamed lists them.
-RENAMED: dict[str, dict[str, str]] = {
-    "atomic/status": {"config_sources": "configSources", "config_file": "configFile"},
-    "atomic/status modules[]": {
-        "source": "definitionsFrom",  # worker or cache; "source" was also the scope in atomic/list
-        "errors": "failedCalls",  # a count; "errors" is the list of load errors everywhere else
-        "worker_state": "workerState",
-        "last_error": "lastError",
-        "retry_in": "retryIn",
-        "p50_ms": "p50Ms",
-        "p99_ms": "p99Ms",
-        "load_ms": "loadMs",
-        "blocked_reason": "blockedReason",
-        "loading": "starting",  # a count of workers; "loading" is the list of modules whose import runs
-    },
-    "atomic/status watcher": {"debounce_ms": "debounceMs", "step_ms": "stepMs"},
-    "atomic/status monitor": {
-        "killed_for_memory": "killedForMemory",
-        "reaped_idle": "reapedIdle",
-        "stopped_over_max_idle": "stoppedOverMaxIdle",
-    },
-    "atomic/status service": {"watchdog_sec": "watchdogSec"},
-    "atomic/status http, atomic/http/rotate": {"token_file": "tokenFile"},
-    "atomic/status reload": {"config_error": "configError"},
-    "atomic/status bridges[]": {"owner": "ownerPid"},  # as atomic/bridges/* name it
-    "atomic/list tools[] and shadowed[], shadowedBy": {"source": "scope"},  # as errors[] and status name it
-    "blocked[] of atomic/attach, atomic/list, atomic/reload": {"full_command": "fullCommand"},
-}
-
-
-def with_old_names(result: dict[str, Any], where: str) -> dict[str, Any]:
-    """``result`` (changed in place) with the pre-0.2 name of each renamed key it has, as ``RENAMED``
-    says for ``where``; returned for chaining."""
-    for old, new in RENAMED[where].items():
-        if new in result:
-            result[old] = result[new]
-    return result
-
-
-_OLD_NAME: dict[str, dict[str, str]] = {where: {new: old for old, new in names.items()} for where, names in RENAMED.items()}
-
-
-def read_renamed(result: dict[str, Any], new: str, where: str, default: Any = None) -> Any:
-    """The value of the renamed key ``new`` of ``result`` (found ``where``, as ``RENAMED`` says),
-    read under its old name from a daemon older than 0.2 (a CLI newer than the running daemon);
-    ``default`` when it has neither."""
-    if new in result:
-        return result[new]
-    return result.get(_OLD_NAME[where][new], default)

@@ -53,7 +53,7 @@ async def _http_session(env: Env, daemon: Daemon, **callbacks: Any) -> AsyncIter
 
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    token = Path(info["token_file"]).read_text().strip()
+    token = Path(info["tokenFile"]).read_text().strip()
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         async with streamable_http_client(f"{info['url']}?directory={env.project}", http_client=http) as (read, write):
             async with ClientSession(read, write, **callbacks) as session:

@@ -397,7 +397,7 @@ def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env,
     assert [e["event"] for e in ends] == ["tool.cancelled"], ends
     with daemon.client() as client:
         nap = next(m for m in client.status()["modules"] if m["path"].endswith("nap.py"))
-    assert (nap["calls"], nap["errors"], nap["cancelled"]) == (0, 0, 1), nap
+    assert (nap["calls"], nap["failedCalls"], nap["cancelled"]) == (0, 0, 1), nap
     assert "CANCELLED" in run(env, "status", "--verbose").stdout
 
 

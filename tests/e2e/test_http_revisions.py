@@ -50,7 +50,7 @@ def test_each_revision_gets_only_what_its_schema_has_over_http(env: Env, make_da
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    session = Session(info["url"], Path(info["token_file"]).read_text().strip(), version)
+    session = Session(info["url"], Path(info["tokenFile"]).read_text().strip(), version)
     [init] = session.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
     init = init["result"]

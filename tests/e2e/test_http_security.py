@@ -76,7 +76,7 @@ def test_an_address_named_explicitly_is_served_with_the_token_and_only_under_its
     env.write_tool(env.local_tools, "touch.py", TOUCH)
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.2:0"})
     info = _status(daemon)
-    token = Path(info["token_file"]).read_text().strip()
+    token = Path(info["tokenFile"]).read_text().strip()
     port = int(info["url"].rsplit(":", 1)[1].split("/")[0])
     assert info["url"] == f"http://127.0.0.2:{port}/mcp"
     path = f"/mcp?directory={env.project}"
@@ -103,7 +103,7 @@ def test_another_users_daemon_and_another_user_get_401_and_nothing_runs(env: Env
     other = Daemon(other_env, {"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     try:
         other.start()
-        other_token = Path(_status(other)["token_file"]).read_text().strip()
+        other_token = Path(_status(other)["tokenFile"]).read_text().strip()
     finally:
         other.stop()
         other_env.cleanup()
@@ -115,7 +115,7 @@ def test_another_users_daemon_and_another_user_get_401_and_nothing_runs(env: Env
     # connection is closed as it is accepted (the kernel says who owns the client's socket).
     def attempt() -> str:
         try:
-            Path(info["token_file"]).read_text()
+            Path(info["tokenFile"]).read_text()
             outcome = "read the token"
         except OSError as exc:
             outcome = f"token unreadable: errno {exc.errno}"

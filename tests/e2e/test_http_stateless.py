@@ -118,7 +118,7 @@ def endpoint(env: Env, make_daemon: Any) -> Endpoint:
     daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    return Endpoint(info["url"], Path(info["token_file"]).read_text().strip(), env.project)
+    return Endpoint(info["url"], Path(info["tokenFile"]).read_text().strip(), env.project)
 
 
 @pytest.mark.parametrize("missing", ["Mcp-Method", "Mcp-Name", "MCP-Protocol-Version"])

@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from atomictools._schema import inline_refs
+from atomictools._jsonschema import inline_refs
 from helpers import Daemon, Env
 
 pydantic = pytest.importorskip("pydantic")

@@ -255,7 +255,7 @@ def test_path_of_the_log_and_manager_in_status(daemon: Daemon, env: Env) -> None
     with RawConnection(env.socket) as raw:
         status = raw.request("atomic/status")["result"]
     assert status["service"] == {
-        "manager": "none", "unit": None, "notify": False, "watchdogSec": None, "activated": False, "watchdog_sec": None,
+        "manager": "none", "unit": None, "notify": False, "watchdogSec": None, "activated": False,
     }
     assert status["log"]["file"] == str(env.root / "state" / "atomictools" / "log" / "atomictoolsd.log")
     assert Path(status["log"]["file"]).exists()

@@ -276,7 +276,7 @@ def test_status_counts_calls_and_errors(math_daemon: Daemon) -> None:
         client.call("math_add", numbers=[1])
         client.call("math_refuse", reason="x")
         module = next(m for m in client.status()["modules"] if m["path"].endswith("math.py"))
-    assert (module["calls"], module["errors"]) == (2, 1)
+    assert (module["calls"], module["failedCalls"]) == (2, 1)
     assert module["state"] == "ready" and module["worker"] in {p.pid for p in math_daemon.workers()}
     assert module["p50Ms"] is not None
 

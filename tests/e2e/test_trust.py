@@ -68,9 +68,9 @@ def test_untrusted_tools_are_blocked_and_never_run_until_trusted(untrusted: Env,
         assert [t["name"] for t in listing["tools"]] == ["everywhere"], "the global dir is always trusted"
         assert listing["blocked"] == [
             {"file": str(env.local_tools / "decl.json"), "scope": "local", "root": str(root), "command": command,
-             "fullCommand": full, "full_command": full, "message": offer, "agentMessage": to_agent},
+             "fullCommand": full, "message": offer, "agentMessage": to_agent},
             {"file": str(env.local_tools / "probe.py"), "scope": "local", "root": str(root), "command": command,
-             "fullCommand": full, "full_command": full, "message": offer, "agentMessage": to_agent},
+             "fullCommand": full, "message": offer, "agentMessage": to_agent},
         ]
         assert listing["errors"] == []
         with pytest.raises(RPCError) as info:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -125,11 +126,12 @@ LAYERS: list[tuple[str, ...]] = [
 WORKER_SIDE = ("atomictoolsd.workers.runtime", "atomictoolsd.declarative", "atomictoolsd.workers.protocol")
 DAEMON_BOTTOM = ("atomictoolsd.config", "atomictoolsd.eventlog")
 PACKAGE_DIR = Path(atomictoolsd.__file__).resolve().parent
+CLIENT_DIR = Path(atomictools.__file__).resolve().parent
 
 
 class Import:
-    def __init__(self, source: str, target: str, path: Path, line: int, lazy: bool, commented: bool) -> None:
-        self.source, self.target, self.path, self.line, self.lazy, self.commented = source, target, path, line, lazy, commented
+    def __init__(self, source: str, target: str, path: Path, line: int, lazy: bool, reason: str | None) -> None:
+        self.source, self.target, self.path, self.line, self.lazy, self.reason = source, target, path, line, lazy, reason
 
     def __repr__(self) -> str:
         return f"{self.source} -> {self.target} ({self.path}:{self.line})"
@@ -145,9 +147,18 @@ def module_files(root: Path = PACKAGE_DIR) -> dict[str, Path]:
     return modules
 
 
-def imports_of(modules: dict[str, Path]) -> list[Import]:
-    """Every import of an atomictoolsd module, at any depth: top level, inside functions (lazy) and
-    under ``if TYPE_CHECKING`` alike: a type-only import is an arrow too."""
+def lazy_reason(text: str) -> str | None:
+    """What a ``# lazy: REASON`` comment in ``text`` (an import's lines) says, if it has one."""
+    match = re.search(r"#\s*lazy:\s*(\S[^\n]*)", text)
+    return match.group(1).strip() if match else None
+
+
+def imports_of(modules: dict[str, Path], every: bool = False) -> list[Import]:
+    """Every import of a module of the package ``modules`` make up (atomictoolsd or atomictools), at
+    any depth: top level, inside functions (lazy) and under ``if TYPE_CHECKING`` alike: a type-only
+    import is an arrow too. With ``every``, imports of any other module (the standard library's, a
+    third party's) as well."""
+    own = {name.partition(".")[0] for name in modules}
     found: list[Import] = []
     for name, path in modules.items():
         source = path.read_text()
@@ -169,10 +180,10 @@ def imports_of(modules: dict[str, Path]) -> list[Import]:
                 else:
                     visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
                     continue
-                text = lines[child.lineno - 1] + lines[child.end_lineno - 1] if child.end_lineno else ""
+                text = "\n".join(dict.fromkeys((lines[child.lineno - 1], lines[(child.end_lineno or child.lineno) - 1])))
                 for target in targets:
-                    if target.split(".")[0] == "atomictoolsd" and target != name:
-                        found.append(Import(name, target, path, child.lineno, in_function, "#" in text))
+                    if (every or target.split(".")[0] in own) and target != name:
+                        found.append(Import(name, target, path, child.lineno, in_function, lazy_reason(text)))
 
         visit(ast.parse(source), False)
     return found
@@ -194,6 +205,7 @@ def in_any(module: str, prefixes: tuple[str, ...]) -> bool:
 
 
 GRAPH = imports_of(module_files())
+CLIENT_GRAPH = imports_of(module_files(CLIENT_DIR))
 
 
 def test_every_module_is_in_a_layer() -> None:
@@ -232,9 +244,10 @@ def test_the_shim_imports_only_the_standard_library() -> None:
                 assert own or root in sys.stdlib_module_names or root == "__future__", f"{name}:{node.lineno} imports {root}"
 
 
-def test_there_are_no_import_cycles() -> None:
+def cycles_of(graph: list[Import]) -> list[list[str]]:
+    """The import cycles of ``graph``, each as the modules along it, the first again at the end."""
     edges: dict[str, set[str]] = {}
-    for i in GRAPH:
+    for i in graph:
         edges.setdefault(i.source, set()).add(i.target)
     cycles = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -254,13 +267,35 @@ def test_there_are_no_import_cycles() -> None:
     for node in sorted(edges):
         if node not in state:
             visit(node)
+    return cycles
+
+
+def test_there_are_no_import_cycles() -> None:
+    cycles = cycles_of(GRAPH)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def test_atomictools_has_no_import_cycles() -> None:
+    # What tool authors and clients import. The code that builds a tool's schemas from its
+    # signature needs the authoring surface, so it lives above it, in atomictoolsd.workers.runtime.
+    assert {i.source for i in CLIENT_GRAPH} >= {"atomictools", "atomictools._authoring", "atomictools._client"}
+    cycles = cycles_of(CLIENT_GRAPH)
+    assert not cycles, "import cycles in atomictools:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# An import inside a function hides an arrow and costs at the call: it is there only to keep a cost
+# off a path that does not need it, and its line says which (``# lazy: REASON``). The command line
+# says it once for all of its own: a command imports what only it uses, so that ``--help``, the
+# shim's ``mcp`` branch and the other commands never pay for it (docs/architecture.md, "Imports
+# inside functions").
+LAZY_BY_RULE = ("atomictoolsd.cli",)
+
+
 def test_every_lazy_import_says_why() -> None:
-    # A function-level import hides an arrow and costs at call time: only for start-up cost, said on its line.
-    silent = [i for i in GRAPH if i.lazy and not i.commented]
-    assert not silent, "lazy imports without a comment saying why:\n" + "\n".join(map(repr, silent))
+    every = imports_of(module_files(), every=True) + imports_of(module_files(CLIENT_DIR), every=True)
+    assert any(i.lazy and in_any(i.source, LAZY_BY_RULE) for i in every)
+    silent = [i for i in every if i.lazy and not i.reason and not in_any(i.source, LAZY_BY_RULE)]
+    assert not silent, "imports inside functions without a `# lazy: REASON` comment:\n" + "\n".join(map(repr, silent))
 
 
 def test_the_graph_test_sees_what_it_must(tmp_path: Path) -> None:
@@ -282,4 +317,6 @@ def test_the_graph_test_sees_what_it_must(tmp_path: Path) -> None:
         ("atomictoolsd.server.b", "atomictoolsd.registry.a", True),
     }
     assert [i for i in found if layer_of(i.target) < layer_of(i.source)][0].source == "atomictoolsd.registry.a"
-    assert not any(i.commented for i in found)
+    assert not any(i.reason for i in found)
+    (root / "server" / "b.py").write_text("def f():\n    from atomictoolsd.registry import a  # lazy: a reason\n")
+    assert [i.reason for i in imports_of(module_files(root)) if i.lazy] == ["a reason"]

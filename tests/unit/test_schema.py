@@ -1,4 +1,4 @@
-"""Schemas, validation and naming derived from tool signatures (atomictools._schema)."""
+"""Schemas, validation and naming derived from tool signatures (atomictoolsd.workers.runtime.schema)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from atomictools import Context, Field, tool
-from atomictools._schema import SchemaError, build_tool, collect_tools, inline_refs, tool_name
+from atomictools._jsonschema import inline_refs
+from atomictoolsd.workers.runtime.schema import SchemaError, build_tool, collect_tools, tool_name
 
 
 class Color(enum.Enum):

@@ -57,19 +57,19 @@ def two_sends(first: str, second: str, pause: bool = False) -> list[tuple[bytes,
         theirs.close()
 
 
-WHOLE = [(b"a", 8 << 20, 1), (b"b", 1000, 1)]
+EACH_SEND_INTACT = [(b"a", 8 << 20, 1), (b"b", 1000, 1)]
 
 
 def test_a_paused_reader_waits_out_an_old_readers_lock_free_send() -> None:
     # The reading role moved on while the old reader was in its lock-free send of a large result
     # (a send that lingers is what makes the watchdog hand the role on). The new reader's send
     # must wait for it, not clear the old reader's flag and write into the middle of its frame.
-    assert two_sends("send_inline", "send_inline", pause=True) == WHOLE
+    assert two_sends("send_inline", "send_inline", pause=True) == EACH_SEND_INTACT
 
 
 def test_another_thread_waits_out_the_readers_lock_free_send() -> None:
-    assert two_sends("send_inline", "send") == WHOLE
+    assert two_sends("send_inline", "send") == EACH_SEND_INTACT
 
 
 def test_the_reader_takes_the_lock_while_another_thread_sends() -> None:
-    assert two_sends("send", "send_inline") == WHOLE
+    assert two_sends("send", "send_inline") == EACH_SEND_INTACT

@@ -103,7 +103,7 @@ def test_a_string_that_is_not_utf8_is_a_malformed_message_however_it_arrives() -
     body = b"\x94\xa3log\x07\xa2\xce\x00\xc4\x01x"  # ["log", 7, <two bytes that are not UTF-8>, b"x"]
     bad = struct.pack(">I", len(body)) + body
     before = encode_frame(["log", 7, "info", b'"ok"'])
-    assert FrameReader(1024, WorkerMessage).whole(bad) is None  # left to feed, which says what it is
+    assert FrameReader(1024, WorkerMessage).single_frame(bad) is None  # left to feed, which says what it is
     for data in (bad, before + bad):
         reader = FrameReader(1024, WorkerMessage)
         with pytest.raises(FrameError, match="malformed") as caught:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from atomictools._launch import SEALED_FLAGS
+from atomictools._paths import login_runtime_dir, runtime_dir
 from atomictoolsd.config.paths import make_private_dirs
 from atomictoolsd.config.statefile import write_atomic
 
@@ -220,8 +222,6 @@ def shim_command(python: str | None = None) -> list[str]:
     interpreter path is used as it is, never resolved: a virtualenv's ``bin/python`` is a symlink out
     of the virtualenv.
     """
-    from atomictools._launch import SEALED_FLAGS
-
     return [python or sys.executable, *SEALED_FLAGS, "-m", "atomictoolsd", "mcp"]
 
 
@@ -262,8 +262,6 @@ def runtime_pin(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     Without the variable, the shim finds ``/run/user/<uid>`` (atomictools._paths), which is where a
     login session's ``XDG_RUNTIME_DIR`` points: that common case needs no pin.
     """
-    from atomictools._paths import login_runtime_dir, runtime_dir
-
     env = os.environ if environ is None else environ
     explicit = env.get("ATOMICTOOLS_RUNTIME_DIR") or env.get("ATOMICTOOLS_SOCKET")
     xdg = env.get("XDG_RUNTIME_DIR", "").strip()
@@ -587,7 +585,7 @@ def update_toml(path: Path, change: Callable[[Any], bool], *, backup_dir: Path) 
     Raises:
         AgentConfigError: the file exists but is not valid TOML.
     """
-    import tomlkit
+    import tomlkit  # lazy: TOML configurations only (Codex)
 
     text = read_config(path)
     document = _toml_parse(ConfigFile("codex", "user", path, "toml", ""), text)
@@ -598,7 +596,7 @@ def update_toml(path: Path, change: Callable[[Any], bool], *, backup_dir: Path) 
 
 
 def _toml_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, Any]) -> tuple[str, str]:
-    import tomlkit  # only here: a style-preserving TOML writer, so comments and layout survive
+    import tomlkit  # lazy: only here, a style-preserving TOML writer, so comments and layout survive
 
     document = _toml_parse(target, text)
     servers = document.get(target.key)
@@ -621,7 +619,7 @@ def _toml_add(target: ConfigFile, text: str | None, name: str, entry: dict[str, 
 
 
 def _toml_remove(target: ConfigFile, text: str, name: str) -> str | None:
-    import tomlkit
+    import tomlkit  # lazy: TOML configurations only (Codex)
 
     document = _toml_parse(target, text)
     servers = document.get(target.key)
@@ -632,8 +630,8 @@ def _toml_remove(target: ConfigFile, text: str, name: str) -> str | None:
 
 
 def _toml_parse(target: ConfigFile, text: str | None) -> Any:
-    import tomlkit
-    from tomlkit.exceptions import ParseError
+    import tomlkit  # lazy: TOML configurations only (Codex)
+    from tomlkit.exceptions import ParseError  # lazy: with tomlkit
 
     try:
         return tomlkit.parse(text or "")

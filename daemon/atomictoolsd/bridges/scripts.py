@@ -30,6 +30,7 @@ import msgspec
 
 import atomictools
 import atomictoolsd
+from atomictools._protocol import check_tool_name
 from atomictoolsd.bridges import agents
 from atomictoolsd.config.paths import make_private_dirs
 from atomictoolsd.config.statefile import StateWriteError, explain_write_error, write_atomic
@@ -167,8 +168,6 @@ class Bridges:
         params = decode_params(raw, CreateParams)
         if params.agent not in agents.BRIDGE_AGENTS:
             raise ParamsError(f"Invalid params: agent must be one of {', '.join(agents.BRIDGE_AGENTS)}")
-        from atomictools._protocol import check_tool_name
-
         if check_tool_name(params.name) is not None:
             raise ParamsError(f"Invalid params: server name {params.name!r} may contain only letters, digits, '_' and '-'")
         directory = Path(params.directory or session.directory or "")
@@ -323,7 +322,7 @@ class Bridges:
                 loop.add_reader(pidfd, self._owner_exited, bridge.id)
                 self._watches[bridge.id] = pidfd
                 return
-        import psutil
+        import psutil  # lazy: the daemon starts without it; here only where no pidfd watches the owner
 
         try:
             process = psutil.Process(pid)  # remembers the start time, so a reused pid is not mistaken
@@ -332,7 +331,7 @@ class Bridges:
         self._watches[bridge.id] = loop.create_task(self._poll_owner(bridge.id, process))
 
     async def _poll_owner(self, bridge_id: str, process: Any) -> None:
-        import psutil
+        import psutil  # lazy: imported by _watch_owner already
 
         while True:
             try:

@@ -16,20 +16,20 @@ from atomictoolsd.cli._common import safe, shown_command
 __all__ = ["register"]
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from atomictoolsd.shim.relay import main as shim_main  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.shim.relay import main as shim_main
 
     return shim_main(args.shim_args)
 
 
 def _target(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agents
 
     scope = args.scope or agents.DEFAULT_SCOPE[args.agent]
     return agents.config_file(args.agent, scope, home=_home(), root=_project_root(args))
 
 
 def _backup_dir() -> Path:
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
 
     return Paths.from_env().state_dir / "backups"
 
@@ -37,7 +37,7 @@ def _backup_dir() -> Path:
 def entry_environment(agent: str, scope: str) -> dict[str, str]:
     """What the entry carries besides the command: a user entry's runtime pin (a project file holds
     no path of this machine)."""
-    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agents
 
     return {} if scope == "project" else agents.runtime_pin()
 
@@ -45,7 +45,7 @@ def entry_environment(agent: str, scope: str) -> dict[str, str]:
 def cmd_connect(args: argparse.Namespace) -> int:
     """Write the agent's MCP config so that it launches the shim."""
     from atomictools._protocol import check_tool_name
-    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agents
 
     problem = check_tool_name(args.name)
     if problem:
@@ -111,8 +111,8 @@ def _http_url(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyp
     """The daemon's HTTP endpoint with this entry's project and lists in the query (docs/http.md)."""
     from urllib.parse import urlencode
 
-    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.cli._common import raw_request  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agents
+    from atomictoolsd.cli._common import raw_request
 
     http = (raw_request("atomic/status") or {}).get("http") or {}
     if not http.get("url"):
@@ -134,7 +134,7 @@ def connect_notes(args: argparse.Namespace, target) -> list[str]:  # type: ignor
     """What the user still has to do for the entry to work (``doctor`` checks the same)."""
     import shutil
 
-    from atomictoolsd.bridges import agent_trust, agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agent_trust, agents
 
     notes = []
     if target.scope != "project":
@@ -168,7 +168,7 @@ def _home() -> Path:
 
 def _project_root(args: argparse.Namespace) -> Path:
     """The project ``connect`` works for: the one of ``--directory``, or of the current directory."""
-    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import project_root
 
     return project_root(Path(args.directory or os.getcwd()).resolve(), _home())
 
@@ -176,7 +176,7 @@ def _project_root(args: argparse.Namespace) -> Path:
 def _approve_written(args: argparse.Namespace, target) -> str | None:  # type: ignore[no-untyped-def]
     """Approve the project server ``connect claude`` wrote, as Claude Code's prompt does: the user
     asked for it by connecting. What was done, in words (None: nothing to approve)."""
-    from atomictoolsd.bridges import agent_trust, agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agent_trust, agents
 
     if args.agent != "claude" or target.scope != "project":
         return None
@@ -191,7 +191,7 @@ def _approve_written(args: argparse.Namespace, target) -> str | None:  # type: i
 def _consent(args: argparse.Namespace, target) -> int:  # type: ignore[no-untyped-def]
     """``--approve`` and ``--trust-folder``: the agent's approval of the project's server and its
     trust of the project folder, written where its own prompts write them; the entry is left as it is."""
-    from atomictoolsd.bridges import agent_trust, agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agent_trust, agents
 
     if args.http or args.allow or args.deny or args.dispatcher is not None or args.dry_run:
         print("atomictoolsd: --approve and --trust-folder change only the agent's approval and trust, not the "
@@ -235,8 +235,8 @@ def _http_project(args: argparse.Namespace) -> Path | None:
     """The project an HTTP entry serves: the one ``connect`` runs in (or ``-C``), whatever the
     entry's scope; None from the home directory or a directory in no project (no ``.git``,
     ``.atomic`` or agent config around it)."""
-    from atomictools._paths import project_area  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+    from atomictools._paths import project_area
+    from atomictoolsd.config.discovery import project_root
 
     home = Path(os.environ.get("HOME") or Path.home()).resolve()
     root = project_root(Path(args.directory or os.getcwd()).resolve(), home)
@@ -246,7 +246,7 @@ def _http_project(args: argparse.Namespace) -> Path | None:
 def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped-def]
     """Which project the entry is for, said outright: run from the wrong directory, a project entry
     lands in some other repository (this checkout, say), and only the path would hint at it."""
-    from atomictoolsd.config.discovery import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import (
         local_tools_dir,
         project_root,
     )
@@ -268,7 +268,7 @@ def _serves(args: argparse.Namespace, target) -> str:  # type: ignore[no-untyped
 
 def cmd_disconnect(args: argparse.Namespace) -> int:
     """Remove exactly the entry ``connect`` wrote."""
-    from atomictoolsd.bridges import agents  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges import agents
 
     try:
         target = _target(args)
@@ -284,7 +284,7 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
     if outcome.backup is not None:
         print(f"  previous file saved as {safe(outcome.backup)}")
     if args.agent == "claude" and target.scope == "project":
-        from atomictoolsd.bridges import agent_trust  # lazy: only this command pays for it (start-up cost)
+        from atomictoolsd.bridges import agent_trust
 
         try:
             withdrawn = agent_trust.withdraw_claude_approval(_project_root(args), args.name, backup_dir=_backup_dir())
@@ -298,8 +298,8 @@ def cmd_disconnect(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check each connected agent's entry the way that agent starts it; exit 1 on any problem."""
-    from atomictoolsd.cli import doctor  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.cli import doctor
+    from atomictoolsd.config.discovery import project_root
 
     home = Path(os.environ.get("HOME") or Path.home())
     directory = Path(args.directory or os.getcwd()).resolve()
@@ -314,7 +314,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _agent_options(parser: argparse.ArgumentParser) -> None:
-    from atomictoolsd.bridges.agents import AGENTS  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges.agents import AGENTS
 
     parser.add_argument("agent", choices=AGENTS, help="the agent whose MCP config to change")
     scope = parser.add_mutually_exclusive_group()
@@ -365,7 +365,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     _agent_options(disconnect)
     disconnect.set_defaults(func=cmd_disconnect)
 
-    from atomictoolsd.bridges.agents import AGENTS  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges.agents import AGENTS
 
     doctor = commands.add_parser(
         "doctor", help="check agents' entries the way each agent starts the shim",

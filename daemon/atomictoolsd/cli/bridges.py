@@ -27,7 +27,7 @@ _CONFIG_PLACES = {
 
 def _dispatcher(args: argparse.Namespace) -> bool:
     # As for `connect`: an agent that does not surely re-list tools gets the meta-tools by default.
-    from atomictoolsd.bridges.agents import INFO  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges.agents import INFO
 
     if args.dispatcher is not None:
         return bool(args.dispatcher)
@@ -113,7 +113,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from atomictoolsd.bridges.agents import BRIDGE_AGENTS  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.bridges.agents import BRIDGE_AGENTS
 
     bridge = commands.add_parser("bridge", help="bridges: generated scripts that start the shim for an agent (deleted when the daemon stops)")
     actions = bridge.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -13,7 +13,6 @@ import sys
 import time
 from typing import Any
 
-from atomictools._protocol import read_renamed
 from atomictoolsd.cli import status as status_view
 from atomictoolsd.cli._common import (
     connect,
@@ -50,8 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
         os.chdir("/")  # and keeps no directory of the starter's busy (an unmount, a removed worktree)
 
-    from atomictoolsd.service.manager import capture  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.workers.spawner import fork_early  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.service.manager import capture
+    from atomictoolsd.workers.spawner import fork_early
 
     # Tools run programs by name; those installed next to the daemon (its venv) are among them.
     add_own_bin_to_path()
@@ -66,16 +65,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvloop
 
-    from atomictoolsd.config.errors import SetupError  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.eventlog.writer import LOG_NAME, events  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.server.socketfile import AlreadyRunning  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.server.wiring import build_server  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.service.activation import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.errors import SetupError
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.config.settings import load_config
+    from atomictoolsd.eventlog.writer import LOG_NAME, events
+    from atomictoolsd.server.socketfile import AlreadyRunning
+    from atomictoolsd.server.wiring import build_server
+    from atomictoolsd.service.activation import (
         inherited_listener,
     )
-    from atomictoolsd.service.notify import Notifier  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.service.notify import Notifier
 
     notifier = None
     if service.notify_socket:
@@ -136,7 +135,7 @@ def _setup_logging(level: str, detached: bool) -> None:
     warnings and errors for a daemon started in the background."""
     import logging
 
-    from atomictoolsd.eventlog.writer import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.eventlog.writer import (
         EventLogHandler,
         JournalFormatter,
         stderr_is_journal,
@@ -169,8 +168,8 @@ def _with_http(config: Any, address: str) -> Any:
     """``config`` with ``http`` from the command line (``--http``), checked as the setting is."""
     import dataclasses
 
-    from atomictoolsd.config.settings import ConfigError  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.transports.http import AddressError, parse_address  # lazy: likewise (start-up cost)
+    from atomictoolsd.config.settings import ConfigError
+    from atomictoolsd.transports.http import AddressError, parse_address
 
     try:
         parse_address(address)
@@ -184,8 +183,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     from atomictools._autostart import start_daemon
     from atomictools._errors import ConnectError
     from atomictools._paths import socket_path
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.config.settings import load_config
 
     # The same checks the daemon makes, said here (by cli.main, as a SetupError) rather than from a log's tail.
     config = load_config(Paths.from_env().config_file)
@@ -220,7 +219,7 @@ def _print_http() -> int:
     if http.get("error"):
         print(f"atomictoolsd: HTTP not served: {http['error']}", file=sys.stderr)
         return 1
-    print(f"MCP over HTTP at {http['url']} (token in {read_renamed(http, 'tokenFile', status_view.HTTP_RENAMED)})")
+    print(f"MCP over HTTP at {http['url']} (token in {http['tokenFile']})")
     return 0
 
 
@@ -229,12 +228,12 @@ def cmd_http_token(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from atomictools._paths import runtime_dir
-    from atomictoolsd.transports.http import TOKEN_NAME, new_token, read_token  # lazy: only this command pays for it
+    from atomictoolsd.transports.http import TOKEN_NAME, new_token, read_token
 
     path = Path(runtime_dir()) / TOKEN_NAME
     if args.rotate:
         reply = raw_request("atomic/http/rotate")
-        if not (isinstance(reply, dict) and read_renamed(reply, "tokenFile", status_view.HTTP_RENAMED) is not None):
+        if not (isinstance(reply, dict) and reply.get("tokenFile") is not None):
             new_token(path)  # no daemon serving HTTP: the next one to start reads this one
         print(f"a new token is in {path}; clients using the old one get 401 until they read it")
     token = read_token(path)
@@ -253,8 +252,8 @@ def _running_pid(args: argparse.Namespace) -> int | None:
 
 def lock_holder() -> int | None:
     """The pid of the live daemon holding the instance lock, or None."""
-    from atomictoolsd.config.paths import Paths  # lazy: only these commands pay for it (start-up cost)
-    from atomictoolsd.server.socketfile import InstanceLock  # lazy: likewise (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.server.socketfile import InstanceLock
 
     pid = InstanceLock(Paths.from_env().lock).holder()
     return pid if pid is not None and pid_alive(pid) else None
@@ -316,7 +315,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 def _http_of_command_line() -> str | None:
     """The address the running daemon serves HTTP on, when its command line (``--http``) said so."""
-    from urllib.parse import urlsplit  # lazy: only restart pays for it (start-up cost)
+    from urllib.parse import urlsplit
 
     status = raw_request("atomic/status")
     if not isinstance(status, dict) or (status.get("configSources") or {}).get("http") != "--http":
@@ -361,7 +360,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"atomictoolsd: this directory's project: {exc}", file=sys.stderr)
     others = other_daemons(status.get("pid"))
     if args.json:
-        print_json({**status_view.current_names(status), "otherDaemons": others})
+        print_json({**status, "otherDaemons": others})
         return 0
     for line in status_view.render(status, verbose=args.verbose, width=status_view.output_width(sys.stdout), others=others):
         print(line)
@@ -374,7 +373,7 @@ def other_daemons(pid: int | None) -> list[dict[str, Any]]:
     ``ATOMICTOOLS_RUNTIME_DIR``) is otherwise invisible to the CLI, which asks only the socket its own
     environment names. A daemon with another ``HOME`` serves another set of tools and trust: not
     yours here (the test suite's daemons, each in its own home)."""
-    import psutil  # lazy: only status pays for it (start-up cost)
+    import psutil
 
     home = os.environ.get("HOME")
     found: dict[str, dict[str, Any]] = {}

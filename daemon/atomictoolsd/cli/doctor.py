@@ -480,8 +480,8 @@ def _check_held(report: Report, root: Path) -> None:
     """Say so when tool code of a fully trusted project arrived through git and awaits review
     (docs/trust.md): until then it runs confined, or not at all. Only looks: records nothing."""
     from atomictoolsd.cli.review import held_files  # lazy: reads the repository (pygit2)
-    from atomictoolsd.config.paths import Paths  # lazy: only this check pays for it
-    from atomictoolsd.registry.content import review_command  # lazy: only this check pays for it
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.content import review_command
 
     verdict, _trusted_at, _problem = held_files(root, Paths.from_env().state_dir, write=False)
     if verdict is None:
@@ -498,10 +498,10 @@ def project_environment(root: Path, home: Path) -> dict[str, Any] | None:
     """The project's environment as ``list`` shows it (``environments.project.describe``): the one its
     tools run with (your trust entry's ``--python``, else your config's ``project_venv``), or the
     ``.venv`` it has that they could, with the command that turns it on; None for no project."""
-    from atomictoolsd.config.paths import Paths  # lazy: only this check pays for it (start-up cost)
-    from atomictoolsd.config.settings import ConfigError, load_config  # lazy: as above
-    from atomictoolsd.environments.project import describe  # lazy: as above
-    from atomictoolsd.registry.trust import TrustStore  # lazy: as above
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.config.settings import ConfigError, load_config
+    from atomictoolsd.environments.project import describe
+    from atomictoolsd.registry.trust import TrustStore
 
     if root == home:
         return None

@@ -17,14 +17,14 @@ __all__ = ["register"]
 
 
 def cmd_js_install(args: argparse.Namespace) -> int:
-    from atomictoolsd.cli._common import raw_request  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.workers.javascript.packages import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.cli._common import raw_request
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.config.settings import load_config
+    from atomictoolsd.workers.javascript.packages import (
         Packages,
         PackagesInstallError,
     )
-    from atomictoolsd.workers.javascript.runtimes import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.workers.javascript.runtimes import (
         find_runtime,
     )
 

@@ -22,9 +22,9 @@ __all__ = ["register"]
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """Print the event log (``-f``: and follow it), filtered by tool and least severe level."""
-    from atomictoolsd.config.levels import LEVEL_RANK  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.eventlog.reader import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.levels import LEVEL_RANK
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.eventlog.reader import (
         CAUGHT_UP,
         follow_events,
         format_event,
@@ -89,8 +89,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """Print every setting's effective value and where it came from; exit 2 on a bad configuration."""
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.config.settings import load_config
 
     config_file = Paths.from_env().config_file
     config = load_config(config_file)  # a bad one is a SetupError: cli.main prints it, exit 2

@@ -34,10 +34,10 @@ def held_files(root: Path, state_dir: Path, write: bool = True) -> tuple[Any, st
     """Judge the content of ``root``'s tools now: ``(verdict, trusted_at, problem)``. ``problem`` says
     why there is nothing to judge (not trusted, trusted with --sandbox) or why it failed. ``write``:
     record your own edits and new holds, as the daemon does (``doctor`` only looks)."""
-    from atomictoolsd.config.discovery import local_tools_dir  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.content import ContentStore, judge  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.gitorigin import Repo  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import local_tools_dir
+    from atomictoolsd.registry.content import ContentStore, judge
+    from atomictoolsd.registry.gitorigin import Repo
+    from atomictoolsd.registry.trust import (
         TrustError,
         TrustStore,
     )
@@ -84,8 +84,8 @@ def _diff(rel: str, before: bytes | None, now: bytes, known: bool) -> list[str]:
 
 def cmd_review(args: argparse.Namespace, root: Path, only: str | None) -> int:
     """Show the held content of the project at ``root`` (``only`` that file, if given) and approve it."""
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.content import ContentStore, digest, read_code  # lazy: only this command pays for it
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.content import ContentStore, digest, read_code
 
     state_dir = Paths.from_env().state_dir
     verdict, trusted_at, problem = held_files(root, state_dir)
@@ -139,7 +139,7 @@ def _confirmed(args: argparse.Namespace, count: int) -> bool:
 
 
 def _tell_daemon() -> str:
-    from atomictoolsd.cli._common import raw_request  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.cli._common import raw_request
 
     if not isinstance(raw_request("atomic/trust/refresh"), dict):
         return "the daemon is not running; it will read this when it starts"

@@ -116,7 +116,7 @@ def json_template(name: str) -> str:
 
 def target_dir(directory: Path, home: Path, use_global: bool) -> tuple[Path, Path | None]:
     """The tools dir to write into, and the project root (None for the global dir)."""
-    from atomictoolsd.config.discovery import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import (
         git_worktree_root,
         global_tools_dir,
         local_tools_dir,
@@ -134,9 +134,9 @@ def target_dir(directory: Path, home: Path, use_global: bool) -> tuple[Path, Pat
 def cmd_new(args: argparse.Namespace) -> int:
     """Write the tool file; print where, and how to list and call its tool."""
     from atomictools._protocol import check_tool_name
-    from atomictoolsd.config.command import command_name  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import trust_offer  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.command import command_name
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.trust import trust_offer
 
     problem = check_tool_name(args.name)
     if problem is None and not (args.json or args.ts) and not args.name.replace("-", "_").isidentifier():
@@ -171,12 +171,12 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def _trusted(root: Path) -> bool:
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.config.settings import (
         ConfigError,
         load_config,
     )
-    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import (
         TrustError,
         TrustStore,
     )
@@ -191,7 +191,7 @@ def _trusted(root: Path) -> bool:
 
 
 def _quote(path: Path) -> str:
-    from atomictoolsd.config.command import shell_quote  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.command import shell_quote
 
     return shell_quote(str(path))
 

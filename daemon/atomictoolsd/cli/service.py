@@ -12,8 +12,8 @@ __all__ = ["register"]
 
 
 def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.service.install import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.service.install import (
         default_manager,
         plan,
     )
@@ -24,12 +24,12 @@ def _plan(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_install(args: argparse.Namespace) -> int:
     """Write the unit files (or plist) for this installation, then enable and start them."""
-    from atomictoolsd.config.settings import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.settings import (
         Config,
         env_name,
         load_config,
     )
-    from atomictoolsd.service.install import install  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.service.install import install
 
     the_plan, paths = _plan(args)
     load_config(paths.config_file)  # a service that cannot start is worse than none: a SetupError says it now
@@ -57,7 +57,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     """Stop and disable the service, and remove exactly the files install wrote."""
-    from atomictoolsd.service.install import uninstall  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.service.install import uninstall
 
     the_plan, paths = _plan(args)
     return uninstall(the_plan, paths, sys.stdout, dry_run=args.dry_run, force=args.force)
@@ -66,7 +66,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 def cmd_service_status(args: argparse.Namespace) -> int:
     """Which files are installed, what the service manager says about them, and whether a daemon
     runs. Exits 3 only when nothing is installed and no daemon runs."""
-    from atomictoolsd.service.install import status  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.service.install import status
 
     the_plan, paths = _plan(args)
     installed = status(the_plan, paths, sys.stdout) == 0

@@ -1,4 +1,4 @@
-"""The human form of ``atomic/status`` (``atomictoolsd status``), and its JSON without old names.
+"""The human form of ``atomic/status`` (``atomictoolsd status``).
 
 At a glance: the process, where it listens (socket, HTTP), the service manager, sessions, workers,
 the projects with their trust and modules, what is wrong (load errors, a configuration that did not
@@ -24,13 +24,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from atomictools._protocol import RENAMED, read_renamed
 from atomictoolsd.cli._common import safe, shown_command, where
 from atomictoolsd.config.command import command_name
 
-__all__ = ["HTTP_RENAMED", "current_names", "output_width", "render", "render_others"]
+__all__ = ["output_width", "render", "render_others"]
 
-HTTP_RENAMED = "atomic/status http, atomic/http/rotate"  # where RENAMED keeps the HTTP section's names
 LABEL = 10  # "socket    ": the width of a line's label
 _MIN_COLUMN = 16  # a shortened column keeps at least this many characters
 _CORE_KEYS = frozenset({
@@ -38,24 +36,7 @@ _CORE_KEYS = frozenset({
     "workerSlots", "sessions",
     "projects", "modules", "skipped", "config", "configSources", "configIgnored", "configFile", "log", "reload",
     "sandbox", "http",
-    *RENAMED["atomic/status"],  # the old names, sent beside the new until 0.3
 })
-# The new names of each old one (until 0.3): what a section shows, and what --json keeps.
-_NEW_NAMES: dict[str, set[str]] = {}
-for _renames in RENAMED.values():
-    for _old, _new in _renames.items():
-        _NEW_NAMES.setdefault(_old, set()).add(_new)
-
-
-def current_names(value: Any) -> Any:
-    """``value`` (a status, at any depth) with each key sent under its old name beside its current
-    one (until 0.3) left out: every key once, by its current name."""
-    if isinstance(value, list):
-        return [current_names(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    return {k: current_names(v) for k, v in value.items()
-            if not any(new in value and value[new] == v for new in _NEW_NAMES.get(k, ()))}
 
 
 def output_width(stream: TextIO) -> int | None:
@@ -172,7 +153,7 @@ def _header(out: Lines, status: dict[str, Any], verbose: bool) -> None:
     http = status.get("http")
     if http:
         if http.get("url"):
-            token = (f"token in {safe(read_renamed(http, 'tokenFile', HTTP_RENAMED))}" if verbose
+            token = (f"token in {safe(http.get('tokenFile'))}" if verbose
                      else f"token: `{command_name()} http token --show`")
             out.field("http", f"{http['url']}  ({token})")
         else:
@@ -209,7 +190,7 @@ def _service(service: dict[str, Any]) -> str:
         return manager
     unit = f" ({service['unit']})" if service.get("unit") else ""
     manager += unit + (", socket-activated" if service.get("activated") else "")
-    watchdog = read_renamed(service, "watchdogSec", "atomic/status service")
+    watchdog = service.get("watchdogSec")
     return manager + (f", watchdog {watchdog:g} s" if watchdog else "")
 
 
@@ -242,7 +223,7 @@ def _reload(out: Lines, status: dict[str, Any], verbose: bool) -> None:
     if not reload:
         return
     at = time.strftime("%H:%M:%S", time.localtime(reload["at"]))
-    config_error = read_renamed(reload, "configError", "atomic/status reload")
+    config_error = reload.get("configError")
     if config_error:
         out.field("config", f"NOT reloaded at {at}, the previous configuration stays in force: {config_error}")
     elif verbose:
@@ -293,8 +274,8 @@ def _problems(out: Lines, status: dict[str, Any]) -> None:
     for m in status.get("modules") or []:
         if m.get("error"):
             found.append((where(m["error"]), _first_lines(str(m["error"].get("message", "")), 1)))
-        if _module(m, "retryIn"):
-            found.append((safe(m["path"]), f"its worker keeps crashing; next try in {_module(m, 'retryIn'):g} s"))
+        if m.get("retryIn"):
+            found.append((safe(m["path"]), f"its worker keeps crashing; next try in {m.get('retryIn'):g} s"))
         for problem in m.get("problems") or []:  # tools a module skipped (a malformed JSON tool)
             tool = f"tool {problem['tool']!r}: " if problem.get("tool") else ""
             found.append((where(problem), tool + _first_lines(str(problem.get("message", "")), 1)))
@@ -325,20 +306,20 @@ def _modules(out: Lines, status: dict[str, Any]) -> None:
         [
             [
                 safe(m["path"]), m["scope"], _state(m), len(m["tools"]), m["worker"] or "-", _size(m.get("rss")),
-                m["calls"], _module(m, "failedCalls"), m.get("cancelled", 0),
-                _ms(_module(m, "p50Ms")), _ms(_module(m, "p99Ms")),
+                m["calls"], m.get("failedCalls"), m.get("cancelled", 0),
+                _ms(m.get("p50Ms")), _ms(m.get("p99Ms")),
             ]
             for m in modules
         ],
         shrink=(0, 1),
     )
     for m in modules:
-        if not m["error"] and _module(m, "lastError"):
+        if not m["error"] and m.get("lastError"):
             out.blank()
-            out.text(f"{safe(m['path'])}: last error: {_first_lines(_module(m, 'lastError'))}", indent=2)
-        if _module(m, "blockedReason"):
+            out.text(f"{safe(m['path'])}: last error: {_first_lines(m.get('lastError'))}", indent=2)
+        if m.get("blockedReason"):
             out.blank()
-            out.text(f"{safe(m['path'])}: blocked: {_module(m, 'blockedReason')}", indent=2)
+            out.text(f"{safe(m['path'])}: blocked: {m.get('blockedReason')}", indent=2)
         if isinstance(m.get("held"), dict):
             out.blank()
             out.text(f"{safe(m['path'])}: held: {m['held'].get('message', '')}", indent=2)
@@ -346,7 +327,7 @@ def _modules(out: Lines, status: dict[str, Any]) -> None:
 
 def _settings(out: Lines, status: dict[str, Any], verbose: bool) -> None:
     """The settings not at their defaults, and where each came from (``config`` lists them all)."""
-    sources = read_renamed(status, "configSources", "atomic/status") or {}
+    sources = status.get("configSources") or {}
     out.blank()
     if not sources:
         out.text(f"configuration: all defaults (`{command_name()} config` lists them)")
@@ -377,7 +358,7 @@ def _others(out: Lines, others: Sequence[dict[str, Any]]) -> None:
 def _section(out: Lines, name: str, value: Any) -> None:
     out.blank()
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        headers = list(dict.fromkeys(k for item in value for k in _shown(item)))
+        headers = list(dict.fromkeys(k for item in value for k in item))
         out.table([_label(h).upper() for h in headers], [[_cell(item.get(h)) for h in headers] for item in value],
                   shrink=tuple(range(len(headers) - 1, -1, -1)))
     elif isinstance(value, list) and not value:
@@ -385,7 +366,7 @@ def _section(out: Lines, name: str, value: Any) -> None:
     elif isinstance(value, dict):
         # One setting or counter a line, lists one item a line: a person reads down, not across.
         out.text(name)
-        value = {_label(k): v for k, v in _shown(value).items()}
+        value = {_label(k): v for k, v in value.items()}
         width = max((len(k) for k in value), default=0)
         for key, item in value.items():
             items = item if isinstance(item, list) and item else (["none"] if item == [] else [item])
@@ -394,22 +375,6 @@ def _section(out: Lines, name: str, value: Any) -> None:
                 out.text(f"  {label.ljust(width)}  {_cell(one)}".rstrip(), indent=width + 4)
     else:
         out.text(f"{name}: {json.dumps(value)}")
-
-
-def _module(module: dict[str, Any], key: str) -> Any:
-    return read_renamed(module, key, "atomic/status modules[]")
-
-
-def _shown(item: dict[str, Any]) -> dict[str, Any]:
-    """``item`` as a section shows it: an old name beside its new one is left out, and one alone
-    (a daemon older than 0.2) is shown under its new name, when it has only one."""
-    shown = {}
-    for key, value in item.items():
-        news = _NEW_NAMES.get(key, set())
-        if news & item.keys():
-            continue
-        shown[next(iter(news)) if len(news) == 1 else key] = value
-    return shown
 
 
 def _scope(module: dict[str, Any]) -> str:
@@ -433,7 +398,7 @@ def _cell(value: Any) -> str:
 
 
 def _state(module: dict[str, Any]) -> str:
-    worker = _module(module, "workerState")
+    worker = module.get("workerState")
     if module["state"] == "ready" and worker and worker != "ready":
         return f"ready/{worker}"
     return str(module["state"]) if module["state"] != "ready" or worker else "ready/idle"

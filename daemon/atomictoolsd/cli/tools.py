@@ -9,7 +9,6 @@ import stat
 import sys
 from typing import Any
 
-from atomictools._protocol import read_renamed
 from atomictoolsd.cli._common import EXIT_FAILED, EXIT_USAGE, connect, print_json, safe, table, where
 
 __all__ = ["parse_call_arguments", "register"]
@@ -41,7 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [[safe(t["name"]), _scope(t), _first_line(t.get("description") or _UNDESCRIBED)] for t in listing["tools"]]
     if args.all:
         rows += [
-            [safe(t["name"]), f"{_listed(t, 'scope')} (shadowed by {_listed(t['shadowedBy'], 'scope')})",
+            [safe(t["name"]), f"{t['scope']} (shadowed by {t['shadowedBy']['scope']})",
              _first_line(t.get("description", ""))]
             for t in listing["shadowed"]
         ]
@@ -127,8 +126,8 @@ def _print_environment(environment: dict[str, Any] | None) -> None:
 
 def _why_untrusted(root: str) -> None:
     """Say so when the project was trusted, but for a directory that has been replaced since."""
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.trust import (
         TrustStore,
         replaced_message,
     )
@@ -141,12 +140,8 @@ def _scope(tool: dict[str, Any]) -> str:
     marks = (["json"] if tool.get("kind") == "declarative" else []) + ([tool["runtime"]] if tool.get("runtime") else [])
     marks += ["confined"] if tool.get("confined") else []
     marks += ["held"] if tool.get("held") else []
-    scope = _listed(tool, "scope")
+    scope = tool["scope"]
     return f"{scope} ({', '.join(marks)})" if marks else scope
-
-
-def _listed(tool: dict[str, Any], key: str) -> Any:
-    return read_renamed(tool, key, "atomic/list tools[] and shadowed[], shadowedBy")
 
 
 def _first_line(text: str, width: int = 72) -> str:
@@ -188,7 +183,7 @@ def _wants_string(prop: dict[str, Any]) -> bool:
 def cmd_call(args: argparse.Namespace) -> int:
     """Call a tool. Its result goes to stdout; every error goes to stderr, with a non-zero exit code."""
     from atomictools._errors import ConnectError, RPCError
-    from atomictoolsd.cli.prompts import Progress, ask_on_terminal  # lazy: only `call` pays for it (start-up cost)
+    from atomictoolsd.cli.prompts import Progress, ask_on_terminal
 
     progress = Progress() if sys.stderr.isatty() else None
     try:
@@ -256,7 +251,7 @@ def _full_output(result: Any) -> str | None:
     The path comes from a worker, so it is read only when it is a regular file of this user under
     the daemon's spill dir, opened without following a link: never a FIFO, a device or elsewhere.
     """
-    from atomictoolsd.config.paths import Paths  # lazy: only `call --full` pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
 
     path = (result.meta or {}).get("atomic/fullOutput")
     if not isinstance(path, str):

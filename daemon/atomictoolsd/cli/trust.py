@@ -28,9 +28,9 @@ def _store_and_root(args: argparse.Namespace, gone_ok: bool = False) -> tuple[ob
     With ``gone_ok`` (untrust), a path where no directory is any more is taken as the root itself:
     a trusted project whose directory was deleted must still be untrusted by its path.
     """
-    from atomictoolsd.config.discovery import project_root  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import TrustStore  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import project_root
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.trust import TrustStore
 
     paths = Paths.from_env()
     store = TrustStore(paths.state_dir)
@@ -52,7 +52,7 @@ def _tell_daemon(root: Path, trusted: bool) -> str:
     A bare request, without attaching: attaching from here would open the project itself, and the
     answer could no longer tell whether the daemon had it open before.
     """
-    from atomictoolsd.cli._common import raw_request  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.cli._common import raw_request
 
     reply = raw_request("atomic/trust/refresh")
     if not isinstance(reply, dict):
@@ -70,11 +70,11 @@ def _tell_daemon(root: Path, trusted: bool) -> str:
 
 def cmd_trust(args: argparse.Namespace) -> int:
     """Trust a project (default: the one of the current directory) so its own tools load."""
-    from atomictoolsd.config.discovery import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.discovery import (
         list_module_files,
         local_tools_dir,
     )
-    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import (
         TrustError,
         trust_command,
     )
@@ -133,7 +133,7 @@ def _allowed_hosts(args: argparse.Namespace) -> object:
     ``--allow-net DIR`` with no other DIR means the network, for the project at
     DIR (a host list is never a directory here); ``--allow-net=HOST`` is always hosts.
     """
-    from atomictoolsd.config.nethosts import parse_hosts  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.nethosts import parse_hosts
 
     value = args.allow_net
     if value is True:
@@ -146,7 +146,7 @@ def _allowed_hosts(args: argparse.Namespace) -> object:
 
 def _note_network(hosts: object) -> None:
     """Say how its tools reach the network, or why they cannot on this machine."""
-    from atomictoolsd.workers.runtime.netns import support  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.workers.runtime.netns import support
 
     offered = support()
     if not offered["available"]:
@@ -160,7 +160,7 @@ def _note_network(hosts: object) -> None:
 def _sandbox_options(args: argparse.Namespace) -> dict[str, object] | None:
     """What ``--allow-*`` and ``--protect`` add to the sandbox (the trust entry's ``allow``); None,
     with the reason printed, when one of them cannot be."""
-    from atomictoolsd.registry.confinement import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.confinement import (
         env_name_problem,
         protect_path_problem,
     )
@@ -199,10 +199,10 @@ def _sandbox_options(args: argparse.Namespace) -> dict[str, object] | None:
 
 def _support() -> dict[str, object]:
     """What this machine can confine, as the daemon sees it (the configuration's ``sandbox_abi`` too)."""
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.settings import ConfigError, load_config  # lazy: only this command pays for it
-    from atomictoolsd.registry.confinement import configure_sandbox  # lazy: only this command pays for it
-    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only this command pays for it
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.config.settings import ConfigError, load_config
+    from atomictoolsd.registry.confinement import configure_sandbox
+    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes
 
     try:
         configure_sandbox(load_config(Paths.from_env().config_file))
@@ -213,7 +213,7 @@ def _support() -> dict[str, object]:
 def _chosen_environment(given: str) -> str | int:
     """The virtual environment ``--python`` names (a directory, or an interpreter in its ``bin/``),
     as an absolute path; else the exit code of its refusal, said on stderr."""
-    from atomictoolsd.environments.project import find_venv  # lazy: only this option pays for it (start-up cost)
+    from atomictoolsd.environments.project import find_venv
 
     venv = find_venv(given)
     if venv is None:
@@ -225,7 +225,7 @@ def _chosen_environment(given: str) -> str | int:
 
 def _say_environment(venv: str, root: Path) -> None:
     """What the project's tools run with now, or why they cannot (another Python version)."""
-    from atomictoolsd.environments.project import project_env  # lazy: only this option pays for it (start-up cost)
+    from atomictoolsd.environments.project import project_env
 
     try:
         env = project_env(str(root), venv)
@@ -238,7 +238,7 @@ def _say_environment(venv: str, root: Path) -> None:
 
 def cmd_untrust(args: argparse.Namespace) -> int:
     """Stop trusting a project: its own tools stop loading (running calls finish)."""
-    from atomictoolsd.registry.trust import TrustError  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.registry.trust import TrustError
 
     if args.directory is None:
         args.directory = os.getcwd()
@@ -260,10 +260,10 @@ def cmd_untrust(args: argparse.Namespace) -> int:
 def _record_content(store: object, root: Path, fresh: bool) -> None:
     """Record the content of a project just trusted fully: what arrives later through git is held
     until reviewed. Trusted already, the record stays; what awaits review is named."""
-    from atomictoolsd.cli.review import held_files  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.discovery import local_tools_dir  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.content import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.cli.review import held_files
+    from atomictoolsd.config.discovery import local_tools_dir
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.content import (
         ContentStore,
         code_files,
         read_code,
@@ -291,8 +291,8 @@ def _record_content(store: object, root: Path, fresh: bool) -> None:
 
 
 def _forget_content(root: Path) -> None:
-    from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.content import ContentStore  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.config.paths import Paths
+    from atomictoolsd.registry.content import ContentStore
 
     try:
         ContentStore(Paths.from_env().state_dir).forget(root)
@@ -301,7 +301,7 @@ def _forget_content(root: Path) -> None:
 
 
 def _review(args: argparse.Namespace) -> int:
-    from atomictoolsd.cli.review import cmd_review, review_target  # lazy: only this command pays for it
+    from atomictoolsd.cli.review import cmd_review, review_target
 
     args.review_target = [args.directory] if args.directory else []
     directory, only = review_target(args.directory)
@@ -312,8 +312,8 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from atomictoolsd.cli._common import print_json, table  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.registry.trust import (  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.cli._common import print_json, table
+    from atomictoolsd.registry.trust import (
         TrustError,
         replaced_message,
     )

@@ -229,7 +229,7 @@ def _convert(f: dataclasses.Field[Any], raw: Any, source: str) -> Any:
 
 
 def _setting_hint(key: str, known: Mapping[str, Any]) -> str:
-    from atomictoolsd.config.suggest import did_you_mean, near_names  # only on this error path
+    from atomictoolsd.config.suggest import did_you_mean, near_names  # lazy: only on this error path
 
     near = near_names(key, known)
     return did_you_mean(near) if near else f"; known settings: {', '.join(known)}"

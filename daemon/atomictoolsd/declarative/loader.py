@@ -25,15 +25,16 @@ from typing import Any
 import msgspec
 
 from atomictools._authoring import ANNOTATION_KEYS, Context
-from atomictools._portable import schema_problems, type_enums
+from atomictools._jsonschema import inline_refs
 from atomictools._protocol import WRITTEN_SCHEMA, check_tool_name
-from atomictools._schema import ToolSpec, inline_refs
 from atomictoolsd.declarative.file_read import FileReadHandler, default_schema
 from atomictoolsd.declarative.http_request import HttpHandler
 from atomictoolsd.declarative.shell import ShellHandler
 from atomictoolsd.declarative.templates import TemplateError
 from atomictoolsd.declarative.validation import SchemaProblem, compile_schema
 from atomictoolsd.workers.protocol import LoadFailure
+from atomictoolsd.workers.runtime.portable import schema_problems, type_enums
+from atomictoolsd.workers.runtime.schema import ToolSpec
 from atomictoolsd.workers.runtime.sourceload import ContentRefused, check_writers, note_read
 
 __all__ = ["DeclarativeSpec", "HANDLERS", "MAX_FILE_BYTES", "load_file"]
@@ -255,7 +256,7 @@ def _default_annotations(handler: Any) -> dict[str, Any]:
 
 
 def _hint(key: str, known: Any) -> str:
-    import difflib  # only on this error path
+    import difflib  # lazy: only on this error path
 
     close = difflib.get_close_matches(key, list(known), n=1)
     return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"

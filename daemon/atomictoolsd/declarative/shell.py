@@ -134,9 +134,9 @@ class ShellHandler:
             if not names:
                 out.append(word)
                 continue
-            whole = PLACEHOLDER.fullmatch(word)
-            if whole is not None:
-                name = whole.group(1)
+            placeholder_only = PLACEHOLDER.fullmatch(word)
+            if placeholder_only is not None:
+                name = placeholder_only.group(1)
                 value = args.get(name)
                 if value is None:
                     continue

@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+import atomictools
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import ModuleFile
 from atomictoolsd.config.paths import make_private_dirs
@@ -73,12 +74,12 @@ def runtime_files() -> list[Path]:
     schemas from signatures, the worker's loaders (Python and declarative, whose checks decide which
     tools a JSON file keeps), and fastjsonschema, which compiles a JSON tool's schema or refuses it
     (its code stands for its version). Found by path: nothing is imported."""
-    import atomictools
-
     client = Path(atomictools.__file__).parent
     daemon = Path(__file__).parent.parent
-    files = [client / name for name in ("_schema.py", "_authoring.py", "_protocol.py")]
-    files += [daemon / "workers" / "runtime" / name for name in ("main.py", "sourceload.py")]
+    files = [client / name for name in ("_authoring.py", "_jsonschema.py", "_protocol.py")]
+    files += [daemon / "workers" / "runtime" / name for name in (
+        "main.py", "sourceload.py", "schema.py", "signature.py", "pydantic_schema.py", "portable.py",
+    )]
     files.append(daemon / "workers" / "protocol.py")  # what a worker reports of a load (LoadFailure, the messages)
     files += sorted((daemon / "declarative").glob("*.py"))
     # A TypeScript or JavaScript module's: its worker's code, and the pass its definitions take.

@@ -84,7 +84,7 @@ def configure_sandbox(config: Config) -> None:
     lower kernel, for testing), where the sandbox is in use or the setting is made."""
     module = sys.modules.get("atomictoolsd.workers.runtime.sandbox")
     if module is None and config.sandbox_abi >= 0:
-        from atomictoolsd.workers.runtime import sandbox as module  # ctypes, only once the setting asks for it
+        from atomictoolsd.workers.runtime import sandbox as module  # lazy: ctypes, only once the setting asks for it
     if module is not None:
         module.limit_abi(config.sandbox_abi)
 
@@ -113,7 +113,7 @@ def _project_policy(project: Path, allow: dict[str, Any], config: Config, home: 
     """What a confined project's policy holds beyond its paths: the entries kept read-only, the
     variables passed by name (``pass_env``: the daemon sends their values to each worker), the
     git configuration's copy."""
-    from atomictoolsd.workers.runtime.sandbox import PROTECTED  # ctypes, only once a dir is to be confined
+    from atomictoolsd.workers.runtime.sandbox import PROTECTED  # lazy: ctypes, only once a dir is to be confined
 
     protect = [*PROTECTED, *_items(config.sandbox_protect), *(allow.get("protect") or [])]
     names = [*_items(config.sandbox_allow_env), *(allow.get("env") or [])]
@@ -205,7 +205,7 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
     confined, the function that makes it (it runs git and reads the file system: for a thread).
     Asked on the event loop: the trust store is read there, as everywhere else."""
     if tools_dir.scope == "builtin":
-        from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a dir is to be confined
+        from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, only once a dir is to be confined
 
         if not sandbox.support()["available"] or not _utf8(str(tools_dir.cwd)):
             # The product's own code: it runs unconfined rather than not at all (a project whose
@@ -230,7 +230,7 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
         allow = entry.get("allow") or {}
         project = tools_dir.cwd
         what = "this project is trusted with --sandbox"
-    from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a dir is to be confined
+    from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, only once a dir is to be confined
 
     support = sandbox.support()
     if not support["available"]:
@@ -242,7 +242,7 @@ def held_policy(root: Path, config: Config, home: Path) -> tuple[dict[str, Any] 
     """How a held module of the fully trusted project at ``root`` runs (content that came through git
     and awaits review: ``registry/holding.py``): confined as ``trust --sandbox`` confines, without a
     project's widening; or ``(None, why)`` where this machine cannot confine it (it does not run)."""
-    from atomictoolsd.workers.runtime import sandbox  # ctypes, only once a module is held
+    from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, only once a module is held
 
     support = sandbox.support()
     if not support["available"]:

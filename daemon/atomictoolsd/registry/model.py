@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from atomictools._protocol import WRITTEN_SCHEMA, with_old_names
+from atomictools._protocol import WRITTEN_SCHEMA
 from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
 from atomictoolsd.registry.content import Hold, Verdict, held_entry
 from atomictoolsd.registry.trust import trust_offer
@@ -80,7 +80,6 @@ class ToolDef:
     def listing(self, shadowed_by: ToolDef | None = None) -> dict[str, Any]:
         """The definition plus where it comes from, for ``atomictoolsd list --json``; with
         ``shadowed_by``, the tool of the same name that wins over this one."""
-        where = "atomic/list tools[] and shadowed[], shadowedBy"
         listed = {
             **self.definition, "scope": self.module.scope, "kind": self.module.kind, "path": self.module.path,
             "confined": self.module.confined,
@@ -88,8 +87,8 @@ class ToolDef:
             **({"runtime": self.runtime} if self.runtime else {}),
         }
         if shadowed_by is not None:
-            listed["shadowedBy"] = with_old_names({"scope": shadowed_by.module.scope, "path": shadowed_by.module.path}, where)
-        return with_old_names(listed, where)
+            listed["shadowedBy"] = {"scope": shadowed_by.module.scope, "path": shadowed_by.module.path}
+        return listed
 
 
 class Module:
@@ -189,7 +188,7 @@ class Module:
             "problems": self.error_entries() if self.error is None else [],
             **self.runner.info(),
         }
-        return with_old_names(info, "atomic/status modules[]")
+        return info
 
 
 def _installing(build: dict[str, Any]) -> dict[str, Any]:
@@ -254,7 +253,6 @@ class ToolsDir:
                 entry = {"file": path, "scope": self.scope, "root": str(self.cwd)}
                 if self.blocked_reason is None:
                     entry.update(trust_offer(self.cwd))
-                    with_old_names(entry, "blocked[] of atomic/attach, atomic/list, atomic/reload")
                 elif self.scope == "local":
                     entry.update(reason=self.blocked_reason, command=trust_offer(self.cwd)["fullCommand"])
                 else:

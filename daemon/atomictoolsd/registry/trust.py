@@ -116,7 +116,7 @@ def _birth_time_ns(path: str, info: os.stat_result) -> int | None:
     statx = _statx()
     if statx is None:
         return None
-    import ctypes
+    import ctypes  # lazy: only where os.stat has no birth time and statx is called directly
 
     buffer = ctypes.create_string_buffer(256)
     if statx(-100, os.fsencode(path), 0, 0x800, buffer) != 0:  # AT_FDCWD, follow links, STATX_BTIME
@@ -140,7 +140,7 @@ def _statx() -> Any:
         _STATX = False
         if hasattr(os, "uname") and os.uname().sysname == "Linux":
             try:
-                import ctypes
+                import ctypes  # lazy: once, to find statx
 
                 libc = ctypes.CDLL(None, use_errno=True)
                 function = libc.statx
@@ -177,8 +177,7 @@ def _generation(path: Path | str) -> int | None:
     times are as coarse as a clock tick."""
     if not hasattr(os, "O_DIRECTORY") or __import__("sys").platform != "linux":
         return None
-    import array
-    import fcntl as _fcntl
+    import array  # lazy: Linux only (FS_IOC_GETVERSION)
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -186,7 +185,7 @@ def _generation(path: Path | str) -> int | None:
         return None
     try:
         buffer = array.array("l", [0])
-        _fcntl.ioctl(fd, 0x80087601 if buffer.itemsize == 8 else 0x80047601, buffer, True)  # FS_IOC_GETVERSION
+        fcntl.ioctl(fd, 0x80087601 if buffer.itemsize == 8 else 0x80047601, buffer, True)  # FS_IOC_GETVERSION
         return int(buffer[0]) & 0xFFFFFFFF
     except OSError:
         return None  # this filesystem keeps none (tmpfs)

@@ -39,7 +39,6 @@ from typing import Any, Protocol
 import msgspec
 
 from atomictools._paths import write_pointer
-from atomictools._protocol import with_old_names
 from atomictoolsd import __version__
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.config.settings import Config
@@ -447,25 +446,12 @@ class Server:
                     "written": events.written, "dropped": events.dropped},
             **{name: section() for name, section in self.status_sections.items()},
         }
-        return _with_old_names(status)
-
-
-def _with_old_names(status: dict[str, Any]) -> dict[str, Any]:
-    """``status`` with the pre-0.2 names of its renamed keys beside the new ones, until 0.3."""
-    with_old_names(status, "atomic/status")
-    for name in ("watcher", "monitor", "service", "reload"):
-        if isinstance(status.get(name), dict):
-            status[name] = with_old_names(dict(status[name]), f"atomic/status {name}")
-    if isinstance(status.get("http"), dict):
-        status["http"] = with_old_names(dict(status["http"]), "atomic/status http, atomic/http/rotate")
-    for bridge in status.get("bridges") or []:
-        with_old_names(bridge, "atomic/status bridges[]")
-    return status
+        return status
 
 
 def _with_rss(modules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each module's worker resident memory in bytes (None without a worker)."""
-    import psutil  # only when status is asked for
+    import psutil  # lazy: only when status is asked for
 
     for module in modules:
         rss = None

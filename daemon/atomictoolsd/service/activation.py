@@ -95,7 +95,7 @@ def launch_activate_socket(name: str) -> list[int]:
     """
     if sys.platform != "darwin":
         raise OSError(errno.ENOSYS, "launchd is only on macOS")
-    import ctypes
+    import ctypes  # lazy: launchd's socket activation only
 
     libc = ctypes.CDLL(None)
     function = libc.launch_activate_socket

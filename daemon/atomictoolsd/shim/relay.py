@@ -175,7 +175,7 @@ def _resolve_directory(requested: str | None) -> str:
 
 
 def _socket_path(anchors: Sequence[str]) -> str:
-    from atomictools._paths import RuntimeDirError, socket_path  # stdlib only: os, stat and sys
+    from atomictools._paths import RuntimeDirError, socket_path  # lazy: stdlib only: os, stat and sys
 
     try:
         return socket_path(anchors)
@@ -229,8 +229,8 @@ def connect(path: str, autostart: bool, timeout: float = 20.0, anchors: Sequence
 def _start_daemon(anchors: Sequence[str]) -> None:
     # The slow path: subprocess and friends load only here. start_daemon() runs the daemon in a new
     # session and double-forks it, so the agent killing this shim's process group leaves it running.
-    from atomictools._autostart import start_daemon
-    from atomictools._errors import ConnectError
+    from atomictools._autostart import start_daemon  # lazy: the slow path (above)
+    from atomictools._errors import ConnectError  # lazy: the slow path (above)
 
     try:
         start_daemon(anchors=anchors)

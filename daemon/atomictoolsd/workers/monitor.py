@@ -124,7 +124,7 @@ class WorkerMonitor:
         process = self._processes.get(worker.pid)
         try:
             if process is None:
-                import psutil  # only once a worker runs: the daemon starts without it
+                import psutil  # lazy: only once a worker runs: the daemon starts without it
 
                 process = self._processes[worker.pid] = psutil.Process(worker.pid)
             rss = process.memory_info().rss

@@ -401,18 +401,18 @@ class ModuleRunner:
             return False
         return True
 
-    async def _load_whole(self) -> tuple[Worker, list[dict[str, Any]], float]:
+    async def _load_matching_disk(self) -> tuple[Worker, list[dict[str, Any]], float]:
         """``load()``, again while what the worker read is not what is on disk (a file half-written);
         after four tries the last one serves: the file keeps changing, and the watcher reloads it."""
         for _attempt in range(3):
             worker, definitions, load_ms = await self.load()
             self.unclaimed.discard(worker)  # it serves the calls that wait for it: not to be stopped
             try:
-                whole = self.verify is None or await self.verify(worker)
+                matches_disk = self.verify is None or await self.verify(worker)
             except BaseException:
                 self.drop(worker)
                 raise
-            if whole:
+            if matches_disk:
                 return worker, definitions, load_ms
             self.drop(worker)
         worker, definitions, load_ms = await self.load()
@@ -424,7 +424,7 @@ class ModuleRunner:
             return None
         epoch = self._epoch
         try:
-            worker, definitions, _ms = await self._load_whole()
+            worker, definitions, _ms = await self._load_matching_disk()
         except LoadFailure as failure:
             self._starting = None
             if epoch != self._epoch:

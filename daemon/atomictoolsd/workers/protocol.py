@@ -316,7 +316,7 @@ class FrameReader:
         """Bytes of a frame not yet complete are held."""
         return bool(self._buffer)
 
-    def whole(self, data: bytes) -> Any:
+    def single_frame(self, data: bytes) -> Any:
         """The message ``data`` holds when it is exactly one whole frame and no bytes are held from
         before (how calls arrive one at a time); None otherwise, and then ``feed(data)`` reads it.
 
@@ -343,7 +343,7 @@ class FrameReader:
                 not a message of the reader's type (or is nested too deep to decode); nothing after it
                 can be read.
         """
-        message = self.whole(data)
+        message = self.single_frame(data)
         if message is not None:
             return [message]  # the common case: exactly one whole frame
         buffer = self._buffer

@@ -309,7 +309,7 @@ class Worker(asyncio.Protocol):
         self.max_message = runner.pool.settings.max_result_bytes
         self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
         self._trusted = True  # until it sends what no worker runtime sends
-        self.strays = 0  # results it sent for calls it is not running (dropped)
+        self.results_for_unknown_calls = 0
         self._output: _OutputBudget | None = None  # made with its first output
         self._transport: asyncio.Transport | None = None
         # Backpressure: while the channel holds more than the worker has read (``pause_writing``),
@@ -340,7 +340,7 @@ class Worker(asyncio.Protocol):
         if not self._trusted:
             return
         try:
-            message = self._reader.whole(data)
+            message = self._reader.single_frame(data)
             if type(message) is Result:  # the call path: one result, as it came
                 self._on_result(message.call_id, message.result)
                 return
@@ -537,8 +537,8 @@ class Worker(asyncio.Protocol):
             # The runtime answers each call it was given once: this one it was never given, or has
             # answered. A tool wrote it; it reaches no one (and the log hears of it once a worker).
             self.last_used = time.monotonic()  # busy until now (an answered call's finish sets it)
-            self.strays += 1
-            if self.strays == 1:
+            self.results_for_unknown_calls += 1
+            if self.results_for_unknown_calls == 1:
                 log.warning(
                     "worker %d of %s sent a result for call %d, which it is not running; dropped",
                     self.pid, self.runner.spec.path, call_id,

@@ -1,6 +1,6 @@
 """The definitions a JavaScript worker reports, made what the daemon serves: the same portable-schema
 pass a Python or declarative tool's schema gets (``$defs`` inlined, every ``enum`` typed, then
-refused where some agent would refuse it: ``atomictools._portable``), the name rule, and the runtime
+refused where some agent would refuse it: ``workers/runtime/portable.py``), the name rule, and the runtime
 kept aside for listings.
 
 A worker runs a tool's code and can report anything: a definition that is not an object with a
@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from atomictools._portable import schema_problems, type_enums
+from atomictools._jsonschema import inline_refs
 from atomictools._protocol import WRITTEN_SCHEMA, check_tool_name
-from atomictools._schema import inline_refs
+from atomictoolsd.workers.runtime.portable import schema_problems, type_enums
 
 __all__ = ["RUNTIME_KEY", "served_definitions"]
 

@@ -104,7 +104,7 @@ def set_process_name(name: str) -> bool:
 
 @functools.cache
 def _libc() -> Any:
-    import ctypes  # loaded once in the fork server (its main() calls _prctl): every fork inherits it
+    import ctypes  # lazy: loaded once in the fork server (its main() calls _prctl): every fork inherits it
 
     return ctypes.CDLL(None, use_errno=True)
 
@@ -350,7 +350,7 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
     """Make what a confined worker needs before it is forked, so that the fork server knows it (and
     removes the temporary directory with the worker) and the worker's own start stays short: its
     directories, and its Landlock ruleset but for its own /proc/PID (``sandbox.prepare``)."""
-    from atomictoolsd.workers.runtime import netns, sandbox  # with the first confined worker: every fork has them
+    from atomictoolsd.workers.runtime import netns, sandbox  # lazy: with the first confined worker: every fork has them
 
     if not _RUNTIME_PATHS:
         _RUNTIME_PATHS.extend(sandbox.runtime_read_paths())  # before any tools dir joins sys.path

@@ -18,9 +18,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from atomictools._schema import SchemaError, ToolSpec, collect_tools
 from atomictoolsd.workers.protocol import LoadFailure, WorkerSpec
 from atomictoolsd.workers.runtime.environment import activate, missing_module_hint
+from atomictoolsd.workers.runtime.schema import SchemaError, ToolSpec, collect_tools
 from atomictoolsd.workers.runtime.sourceload import SourceOnlyLoader, install_source_only_finder
 
 __all__ = ["LOADERS", "LOADER_IMPORTS", "LoaderResult", "declared", "load_module", "prepare", "warm_up"]
@@ -81,7 +81,7 @@ declared: dict[str, Any] = {}  # what the module just loaded declared of itself 
 
 
 def _load_declarative(path: str) -> tuple[list[ToolSpec], list[dict[str, Any]]]:
-    from atomictoolsd.declarative import load_file  # usually imported already: see prepare()
+    from atomictoolsd.declarative import load_file  # lazy: usually imported already: see prepare()
 
     return load_file(path)
 

@@ -15,11 +15,11 @@ from typing import Any
 import msgspec
 
 from atomictools._errors import ToolError
-from atomictools._schema import ToolSpec, enc_hook
 from atomictoolsd.workers.protocol import TEXT_HEAD, TEXT_TAIL, WorkerSpec, error_result
 from atomictoolsd.workers.runtime.blocks import content_blocks, is_content
 from atomictoolsd.workers.runtime.environment import missing_module_hint
 from atomictoolsd.workers.runtime.limits import memory_error_text
+from atomictoolsd.workers.runtime.schema import ToolSpec, enc_hook
 from atomictoolsd.workers.runtime.truncate import spill, truncate
 
 __all__ = ["encode_json", "exception_text", "make_result"]

@@ -375,7 +375,7 @@ def _add_fd(ruleset: int, fd: int, access: int) -> None:
 # A writable tree's protected entries as a tree of (case-folded) names: None marks a protected entry,
 # a dict a directory on the way to one. Everything else in the tree is written whole.
 _Tree = dict[str, Any]
-_WHOLE: Any = object()
+_UNPROTECTED: Any = object()
 
 
 def _writable(write: Iterable[str], project: str | None, protect: Iterable[str]) -> tuple[list[str], dict[str, _Tree]]:
@@ -385,7 +385,7 @@ def _writable(write: Iterable[str], project: str | None, protect: Iterable[str])
     if not project:
         return list(write), {}
     protected = [os.path.join(project, path) for path in protect] + submodule_git_dirs(project)
-    whole: list[str] = []
+    unprotected: list[str] = []
     split: dict[str, _Tree] = {}
     for root in write:
         prefix = root.rstrip("/") + "/"
@@ -393,8 +393,8 @@ def _writable(write: Iterable[str], project: str | None, protect: Iterable[str])
         if inside:
             split[root] = _tree(inside)
         else:
-            whole.append(root)  # outside the project, or a protected entry the user allowed by name
-    return whole, split
+            unprotected.append(root)  # outside the project, or a protected entry the user allowed by name
+    return unprotected, split
 
 
 def _tree(paths: Iterable[str]) -> _Tree:
@@ -431,17 +431,17 @@ def _add_split(ruleset: int, root: str, tree: _Tree, fs: int) -> None:
 
 def _add_entries(ruleset: int, directory: int, tree: _Tree, fs: int) -> None:
     for name in os.listdir(directory):
-        below = tree.get(name.casefold(), _WHOLE)
+        below = tree.get(name.casefold(), _UNPROTECTED)
         if below is None:
             continue  # protected: read, as what is above it
-        flags = os.O_PATH if below is _WHOLE else os.O_RDONLY | os.O_DIRECTORY
+        flags = os.O_PATH if below is _UNPROTECTED else os.O_RDONLY | os.O_DIRECTORY
         try:
             fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
         except OSError:
             continue  # gone, or a symlink on the way to a protected entry
         try:
             mode = os.fstat(fd).st_mode
-            if below is not _WHOLE:
+            if below is not _UNPROTECTED:
                 _add_entries(ruleset, fd, below, fs)
             elif stat.S_ISDIR(mode):
                 _add_fd(ruleset, fd, (_READ | _WRITE) & fs)
@@ -739,7 +739,7 @@ def confine(policy: dict[str, Any], runtime: Iterable[str], temp_dir: str, spill
         raise SandboxError("a worker must be confined before it starts a thread")
     try:
         os.environ.update(_worker_env(policy, temp_dir))
-        import tempfile  # noqa: PLC0415 - already imported in the fork server; the cache must forget /tmp
+        import tempfile  # lazy: already imported in the fork server; the cache must forget /tmp
 
         tempfile.tempdir = None
         runtime = list(runtime)
@@ -766,8 +766,8 @@ def _rules(
     by entry (``_writable``), but for the shared rules the fork server opened
     (``open_shared_rules``) when they are open for this runtime."""
     read = [*extra_read, *policy.get("read", ())]
-    whole, split = _writable(policy.get("write", ()), policy.get("project"), policy.get("protect", ()))
-    write = [temp_dir, spill_dir, *whole]
+    unprotected, split = _writable(policy.get("write", ()), policy.get("project"), policy.get("protect", ()))
+    write = [temp_dir, spill_dir, *unprotected]
     if not (_STATIC and _STATIC_FOR == runtime):
         read += [*SYSTEM_READ, *PROC_READ, *DEVICES_READ, *runtime]
         write += DEVICES_WRITE
@@ -874,7 +874,7 @@ class _Prepared:
     """
 
     def __init__(self, ruleset: int, abi: int, policy: dict[str, Any], temp_dir: str) -> None:
-        import tempfile  # noqa: PLC0415 - in the fork server, which has it imported already
+        import tempfile  # lazy: in the fork server, which has it imported already
 
         libc = _libc()
         self.syscall = libc.syscall
@@ -921,7 +921,7 @@ class _Prepared:
 
     def restore(self) -> None:
         """In the fork server, once the worker is forked: its own environment back."""
-        import tempfile  # noqa: PLC0415 - in the fork server, which has it imported already
+        import tempfile  # lazy: in the fork server, which has it imported already
 
         self.close()
         for name, value in self.saved_env.items():

@@ -23,7 +23,6 @@ import msgspec
 
 from atomictools._authoring import Context
 from atomictools._errors import AskError
-from atomictools._schema import ToolSpec
 from atomictoolsd.workers.protocol import (
     INVALID_ARGUMENTS,
     TEXT_HEAD,
@@ -45,6 +44,7 @@ from atomictoolsd.workers.protocol import (
 )
 from atomictoolsd.workers.runtime.arguments import Undeclared, relax, with_choices
 from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
+from atomictoolsd.workers.runtime.schema import ToolSpec
 from atomictoolsd.workers.runtime.sender import Sender, exit_worker
 
 __all__ = ["Runtime"]
@@ -148,7 +148,7 @@ class Runtime:
         """
         inbox = self._inbox
         recv = self.sock.recv
-        whole = self._frames.whole
+        single_frame = self._frames.single_frame
         feed = self._frames.feed
         plain = self._plain
         slow = self._slow
@@ -162,7 +162,7 @@ class Runtime:
                     data = b""
                 if not data:
                     exit_worker()
-                message = whole(data)
+                message = single_frame(data)
                 if message is None:  # part of a frame, or several: the reader keeps what is not whole yet
                     inbox.extend(feed(data))
                     continue

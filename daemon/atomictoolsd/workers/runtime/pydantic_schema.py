@@ -10,56 +10,26 @@ Input should be greater than or equal to 0``). A result annotated with a pydanti
 and dumped to JSON by pydantic (``TypeAdapter``). ``atomictools.Field`` and a plain string in
 ``Annotated`` keep their meaning: they become pydantic ``Field``s.
 
-Only a module that imported pydantic gets here (``uses_pydantic`` asks nothing of pydantic unless
-the module imported it), so a worker never imports pydantic for a module that does not use it.
+Imported only for a module that imported pydantic (``signature.uses_pydantic`` says which, and
+``schema`` imports this module then), so a worker never imports pydantic for a module that does not
+use it.
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
+import pydantic
+import pydantic_core
 
 from atomictools._authoring import FieldDefault
+from atomictoolsd.workers.runtime.signature import pydantic_made, split_annotated
 
-__all__ = ["ArgumentsDecoder", "build_arguments", "describe_errors", "dump_output", "output_schema", "to_json", "uses_pydantic"]
-
-_PYDANTIC_MODULES = ("pydantic", "pydantic_core", "annotated_types")
-
-
-def _pydantic_made(value: Any) -> bool:
-    """Whether ``value`` (a type, or an object in ``Annotated``/a default) is pydantic's."""
-    if "pydantic" not in sys.modules:
-        return False
-    if isinstance(value, type):
-        return any(base.__module__.partition(".")[0] in _PYDANTIC_MODULES for base in value.__mro__[:-1])
-    return type(value).__module__.partition(".")[0] in _PYDANTIC_MODULES
-
-
-def uses_pydantic(annotation: Any, default: Any = inspect.Parameter.empty) -> bool:
-    """Whether a parameter (or return) annotation, or a default, is or holds something of pydantic's."""
-    if "pydantic" not in sys.modules:  # a module that uses pydantic has imported it
-        return False
-    if default is not inspect.Parameter.empty and _pydantic_made(default):
-        return True
-    stack = [annotation]
-    while stack:
-        tp = stack.pop()
-        if _pydantic_made(tp):
-            return True
-        origin = typing.get_origin(tp)
-        if origin is Annotated:
-            inner, *extras = typing.get_args(tp)
-            if any(_pydantic_made(extra) for extra in extras):
-                return True
-            stack.append(inner)
-        elif origin is not None and origin is not typing.Literal:
-            stack.extend(typing.get_args(tp))
-    return False
+__all__ = ["ArgumentsDecoder", "build_arguments", "describe_errors", "dump_output", "output_schema", "to_json"]
 
 
 def _v1_model(annotation: Any) -> str | None:
@@ -80,8 +50,6 @@ class ArgumentsDecoder:
     parameter is its model), and a refusal is a ``msgspec.ValidationError`` naming each field."""
 
     def __init__(self, model: Any, names: list[str], struct: type[msgspec.Struct]) -> None:
-        import pydantic  # lazy: the module imported it already
-
         self._validate = model.model_validate_json
         self._error = pydantic.ValidationError
         self._names = names
@@ -119,12 +87,7 @@ def _shown(value: Any) -> str:
 def _field(annotation: Any, default: Any, description: str | None) -> tuple[Any, Any]:
     """A parameter as ``create_model`` takes it: ``(type, FieldInfo)``, with ``atomictools.Field``
     and a plain string in ``Annotated`` turned into pydantic's."""
-    import pydantic  # lazy: the module imported it already
-
-    base, extras = annotation, ()
-    if typing.get_origin(annotation) is Annotated:
-        base, *rest = typing.get_args(annotation)
-        extras = tuple(rest)
+    base, extras = split_annotated(annotation)
     metadata: list[Any] = []
     for extra in extras:
         if isinstance(extra, str):
@@ -153,8 +116,6 @@ def _field(annotation: Any, default: Any, description: str | None) -> tuple[Any,
 
 
 def _from_meta(meta: msgspec.Meta) -> Any:
-    import pydantic  # lazy: the module imported it already
-
     keys = ("gt", "ge", "lt", "le", "multiple_of", "pattern", "min_length", "max_length", "description", "title", "examples")
     return pydantic.Field(**{key: getattr(meta, key) for key in keys if getattr(meta, key, None) is not None})
 
@@ -173,8 +134,6 @@ def build_arguments(
         TypeError: pydantic cannot make a model of them (its message says why; a pydantic 1 model
             is named).
     """
-    import pydantic  # lazy: the module imported it already
-
     for name, annotation, _default in parameters:
         old = _v1_model(annotation)
         if old is not None:
@@ -200,8 +159,6 @@ def build_arguments(
 def output_schema(annotation: Any) -> dict[str, Any] | None:
     """pydantic's JSON Schema of what a tool returns (as it is sent: serialization), or None when
     pydantic cannot describe it."""
-    import pydantic  # lazy: the module imported it already
-
     try:
         return pydantic.TypeAdapter(annotation).json_schema(mode="serialization")
     except (pydantic.PydanticUserError, pydantic.errors.PydanticSchemaGenerationError, TypeError, ValueError):
@@ -211,8 +168,6 @@ def output_schema(annotation: Any) -> dict[str, Any] | None:
 def dump_output(annotation: Any) -> Callable[[Any], Any]:
     """A function that checks a tool's result against ``annotation`` (a model from a dict too, as
     FastMCP reads it) and returns it as JSON values; it raises ``ValueError`` when it does not match."""
-    import pydantic  # lazy: the module imported it already
-
     adapter = pydantic.TypeAdapter(annotation)
 
     def dump(value: Any) -> Any:
@@ -228,9 +183,7 @@ def dump_output(annotation: Any) -> Callable[[Any], Any]:
 def to_json(value: Any) -> Any:
     """A pydantic model (or other pydantic value) a tool returned without a structured annotation, as
     JSON values; ``NotImplemented`` when ``value`` is not pydantic's."""
-    if not _pydantic_made(type(value)):
+    if not pydantic_made(type(value)):
         return NotImplemented
-    import pydantic_core  # lazy: pydantic imported it already
-
     return pydantic_core.to_jsonable_python(value)
 

@@ -5,14 +5,13 @@ Runs inside a tool worker when a tool module loads. The input schema is JSON Sch
 ``additionalProperties: false``; arguments are decoded and validated in one pass by msgspec against
 a struct built from the same signature, so the schema and the validation cannot disagree. A
 signature that speaks pydantic (a ``BaseModel``, ``pydantic.Field``) is built by pydantic instead
-(``_pydantic``), with the same portable pass over its schema.
+(``pydantic_schema``, imported only then), with the same portable pass over its schema.
 """
 
 from __future__ import annotations
 
 import inspect
 import pathlib
-import re
 import sys
 import types
 import typing
@@ -22,12 +21,13 @@ from typing import Annotated, Any
 
 import msgspec
 
-from atomictools import _pydantic
 from atomictools._authoring import Context, FieldDefault, ToolOptions
-from atomictools._portable import schema_problems, type_enums
+from atomictools._jsonschema import inline_refs
 from atomictools._protocol import check_tool_name
+from atomictoolsd.workers.runtime.portable import schema_problems, type_enums
+from atomictoolsd.workers.runtime.signature import docstring_params, split_annotated, uses_pydantic
 
-__all__ = ["SchemaError", "ToolSpec", "build_tool", "collect_tools", "inline_refs", "tool_name"]
+__all__ = ["SchemaError", "ToolSpec", "build_tool", "collect_tools", "enc_hook", "tool_name"]
 
 
 class SchemaError(Exception):
@@ -57,7 +57,9 @@ def enc_hook(obj: Any) -> Any:
     if isinstance(obj, (set, frozenset)):
         return list(obj)
     if "pydantic" in sys.modules:  # a model a tool returned without a structured annotation
-        value = _pydantic.to_json(obj)
+        from atomictoolsd.workers.runtime import pydantic_schema  # lazy: pydantic's, for its modules only
+
+        value = pydantic_schema.to_json(obj)
         if value is not NotImplemented:
             return value
     return repr(obj)
@@ -81,7 +83,7 @@ class ToolSpec:
     title: str | None = None
     timeout: float | None = None
     annotations: dict[str, Any] | None = None
-    dump_output: Callable[[Any], Any] | None = None  # a pydantic result's check and dump (``_pydantic``)
+    dump_output: Callable[[Any], Any] | None = None  # a pydantic result's check and dump (``pydantic_schema``)
 
     def definition(self) -> dict[str, Any]:
         """The MCP tool object, plus the ``timeout`` the daemon enforces (not sent to clients)."""
@@ -198,7 +200,7 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         raise SchemaError(f"cannot read the signature of {fn.__name__!r}: {exc}") from exc
 
     doc = inspect.getdoc(target) or ""
-    param_docs = _docstring_params(doc)
+    param_docs = docstring_params(doc)
     parameters: list[tuple[str, Any, Any]] = []
     context_param: str | None = None
     for param in signature.parameters.values():
@@ -215,9 +217,11 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         parameters.append((param.name, annotation, param.default))
 
     output_type = hints.get("return", inspect.Signature.empty)
-    if any(_pydantic.uses_pydantic(annotation, default) for _name, annotation, default in parameters) or _pydantic.uses_pydantic(output_type):
+    if any(uses_pydantic(annotation, default) for _name, annotation, default in parameters) or uses_pydantic(output_type):
+        from atomictoolsd.workers.runtime import pydantic_schema  # lazy: pydantic's, for its modules only
+
         try:
-            schema, decoder = _pydantic.build_arguments(name, parameters, param_docs)
+            schema, decoder = pydantic_schema.build_arguments(name, parameters, param_docs)
         except TypeError as exc:
             raise SchemaError(f"{fn.__name__}: {exc}") from None
         input_schema: dict[str, Any] = _object_root(type_enums(inline_refs(schema)))
@@ -293,7 +297,7 @@ def _unsupported(function: str, fields: list[tuple[Any, ...]], exc: Exception) -
 
 def _unannotated(function: str, param: inspect.Parameter) -> str:
     # Refused rather than guessed: a type read from the default would reject values the function
-    # takes today, and an untyped property makes Gemini skip the tool (atomictools._portable).
+    # takes today, and an untyped property makes Gemini skip the tool (``portable``).
     default = param.default
     guess = type(default).__name__ if type(default) in (str, int, float, bool, list, dict) else "str"
     example = f"{param.name}: {guess}" + ("" if default is param.empty else f" = {default!r}")
@@ -329,10 +333,7 @@ def _as_msgspec(annotation: Any, default: Any, empty: Any) -> tuple[Any, Any]:
 
     pydantic's own ``Field`` never gets here: a signature that holds one is pydantic's to build.
     """
-    base, extras = annotation, ()
-    if typing.get_origin(annotation) is Annotated:
-        base, *rest = typing.get_args(annotation)
-        extras = tuple(rest)
+    base, extras = split_annotated(annotation)
     metadata: list[Any] = []
     for extra in extras:
         metadata.append(_meta(extra))
@@ -442,12 +443,14 @@ def _output_schema(tp: Any) -> tuple[dict[str, Any] | None, bool, Callable[[Any]
     if tp in _NO_OUTPUT or tp is None:
         return None, False, None
     dump = None
-    if _pydantic.uses_pydantic(tp):
-        described = _pydantic.output_schema(tp)
+    if uses_pydantic(tp):
+        from atomictoolsd.workers.runtime import pydantic_schema  # lazy: pydantic's, for its modules only
+
+        described = pydantic_schema.output_schema(tp)
         if described is None:
             return None, False, None
         schema = inline_refs(described)
-        dump = _pydantic.dump_output(tp)
+        dump = pydantic_schema.dump_output(tp)
     else:
         try:
             schema = _json_schema(tp)
@@ -457,64 +460,3 @@ def _output_schema(tp: Any) -> tuple[dict[str, Any] | None, bool, Callable[[Any]
         schema.pop("title", None)
         return schema, False, dump
     return {"type": "object", "properties": {"result": schema}, "required": ["result"]}, True, dump
-
-
-def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    """Replace every ``$ref`` into ``$defs`` with the definition itself.
-
-    A recursive type cannot be inlined; the recursion point becomes ``{"type": "object"}`` (msgspec
-    still validates the full structure).
-    """
-    defs: dict[str, Any] = schema.pop("$defs", {})
-
-    def resolve(node: Any, stack: tuple[str, ...]) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                key = ref[len("#/$defs/"):]
-                if key in stack:
-                    return {"type": "object"}
-                target = dict(defs[key])
-                merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-                return resolve(merged, (*stack, key))
-            return {k: resolve(v, stack) for k, v in node.items()}
-        if isinstance(node, list):
-            return [resolve(v, stack) for v in node]
-        return node
-
-    return resolve(schema, ())
-
-
-_SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
-_OTHER_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:\s*$")
-_PARAM_LINE = re.compile(r"^(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-
-
-def _docstring_params(doc: str) -> dict[str, str]:
-    """Per-parameter descriptions from a Google-style ``Args:`` section."""
-    out: dict[str, str] = {}
-    lines = doc.splitlines()
-    in_args = False
-    current: str | None = None
-    indent: int | None = None
-    for line in lines:
-        if _SECTION.match(line.strip()) and not line.startswith((" ", "\t")):
-            in_args, current, indent = True, None, None
-            continue
-        if not in_args:
-            continue
-        if not line.strip():
-            current = None
-            continue
-        if not line.startswith((" ", "\t")) and _OTHER_SECTION.match(line.strip()):
-            break
-        depth = len(line) - len(line.lstrip())
-        if indent is None:
-            indent = depth
-        match = _PARAM_LINE.match(line.strip())
-        if depth == indent and match:
-            current = match.group(1)
-            out[current] = match.group(2).strip()
-        elif current and depth > indent:
-            out[current] = f"{out[current]} {line.strip()}".strip()
-    return out
