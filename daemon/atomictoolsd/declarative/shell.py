@@ -90,10 +90,7 @@ class ShellHandler(Handler, tag="shell"):
         self.seconds = int(self.timeout) / 1000
         self.ok_codes = frozenset(self.ok_exit_codes)
         self.params = placeholders(self.command)
-        unused = [n for n in self.unsafe_free_text if n not in self.params]
-        if unused:
-            raise TemplateError(f"handler.unsafeFreeText names {', '.join(map(repr, unused))}, which handler.command does not use")
-        self.unsafe = frozenset(self.unsafe_free_text)
+        self.unsafe = _unsafe_names(self.unsafe_free_text, self.params)
 
     def check_schema(self, schema: Mapping[str, Any]) -> None:
         """Refuse a placeholder the checker guards whose parameter ``schema`` (``$ref``s inlined)
@@ -218,6 +215,14 @@ class ShellHandler(Handler, tag="shell"):
                 return proc.communicate(timeout=min(remaining, _POLL))
             except subprocess.TimeoutExpired:
                 continue
+
+
+def _unsafe_names(names: list[str], params: list[str]) -> frozenset[str]:
+    """The parameters the file lets take free text wherever the command puts them (``unsafeFreeText``)."""
+    unused = [n for n in names if n not in params]
+    if unused:
+        raise TemplateError(f"handler.unsafeFreeText names {', '.join(map(repr, unused))}, which handler.command does not use")
+    return frozenset(names)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
