@@ -321,8 +321,8 @@ def _explain(exc: Exception, index: int, entry: msgspec.Raw) -> str:
     hold is added (its field's description, or the keys there may be)."""
     if not isinstance(exc, msgspec.ValidationError):
         return str(exc)
-    what, _, where = str(exc).partition(" - at `$")
-    where = where.rstrip("`")
+    what, at, where = str(exc).rpartition(" - at `$")  # the path is last: a value quoted before it may hold anything
+    what, where = (what, where.rstrip("`")) if at else (where, "")
     path = re.sub(r"\[[^]]*\]", "", where).split(".")[1:]  # the keys down to the wrong value, without indexes
     field = re.fullmatch(r"Object (contains unknown|missing required) field `(.+)`", what)
     if field is not None:  # about the object at the path: a key it may not have, or lacks

@@ -10,7 +10,9 @@ no end-of-file, and ``SOCK_SEQPACKET`` does not exist for ``AF_UNIX`` on macOS).
 requests fail, its workers are counted as ended (they get SIGKILL from their parent's death on
 Linux; elsewhere the daemon kills them) along with what they started, and the next spawn starts a
 new fork server. A send that fails counts as the same news, and the spawn is tried once more on a
-new fork server.
+new fork server. What it sends is decoded as a ``ForkServerMessage`` (``protocol.py``); a datagram
+that is not one (a confined fork server runs next to a project's code) has it killed and replaced
+at once, as one that stopped answering is (below).
 
 The fork server is started sealed (``atomictools._launch``): ``-P``, from ``/``, without ``PYTHON*``
 variables but the daemon's own code roots. Started with ``-m`` from the daemon's directory, every
