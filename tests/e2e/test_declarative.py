@@ -194,8 +194,9 @@ def test_a_broken_file_next_to_a_good_one(env: Env, make_daemon) -> None:  # typ
 
         assert skipped == {
             "bad name!": (line("bad name!"), "tool name 'bad name!' may contain only letters, digits, '_' and '-'"),
-            "wrong-type": (line("wrong-type"), "handler.type must be one of shell, http, file-read; got 'bash'"),
-            "typo": (line("typo"), "unknown key handler.comand for a shell handler; did you mean 'command'?"),
+            "wrong-type": (line("wrong-type"), "Invalid value 'bash' - at `$.tools[2].handler.type` "
+                                               '(a handler is an object whose "type" is one of shell, http, file-read)'),
+            "typo": (line("typo"), "Object contains unknown field `comand` - at `$.tools[3].handler`; did you mean 'command'?"),
             "undeclared": (line("undeclared"), "the handler uses {{who}} but inputSchema.properties does not declare 'who'"),
             "bad-schema": (line("bad-schema"), "inputSchema is not a valid JSON Schema: Unknown type"),
             "program-param": (line("program-param"),
@@ -213,7 +214,7 @@ def test_a_broken_file_next_to_a_good_one(env: Env, make_daemon) -> None:  # typ
     out = subprocess.run([sys.executable, "-m", "atomictoolsd", "list"], env=env.vars, cwd=env.project,
                          capture_output=True, text=True, timeout=60).stdout
     assert "hello  local (json)" in out
-    assert f"{good}:{line('wrong-type')}: tool 'wrong-type': handler.type must be one of" in out
+    assert f"{good}:{line('wrong-type')}: tool 'wrong-type': Invalid value 'bash' - at `$.tools[2].handler.type`" in out
     assert f"{env.local_tools / 'broken.json'}:3: not valid JSON" in out
 
 
@@ -232,7 +233,8 @@ def test_skipped_tools_reach_subscribed_sessions_as_log_messages(env: Env, make_
     logs = [m["params"]["data"] for m in messages if m.get("method") == "notifications/message"]
     assert len(logs) == 1 and logs[0]["tool"] == "oops" and logs[0]["line"] == 1
     assert logs[0]["message"] == (
-        f"skipped tool 'oops' in {path}:1: handler.type must be one of shell, http, file-read; got 'nope'"
+        f"skipped tool 'oops' in {path}:1: Invalid value 'nope' - at `$.tools[1].handler.type` "
+        '(a handler is an object whose "type" is one of shell, http, file-read)'
     )
 
 

@@ -333,7 +333,7 @@ def test_a_shell_tool_declares_the_exit_codes_that_are_not_failures(env: Env, ma
         missing = client.call("todos", dir="no-such-dir")  # grep exits 2: still a failure
         assert missing.is_error and "exited with code 2" in missing.text
         problems = client.request("atomic/list", {})["errors"]
-    assert any(p.get("tool") == "bad" and "okExitCodes must be a non-empty list" in p["message"] for p in problems), problems
+    assert any(p.get("tool") == "bad" and "(okExitCodes: a non-empty list of exit codes" in p["message"] for p in problems), problems
 
 
 def test_suggested_commands_run_as_printed_when_atomictoolsd_is_not_on_path(env: Env, make_daemon: object) -> None:

@@ -60,34 +60,68 @@ def test_a_file_that_is_not_utf8_or_too_large_fails_whole(tmp_path: Path) -> Non
         load_file(str(tmp_path / "big.json"))
 
 
+def test_nesting_too_deep_to_read_fails_the_file_or_skips_the_tool(tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(LoadFailure, match="nests arrays or objects too deep to be read"):
+        load_file(write(tmp_path, '{"x": ' + deep + ', "tools": [' + json.dumps(tool()) + "]}"))
+    nested = '{"a": ' * 400 + "1" + "}" * 400
+    deep_default = tool(name="deep", inputSchema={"type": "object", "properties": {"x": {"type": "object", "default": 0}}})
+    text = json.dumps({"tools": [deep_default, tool(name="good")]}).replace('"default": 0', '"default": ' + nested)
+    specs, problems = load_file(write(tmp_path, text))
+    assert [s.name for s in specs] == ["good"]
+    assert [p["tool"] for p in problems] == ["deep"]
+
+
+def test_what_only_pythons_json_reads_fails_the_file_with_its_line(tmp_path: Path) -> None:
+    with pytest.raises(LoadFailure) as info:
+        load_file(write(tmp_path, '{"tools": [\n' + json.dumps(tool()).replace('"true"', '"true", "timeout": NaN') + "]}"))
+    assert info.value.info["line"] == 2
+    assert info.value.info["message"].startswith("not valid JSON: JSON is malformed: invalid character (byte ")
+
+
 # -- tools --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("just a string", "a tool must be an object"),
-        (tool(name=7), "name must be a string"),
+        ("just a string", "Expected `object`, got `str` - at `$.tools[1]` (a tool is an object with keys name, description, "
+                          "handler; and optionally title, inputSchema, annotations)"),
+        (tool(name=7), "Expected `str`, got `int` - at `$.tools[1].name`"),
         (tool(name="a.b"), "tool name 'a.b' may contain only letters, digits, '_' and '-'"),
         (tool(name="x" * 65), "is 65 characters long; the limit is 64"),
         (tool(description=""), "description must be a non-empty string"),
-        (tool(inputschema={}), "unknown key 'inputschema'; did you mean 'inputSchema'?"),
-        (tool(handler="echo"), 'handler must be an object with a "type"'),
-        (tool(handler={"type": "python"}), "handler.type must be one of shell, http, file-read; got 'python'"),
-        (tool(handler={"type": "shell"}), "handler.command must be a non-empty string"),
+        (tool(inputschema={}), "Object contains unknown field `inputschema` - at `$.tools[1]`; did you mean 'inputSchema'?"),
+        (tool(handler="echo"), 'Expected `object`, got `str` - at `$.tools[1].handler` (a handler is an object whose "type" is '
+                               "one of shell, http, file-read)"),
+        (tool(handler={"type": "python"}), "Invalid value 'python' - at `$.tools[1].handler.type` (a handler is an object "
+                                           'whose "type" is one of shell, http, file-read)'),
+        (tool(handler={"description": "x"}), "Object missing required field `type` - at `$.tools[1].handler` (a handler is"),
+        (tool(handler={"type": "shell"}), "Object missing required field `command` - at `$.tools[1].handler` (command: "),
+        (tool(handler={"type": "shell", "command": " "}), "handler.command must be a non-empty string"),
         (tool(handler={"type": "shell", "command": "echo 'unbalanced"}), "handler.command cannot be split into words"),
         (tool(handler={"type": "shell", "command": "{{prog}} x"}), "must start with a fixed program name"),
-        (tool(handler={"type": "shell", "command": "x", "timeout": 0}), "handler.timeout must be a number of milliseconds"),
-        (tool(handler={"type": "shell", "command": "x", "timeout": "30s"}), "handler.timeout must be a number of milliseconds"),
+        (tool(handler={"type": "shell", "command": "x", "timeout": 0}),
+         "Expected `float` >= 1.0 - at `$.tools[1].handler.timeout` (timeout: milliseconds, from 1 to 3600000)"),
+        (tool(handler={"type": "shell", "command": "x", "timeout": "30s"}),
+         "Expected `float`, got `str` - at `$.tools[1].handler.timeout` (timeout: milliseconds, from 1 to 3600000)"),
+        (tool(handler={"type": "shell", "command": "x", "okExitCodes": [0, 256]}),
+         "Expected `int` <= 255 - at `$.tools[1].handler.okExitCodes[1]` (okExitCodes: a non-empty list of exit codes"),
         (tool(handler={"type": "shell", "command": "x", "cwd": "{{dir}}"}), "handler.cwd must be a path without"),
-        (tool(handler={"type": "shell", "command": "x", "env": {}}), "unknown key handler.env for a shell handler"),
+        (tool(handler={"type": "shell", "command": "x", "env": {}}),
+         "Object contains unknown field `env` - at `$.tools[1].handler`; known keys: command, cwd, okExitCodes, timeout, "
+         "type, unsafeFreeText"),
         (tool(handler={"type": "http", "url": "ftp://h/{{x}}"}), "handler.url must be an http or https URL, not 'ftp'"),
         (tool(handler={"type": "http", "url": "/relative"}), "handler.url must be an http or https URL, not 'a relative URL'"),
         (tool(handler={"type": "http", "url": "http://h", "method": "DELETE"}), "handler.method must be one of GET, POST, PUT"),
         (tool(handler={"type": "http", "url": "http://h", "headers": {"Bad: x": "y"}}), "is not a valid header name"),
-        (tool(handler={"type": "http", "url": "http://h", "headers": {"X": 1}}), "handler.headers must be an object of strings"),
-        (tool(handler={"type": "file-read"}), "handler.basePath must be a non-empty string"),
-        (tool(handler={"type": "file-read", "basePath": ".", "maxSize": -1}), "handler.maxSize must be a positive whole number"),
+        (tool(handler={"type": "http", "url": "http://h", "headers": {"X": 1}}),
+         "Expected `str`, got `int` - at `$.tools[1].handler.headers[...]` (headers: an object of strings)"),
+        (tool(handler={"type": "file-read"}), "Object missing required field `basePath` - at `$.tools[1].handler` (basePath: "
+                                              "the directory files are read from"),
+        (tool(handler={"type": "file-read", "basePath": ""}), "handler.basePath must be a non-empty string"),
+        (tool(handler={"type": "file-read", "basePath": ".", "maxSize": -1}),
+         "Expected `int` >= 1 - at `$.tools[1].handler.maxSize` (maxSize: a positive whole number of bytes)"),
         (tool(inputSchema={"type": "array"}), 'inputSchema must be a JSON Schema object with "type": "object"'),
         (tool(inputSchema={"type": "object", "properties": []}), "inputSchema.properties must be an object"),
         (tool(inputSchema={"type": "object", "properties": {"a": {"pattern": "("}}}), "inputSchema is not a valid JSON Schema"),
@@ -114,8 +148,8 @@ def test_unknown_top_level_keys_are_reported_but_harmless(tmp_path: Path) -> Non
     specs, problems = load_file(write(tmp_path, {"name": "n", "version": 2, "tols": [], "tools": [tool()]}))
     assert [s.name for s in specs] == ["t"]
     assert [p["message"] for p in problems] == [
+        "Expected `str`, got `int` - at `$.version` (ignored)",
         "unknown top-level key 'tols' (ignored); did you mean 'tools'?",
-        "top-level 'version' must be a string",
     ]
 
 
@@ -151,7 +185,7 @@ def test_refs_are_inlined_for_clients_and_timeouts_leave_the_handler_room(tmp_pa
 
 
 def test_shell_words_and_placeholders() -> None:
-    shell = ShellHandler({"command": "git log '--format=%h {{fmt}}' -n {{count}} --author={{who}} -- {{paths}}"})
+    shell = ShellHandler(command="git log '--format=%h {{fmt}}' -n {{count}} --author={{who}} -- {{paths}}")
     assert shell.params == ["fmt", "count", "who", "paths"]
     assert shell.argv("t", {"fmt": "%s", "count": 3, "who": "a b", "paths": ["x y", "z"]}) == [
         "git", "log", "--format=%h %s", "-n", "3", "--author=a b", "--", "x y", "z",
@@ -173,11 +207,11 @@ def test_value_limits() -> None:
     with pytest.raises(ValueRejected, match="10001 characters long; the limit is 10000"):
         value_text("p", "x" * 10_001)
     with pytest.raises(ValueRejected, match="NUL byte"):  # each item of a list is an argument of its own
-        ShellHandler({"command": "ls {{paths}}"}).argv("t", {"paths": ["ok", "a\x00"]})
+        ShellHandler(command="ls {{paths}}").argv("t", {"paths": ["ok", "a\x00"]})
 
 
 def test_http_urls() -> None:
-    base = HttpHandler({"url": "{{url}}/api/{{path}}?q={{q}}"})
+    base = HttpHandler(url="{{url}}/api/{{path}}?q={{q}}")
     assert base.build_url({"url": "https://h:8443/v1", "path": "a/b", "q": "x&y=z"}) == "https://h:8443/v1/api/a%2Fb?q=x%26y%3Dz"
     for url, message in [
         ("file:///etc/passwd", "not 'file'"),
@@ -194,7 +228,7 @@ def test_http_urls() -> None:
     with pytest.raises(ToolError, match=r"Missing a value for \{\{path\}\}"):
         base.build_url({"url": "http://h"})
     with pytest.raises(TemplateError):
-        HttpHandler({"url": "file:///{{x}}"})
+        HttpHandler(url="file:///{{x}}")
 
 
 # -- confined reads -------------------------------------------------------------------------------------

@@ -142,25 +142,25 @@ def test_an_unknown_option_is_read_both_ways() -> None:
 
 def test_the_refusal_says_what_to_do_instead() -> None:
     with pytest.raises(TemplateError) as info:
-        ShellHandler({"command": "perl -lne 'print if /{{p}}/'"})
+        ShellHandler(command="perl -lne 'print if /{{p}}/'")
     assert "inside the code that perl runs" in str(info.value)
     assert "env P={{p}} perl ... (perl: $ENV{P})" in str(info.value)
     with pytest.raises(TemplateError) as info:
-        ShellHandler({"command": "bash -ec 'grep {{p}} f'"})
+        ShellHandler(command="bash -ec 'grep {{p}} f'")
     assert "bash -c '... \"$1\" ...' bash {{p}}" in str(info.value)
     with pytest.raises(TemplateError, match=r"where python reads its own options .* behind --"):
-        ShellHandler({"command": "python3 -X {{p}} s.py"})
+        ShellHandler(command="python3 -X {{p}} s.py")
     free = {"type": "object", "properties": {"p": {"type": "string"}}}
     with pytest.raises(TemplateError) as info:
-        ShellHandler({"command": "perl -e 'print @ARGV' {{p}}"}).check_schema(free)
+        ShellHandler(command="perl -e 'print @ARGV' {{p}}").check_schema(free)
     message = str(info.value)
     assert "{{p}}, whose schema lets it be any text, where perl still reads its own options" in message
     assert "Constrain 'p' in inputSchema instead" in message and '"unsafeFreeText": ["p"]' in message
     free_t = {"type": "object", "properties": {"t": {"type": "string"}}}
     with pytest.raises(TemplateError, match=r"in an argument of make \('\{\{t\}\}', word 3 of the command\) that make may read as more"):
-        ShellHandler({"command": "make -- {{t}}"}).check_schema(free_t)
+        ShellHandler(command="make -- {{t}}").check_schema(free_t)
     with pytest.raises(TemplateError, match=r"in an argument of mytool \('\{\{t\}\}', word 3 of the command\), a program whose reading"):
-        ShellHandler({"command": "mytool -- {{t}}"}).check_schema(free_t)
+        ShellHandler(command="mytool -- {{t}}").check_schema(free_t)
 
 
 @pytest.mark.parametrize(
@@ -185,7 +185,7 @@ def test_the_refusal_says_what_to_do_instead() -> None:
     ],
 )
 def test_a_guarded_value_loads_when_its_schema_constrains_it(schema: dict, loads: bool) -> None:  # type: ignore[type-arg]
-    handler = ShellHandler({"command": "make -- {{t}}"})
+    handler = ShellHandler(command="make -- {{t}}")
     try:
         handler.check_schema({"type": "object", "properties": {"t": schema}})
     except TemplateError:
@@ -196,20 +196,20 @@ def test_a_guarded_value_loads_when_its_schema_constrains_it(schema: dict, loads
 
 def test_unsafe_free_text_is_the_authors_say_and_names_used_parameters() -> None:
     free = {"type": "object", "properties": {"t": {"type": "string"}}}
-    ShellHandler({"command": "make -- {{t}}", "unsafeFreeText": ["t"]}).check_schema(free)
+    ShellHandler(command="make -- {{t}}", unsafe_free_text=["t"]).check_schema(free)
     with pytest.raises(TemplateError, match="which handler.command does not use"):
-        ShellHandler({"command": "make -- {{t}}", "unsafeFreeText": ["x"]})
+        ShellHandler(command="make -- {{t}}", unsafe_free_text=["x"])
     with pytest.raises(TemplateError, match="inside the code"):  # never where a program runs it
-        ShellHandler({"command": "sh -c {{t}}", "unsafeFreeText": ["t"]})
+        ShellHandler(command="sh -c {{t}}", unsafe_free_text=["t"])
 
 
 def test_a_list_cannot_become_several_words_where_a_program_reads_one() -> None:
     # nice -n 5 sh -c 'touch x' would run a command the template never wrote.
     for command in ("nice -n {{v}} grep -- x f", "timeout -- {{v}} true", "find . -name {{v}}"):
         with pytest.raises(ValueRejected, match="is a list, but the command takes exactly one argument there"):
-            ShellHandler({"command": command}).argv("t", {"v": ["5", "sh", "-c", "touch x"]})
-    assert ShellHandler({"command": "sh -c 'echo \"$@\"' sh {{v}}"}).argv("t", {"v": ["a", "b"]})[-2:] == ["a", "b"]
-    assert ShellHandler({"command": "nice -n {{v}} grep -- x f"}).argv("t", {"v": "5"})[:3] == ["nice", "-n", "5"]
+            ShellHandler(command=command).argv("t", {"v": ["5", "sh", "-c", "touch x"]})
+    assert ShellHandler(command="sh -c 'echo \"$@\"' sh {{v}}").argv("t", {"v": ["a", "b"]})[-2:] == ["a", "b"]
+    assert ShellHandler(command="nice -n {{v}} grep -- x f").argv("t", {"v": "5"})[:3] == ["nice", "-n", "5"]
 
 
 @pytest.mark.parametrize(
@@ -218,14 +218,14 @@ def test_a_list_cannot_become_several_words_where_a_program_reads_one() -> None:
      "..%5c"],
 )
 def test_a_value_cannot_make_a_dot_segment(value: str) -> None:
-    handler = HttpHandler({"url": "http://h/api/items/{{id}}/details"})
+    handler = HttpHandler(url="http://h/api/items/{{id}}/details")
     with pytest.raises(ToolError, match=r"^Refused: the value of \{\{id\}\} would make a URL path segment"):
         handler.build_url({"id": value})
 
 
 @pytest.mark.parametrize("value", ["a.b", ".hidden", "v1.2", "...x", "@evil:1", "#f", "?a=1&b=2", "//x", "a b", "ü"])
 def test_a_value_never_changes_scheme_host_port_or_query(value: str) -> None:
-    url = HttpHandler({"url": "https://h.example:8443/api/{{id}}/x?a={{id}}&b=1"}).build_url({"id": value})
+    url = HttpHandler(url="https://h.example:8443/api/{{id}}/x?a={{id}}&b=1").build_url({"id": value})
     parts = urllib.parse.urlsplit(url)
     assert (parts.scheme, parts.hostname, parts.port) == ("https", "h.example", 8443)
     assert parts.path.split("/")[1::2] == ["api", "x"] and len(parts.path.split("/")) == 4

@@ -2,8 +2,10 @@
 HTTP request (``http``) or read a file (``file-read``) without any Python from the user.
 
 Each file is a tool module like a ``.py`` file: it loads in a worker of its own (this package runs
-only there), and reloads when it changes. ``loader`` reads and checks the file; one module per
-handler type does the work; ``validation`` checks arguments against each tool's ``inputSchema``.
+only there), and reloads when it changes. ``loader`` decodes the file with msgspec; each handler
+kind is one Struct in a module of its own (``handler`` says what every kind is, ``loader.KINDS``
+names them) that checks its keys and does the work; ``validation`` checks arguments against each
+tool's ``inputSchema``.
 """
 
 from atomictoolsd.declarative.loader import load_file

@@ -7,7 +7,7 @@ path is checked again, so swapping a directory for a symlink between the check a
 escape either. Only regular files are read (never a FIFO or a device, which could block or never
 end), and only up to a size limit.
 
-Runs inside a worker; standard library only.
+Runs inside a worker; the standard library and msgspec only.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
+from atomictoolsd.declarative.handler import Handler
 from atomictoolsd.declarative.shell import resolve_dir
 from atomictoolsd.declarative.templates import PLACEHOLDER, TemplateError
 
@@ -118,27 +120,31 @@ def read_inside(
     return "".join(lines[first - 1 : end_line])
 
 
-class FileReadHandler:
+class FileReadHandler(Handler, tag="file-read"):
     """``{"type": "file-read", "basePath": "...", "maxSize": bytes}`` with arguments ``path``,
     ``start_line`` and ``end_line``."""
 
-    KEYS = frozenset({"type", "basePath", "maxSize"})
+    base_path: Annotated[str, msgspec.Meta(description="the directory files are read from, without {{placeholders}}")]
+    max_size: Annotated[int, msgspec.Meta(ge=1, description="a positive whole number of bytes")] = DEFAULT_MAX_SIZE
 
-    def __init__(self, handler: Mapping[str, Any]) -> None:
-        base = handler.get("basePath")
-        if not isinstance(base, str) or not base:
+    def __post_init__(self) -> None:
+        if not self.base_path:
             raise TemplateError("handler.basePath must be a non-empty string (the directory files are read from)")
-        if PLACEHOLDER.search(base):
+        if PLACEHOLDER.search(self.base_path):
             raise TemplateError("handler.basePath cannot contain {{placeholders}}")
-        self.base = base
-        size = handler.get("maxSize", DEFAULT_MAX_SIZE)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise TemplateError("handler.maxSize must be a positive whole number of bytes")
-        self.max_size = size
         self.params = ["path"]
 
+    def derived_schema(self) -> dict[str, Any]:
+        return default_schema(self.base_path)
+
+    def default_annotations(self) -> dict[str, Any]:
+        return {"readOnlyHint": True}
+
+    def undeclared(self, param: str) -> str:
+        return f"the handler reads argument {param} but inputSchema.properties does not declare {param!r}"
+
     def __call__(self, tool: str, args: dict[str, Any], ctx: Context) -> str:
-        base = resolve_dir(self.base, ctx)
+        base = resolve_dir(self.base_path, ctx)
         if not os.path.isdir(base):
             raise ToolError(f"The base directory {base} does not exist")
         return read_inside(base, args.get("path", ""), self.max_size, args.get("start_line"), args.get("end_line"))

@@ -15,7 +15,7 @@ thread of its own and the call answers at the deadline (name resolution, connect
 dripping its headers or body byte by byte), shutting the connection down behind it; the worker is
 never held past it.
 
-Runs inside a worker; standard library only.
+Runs inside a worker; the standard library and msgspec only.
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictoolsd import __version__
-from atomictoolsd.declarative.shell import timeout_ms
+from atomictoolsd.declarative.handler import Handler, TimeoutMs
 from atomictoolsd.declarative.templates import PLACEHOLDER, TemplateError, ValueRejected, placeholders, value_text
 
 __all__ = ["HttpHandler"]
@@ -45,16 +47,18 @@ METHODS = ("GET", "POST", "PUT")
 SCHEMES = ("http", "https")
 
 
-class HttpHandler:
+class HttpHandler(Handler, tag="http"):
     """``{"type": "http", "url": "...", "method": "GET", "headers": {...}, "timeout": ms}``."""
 
-    KEYS = frozenset({"type", "url", "method", "headers", "timeout"})
+    url: Annotated[str, msgspec.Meta(description="an http or https URL, or one that starts with {{placeholder}}")]
+    method: Annotated[str, msgspec.Meta(description=f"one of {', '.join(METHODS)}")] = "GET"
+    headers: Annotated[dict[str, str], msgspec.Meta(description="an object of strings")] = {}
+    timeout: TimeoutMs = DEFAULT_TIMEOUT_MS
 
-    def __init__(self, handler: Mapping[str, Any]) -> None:
-        url = handler.get("url")
-        if not isinstance(url, str) or not url.strip():
+    def __post_init__(self) -> None:
+        self.url = self.url.strip()
+        if not self.url:
             raise TemplateError("handler.url must be a non-empty string")
-        self.url = url.strip()
         self.base_param: str | None = None
         first = PLACEHOLDER.match(self.url)
         if first is not None:
@@ -63,21 +67,17 @@ class HttpHandler:
             scheme = urllib.parse.urlsplit(self.url).scheme.lower()
             if scheme not in SCHEMES:
                 raise TemplateError(f"handler.url must be an http or https URL, not {scheme or 'a relative URL'!r}")
-        method = handler.get("method", "GET")
-        if not isinstance(method, str) or method.upper() not in METHODS:
+        if self.method.upper() not in METHODS:
             raise TemplateError(f"handler.method must be one of {', '.join(METHODS)}")
-        self.method = method.upper()
-        headers = handler.get("headers", {})
-        if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
-            raise TemplateError("handler.headers must be an object of strings")
-        for key in headers:
+        self.method = self.method.upper()
+        for key in self.headers:
             if PLACEHOLDER.search(key) or not key or any(c in key for c in " :\r\n\t"):
                 raise TemplateError(f"handler.headers: {key!r} is not a valid header name")
-        self.headers: dict[str, str] = headers
-        self.timeout = timeout_ms(handler, DEFAULT_TIMEOUT_MS) / 1000
-        self.params = placeholders(self.url + "".join(headers.values()))
+        self.seconds = int(self.timeout) / 1000
+        self.params = placeholders(self.url + "".join(self.headers.values()))
+
+    def default_annotations(self) -> dict[str, Any]:
+        return {"openWorldHint": True, **({"readOnlyHint": True} if self.method == "GET" else {})}
 
     def build_url(self, args: Mapping[str, Any]) -> str:
         """The URL for one call. Raises ``ToolError`` when it is not an http(s) URL or a value is refused."""
@@ -151,7 +151,8 @@ class HttpHandler:
     def _request(self, url: str, body: bytes | None, headers: dict[str, str], ctx: Context) -> tuple[int, str, bytes]:
         """The exchange, in a thread of its own so that the deadline holds whatever the server does."""
         host = urllib.parse.urlsplit(url).hostname
-        deadline = time.monotonic() + self.timeout
+        assert self.seconds is not None
+        deadline = time.monotonic() + self.seconds
         outcome: list[Any] = []
         conns: list[http.client.HTTPConnection] = []
         done = threading.Event()
@@ -171,7 +172,7 @@ class HttpHandler:
                     _abort(conn)
                 if ctx.cancelled:
                     raise ToolError(f"HTTP request to {host} cancelled")
-                raise ToolError(f"HTTP request to {host} timed out after {self.timeout:g} s")
+                raise ToolError(f"HTTP request to {host} timed out after {self.seconds:g} s")
         result = outcome[0]
         if isinstance(result, BaseException):
             raise result
@@ -188,10 +189,10 @@ class HttpHandler:
         conn: http.client.HTTPConnection
         if parts.scheme.lower() == "https":
             conn = http.client.HTTPSConnection(
-                parts.hostname, parts.port, timeout=self.timeout, context=ssl.create_default_context()
+                parts.hostname, parts.port, timeout=self.seconds, context=ssl.create_default_context()
             )
         else:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.seconds)
         conns.append(conn)
         try:
             conn.request(self.method, target, body=body, headers=headers)
@@ -210,7 +211,7 @@ class HttpHandler:
                 chunks.append(chunk)
             return response.status, response.reason, b"".join(chunks)
         except TimeoutError:
-            raise ToolError(f"HTTP request to {parts.hostname} timed out after {self.timeout:g} s") from None
+            raise ToolError(f"HTTP request to {parts.hostname} timed out after {self.seconds:g} s") from None
         except (OSError, http.client.HTTPException, ValueError) as exc:
             raise ToolError(f"HTTP request to {parts.hostname} failed: {type(exc).__name__}: {exc}") from None
         finally:

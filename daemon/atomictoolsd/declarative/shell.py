@@ -14,7 +14,7 @@ definition (``grep -rn -- {{pattern}} .``, ``sh -c 'grep -- "$1" f' sh {{pattern
 ``perl -n``'s arguments) its parameter must be constrained by the schema (``check_schema``,
 ``constraints.constrained``), or named in the handler's ``unsafeFreeText``.
 
-Runs inside a worker; standard library only.
+Runs inside a worker; the standard library and msgspec only.
 """
 
 from __future__ import annotations
@@ -25,13 +25,16 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
 from atomictoolsd.declarative.commands import Unsafe, check
 from atomictoolsd.declarative.constraints import constrained
-from atomictoolsd.declarative.exitcodes import ok_exit_codes
+from atomictoolsd.declarative.exitcodes import OkExitCodes
+from atomictoolsd.declarative.handler import Handler, TimeoutMs
 from atomictoolsd.declarative.templates import (
     PLACEHOLDER,
     SHELL_METACHARACTERS,
@@ -45,7 +48,6 @@ from atomictoolsd.declarative.templates import (
 __all__ = ["DEFAULT_TIMEOUT_MS", "ShellHandler", "resolve_dir"]
 
 DEFAULT_TIMEOUT_MS = 30_000
-MAX_TIMEOUT_MS = 3_600_000
 _POLL = 0.1  # seconds between checks for cancellation while the command runs
 
 def resolve_dir(path: str | None, ctx: Context | None) -> str:
@@ -60,26 +62,21 @@ def resolve_dir(path: str | None, ctx: Context | None) -> str:
     return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
 
 
-def timeout_ms(handler: Mapping[str, Any], default: int) -> int:
-    """The handler's ``timeout`` in milliseconds. Raises ``TemplateError`` when it is unusable."""
-    value = handler.get("timeout", default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_MS:
-        raise TemplateError(f"handler.timeout must be a number of milliseconds between 1 and {MAX_TIMEOUT_MS}")
-    return int(value)
-
-
-class ShellHandler:
+class ShellHandler(Handler, tag="shell"):
     """``{"type": "shell", "command": "...", "timeout": ms, "cwd": "...", "okExitCodes": [0, 1],
     "unsafeFreeText": ["param"]}``."""
 
-    KEYS = frozenset({"type", "command", "timeout", "cwd", "okExitCodes", "unsafeFreeText"})
+    command: Annotated[str, msgspec.Meta(description="the command, split into words as a shell would")]
+    timeout: TimeoutMs = DEFAULT_TIMEOUT_MS
+    cwd: Annotated[str | None, msgspec.Meta(description="a path without {{placeholders}}")] = None
+    ok_exit_codes: OkExitCodes = msgspec.field(default_factory=lambda: [0])
+    unsafe_free_text: Annotated[list[str], msgspec.Meta(description='a list of parameter names, e.g. ["target"]')] = []
 
-    def __init__(self, handler: Mapping[str, Any]) -> None:
-        command = handler.get("command")
-        if not isinstance(command, str) or not command.strip():
+    def __post_init__(self) -> None:
+        if not self.command.strip():
             raise TemplateError("handler.command must be a non-empty string")
         try:
-            self.words = shlex.split(command)
+            self.words = shlex.split(self.command)
         except ValueError as exc:
             raise TemplateError(f"handler.command cannot be split into words: {exc}") from None
         try:
@@ -88,14 +85,12 @@ class ShellHandler:
             raise TemplateError(str(exc)) from None
         self.single = reading.single  # words where a list value must not become several words
         self.guards = reading.guards  # placeholders whose schema must constrain them
-        cwd = handler.get("cwd")
-        if cwd is not None and (not isinstance(cwd, str) or PLACEHOLDER.search(cwd)):
+        if self.cwd is not None and PLACEHOLDER.search(self.cwd):
             raise TemplateError("handler.cwd must be a path without {{placeholders}}")
-        self.cwd: str | None = cwd
-        self.timeout = timeout_ms(handler, DEFAULT_TIMEOUT_MS) / 1000
-        self.ok_codes = ok_exit_codes(handler)
-        self.params = placeholders(command)
-        self.unsafe = _unsafe_names(handler, self.params)
+        self.seconds = int(self.timeout) / 1000
+        self.ok_codes = frozenset(self.ok_exit_codes)
+        self.params = placeholders(self.command)
+        self.unsafe = _unsafe_names(self.unsafe_free_text, self.params)
 
     def check_schema(self, schema: Mapping[str, Any]) -> None:
         """Refuse a placeholder the checker guards whose parameter ``schema`` (``$ref``s inlined)
@@ -206,12 +201,13 @@ class ShellHandler:
         raise ToolError("\n\n".join(parts))
 
     def _wait(self, proc: subprocess.Popen[bytes], ctx: Context) -> tuple[bytes, bytes]:
-        deadline = time.monotonic() + self.timeout
+        assert self.seconds is not None
+        deadline = time.monotonic() + self.seconds
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 _kill(proc)
-                raise ToolError(f"Command timed out after {self.timeout:g} s and was stopped")
+                raise ToolError(f"Command timed out after {self.seconds:g} s and was stopped")
             if ctx.cancelled:
                 _kill(proc)
                 raise ToolError("Command cancelled")
@@ -221,11 +217,8 @@ class ShellHandler:
                 continue
 
 
-def _unsafe_names(handler: Mapping[str, Any], params: list[str]) -> frozenset[str]:
+def _unsafe_names(names: list[str], params: list[str]) -> frozenset[str]:
     """The parameters the file lets take free text wherever the command puts them (``unsafeFreeText``)."""
-    names = handler.get("unsafeFreeText", [])
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise TemplateError('handler.unsafeFreeText must be a list of parameter names, e.g. ["target"]')
     unused = [n for n in names if n not in params]
     if unused:
         raise TemplateError(f"handler.unsafeFreeText names {', '.join(map(repr, unused))}, which handler.command does not use")

@@ -1,6 +1,7 @@
 """What the daemon and a worker say to each other: ``WorkerSpec`` (what a new worker is told),
 ``LoadFailure`` (a module that cannot load), the messages, and the framing: a 4-byte big-endian
-length, then one msgpack value.
+length, then one msgpack value. And what the daemon and a fork server say to each other: the
+same kind of messages, one per datagram.
 
 Both sides import this, so it stays at the standard library, msgspec and the protocol's types.
 Every message is a tagged, array-like struct: on the wire a msgpack array whose first element names
@@ -17,7 +18,7 @@ msgspec checks; anything else is a ``FrameError`` and the channel is not read fu
 from __future__ import annotations
 
 import struct
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -25,9 +26,10 @@ from atomictools._protocol import LogLevel
 
 __all__ = [
     "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod",
-    "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Failed",
-    "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Progress", "Result",
-    "SiteDir", "WorkerMessage", "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length", "read_site",
+    "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "ForkServerMessage",
+    "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output",
+    "Pid", "Ping", "Pong", "Progress", "Ready", "Result", "SiteDir", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage",
+    "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length", "read_site",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -269,6 +271,62 @@ class Trusted(_Message, tag="trusted"):
     on the channel, not in the spec, which travels in one datagram to the fork server."""
 
     allowed: dict[str, str]
+
+
+# What the daemon and a fork server say to each other (``spawner.py``, ``runtime/forkserver.py``):
+# one of these per datagram, unframed. A confined fork server runs next to a project's code, so the
+# daemon decodes what it sends as ``ForkServerMessage`` and takes anything else, or a pid that
+# could name no worker (a signal to it would reach init, the daemon's group or every process),
+# for a fork server that has failed.
+
+Pid = Annotated[int, msgspec.Meta(gt=1)]
+
+
+class Spawn(_Message, tag="spawn"):
+    """Fork a worker. The datagram carries its channel's socket, and for a confined worker allowed
+    the network a second one, on which it hands the daemon its proxy listener (``netns``)."""
+
+    request_id: int
+    spec: bytes  # the ``WorkerSpec`` as JSON: read on its own, so that a spec it cannot read fails this spawn alone
+
+
+class Ping(_Message, tag="ping"):
+    """The daemon's health check, answered by a ``Pong`` of the same number."""
+
+    number: int
+
+
+ForkServerRequest = Spawn | Ping
+
+
+class Ready(_Message, tag="ready"):
+    """Sent once, when the fork server serves."""
+
+
+class Spawned(_Message, tag="spawned"):
+    request_id: int
+    pid: Pid
+
+
+class SpawnFailed(_Message, tag="failed"):
+    """It could not fork (the process limit, memory): that request fails, nothing else."""
+
+    request_id: int
+    reason: str
+
+
+class Exited(_Message, tag="exited"):
+    """A worker ended, reaped by the fork server (only a parent can reap)."""
+
+    pid: Pid
+    status: int  # as ``os.waitpid`` gives it
+
+
+class Pong(_Message, tag="pong"):
+    number: int
+
+
+ForkServerMessage = Ready | Spawned | SpawnFailed | Exited | Pong
 
 _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.encode

@@ -10,7 +10,9 @@ no end-of-file, and ``SOCK_SEQPACKET`` does not exist for ``AF_UNIX`` on macOS).
 requests fail, its workers are counted as ended (they get SIGKILL from their parent's death on
 Linux; elsewhere the daemon kills them) along with what they started, and the next spawn starts a
 new fork server. A send that fails counts as the same news, and the spawn is tried once more on a
-new fork server.
+new fork server. What it sends is decoded as a ``ForkServerMessage`` (``protocol.py``); a datagram
+that is not one (a confined fork server runs next to a project's code) has it killed and replaced
+at once, as one that stopped answering is (below).
 
 The fork server is started sealed (``atomictools._launch``): ``-P``, from ``/``, without ``PYTHON*``
 variables but the daemon's own code roots. Started with ``-m`` from the daemon's directory, every
@@ -71,7 +73,16 @@ import msgspec
 from atomictools._launch import SEALED_CWD, is_sealed, python_command, sealed_environ
 from atomictoolsd.workers.netproxy import NetProxy
 from atomictoolsd.workers.processes import ForkedChild, stop_process
-from atomictoolsd.workers.protocol import WorkerSpec
+from atomictoolsd.workers.protocol import (
+    Exited,
+    ForkServerMessage,
+    Ping,
+    Ready,
+    Spawn,
+    Spawned,
+    SpawnFailed,
+    WorkerSpec,
+)
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import STATE, proc_stat
 
@@ -85,8 +96,8 @@ log = logging.getLogger("atomictoolsd.workers")
 # real status is unknown (a real one is never negative).
 FORKSERVER_GONE = -1
 
-_encode = msgspec.msgpack.encode
-_decode = msgspec.msgpack.decode
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(ForkServerMessage).decode
 
 _FORKSERVER = "atomictoolsd.workers.runtime.forkserver"
 
@@ -381,31 +392,34 @@ class Spawner:
             server.heard = time.monotonic()
             try:
                 message = _decode(data)
-                op = message[0]
-            except (msgspec.DecodeError, IndexError, TypeError):
-                continue
-            if op == "spawned":
-                future = server.requests.pop(message[1], None)
-                pid = message[2]
+            except msgspec.DecodeError as exc:
+                self._replace(server, f"sent what is not a fork server's message ({exc})")
+                return
+            self._handle(server, message)
+            # It answers in turn: whatever it sent, an answer to what it still owes is due from now.
+            server.waiting_since = server.heard if server.requests else None
+
+    def _handle(self, server: _ForkServer, message: ForkServerMessage) -> None:
+        match message:
+            case Spawned(request_id, pid):
+                future = server.requests.pop(request_id, None)
                 server.workers.add(pid)
                 stale = self._exits.get(pid)
                 if stale is not None and stale.done():
                     del self._exits[pid]  # an earlier worker's, whose pid this one reuses
                 if future is not None and not future.done():
                     future.set_result(pid)
-            elif op == "failed":
-                future = server.requests.pop(message[1], None)
+            case SpawnFailed(request_id, reason):
+                future = server.requests.pop(request_id, None)
                 if future is not None and not future.done():
-                    future.set_exception(SpawnError(message[2]))
-            elif op == "exited":
-                server.workers.discard(message[1])
-                future = self.exit_status(message[1])
+                    future.set_exception(SpawnError(reason))
+            case Exited(pid, status):
+                server.workers.discard(pid)
+                future = self.exit_status(pid)
                 if not future.done():
-                    future.set_result(message[2])
-            elif op == "ready" and not server.ready.done():
+                    future.set_result(status)
+            case Ready() if not server.ready.done():
                 server.ready.set_result(None)
-            # It answers in turn: whatever it sent, an answer to what it still owes is due from now.
-            server.waiting_since = server.heard if server.requests else None
 
     # -- health ---------------------------------------------------------------------------------
 
@@ -433,7 +447,7 @@ class Spawner:
             return
         if server.waiting_since is None and now - server.heard >= self.PING_AFTER:
             try:
-                server.control.send(_encode(["ping", next(server.pings)]))
+                server.control.send(_encode(Ping(next(server.pings))))
                 server.expect_answer()
             except BlockingIOError:
                 pass  # its queue is full: requests wait in it, and they are timed already
@@ -569,7 +583,7 @@ class Spawner:
         future: asyncio.Future[int] = self.loop.create_future()
         server.requests[request_id] = future
         server.expect_answer()
-        message = _encode(["spawn", request_id, msgspec.json.encode(spec)])
+        message = _encode(Spawn(request_id, msgspec.json.encode(spec)))
         fds = [theirs.fileno(), *([handoff[1].fileno()] if handoff else [])]
         try:
             while True:

@@ -7,17 +7,17 @@ workers, is started as ``python -P -m atomictoolsd.workers.runtime.forkserver FD
 (sealed: see ``spawner``). The daemon talks to each over a datagram socket pair, so each request
 arrives whole with its file descriptor:
 
-daemon → fork server: ``["spawn", request_id, spec_json]`` carrying the worker's channel socket,
-and for a confined worker allowed the network a second socket, on which that worker hands the
-daemon its proxy listener (``netns``).
+daemon → fork server: a ``ForkServerRequest`` (``protocol.py``): ``Spawn``, carrying the worker's
+channel socket, and for a confined worker allowed the network a second socket, on which that worker
+hands the daemon its proxy listener (``netns``); ``Ping``, answered by a ``Pong``: the daemon's health
+check. Anything else it receives is dropped, with the descriptors it carried.
+fork server → daemon: a ``ForkServerMessage``: ``Ready`` once; ``Spawned`` with the worker's pid, or
+``SpawnFailed`` when it could not fork (the process limit, memory: that request fails, nothing else);
+``Exited`` for every worker that ends, since only a parent can reap.
 The fork server's stdin is a pipe from the daemon: a datagram socket reports no EOF when its peer
 goes, so end-of-file on stdin is how the fork server learns that the daemon closed it or died.
-daemon → fork server: ``["ping", n]``, answered by ``["pong", n]``: the daemon's health check.
-fork server → daemon: ``["ready"]`` once; ``["spawned", request_id, pid]``, or ``["failed", request_id,
-message]`` when it could not fork (the process limit, memory: that request fails, nothing else);
-``["exited", pid, status]`` (``status`` as ``os.waitpid`` gives it) for every worker that ends, since
-only a parent can reap. ``ALIVE_FD`` is the write end of a pipe it keeps open and never writes to
-(its workers close it): the daemon learns of its death from the end-of-file.
+``ALIVE_FD`` is the write end of a pipe it keeps open and never writes to (its workers close it):
+the daemon learns of its death from the end-of-file.
 
 No orphans: each worker leads its own session and process group and gets SIGKILL when the fork
 server dies (``PR_SET_PDEATHSIG``); the fork server gets SIGTERM when the daemon dies, and then kills
@@ -55,7 +55,20 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from atomictoolsd.workers.protocol import DaemonMessage, FrameReader, Loaded
+from atomictoolsd.workers.protocol import (
+    DaemonMessage,
+    Exited,
+    ForkServerMessage,
+    ForkServerRequest,
+    FrameReader,
+    Loaded,
+    Ping,
+    Pong,
+    Ready,
+    Spawn,
+    Spawned,
+    SpawnFailed,
+)
 from atomictoolsd.workers.runtime import main as runtime  # the point of this process: pay for the import once
 from atomictoolsd.workers.runtime.procgroups import kill_worker_processes
 from atomictoolsd.workers.runtime.procstat import PPID, proc_stat
@@ -72,8 +85,8 @@ __all__ = [
 # bench), nothing is timed and the workers run the very same code.
 SPAWN_TIMES_ENV = "ATOMICTOOLS_SPAWN_TIMES"
 
-_encode = msgspec.msgpack.encode
-_decode = msgspec.msgpack.decode
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(ForkServerRequest).decode
 
 # Exited children reaped in one turn of the loop, between two looks at the daemon's requests.
 REAP_BATCH = 32
@@ -126,7 +139,7 @@ class _Server:
         os.set_blocking(self.wake_w, False)
         self.stopping = False
 
-    def send(self, message: list[Any]) -> None:
+    def send(self, message: ForkServerMessage) -> None:
         try:
             self.control.send(_encode(message))
         except OSError:
@@ -137,7 +150,7 @@ class _Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the wakeup fd
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the daemon, which stops us
-        self.send(["ready"])
+        self.send(Ready())
         more = False  # exited children may be left to reap: look again at once
         while not self.stopping:
             try:
@@ -171,15 +184,13 @@ class _Server:
             message = _decode(data)
         except msgspec.DecodeError:
             message = None
-        if isinstance(message, list) and len(message) == 3 and message[0] == "spawn" and fds:
-            self.spawn(message[1], message[2], fds[0], *fds[1:2])
-        elif isinstance(message, list) and len(message) == 2 and message[0] == "ping":
-            self.send(["pong", message[1]])
-            for fd in fds:
-                os.close(fd)
-        else:
-            for fd in fds:
-                os.close(fd)
+        if isinstance(message, Spawn) and fds:
+            self.spawn(message.request_id, message.spec, fds[0], *fds[1:2])
+            return
+        for fd in fds:
+            os.close(fd)
+        if isinstance(message, Ping):
+            self.send(Pong(message.number))
 
 
     def spawn(self, request_id: int, spec_json: bytes, channel_fd: int, net_fd: int = -1) -> None:
@@ -198,7 +209,7 @@ class _Server:
             if spec is not None and spec.temp_dir:
                 remove_tree(spec.temp_dir)
             what = "cannot fork a worker process" if isinstance(exc, OSError) else "cannot start a worker"
-            self.send(["failed", request_id, f"{what}: {exc}"])
+            self.send(SpawnFailed(request_id, f"{what}: {exc}"))
             return
         if pid == 0:
             self._become_worker(channel_fd, spec)
@@ -210,7 +221,7 @@ class _Server:
             self.temp_dirs[pid] = spec.temp_dir
         if spec.sandbox is not None and spec.spill_dir:
             self.spill_dirs[pid] = spec.spill_dir
-        self.send(["spawned", request_id, pid])
+        self.send(Spawned(request_id, pid))
 
     def _become_worker(self, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
         try:
@@ -285,7 +296,7 @@ class _Server:
             except OSError:
                 pass
         self.children.discard(pid)
-        self.send(["exited", pid, status])
+        self.send(Exited(pid, status))
 
     def kill_adopted(self) -> int:
         """SIGKILL every child that is not a worker (and the group each one leads); return how many."""
