@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atomictools._protocol import read_renamed
 from atomictoolsd.cli import status as status_view
@@ -24,6 +24,9 @@ from atomictoolsd.cli._common import (
     wait_gone,
 )
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
+
+if TYPE_CHECKING:
+    from atomictoolsd.eventlog.writer import EventLog
 
 __all__ = ["register"]
 
@@ -69,9 +72,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from atomictoolsd.config.errors import SetupError  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.config.paths import Paths  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.config.settings import load_config  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.eventlog.writer import LOG_NAME, events  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.eventlog.writer import LOG_NAME  # lazy: only this command pays for it (start-up cost)
     from atomictoolsd.server.socketfile import AlreadyRunning  # lazy: only this command pays for it (start-up cost)
-    from atomictoolsd.server.wiring import build_server  # lazy: only this command pays for it (start-up cost)
+    from atomictoolsd.server.wiring import (  # lazy: only this command pays for it (start-up cost)
+        build_pool,
+        build_server,
+    )
     from atomictoolsd.service.activation import (  # lazy: only this command pays for it (start-up cost)
         inherited_listener,
     )
@@ -98,7 +104,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = _with_http(config, args.http)
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
-    _setup_logging(config.log_level, args.detach)
+    pool = build_pool(paths, config, first_forkserver)
+    events = pool.events
+    _setup_logging(config.log_level, args.detach, events)
     _warn_ignored(config)
     try:
         events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
@@ -109,9 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
 
-    server = build_server(
-        paths, config, service=service, listen_socket=listener, notifier=notifier, first_forkserver=first_forkserver
-    )
+    server = build_server(paths, config, pool, service=service, listen_socket=listener, notifier=notifier)
 
     async def run() -> None:
         events.bind_loop(asyncio.get_running_loop())
@@ -131,7 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setup_logging(level: str, detached: bool) -> None:
+def _setup_logging(level: str, detached: bool, events: EventLog) -> None:
     """The event log, and stderr: every event (the journal's own format under systemd), or only
     warnings and errors for a daemon started in the background."""
     import logging
@@ -154,7 +160,7 @@ def _setup_logging(level: str, detached: bool) -> None:
     root = logging.getLogger()
     root.setLevel(level.upper())
     root.addHandler(stderr)
-    root.addHandler(EventLogHandler())
+    root.addHandler(EventLogHandler(events))
 
 
 def _warn_ignored(config: Any) -> None:

@@ -140,6 +140,13 @@ async def read_back(root: Path, loads: list[tuple[str, list[int] | None, list[li
     return await off_loop(lambda: read_whole(str(root), loads), [False] * len(loads))
 
 
+async def read_whole_worker(tools_dir: ToolsDir, path: str, worker: Worker) -> bool:
+    """Whether a worker started for a call read the module at ``path`` and its helpers whole (see
+    ``Registry._reload_torn``)."""
+    await settle_helpers(helper[0] for helper in worker.helpers)
+    return (await read_back(tools_dir.path, [(path, worker.fingerprint, worker.helpers)]))[0]
+
+
 def _opencode(tools_dir: ToolsDir) -> ToolsDir:
     tools_dir.loaded_by = "opencode"  # OpenCode loads these itself: its sessions are not offered them
     return tools_dir
@@ -171,6 +178,78 @@ async def settle_helpers(helpers: Iterable[str]) -> None:
     wait = youngest + HELPER_SETTLE - time.time()
     if wait > 0:
         await asyncio.sleep(min(wait, HELPER_SETTLE))
+
+
+class DirHost:
+    """What the runners of one tools dir's modules ask of the registry (``pool.RunnerHost``): the
+    global dir's (and OpenCode's); ``LocalHost`` and ``BuiltinHost`` add what their scope asks."""
+
+    __slots__ = ("registry", "tools_dir")
+
+    def __init__(self, registry: Registry, tools_dir: ToolsDir) -> None:
+        self.registry = registry
+        self.tools_dir = tools_dir
+
+    def _module(self, runner: ModuleRunner) -> Module | None:
+        """The module ``runner`` serves, while the dir lists it."""
+        module = self.tools_dir.modules.get(runner.spec.path)
+        return module if module is not None and module.runner is runner else None
+
+    async def admit(self, runner: ModuleRunner) -> str | None:
+        return None
+
+    def stale(self, runner: ModuleRunner) -> bool:
+        return False
+
+    async def verify(self, runner: ModuleRunner, worker: Worker) -> bool:
+        return await read_whole_worker(self.tools_dir, runner.spec.path, worker)
+
+    def load_failed(self, runner: ModuleRunner, failure: LoadFailure) -> None:
+        module = self._module(runner)
+        if module is not None:
+            self.registry._lazy_load_failed(module, failure)
+
+    def loaded(self, runner: ModuleRunner, worker: Worker, definitions: list[dict[str, Any]]) -> None:
+        module = self._module(runner)
+        if module is not None:
+            self.registry._lazy_loaded(module, worker, definitions)
+
+    def health_changed(self, runner: ModuleRunner) -> None:
+        module = self._module(runner)
+        if module is not None:
+            self.registry._health_changed(module)
+
+
+class LocalHost(DirHost):
+    """A project's own dir: a worker starts only while the project is trusted, judged as it is now;
+    a confined one is replaced once the project's root holds other entries than it was made for."""
+
+    __slots__ = ()
+
+    async def admit(self, runner: ModuleRunner) -> str | None:
+        return await self.registry._admit(self.tools_dir, runner)
+
+    def stale(self, runner: ModuleRunner) -> bool:
+        tools_dir = self.tools_dir
+        return tools_dir.sandbox is not None and self.registry._listed.get(runner) != root_listing(tools_dir.cwd)
+
+
+class BuiltinHost(DirHost):
+    """A built-in dir: a worker is made for the dir's policy and your git configuration as they are."""
+
+    __slots__ = ()
+
+    async def admit(self, runner: ModuleRunner) -> str | None:
+        if runner not in self.registry._made_for:
+            return None  # not listed yet
+        return await self.registry._builtin_admit(self.tools_dir, runner)
+
+    def stale(self, runner: ModuleRunner) -> bool:
+        made_for = self.registry._made_for
+        if runner not in made_for:
+            return False
+        tools_dir = self.tools_dir
+        return made_for[runner] is not tools_dir.sandbox or tools_dir in self.registry._config_changed
 
 
 class Registry:
@@ -239,6 +318,9 @@ class Registry:
         # the worker may write the entries there then, no other (``sandbox._add_split``), so one made
         # since (mkdir build) sends the next call to a new worker.
         self._listed: weakref.WeakKeyDictionary[ModuleRunner, tuple[int, int] | None] = weakref.WeakKeyDictionary()
+        # The policy a confined built-in's current worker was made for: a new one (a trust or git
+        # configuration change, ``_check_git_config``) sends the next call to a new worker.
+        self._made_for: weakref.WeakKeyDictionary[ModuleRunner, dict[str, Any] | None] = weakref.WeakKeyDictionary()
         self._git_config_check = Periodic(
             "checking your git configuration", self._check_git_config, GIT_CONFIG_INTERVAL,
             while_=self._confined_builtins, logger=log,
@@ -339,6 +421,11 @@ class Registry:
         task = asyncio.ensure_future(first_scan())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _host(self, tools_dir: ToolsDir) -> DirHost:
+        """The host of the runners of ``tools_dir``'s modules (``pool.RunnerHost``)."""
+        host = {"local": LocalHost, "builtin": BuiltinHost}.get(tools_dir.scope, DirHost)
+        return host(self, tools_dir)
 
     def _tell_dir_listeners(self, tools_dir: ToolsDir, in_use: bool) -> None:
         for listener in list(self._dir_listeners):
@@ -614,7 +701,7 @@ class Registry:
             entry = self.cache.lookup(tools_dir.path, file)  # first sight of it in this daemon's life
             if entry is not None:
                 return file, Cached(entry)
-        runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
+        runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd), self._host(tools_dir))
         self._set_up(tools_dir, runner, deps)
         if tools_dir.scope == "local":
             self._listed[runner] = root_listing(tools_dir.cwd)
@@ -656,23 +743,13 @@ class Registry:
         loaded = bool(removed)
         for file, outcome in results:
             module = tools_dir.modules.get(file.path)
-            runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd))
-            runner.spec.sandbox = tools_dir.sandbox  # a worker it starts later on a call is confined alike
+            runner = self.pool.runner(file.path, file.kind, str(tools_dir.cwd), self._host(tools_dir))
+            # A worker it starts later on a call is confined alike.
+            runner.set_up(tools_dir.sandbox, runner.trusted_content)
             if module is None:
                 module = tools_dir.modules[file.path] = Module(tools_dir, file, runner)
-                runner.on_load_failure = lambda failure, m=module: self._lazy_load_failed(m, failure)
-                runner.on_loaded = lambda worker, definitions, m=module: self._lazy_loaded(m, worker, definitions)
-                runner.on_health = lambda m=module: self._health_changed(m)
-                runner.verify = lambda worker, m=module: self._read_whole(m, worker)
-                if tools_dir.scope == "local":
-                    runner.admit = lambda d=tools_dir, r=runner: self._admit(d, r)
-                    runner.stale = lambda d=tools_dir, r=runner: d.sandbox is not None and self._listed.get(r) != root_listing(d.cwd)
-                elif tools_dir.scope == "builtin":
-                    # The policy its current worker was made for: a new one (a trust or git
-                    # configuration change, ``_check_git_config``) sends the next call to a new worker.
-                    made_for: list[dict[str, Any] | None] = [tools_dir.sandbox]
-                    runner.stale = lambda d=tools_dir, m=made_for: m[0] is not d.sandbox or d in self._config_changed
-                    runner.admit = lambda d=tools_dir, r=runner, m=made_for: self._builtin_admit(d, r, m)
+                if tools_dir.scope == "builtin":
+                    self._made_for[runner] = tools_dir.sandbox
                 if isinstance(outcome, Late):
                     module.state = "loading"
             elif isinstance(outcome, NoWorker) and module.state != "loading":
@@ -864,11 +941,6 @@ class Registry:
             }},
         )
 
-    async def _read_whole(self, module: Module, worker: Worker) -> bool:
-        """Whether a worker started for a call read the module and its helpers whole (see ``_reload_torn``)."""
-        await settle_helpers(helper[0] for helper in worker.helpers)
-        return (await read_back(module.tools_dir.path, [(module.path, worker.fingerprint, worker.helpers)]))[0]
-
     def _lazy_load_failed(self, module: Module, failure: LoadFailure) -> None:
         """A worker started for a call could not load a module that had loaded before."""
         if module.tools_dir.modules.get(module.path) is not module:
@@ -1032,11 +1104,9 @@ class Registry:
         module is, and loading only content judged trusted. Returns why the module is held, if it is."""
         hold = self._hold_of(tools_dir, runner.spec.path, deps)
         if hold is not None:
-            runner.spec.sandbox = tools_dir.held_policy
-            runner.trusted_content = None  # confined: whatever it loads stays inside
+            runner.set_up(tools_dir.held_policy, None)  # confined: whatever it loads stays inside
         else:
-            runner.spec.sandbox = tools_dir.sandbox
-            runner.trusted_content = tools_dir.content.allowed if tools_dir.content is not None else None
+            runner.set_up(tools_dir.sandbox, tools_dir.content.allowed if tools_dir.content is not None else None)
         return hold
 
     def _setup_changed(self, module: Module) -> bool:
@@ -1073,7 +1143,7 @@ class Registry:
             results[i] = await self._load(tools_dir, file, deadline, deps)
         return results
 
-    async def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner, made_for: list[dict[str, Any] | None]) -> None:
+    async def _builtin_admit(self, tools_dir: ToolsDir, runner: ModuleRunner) -> None:
         """Asked before a built-in's worker starts: it is made for your git configuration as it is,
         after the judgement under way, if one is (its calls wait for it)."""
         pending = self._judge_next.get(tools_dir) or self._judging.get(tools_dir)
@@ -1082,7 +1152,8 @@ class Registry:
         policy = tools_dir.sandbox
         if policy is not None and git_config_identity(policy["git_files"]) != policy["git_config"]:
             await self._config_judged(tools_dir)
-        runner.spec.sandbox = made_for[0] = tools_dir.sandbox
+        self._made_for[runner] = tools_dir.sandbox
+        runner.set_up(tools_dir.sandbox, runner.trusted_content)
         return None
 
     async def _check_git_config(self) -> None:

@@ -43,7 +43,6 @@ from atomictools._protocol import with_old_names
 from atomictoolsd import __version__
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.config.settings import Config
-from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.model import Change
 from atomictoolsd.registry.projects import Registry
 from atomictoolsd.server.reconfigure import reload
@@ -424,6 +423,7 @@ class Server:
 
     def status(self) -> dict[str, Any]:
         registry = self.registry.info()
+        events = self.pool.events
         status = {
             "pid": os.getpid(),
             "version": __version__,
