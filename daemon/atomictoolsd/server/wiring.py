@@ -93,7 +93,7 @@ def build_server(
         paths.home,
         # The shared built-ins serve what has no confined dir of its own (no project, a path that is
         # not UTF-8): they work on the directory each call names, never on their cwd. Not the
-        # home: a session at the home has its own, confined to it (``Registry._builtins``).
+        # home: a session at the home has its own, confined to it (``Lifetimes._builtins``).
         builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", Path("/"))] if config.builtins else [],
         trusted=trusted,
         judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
