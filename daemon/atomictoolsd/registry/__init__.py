@@ -7,7 +7,7 @@
   loaded in one step, keeps the definition cache, tells listeners what changed).
 - ``cache``: definitions of unchanged modules, kept across restarts.
 - ``trust``: the trust store (``trust.json``).
-- ``watcher`` and ``doorbell``: reload a module when its file or a helper changes.
+- ``watcher`` and ``inotify``: reload a module when its file or a helper changes.
 - ``idle``: forget projects nobody has held for ``idle_timeout``.
 - ``confinement``: how each tools dir may run: full rights, confined (``trust --sandbox``), or not.
 

@@ -211,7 +211,7 @@ class Lifetimes:
             own = self.dirs.get((shared.path, root))
             if own is None:
                 own = ToolsDir(shared.path, "builtin", root)
-                if not callable(self._asked(own)):
+                if not callable(self._ask_judge(own)):
                     dirs.append(shared)
                     continue
                 self.dirs[own.key] = own
@@ -369,7 +369,7 @@ class Lifetimes:
             await asyncio.wait([pending])  # its outcome is its asker's to hear
         policy = tools_dir.sandbox
         if policy is not None and git_config_identity(policy["git_files"]) != policy["git_config"]:
-            await self._config_judged(tools_dir)
+            await self._rejudge_for_git_config(tools_dir)
         self.made_for[runner] = tools_dir.sandbox
         runner.set_up(tools_dir.sandbox, runner.trusted_content)
         return None
@@ -391,9 +391,9 @@ class Lifetimes:
                 now[files] = git_config_identity(list(files))
             if now[files] != policy["git_config"]:
                 changed.append(tools_dir)
-        await asyncio.gather(*(self._config_judged(d) for d in changed))
+        await asyncio.gather(*(self._rejudge_for_git_config(d) for d in changed))
 
-    async def _config_judged(self, tools_dir: ToolsDir) -> None:
+    async def _rejudge_for_git_config(self, tools_dir: ToolsDir) -> None:
         """Judge again a built-in dir whose git configuration files changed; meanwhile a call waits
         for a worker made for them as they are now rather than go to one made before."""
         self.config_changed.add(tools_dir)
@@ -437,7 +437,7 @@ class Lifetimes:
             return None
         return self.environments.describe_project(str(project.root))
 
-    def _asked(self, tools_dir: ToolsDir) -> Judgement | Callable[[], Judgement] | None:
+    def _ask_judge(self, tools_dir: ToolsDir) -> Judgement | Callable[[], Judgement] | None:
         """What the judge says of ``tools_dir`` now (see ``judge``); None: nothing to ask."""
         if tools_dir.scope == "builtin" and any(tools_dir is shared for shared in self.builtin_dirs):
             return None  # the shared ones serve where a project's own cannot: with full rights, as the product's code
@@ -450,13 +450,13 @@ class Lifetimes:
     def rejudge_at_once(self, tools_dir: ToolsDir) -> bool:
         """Ask again whether ``tools_dir`` (the global dir or a project's own) may load, and how
         confined; True when that changed. A built-in dir is judged by ``rejudge``."""
-        judgement = self._asked(tools_dir)
+        judgement = self._ask_judge(tools_dir)
         if callable(judgement):
             raise TypeError(f"{tools_dir.path} for {tools_dir.cwd} is judged in a thread: await rejudge")
         return judgement is not None and self._apply_judgement(tools_dir, judgement)
 
     async def rejudge(self, tools_dir: ToolsDir) -> bool:
-        """``_judge`` for any dir; a project's own built-in dir is judged in a thread, as its judge
+        """``rejudge_at_once`` for any dir; a project's own built-in dir is judged in a thread, as its judge
         runs git and walks the file system (``confinement.builtin_policy``), which must never hold
         up the event loop and every client with it.
 
@@ -480,7 +480,7 @@ class Lifetimes:
             await asyncio.wait([previous])
         this = self._judging[tools_dir] = self._judge_next.pop(tools_dir)
         try:
-            judgement = self._asked(tools_dir)  # the trust store is read here, on the loop
+            judgement = self._ask_judge(tools_dir)  # the trust store is read here, on the loop
             if callable(judgement):
                 judgement = await asyncio.get_running_loop().run_in_executor(None, judgement)
             if judgement is not None and self._apply_judgement(tools_dir, judgement) and tools_dir.sandbox is not None:

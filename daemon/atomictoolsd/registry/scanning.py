@@ -64,7 +64,7 @@ def _reads(outcome: LoadOutcome) -> tuple[list[int] | None, list[list[Any]]]:
             return None, []  # nothing was read by a worker (blocked, cached, no worker, still loading)
 
 
-def _judged(
+def _torn_or_to_read(
     results: list[tuple[ModuleFile, LoadOutcome]], current: dict[str, ModuleFile]
 ) -> tuple[list[int], list[int]]:
     """(the loads torn by what the listing shows, the loads whose bytes are still to be read back)."""
@@ -242,7 +242,7 @@ class Scanner:
         for attempt in range(4):
             await settle_helpers(helper[0] for _file, outcome in results for helper in _reads(outcome)[1])
             current = {f.path: f for f in list_module_files(tools_dir.path)}
-            torn, to_read = _judged(results, current)
+            torn, to_read = _torn_or_to_read(results, current)
             loads = [(results[i][0].path, *_reads(results[i][1])) for i in to_read]
             wholes = await read_back(tools_dir.path, loads)
             torn = sorted(torn + [i for i, whole in zip(to_read, wholes, strict=True) if not whole])
