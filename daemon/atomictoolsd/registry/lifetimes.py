@@ -42,7 +42,7 @@ from atomictoolsd.registry.holding import ContentJudge
 from atomictoolsd.registry.model import Change, DirListener, Judgement, Module, Project, ToolsDir
 from atomictoolsd.registry.outcome import BLOCKED, LoadOutcome
 from atomictoolsd.registry.trust import trust_offer
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.pool import ModuleRunner, WorkerPool
 
 __all__ = ["GIT_CONFIG_INTERVAL", "Lifetimes", "Scans", "track"]
@@ -86,6 +86,7 @@ class Lifetimes:
 
     Args:
         scans: the registry's scanning and committing.
+        scheduler: the daemon's loop for periodic work (the look at your git configuration).
         trusted: whether a project root's own tools may load (default: every project's may).
         judge: how a tools dir may run, when its trust has levels: ``(loads, sandbox policy or None,
             why it is blocked or None)`` for a dir (``trusted`` is then not asked). For a project's
@@ -100,6 +101,7 @@ class Lifetimes:
     def __init__(
         self,
         scans: Scans,
+        scheduler: Scheduler,
         pool: WorkerPool,
         home: Path,
         builtin_dirs: Iterable[ToolsDir] = (),
@@ -148,7 +150,7 @@ class Lifetimes:
         # The policy a confined built-in's current worker was made for: a new one (a trust or git
         # configuration change, ``_check_git_config``) sends the next call to a new worker.
         self.made_for: weakref.WeakKeyDictionary[ModuleRunner, dict[str, Any] | None] = weakref.WeakKeyDictionary()
-        self._git_config_check = Periodic(
+        self._git_config_check = scheduler.every(
             "checking your git configuration", self._check_git_config, GIT_CONFIG_INTERVAL,
             while_=self._confined_builtins, logger=log,
         )

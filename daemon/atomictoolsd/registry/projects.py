@@ -67,7 +67,7 @@ class Registry:
         self.home = home
         self.cache = cache
         self.lifetimes = Lifetimes(
-            self, pool, home, builtin_dirs, trusted, cache, judge, content, environments, opencode_dirs,
+            self, pool.scheduler, pool, home, builtin_dirs, trusted, cache, judge, content, environments, opencode_dirs,
         )
         self.commits = Commits(pool, cache, self.lifetimes, self)
         self.scanner = Scanner(pool, cache, self.commits, self.lifetimes, load_wait)

@@ -57,7 +57,7 @@ from atomictoolsd.config.discovery import HELPER_SUFFIXES, MODULE_KINDS, escape_
 from atomictoolsd.registry.cache import deps_fresh
 from atomictoolsd.registry.inotify import Inotify
 from atomictoolsd.registry.model import ToolsDir
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -161,7 +161,7 @@ class FileWatcher:
         step_ms: quiet time after which watchfiles reports them (default: ``watch_step_ms``).
     """
 
-    def __init__(self, debounce_ms: int | None = None, step_ms: int | None = None) -> None:
+    def __init__(self, scheduler: Scheduler, debounce_ms: int | None = None, step_ms: int | None = None) -> None:
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
         self.registry: Registry | None = None
@@ -178,7 +178,7 @@ class FileWatcher:
         self.restarts = 0
         self.reloads = 0
         self.rescans = 0  # full rescans of one tools directory
-        self._sweeper = Periodic("the polling sweep", self._sweep, _SWEEP_INTERVAL, logger=log)
+        self._sweeper = scheduler.every("the polling sweep", self._sweep, _SWEEP_INTERVAL, logger=log)
 
     # -- component --------------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
 from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.monitor import WorkerMonitor
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.spawner import EarlyForkServer
 
@@ -46,9 +47,12 @@ __all__ = ["build_pool", "build_server"]
 
 
 def build_pool(paths: Paths, config: Config, first_forkserver: EarlyForkServer | None = None) -> WorkerPool:
-    """The worker pool, and with it the daemon's event log (``pool.events``: not open yet):
-    ``first_forkserver`` is the fork server ``serve`` forked at start."""
-    return WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver, (str(BUILTIN_DIR),))
+    """The worker pool, and with it the daemon's event log (``pool.events``: not open yet) and its
+    one loop for periodic work (``pool.scheduler``): ``first_forkserver`` is the fork server
+    ``serve`` forked at start."""
+    return WorkerPool(
+        PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver, (str(BUILTIN_DIR),), Scheduler(),
+    )
 
 
 def build_server(
@@ -106,18 +110,21 @@ def build_server(
         environments=environments,
         opencode_dirs=config.opencode_dirs,
     )
-    server = Server(paths, config, pool, registry)
+    scheduler = pool.scheduler  # every component's periodic work runs from it
+    server = Server(paths, config, pool, registry, scheduler)
     if service is not None:
         server.service = service
     server.listen_socket = listen_socket
     server.methods["atomic/trust/refresh"] = trust_refresh_method(registry.refresh_trust)
     server.methods["atomic/javascript/retry"] = _javascript_retry
 
-    watcher = FileWatcher()
-    monitor = WorkerMonitor()
+    watcher = FileWatcher(scheduler)
+    monitor = WorkerMonitor(scheduler)
     javascript = pool.javascript = JavaScript(paths.cache_dir, paths.home, config)
     # Started in this order once the socket serves, stopped in reverse order.
-    server.components += [environments, watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher(), javascript]
+    server.components += [
+        environments, watcher, monitor, ProjectReaper(scheduler), Bridges(), SiteWatcher(scheduler), javascript,
+    ]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:

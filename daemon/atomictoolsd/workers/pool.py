@@ -31,6 +31,7 @@ from atomictoolsd.eventlog.writer import CANCELLED, EventLog, RunningCall, error
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.netproxy import NetProxy
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.protocol import CallContext, EnvSpec, LoadFailure, SiteDir, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.workers.slots import WorkerSlots
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
@@ -631,10 +632,13 @@ class Deadlines:
     TICK = 0.05
     LATE = 1.0
 
-    def __init__(self, unanswered: Callable[[], Iterable[Call]]) -> None:
+    def __init__(self, scheduler: Scheduler, unanswered: Callable[[], Iterable[Call]]) -> None:
         self._unanswered = unanswered
         self.ticking = False  # a sweep is due; ModuleRunner.call calls start() when not
-        self._handle: asyncio.TimerHandle | None = None
+        self._calls_left = False  # the last sweep left calls unanswered
+        self._sweeps = scheduler.every(
+            "the sweep of calls past their deadline", self._sweep, self.TICK, while_=self._still_ticking, logger=log,
+        )
         self._overdue: dict[Call, float] = {}  # calls whose expiry waits for bytes to be read: since when
 
     def calls(self) -> list[Call]:
@@ -644,7 +648,12 @@ class Deadlines:
     def start(self) -> None:
         """Sweep every ``TICK`` until no call is left (a call was started)."""
         self.ticking = True
-        self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
+        self._calls_left = True
+        self._sweeps.start()
+
+    def _still_ticking(self) -> bool:
+        self.ticking = self._calls_left
+        return self.ticking
 
     def _sweep(self) -> None:
         now = time.monotonic()
@@ -662,18 +671,12 @@ class Deadlines:
                 call.expire()
             except Exception:  # the answer's bug: the other calls still time out, and the sweep goes on
                 log.exception("answering call %d of %r at its timeout failed", call.id, call.tool)
-        if any(not call.done for call in calls):
-            self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
-        else:
-            self._handle = None
-            self.ticking = False
+        self._calls_left = any(not call.done for call in calls)
 
     def close(self) -> None:
         self._overdue.clear()
         self.ticking = False
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._sweeps.cancel()
 
 
 class WorkerPool:
@@ -689,9 +692,15 @@ class WorkerPool:
     """
 
     def __init__(
-        self, settings: PoolSettings, first: EarlyForkServer | None = None, allowlisted: tuple[str, ...] = (),
+        self,
+        settings: PoolSettings,
+        first: EarlyForkServer | None = None,
+        allowlisted: tuple[str, ...] = (),
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.settings = settings
+        # The daemon's one loop for periodic work: the deadline sweep's, and every component's.
+        self.scheduler = scheduler or Scheduler()
         # Modules under these dirs (the built-ins) always come from the allowlisted environment's
         # fork server, confined or not: where the kernel cannot confine them they still never see
         # a variable of the daemon's (a token, a key).
@@ -699,7 +708,7 @@ class WorkerPool:
         self.spawner = Spawner(first=first)
         self.net_proxy = NetProxy()  # the one way out of confined workers allowed the network
         self.confined_spawners: dict[str, Spawner] = {}  # by project: the cwd of its workers
-        self.deadlines = Deadlines(self._unanswered)
+        self.deadlines = Deadlines(self.scheduler, self._unanswered)
         self.slots = WorkerSlots(settings.max_workers, self._stop_an_idle_worker)
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
