@@ -1,6 +1,6 @@
 """How each tools directory may run: with the user's full rights, confined, or not at all.
 
-The daemon asks this for every tools dir whenever trust may have changed (``Registry.judge``). It
+The daemon asks this for every tools dir whenever trust may have changed (``Lifetimes.judge``). It
 reads the trust level of a project (``trust --sandbox`` or plain ``trust``), the user's widening of
 the sandbox (``trust --sandbox --allow-…`` in the trust store, ``sandbox_allow_*`` in the
 configuration: both the user's, never a repository's) and what the kernel can enforce
