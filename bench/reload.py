@@ -14,7 +14,7 @@ Against a real daemon in a temporary home:
    editor's write-and-rename; ``--variants`` adds other watcher settings (step 10 ms, and
    watchfiles' own defaults 1600/50 ms) to show what the knobs do.
 3. **idle CPU** of the daemon watching its tools dirs, against watchfiles' own loop with the same
-   step running alone in this process (what the daemon would burn without its inotify doorbell).
+   step running alone in this process (what the daemon would burn were it not woken by inotify).
 4. **calls/s while a module is reloaded every 100 ms**: 8 connections keep 4 calls each in flight
    to one module, first with no reload, then while the module file is rewritten every 100 ms;
    failures (a JSON-RPC error or ``isError``) are counted.
@@ -351,7 +351,7 @@ def measure(quick: bool = False, variants: bool = False) -> Report:
     report.tables.append(Table(
         "reload-idle", f"idle CPU over {idle_seconds:g} s (share of one core)",
         ["what", "CPU %"],
-        [["daemon watching its tools dirs (inotify doorbell)", idle["daemon_idle_cpu_pct"]],
+        [["daemon watching its tools dirs (woken by inotify)", idle["daemon_idle_cpu_pct"]],
          ["watchfiles' own loop, step 5 ms, alone", idle["watchfiles_step_loop_cpu_pct"]]],
     ))
     steady = uvloop.run(calls_under_reload(seconds, None))

@@ -309,7 +309,7 @@ def test_removing_the_whole_tools_dir_withdraws_its_tools_and_recreating_it_brin
         wait_for(lambda: names(client) == ["two"], message="the recreated dir's tool")
         assert client.call("two").text == "2"
         if sys.platform.startswith("linux"):
-            assert client.status()["watcher"]["doorbell"] is True, "idle, the watcher sleeps on inotify"
+            assert client.status()["watcher"]["inotify"] is True, "idle, the watcher sleeps on inotify"
 
 
 def test_a_reload_whose_client_hangs_up_still_commits_and_leaves_no_worker(env: Env, make_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

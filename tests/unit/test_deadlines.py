@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import Any
 
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.pool import Deadlines
 
 
@@ -33,7 +34,7 @@ def test_a_failing_answer_does_not_stop_the_other_calls_timeouts_or_the_sweep() 
     calls: list[Any] = [_Due(1, broken=True), _Due(2, broken=False)]
 
     async def run() -> None:
-        deadlines = Deadlines(lambda: calls)
+        deadlines = Deadlines(Scheduler(), lambda: calls)
         deadlines.start()
         await asyncio.sleep(Deadlines.TICK * 3.5)
         assert deadlines.ticking  # the broken call is still unanswered: the sweep goes on

@@ -62,10 +62,9 @@ def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> No
 
 
 def test_a_call_still_running_at_a_flush_gets_its_start_line_once(tmp_path: Path) -> None:
-    log = EventLog()
-    log.open(tmp_path / LOG_NAME)
     running: dict[int, tuple[float, str, str, int, str, str]] = {}
-    log.running_calls = lambda: list(running.values())  # what the pool reports
+    log = EventLog(lambda: list(running.values()))  # what the pool reports
+    log.open(tmp_path / LOG_NAME)
 
     async def slow_call() -> None:
         call = fake_call(call_id=7)

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atomictoolsd.cli import status as status_view
 from atomictoolsd.cli._common import (
@@ -23,6 +23,9 @@ from atomictoolsd.cli._common import (
     wait_gone,
 )
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
+
+if TYPE_CHECKING:
+    from atomictoolsd.eventlog.writer import EventLog
 
 __all__ = ["register"]
 
@@ -68,9 +71,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from atomictoolsd.config.errors import SetupError
     from atomictoolsd.config.paths import Paths
     from atomictoolsd.config.settings import load_config
-    from atomictoolsd.eventlog.writer import LOG_NAME, events
+    from atomictoolsd.eventlog.writer import LOG_NAME
     from atomictoolsd.server.socketfile import AlreadyRunning
-    from atomictoolsd.server.wiring import build_server
+    from atomictoolsd.server.wiring import build_pool, build_server
     from atomictoolsd.service.activation import (
         inherited_listener,
     )
@@ -97,7 +100,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = _with_http(config, args.http)
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
-    _setup_logging(config.log_level, args.detach)
+    pool = build_pool(paths, config, first_forkserver)
+    events = pool.events
+    _setup_logging(config.log_level, args.detach, events)
     _warn_ignored(config)
     try:
         events.open(paths.log_dir / LOG_NAME, level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
@@ -108,9 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SetupError as exc:
         return fail(exc.report(), exc.exit_code)
 
-    server = build_server(
-        paths, config, service=service, listen_socket=listener, notifier=notifier, first_forkserver=first_forkserver
-    )
+    server = build_server(paths, config, pool, service=service, listen_socket=listener, notifier=notifier)
 
     async def run() -> None:
         events.bind_loop(asyncio.get_running_loop())
@@ -130,7 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _setup_logging(level: str, detached: bool) -> None:
+def _setup_logging(level: str, detached: bool, events: EventLog) -> None:
     """The event log, and stderr: every event (the journal's own format under systemd), or only
     warnings and errors for a daemon started in the background."""
     import logging
@@ -153,7 +156,7 @@ def _setup_logging(level: str, detached: bool) -> None:
     root = logging.getLogger()
     root.setLevel(level.upper())
     root.addHandler(stderr)
-    root.addHandler(EventLogHandler())
+    root.addHandler(EventLogHandler(events))
 
 
 def _warn_ignored(config: Any) -> None:

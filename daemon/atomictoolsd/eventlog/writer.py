@@ -1,6 +1,7 @@
 """The daemon's event log: JSON lines in the log dir, rotated by size, cheap on the call path.
 
-One process-wide ``events`` object. The daemon opens it at start; from then on every tool call adds
+The daemon has one ``EventLog``, which the worker pool builds (``WorkerPool.events``) and gives the
+source of its running calls; the daemon opens it at start. From then on every tool call adds
 ``tool.start`` and ``tool.complete`` / ``tool.failed`` / ``tool.cancelled`` (with its duration), and Python logging records
 arrive through ``EventLogHandler`` (module loads and reloads, worker spawns and deaths, reloads of the
 configuration: those carry ``extra={"event": name, "data": {...}}``, so they become structured
@@ -49,7 +50,6 @@ __all__ = [
     "JournalFormatter",
     "LOG_NAME",
     "RunningCall",
-    "events",
     "stderr_is_journal",
 ]
 
@@ -71,9 +71,14 @@ _decode_json = msgspec.json.decode
 
 
 class EventLog:
-    """A buffered, size-rotated JSON lines file. Closed (and free) until ``open()``."""
+    """A buffered, size-rotated JSON lines file. Closed (and free) until ``open()``.
 
-    def __init__(self) -> None:
+    Args:
+        running_calls: the calls not answered yet (the pool's), asked at each flush; None: no call
+            runs where this log is kept.
+    """
+
+    def __init__(self, running_calls: Callable[[], Iterable[RunningCall]] | None = None) -> None:
         self.path: Path | None = None
         self.max_bytes = 10 * 1024 * 1024
         self.backups = 3
@@ -86,7 +91,7 @@ class EventLog:
         self._fd = -1
         self._size = 0
         self._pending: list[tuple[Any, ...]] = []
-        self.running_calls: Callable[[], Iterable[RunningCall]] | None = None  # the pool's, set by the wiring
+        self._running_calls = running_calls
         self._flushed_at = time.monotonic()  # when the last flush looked at the running calls
         self._names: dict[tuple[str, str, str, str], tuple[str, str, str | None, str | None]] = {}  # as written
         self.scheduled = False  # a flush is due within FLUSH_INTERVAL (read on the call path)
@@ -212,7 +217,7 @@ class EventLog:
             pending, self._pending = self._pending, []
         now = time.monotonic()
         since, self._flushed_at = self._flushed_at, now
-        running = self.running_calls
+        running = self._running_calls
         started = [c for c in running() if c[0] > since] if running is not None and self._fd >= 0 else []
         if not (pending or started) or self._fd < 0:
             return
@@ -355,13 +360,10 @@ def error_text(result: bytes) -> str:
     return text if len(text) <= 1000 else text[:1000] + "…"
 
 
-events = EventLog()
-
-
 class EventLogHandler(logging.Handler):
     """Python logging → the event log. ``extra={"event": ..., "data": {...}}`` gives structure."""
 
-    def __init__(self, log: EventLog = events) -> None:
+    def __init__(self, log: EventLog) -> None:
         super().__init__()
         self.log = log
 

@@ -1,6 +1,6 @@
 """How each tools directory may run: with the user's full rights, confined, or not at all.
 
-The daemon asks this for every tools dir whenever trust may have changed (``Registry.judge``). It
+The daemon asks this for every tools dir whenever trust may have changed (``Lifetimes.judge``). It
 reads the trust level of a project (``trust --sandbox`` or plain ``trust``), the user's widening of
 the sandbox (``trust --sandbox --allow-…`` in the trust store, ``sandbox_allow_*`` in the
 configuration: both the user's, never a repository's) and what the kernel can enforce
@@ -12,7 +12,7 @@ sandbox is available, ``Registry.project``): confined to read that project and i
 to write nothing; where the sandbox is unavailable they run unconfined, as the product's own code.
 Their policy is made by running ``git config`` on each file of your git configuration and by
 walking up to the project's repository: ``judge`` hands that work back as a function, which the
-registry runs in a thread (``Registry._judged``), never on the daemon's event loop.
+registry runs in a thread (``Lifetimes.rejudge``), never on the daemon's event loop.
 
 A confined project's policy names its root and the entries of it that stay read-only
 (``sandbox.PROTECTED``, plus the user's ``sandbox_protect`` and ``trust --protect``: the list only
@@ -371,7 +371,7 @@ def git_config_identity(paths: list[str]) -> list[list[int] | None]:
     """Which files ``paths`` are now, and when last written (None: none there). A Landlock rule
     binds the file there when the worker started (``git config --global`` writes a new
     ~/.gitconfig, which the worker could not read), and an edit may include or name another file:
-    a built-in worker whose identity differs is replaced (``Registry._builtin_config_changed``)."""
+    a built-in worker whose identity differs is replaced (``Lifetimes._check_git_config``)."""
     identity: list[list[int] | None] = []
     for path in paths:
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -40,11 +40,11 @@ log = logging.getLogger("atomictoolsd.registry")
 class ProjectReaper:
     """Component: forgets projects nobody has held for ``idle_timeout`` seconds (0: never)."""
 
-    def __init__(self) -> None:
+    def __init__(self, scheduler: Scheduler) -> None:
         self.registry: Registry | None = None
         self.idle_timeout = 0.0
         self.forgotten = 0
-        self._loop = Periodic("forgetting idle projects", self._forget, lambda: self.interval, logger=log)
+        self._loop = scheduler.every("forgetting idle projects", self._forget, lambda: self.interval, logger=log)
 
     async def start(self, server: ReaperHost) -> None:
         self.registry = server.registry

@@ -3,7 +3,7 @@
 ``Change`` its listeners are told.
 
 Plain state and the rules that read it (precedence, what a session may see); scanning, loading and
-committing are ``projects.Registry``'s. Knows nothing of sockets or sessions.
+committing are the registry's (``scanning``, ``commits``). Knows nothing of sockets or sessions.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ class LateLoad:
         self.file = file
         self.task = task
         self.done = done
+
+    def settle(self) -> None:
+        """Let whoever waits for this load go on (it was committed, or given up)."""
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 class ToolDef:

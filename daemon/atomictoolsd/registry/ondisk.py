@@ -2,7 +2,7 @@
 
 A worker reports the bytes it loaded from its module and from each helper it imported (``_shared.py``,
 a ``_lib/`` package's files); the registry commits a load only when those bytes are still on disk
-(``projects._reload_torn``). The report is the worker's word and the tools dir is the project's
+(``scanning.Scanner._reload_torn``). The report is the worker's word and the tools dir is the project's
 files: a confined worker may write both. So the daemon:
 
 - looks only at files of the module's own tools dir (``Worker`` drops every other path a report
@@ -20,14 +20,26 @@ import asyncio
 import errno
 import os
 import stat
+import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
-__all__ = ["CHECK_SECONDS", "MAX_BYTES", "off_loop", "read_whole", "same_bytes", "youngest_mtime"]
+if TYPE_CHECKING:
+    from atomictoolsd.workers.worker import Worker
+
+__all__ = [
+    "CHECK_SECONDS", "HELPER_SETTLE", "MAX_BYTES", "off_loop", "read_back", "read_whole", "read_worker_back", "same_bytes",
+    "settle_helpers", "youngest_mtime",
+]
 
 MAX_BYTES = 16 * 1024 * 1024  # a module or helper larger than this is not read back
 CHECK_SECONDS = 5.0  # the longest the daemon spends judging one scan's loads
+# Seconds a helper a load read must have been left alone before the load is judged whole: a writer
+# that truncates and then writes in several steps shows the same half-written bytes to the worker
+# and to a check made at once.
+HELPER_SETTLE = 0.2
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _LINK = errno.ELOOP, errno.ENOTDIR  # what O_NOFOLLOW (with O_DIRECTORY: ENOTDIR) says of a link
@@ -133,3 +145,29 @@ def youngest_mtime(paths: Iterable[str]) -> float:
         except (OSError, ValueError):
             continue
     return youngest
+
+
+async def read_back(root: Path, loads: list[tuple[str, list[int] | None, list[list[Any]]]]) -> list[bool]:
+    """``read_whole`` off the loop, bounded in time: a check that does not finish is torn."""
+    if not loads:
+        return []
+    return await off_loop(lambda: read_whole(str(root), loads), [False] * len(loads))
+
+
+async def read_worker_back(root: Path, path: str, worker: Worker) -> bool:
+    """Whether a worker started for a call read the module at ``path`` and its helpers whole, once
+    those have settled (``settle_helpers``)."""
+    await settle_helpers(helper[0] for helper in worker.helpers)
+    return (await read_back(root, [(path, worker.fingerprint, worker.helpers)]))[0]
+
+
+async def settle_helpers(helpers: Iterable[str]) -> None:
+    """Wait until none of ``helpers`` was written in the last ``HELPER_SETTLE`` seconds (at most that
+    long: a file still being written then differs from what was read, and the load is torn)."""
+    paths = list(helpers)
+    if not paths:
+        return
+    youngest = await off_loop(lambda: youngest_mtime(paths), 0.0)
+    wait = youngest + HELPER_SETTLE - time.time()
+    if wait > 0:
+        await asyncio.sleep(min(wait, HELPER_SETTLE))

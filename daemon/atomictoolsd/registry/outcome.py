@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BLOCKED", "HELD", "Blocked", "Cached", "Held", "NotLoaded", "Late", "LoadOutcome", "Loaded", "NoWorker", "load_outcome"]
+__all__ = ["BLOCKED", "HELD", "Blocked", "Cached", "Held", "NotLoaded", "Late", "LoadOutcome", "Loaded", "NoWorker", "discard", "load_outcome"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +96,9 @@ async def load_outcome(path: str, load: Any) -> LoadOutcome:
         message = f"atomictoolsd could not load it: {type(exc).__name__}: {exc} (a bug of atomictoolsd's; its log has the traceback)"
         return NotLoaded(LoadFailure(path, None, message, by_module=False))
     return Loaded(worker, definitions, load_ms)
+
+
+def discard(outcome: LoadOutcome) -> None:
+    """Stop the worker generation of a load that will not be committed."""
+    if isinstance(outcome, Loaded):
+        outcome.worker.runner.drop(outcome.worker)

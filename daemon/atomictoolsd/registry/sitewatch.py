@@ -24,7 +24,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Protocol
 
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.protocol import SiteDir, read_site
 
 if TYPE_CHECKING:
@@ -72,11 +72,11 @@ class SiteWatcher:
 
     INTERVAL = 1.0
 
-    def __init__(self) -> None:
+    def __init__(self, scheduler: Scheduler) -> None:
         self.registry: Registry | None = None
         self.reloaded = 0
         self._seen: dict[str, int | None] = {}  # each dir's mtime at the last look
-        self._loop = Periodic("looking at the environments' site-packages", self._look, self.INTERVAL, logger=log)
+        self._loop = scheduler.every("looking at the environments' site-packages", self._look, self.INTERVAL, logger=log)
 
     async def start(self, server: SiteWatchHost) -> None:
         self.registry = server.registry

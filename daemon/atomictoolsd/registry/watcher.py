@@ -30,7 +30,7 @@ A change reloads only what it touches, through ``Registry.scan(only=…, force=T
 Changes that arrive while a directory is reloading are merged and applied once that reload ends,
 so a burst of saves settles to the final content. watchfiles' debounce and step come from the
 ``watch_debounce_ms`` and ``watch_step_ms`` settings. watchfiles reports a change once it has seen
-no new one for a whole step, two steps after the doorbell rang (see ``doorbell``): with the default
+no new one for a whole step, two steps after inotify woke it (see ``inotify``): with the default
 5 ms a save reaches a client as ``list_changed`` ~17 ms later (10 ms: ~28 ms; watchfiles' own
 defaults, 1600/50: ~100 ms; bench/reload.py). A burst is cut after ``watch_debounce_ms`` (50).
 
@@ -55,9 +55,9 @@ from watchfiles._rust_notify import RustNotify
 
 from atomictoolsd.config.discovery import HELPER_SUFFIXES, MODULE_KINDS, escape_path
 from atomictoolsd.registry.cache import deps_fresh
-from atomictoolsd.registry.doorbell import Doorbell
+from atomictoolsd.registry.inotify import Inotify
 from atomictoolsd.registry.model import ToolsDir
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
@@ -100,12 +100,12 @@ class _Pending:
 
 class _Watch:
     """One watchfiles watcher over a fixed set of directories, read on a thread of its own, and the
-    doorbell that wakes that thread (where there is one)."""
+    inotify descriptor that wakes that thread (where there is one)."""
 
-    def __init__(self, paths: frozenset[str], notify: RustNotify, doorbell: Doorbell | None, polling: bool) -> None:
+    def __init__(self, paths: frozenset[str], notify: RustNotify, inotify: Inotify | None, polling: bool) -> None:
         self.paths = paths
         self.notify = notify
-        self.doorbell = doorbell
+        self.inotify = inotify
         self.polling = polling
         self.stopping = threading.Event()  # checked by watchfiles on every step
         self.retiring = threading.Event()  # replaced: report what is left, then end
@@ -130,17 +130,17 @@ class _Watch:
         if not self._closed:
             os.write(self._wake_w, b"x")
 
-    def wait_for_doorbell(self) -> bool:
+    def wait_for_change(self) -> bool:
         """Sleep until a watched directory changes (True), or ``stop()`` or ``retire()`` (False)."""
-        assert self.doorbell is not None
+        assert self.inotify is not None
         while True:
             try:
-                readable, _, _ = select.select([self.doorbell.fd, self._wake_r], [], [])
+                readable, _, _ = select.select([self.inotify.fd, self._wake_r], [], [])
             except InterruptedError:
                 continue
             if self.stopping.is_set() or self._wake_r in readable:
                 return False
-            self.doorbell.drain()
+            self.inotify.drain()
             return True
 
     def close(self) -> None:
@@ -149,8 +149,8 @@ class _Watch:
             os.close(self._wake_r)
             os.close(self._wake_w)
         self.notify.close()
-        if self.doorbell is not None:
-            self.doorbell.close()
+        if self.inotify is not None:
+            self.inotify.close()
 
 
 class FileWatcher:
@@ -161,7 +161,7 @@ class FileWatcher:
         step_ms: quiet time after which watchfiles reports them (default: ``watch_step_ms``).
     """
 
-    def __init__(self, debounce_ms: int | None = None, step_ms: int | None = None) -> None:
+    def __init__(self, scheduler: Scheduler, debounce_ms: int | None = None, step_ms: int | None = None) -> None:
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
         self.registry: Registry | None = None
@@ -178,7 +178,7 @@ class FileWatcher:
         self.restarts = 0
         self.reloads = 0
         self.rescans = 0  # full rescans of one tools directory
-        self._sweeper = Periodic("the polling sweep", self._sweep, _SWEEP_INTERVAL, logger=log)
+        self._sweeper = scheduler.every("the polling sweep", self._sweep, _SWEEP_INTERVAL, logger=log)
 
     # -- component --------------------------------------------------------------------------------
 
@@ -217,7 +217,7 @@ class FileWatcher:
         return {
             "watching": sorted(self._watch.paths) if self._watch is not None else [],
             "polling": self._force_polling,
-            "doorbell": self._watch is not None and self._watch.doorbell is not None,
+            "inotify": self._watch is not None and self._watch.inotify is not None,
             "debounceMs": self.debounce_ms,
             "stepMs": self.step_ms,
             "restarts": self.restarts,
@@ -295,19 +295,19 @@ class FileWatcher:
                 self._force_polling = True
                 continue
             try:
-                doorbell = None if self._force_polling else Doorbell.create(paths)
+                inotify = None if self._force_polling else Inotify.create(paths)
             except FileNotFoundError:
                 notify.close()
                 self._all_stale = True
                 continue
             except OSError as exc:  # watchfiles still works, just with its step loop always running
-                log.warning("no inotify doorbell for the watcher (%s); watching with a %d ms step", exc, self.step_ms)
-                doorbell = None
+                log.warning("no inotify for the watcher (%s); watching with a %d ms step", exc, self.step_ms)
+                inotify = None
             break
         else:
             log.error("cannot watch the tools directories: they keep changing")
             return
-        old, self._watch = self._watch, _Watch(paths, notify, doorbell, self._force_polling)
+        old, self._watch = self._watch, _Watch(paths, notify, inotify, self._force_polling)
         self._watch.thread = threading.Thread(
             target=self._run, args=(self._watch,), name="atomictoolsd-watcher", daemon=True
         )
@@ -362,7 +362,7 @@ class FileWatcher:
     def _run(self, watch: _Watch) -> None:
         """The watch thread: wait for changes and hand each batch to the event loop."""
         assert self.debounce_ms is not None and self.step_ms is not None
-        # With a doorbell, watchfiles runs only from the first change until it reports (its timeout
+        # With inotify, watchfiles runs only from the first change until it reports (its timeout
         # covers a ring for changes it already reported); without one, it runs all the time, coming
         # back after each timeout to see whether it was retired.
         timeout_ms = max(100, 10 * self.step_ms)
@@ -375,7 +375,7 @@ class FileWatcher:
         try:
             while not watch.stopping.is_set():
                 retiring = watch.retiring.is_set()
-                if not retiring and watch.doorbell is not None and not watch.wait_for_doorbell():
+                if not retiring and watch.inotify is not None and not watch.wait_for_change():
                     continue  # stopped or retired: the loop decides which
                 changes = watch.notify.watch(
                     self.debounce_ms, self.step_ms, quiet_ms if retiring else timeout_ms, watch.stopping

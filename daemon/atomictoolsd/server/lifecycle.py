@@ -42,7 +42,6 @@ from atomictools._paths import write_pointer
 from atomictoolsd import __version__
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.config.settings import Config
-from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.model import Change
 from atomictoolsd.registry.projects import Registry
 from atomictoolsd.server.reconfigure import reload
@@ -57,7 +56,7 @@ from atomictoolsd.server.socketfile import (
 )
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.sessions.session import Handler, Session
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.pool import WorkerPool
 from atomictoolsd.workers.runtime.truncate import remove_old_spills
 
@@ -99,7 +98,7 @@ class Component(Protocol):
 class Server:
     """The daemon: socket, sessions, registry and workers."""
 
-    def __init__(self, paths: Paths, config: Config, pool: WorkerPool, registry: Registry) -> None:
+    def __init__(self, paths: Paths, config: Config, pool: WorkerPool, registry: Registry, scheduler: Scheduler) -> None:
         """Built by ``server/wiring.py``, which also adds the components, methods and hooks."""
         self.paths = paths
         self.config = config
@@ -116,12 +115,12 @@ class Server:
         self._stop_reason = ""
         self._sigints = 0
         # Old spills are removed often enough that the dir never holds many more than spill_max_age allows.
-        self._housekeeping = Periodic(
+        self._housekeeping = scheduler.every(
             "removing old spill files", self._housekeep, lambda: min(3600.0, max(60.0, self.config.spill_max_age / 4)),
             immediately=True, logger=log,
         )
         # A failed check is tried again next time; the daemon serves on.
-        self._guard = Periodic("checking the socket and lock files", self._check_files, _GUARD_INTERVAL, logger=log)
+        self._guard = scheduler.every("checking the socket and lock files", self._check_files, _GUARD_INTERVAL, logger=log)
         self._refused = 0  # connections refused for the limit since it was last logged
         self._refused_logged = 0.0
         self.methods: dict[str, Handler] = {}  # JSON-RPC methods added by components
@@ -423,6 +422,7 @@ class Server:
 
     def status(self) -> dict[str, Any]:
         registry = self.registry.info()
+        events = self.pool.events
         status = {
             "pid": os.getpid(),
             "version": __version__,

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from atomictoolsd.config.settings import Config, ConfigError, load_config
-from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.confinement import configure_sandbox
 from atomictoolsd.workers.pool import PoolSettings
 
@@ -129,6 +128,7 @@ def apply_config(server: Reconfigurable, config: Config) -> list[str]:
     configure_sandbox(config)
     server.pool.reconfigure(PoolSettings.from_config(config, server.pool.settings.spill_dir))
     server.registry.load_wait = config.load_wait
+    events = server.pool.events
     if events.is_open:
         events.configure(level=config.log_level, max_bytes=config.log_max_bytes, backups=config.log_backups)
     logging.getLogger().setLevel(config.log_level.upper())

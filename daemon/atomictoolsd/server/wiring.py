@@ -1,6 +1,7 @@
 """The one place the daemon is assembled: every component built, and wired to the others, here.
 
-``build_server`` makes the worker pool, the trust store and the registry, the ``Server`` that serves
+``build_pool`` makes the worker pool (and with it the event log, which the entry point opens before
+anything else runs); ``build_server`` the trust store and the registry, the ``Server`` that serves
 them, and the components that live beside it (file watcher, worker monitor, project reaper,
 bridges, the service manager's notifications), registers the ``atomic/*`` methods components
 answer and the sections they add to ``atomic/status``. Components never import the server: each
@@ -22,7 +23,6 @@ from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
 from atomictoolsd.environments import Environments
-from atomictoolsd.eventlog.writer import events
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.confinement import configure_sandbox, held_policy, judge
 from atomictoolsd.registry.content import ContentStore
@@ -39,27 +39,35 @@ from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
 from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.monitor import WorkerMonitor
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 from atomictoolsd.workers.spawner import EarlyForkServer
 
-__all__ = ["build_server"]
+__all__ = ["build_pool", "build_server"]
+
+
+def build_pool(paths: Paths, config: Config, first_forkserver: EarlyForkServer | None = None) -> WorkerPool:
+    """The worker pool, and with it the daemon's event log (``pool.events``: not open yet) and its
+    one loop for periodic work (``pool.scheduler``): ``first_forkserver`` is the fork server
+    ``serve`` forked at start."""
+    return WorkerPool(
+        PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver, (str(BUILTIN_DIR),), Scheduler(),
+    )
 
 
 def build_server(
     paths: Paths,
     config: Config,
+    pool: WorkerPool,
     *,
     service: ServiceContext | None = None,
     listen_socket: socket.socket | None = None,
     notifier: Notifier | None = None,
-    first_forkserver: EarlyForkServer | None = None,
 ) -> Server:
-    """The daemon, ready to ``serve()``: ``service`` is what the service manager told this process,
-    ``listen_socket`` the socket it passed (adopted instead of binding one), ``notifier`` its
-    ``NOTIFY_SOCKET`` (when set), ``first_forkserver`` the fork server ``serve`` forked at start."""
+    """The daemon, ready to ``serve()``, around ``pool`` (``build_pool``): ``service`` is what the
+    service manager told this process, ``listen_socket`` the socket it passed (adopted instead of
+    binding one), ``notifier`` its ``NOTIFY_SOCKET`` (when set)."""
     configure_sandbox(config)
-    pool = WorkerPool(PoolSettings.from_config(config, str(paths.spill_dir)), first_forkserver, (str(BUILTIN_DIR),))
-    events.running_calls = pool.running_calls  # its flush writes tool.start for the calls still running
     trust = TrustStore(paths.state_dir)
     server: Server | None = None
 
@@ -89,7 +97,7 @@ def build_server(
         paths.home,
         # The shared built-ins serve what has no confined dir of its own (no project, a path that is
         # not UTF-8): they work on the directory each call names, never on their cwd. Not the
-        # home: a session at the home has its own, confined to it (``Registry._builtins``).
+        # home: a session at the home has its own, confined to it (``Lifetimes._builtins``).
         builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", Path("/"))] if config.builtins else [],
         trusted=trusted,
         judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
@@ -102,18 +110,21 @@ def build_server(
         environments=environments,
         opencode_dirs=config.opencode_dirs,
     )
-    server = Server(paths, config, pool, registry)
+    scheduler = pool.scheduler  # every component's periodic work runs from it
+    server = Server(paths, config, pool, registry, scheduler)
     if service is not None:
         server.service = service
     server.listen_socket = listen_socket
     server.methods["atomic/trust/refresh"] = trust_refresh_method(registry.refresh_trust)
     server.methods["atomic/javascript/retry"] = _javascript_retry
 
-    watcher = FileWatcher()
-    monitor = WorkerMonitor()
+    watcher = FileWatcher(scheduler)
+    monitor = WorkerMonitor(scheduler)
     javascript = pool.javascript = JavaScript(paths.cache_dir, paths.home, config)
     # Started in this order once the socket serves, stopped in reverse order.
-    server.components += [environments, watcher, monitor, ProjectReaper(), Bridges(), SiteWatcher(), javascript]
+    server.components += [
+        environments, watcher, monitor, ProjectReaper(scheduler), Bridges(), SiteWatcher(scheduler), javascript,
+    ]
     if notifier is not None:
         server.components.append(ServiceNotify(notifier, server.service.watchdog_usec))
     if config.http:

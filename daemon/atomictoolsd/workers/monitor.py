@@ -24,7 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.runtime.limits import describe_limit
 
 if TYPE_CHECKING:
@@ -53,13 +53,13 @@ class WorkerMonitor:
         interval: seconds between two looks (default: 0.5, or a quarter of ``idle_timeout`` when shorter).
     """
 
-    def __init__(self, interval: float | None = None) -> None:
+    def __init__(self, scheduler: Scheduler, interval: float | None = None) -> None:
         self.interval = interval
         self.pool: WorkerPool | None = None
         self.memory_limit = 0
         self.idle_timeout = 0.0
         self.max_idle = 0
-        self._loop = Periodic("the worker monitor", self.tick, lambda: self.interval or 0.5, while_=self._watching, logger=log)
+        self._loop = scheduler.every("the worker monitor", self.tick, lambda: self.interval or 0.5, while_=self._watching, logger=log)
         self._fixed_interval = False
         self._processes: dict[int, Any] = {}  # pid → psutil.Process, made once per worker
         self.killed = 0

@@ -22,21 +22,24 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from atomictoolsd.config.settings import Config, max_workers_default
-from atomictoolsd.eventlog.writer import CANCELLED, RunningCall, error_text, events
+from atomictoolsd.eventlog.writer import CANCELLED, EventLog, RunningCall, error_text
 from atomictoolsd.workers.backoff import CrashBackoff
 from atomictoolsd.workers.javascript import JavaScript
 from atomictoolsd.workers.netproxy import NetProxy
+from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.protocol import CallContext, EnvSpec, LoadFailure, SiteDir, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.workers.slots import WorkerSlots
 from atomictoolsd.workers.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
 from atomictoolsd.workers.worker import Call, CallOwner, Worker, error_result
 
-__all__ = ["Call", "CallOwner", "LoadFailure", "ModuleRunner", "PoolSettings", "SpawnError", "WorkerPool"]
+__all__ = [
+    "Call", "CallOwner", "LoadFailure", "ModuleRunner", "PoolSettings", "RunnerHost", "SpawnError", "Unhosted", "WorkerPool",
+]
 
 log = logging.getLogger("atomictoolsd.workers")
 
@@ -93,12 +96,69 @@ def passed_env(spec: WorkerSpec) -> dict[str, str] | None:
     return {name: os.environ[name] for name in names if name in os.environ}
 
 
+class RunnerHost(Protocol):
+    """What a runner asks of whoever lists its module (the registry), given at construction.
+
+    Each method gets the runner that asks: one host serves many runners.
+    """
+
+    async def admit(self, runner: ModuleRunner) -> str | None:
+        """Asked before a worker starts for a call: why none may start now (its project is no longer
+        trusted), or None. It may wait (a confined built-in's worker waits for its project's
+        judgement) and set the runner up anew (``ModuleRunner.set_up``)."""
+        ...
+
+    def stale(self, runner: ModuleRunner) -> bool:
+        """Whether the current worker must be replaced before it takes a call (a confined built-in's
+        rules no longer match your git configuration). On the call path: keep it cheap."""
+        ...
+
+    async def verify(self, runner: ModuleRunner, worker: Worker) -> bool:
+        """Whether what a worker started for a call loaded is what is on disk (not a half-written file)."""
+        ...
+
+    def load_failed(self, runner: ModuleRunner, failure: LoadFailure) -> None:
+        """A worker started for a call could not load the module."""
+        ...
+
+    def loaded(self, runner: ModuleRunner, worker: Worker, definitions: list[dict[str, Any]]) -> None:
+        """A worker started for a call loaded the module (definitions to compare with what is listed)."""
+        ...
+
+    def health_changed(self, runner: ModuleRunner) -> None:
+        """The module's crash streak began, grew past failing, or ended (``runner.backoff``)."""
+        ...
+
+
+class Unhosted:
+    """The host of a runner nobody lists (benchmarks, tests): every worker may start and is whole."""
+
+    async def admit(self, runner: ModuleRunner) -> str | None:
+        return None
+
+    def stale(self, runner: ModuleRunner) -> bool:
+        return False
+
+    async def verify(self, runner: ModuleRunner, worker: Worker) -> bool:
+        return True
+
+    def load_failed(self, runner: ModuleRunner, failure: LoadFailure) -> None:
+        pass
+
+    def loaded(self, runner: ModuleRunner, worker: Worker, definitions: list[dict[str, Any]]) -> None:
+        pass
+
+    def health_changed(self, runner: ModuleRunner) -> None:
+        pass
+
+
 class ModuleRunner:
     """Runs one tool module: its current worker, the ones retiring, and its call statistics."""
 
-    def __init__(self, pool: WorkerPool, path: str, kind: str, cwd: str) -> None:
+    def __init__(self, pool: WorkerPool, path: str, kind: str, cwd: str, host: RunnerHost) -> None:
         self.pool = pool
-        self.spec = pool.settings.worker_spec(path, kind, cwd)
+        self.spec = pool.settings.worker_spec(path, kind, cwd)  # frozen: a change is a new spec
+        self.events = pool.events
         self.current: Worker | None = None
         self.retiring: set[Worker] = set()
         # Generations a scan loaded and has not yet installed or dropped: they serve no one meanwhile,
@@ -122,22 +182,17 @@ class ModuleRunner:
         self.installing: dict[str, Any] | None = None
         self.backoff = CrashBackoff()
         self._epoch = 0  # bumped by install() and retire(): a lazy start begun before is stale
-        # Set by the registry: a lazily started worker could not load the module; it loaded it
-        # (definitions to compare with what is listed); the crash streak began, grew or ended;
-        # whether what a lazily started worker loaded is what is on disk (not a half-written file).
-        self.verify: Callable[[Worker], Awaitable[bool]] | None = None
-        self.on_load_failure: Callable[[LoadFailure], None] | None = None
-        self.on_loaded: Callable[[Worker, list[dict[str, Any]]], None] | None = None
-        self.on_health: Callable[[], None] | None = None
-        # Set by the registry: why no worker may start now (its project is no longer trusted), or None,
-        # awaited before each start (a confined built-in's worker waits for its project's judgement);
-        # whether the current worker must be replaced before it takes a call (a confined built-in's
-        # rules no longer match your git configuration).
-        self.admit: Callable[[], Awaitable[str | None]] | None = None
-        self.stale: Callable[[], bool] | None = None
-        # Set by the registry for a module of a fully trusted project whose content is followed: the
-        # SHA-256 of what its workers may load from the tools dir, by path (None: no such check).
+        self.host = host
+        # For a module of a fully trusted project whose content is followed: the SHA-256 of what its
+        # workers may load from the tools dir, by path (None: no such check). Set with ``set_up``.
         self.trusted_content: dict[str, str] | None = None
+
+    def set_up(self, sandbox: dict[str, Any] | None, trusted_content: dict[str, str] | None) -> None:
+        """How its next worker runs: confined by ``sandbox`` (None: with the user's full rights), and
+        loading from its tools dir only ``trusted_content`` (None: no such check)."""
+        if self.spec.sandbox is not sandbox:
+            self.spec = msgspec.structs.replace(self.spec, sandbox=sandbox)
+        self.trusted_content = trusted_content
 
     # -- generations ----------------------------------------------------------------------------
 
@@ -160,7 +215,7 @@ class ModuleRunner:
         loop = asyncio.get_running_loop()
         if self.pool.environment is not None:
             # Its environment, built first when it is not there (LoadFailure when it cannot be).
-            self.spec.env = await self.pool.environment(self)
+            self.spec = msgspec.structs.replace(self.spec, env=await self.pool.environment(self))
         started = time.perf_counter()
         trusted = self.trusted_content
         spec = self.spec if self.spec.follow_content == (trusted is not None) else msgspec.structs.replace(
@@ -322,15 +377,15 @@ class ModuleRunner:
             self.last_error = f"worker {worker.pid} {worker.cause}"
             if was == "ready" and worker.status != FORKSERVER_GONE:  # it died on its own (or for its memory): a crash
                 self.backoff.crashed(self.last_error)
-                if self.backoff.failing and self.on_health is not None:
-                    self.on_health()
+                if self.backoff.failing:
+                    self.host.health_changed(self)
         if self._queued and self._starting is None:
             self._start()
 
     def served(self) -> None:
         """A worker answered a call: the module works, whatever crashed before."""
-        if self.backoff.reset() and self.on_health is not None:
-            self.on_health()
+        if self.backoff.reset():
+            self.host.health_changed(self)
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -356,12 +411,13 @@ class ModuleRunner:
             self, next(pool.call_ids), tool, arguments, context, timeout, owner, request_id, progress_token,
             started, started + timeout,
         )
+        events = self.events
         if events.calls_on and not events.scheduled:
             events.schedule()  # its flush writes the call's tool.start if it still runs then
         if not pool.deadlines.ticking:
             pool.deadlines.start()
         worker = self.current
-        if worker is not None and self.stale is not None and self.stale():
+        if worker is not None and self.host.stale(self):
             self.retire()  # it finishes what it runs; this call waits for a worker made for things as they are
             worker = None
         if worker is not None and worker.state == "ready":
@@ -380,7 +436,7 @@ class ModuleRunner:
         """Whether a worker may start now; if not, the queued calls are answered why."""
         epoch = self._epoch
         try:
-            refused = await self.admit() if self.admit is not None else None
+            refused = await self.host.admit(self)
         except Exception as exc:  # the registry's bug: the calls hear of it rather than wait for ever
             log.exception("admitting a worker for %s failed", self.spec.path)
             refused = f"no worker could be started ({exc})"
@@ -408,7 +464,7 @@ class ModuleRunner:
             worker, definitions, load_ms = await self.load()
             self.unclaimed.discard(worker)  # it serves the calls that wait for it: not to be stopped
             try:
-                matches_disk = self.verify is None or await self.verify(worker)
+                matches_disk = await self.host.verify(self, worker)
             except BaseException:
                 self.drop(worker)
                 raise
@@ -432,8 +488,7 @@ class ModuleRunner:
                 return None
             self.last_error = failure.info.get("message")
             self._fail_queued(self.last_error or "its module failed to load")
-            if self.on_load_failure is not None:
-                self.on_load_failure(failure)
+            self.host.load_failed(self, failure)
             return None
         except SpawnError as exc:
             # Not the module's doing: the calls that needed a worker fail; the module stays as listed.
@@ -457,8 +512,7 @@ class ModuleRunner:
             self._restart_if_waiting()
             return None
         self._swap_in(worker)
-        if self.on_loaded is not None:
-            self.on_loaded(worker, definitions)
+        self.host.loaded(self, worker, definitions)
         return worker
 
     def _restart_if_waiting(self) -> None:
@@ -491,6 +545,7 @@ class ModuleRunner:
         now = time.monotonic()
         duration = now - call.started
         self.durations.append(duration)
+        events = self.events
         if result.endswith(b'"isError":true}'):
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"
@@ -504,6 +559,7 @@ class ModuleRunner:
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1
+        events = self.events
         if events.calls_on:
             now = time.monotonic()
             events.tool_finished(
@@ -576,10 +632,13 @@ class Deadlines:
     TICK = 0.05
     LATE = 1.0
 
-    def __init__(self, unanswered: Callable[[], Iterable[Call]]) -> None:
+    def __init__(self, scheduler: Scheduler, unanswered: Callable[[], Iterable[Call]]) -> None:
         self._unanswered = unanswered
         self.ticking = False  # a sweep is due; ModuleRunner.call calls start() when not
-        self._handle: asyncio.TimerHandle | None = None
+        self._calls_left = False  # the last sweep left calls unanswered
+        self._sweeps = scheduler.every(
+            "the sweep of calls past their deadline", self._sweep, self.TICK, while_=self._still_ticking, logger=log,
+        )
         self._overdue: dict[Call, float] = {}  # calls whose expiry waits for bytes to be read: since when
 
     def calls(self) -> list[Call]:
@@ -589,7 +648,12 @@ class Deadlines:
     def start(self) -> None:
         """Sweep every ``TICK`` until no call is left (a call was started)."""
         self.ticking = True
-        self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
+        self._calls_left = True
+        self._sweeps.start()
+
+    def _still_ticking(self) -> bool:
+        self.ticking = self._calls_left
+        return self.ticking
 
     def _sweep(self) -> None:
         now = time.monotonic()
@@ -607,18 +671,12 @@ class Deadlines:
                 call.expire()
             except Exception:  # the answer's bug: the other calls still time out, and the sweep goes on
                 log.exception("answering call %d of %r at its timeout failed", call.id, call.tool)
-        if any(not call.done for call in calls):
-            self._handle = asyncio.get_running_loop().call_later(self.TICK, self._sweep)
-        else:
-            self._handle = None
-            self.ticking = False
+        self._calls_left = any(not call.done for call in calls)
 
     def close(self) -> None:
         self._overdue.clear()
         self.ticking = False
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._sweeps.cancel()
 
 
 class WorkerPool:
@@ -634,9 +692,15 @@ class WorkerPool:
     """
 
     def __init__(
-        self, settings: PoolSettings, first: EarlyForkServer | None = None, allowlisted: tuple[str, ...] = (),
+        self,
+        settings: PoolSettings,
+        first: EarlyForkServer | None = None,
+        allowlisted: tuple[str, ...] = (),
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.settings = settings
+        # The daemon's one loop for periodic work: the deadline sweep's, and every component's.
+        self.scheduler = scheduler or Scheduler()
         # Modules under these dirs (the built-ins) always come from the allowlisted environment's
         # fork server, confined or not: where the kernel cannot confine them they still never see
         # a variable of the daemon's (a token, a key).
@@ -644,7 +708,7 @@ class WorkerPool:
         self.spawner = Spawner(first=first)
         self.net_proxy = NetProxy()  # the one way out of confined workers allowed the network
         self.confined_spawners: dict[str, Spawner] = {}  # by project: the cwd of its workers
-        self.deadlines = Deadlines(self._unanswered)
+        self.deadlines = Deadlines(self.scheduler, self._unanswered)
         self.slots = WorkerSlots(settings.max_workers, self._stop_an_idle_worker)
         # By (path, cwd): a built-in module has a runner per project where it runs confined to it.
         self.runners: dict[tuple[str, str], ModuleRunner] = {}
@@ -655,12 +719,15 @@ class WorkerPool:
         self.environment: Callable[[ModuleRunner], Awaitable[EnvSpec | None]] | None = None
         # Set by the wiring: the runtime of TypeScript and JavaScript modules (``workers.javascript``).
         self.javascript: JavaScript | None = None
+        # The daemon's event log, which asks the pool for the calls still running at each flush.
+        self.events = EventLog(self.running_calls)
 
-    def runner(self, path: str, kind: str, cwd: str) -> ModuleRunner:
-        """The runner of the module at ``path`` whose workers run in ``cwd`` (created on first use)."""
+    def runner(self, path: str, kind: str, cwd: str, host: RunnerHost | None = None) -> ModuleRunner:
+        """The runner of the module at ``path`` whose workers run in ``cwd`` (created on first use,
+        with ``host``: who lists the module; none for a runner nobody lists)."""
         runner = self.runners.get((path, cwd))
         if runner is None:
-            runner = self.runners[(path, cwd)] = ModuleRunner(self, path, kind, cwd)
+            runner = self.runners[(path, cwd)] = ModuleRunner(self, path, kind, cwd, host or Unhosted())
         return runner
 
     def reconfigure(self, settings: PoolSettings) -> None:
@@ -669,9 +736,10 @@ class WorkerPool:
         self.settings = settings
         self.slots.resize(settings.max_workers)
         for runner in self.runners.values():
-            spec = settings.worker_spec(runner.spec.path, runner.spec.kind, runner.spec.cwd)
-            spec.env = runner.spec.env  # its environment's, not a limit: set anew before each start
-            if spec != runner.spec:
+            old = runner.spec
+            # Its environment's, not a limit: set anew before each start.
+            spec = msgspec.structs.replace(settings.worker_spec(old.path, old.kind, old.cwd), env=old.env)
+            if spec != old:
                 runner.spec = spec
                 runner.retire()
 

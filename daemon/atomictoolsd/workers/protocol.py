@@ -64,8 +64,9 @@ class JsRuntime(msgspec.Struct, frozen=True, kw_only=True):
     problem: str = ""  # why no runtime can run the module (then ``command`` is empty)
 
 
-class WorkerSpec(msgspec.Struct, kw_only=True):
-    """What the daemon tells a new worker: which module, and the limits to apply."""
+class WorkerSpec(msgspec.Struct, kw_only=True, frozen=True):
+    """What the daemon tells a new worker: which module, and the limits to apply. Frozen: a changed
+    spec is a new value (``msgspec.structs.replace``)."""
 
     path: str
     kind: str = "python"

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from atomictoolsd.eventlog.writer import events
+from atomictoolsd.eventlog.writer import EventLog
 from atomictoolsd.workers.javascript.definitions import served_definitions
 from atomictoolsd.workers.protocol import (
     FRAME_OVERHEAD,
@@ -120,6 +120,7 @@ class ModuleRunner(Protocol):
     backoff: CrashBackoff
     pool: Any  # pool.WorkerPool: its settings (max_result_bytes), its spawner and its worker slots
     waiting_for_slot: bool  # a spawn of its waits for one of the max_workers slots
+    events: EventLog  # the daemon's event log (its pool's)
 
     def record(self, call: Call, result: bytes) -> None: ...
 
@@ -380,7 +381,7 @@ class Worker(asyncio.Protocol):
             elif kind is Dropped:
                 call = self.pending.get(message.call_id)
                 if call is not None:
-                    events.arguments_dropped(
+                    self.runner.events.arguments_dropped(
                         call.tool, self.runner.spec.path, call.id, call.context.session_id, call.context.agent,
                         message.keys,
                     )
@@ -457,7 +458,7 @@ class Worker(asyncio.Protocol):
         }
         if dropped:
             fields["dropped"] = dropped
-        events.emit("info" if fd == 1 else "warning", "tool.output", fields)
+        self.runner.events.emit("info" if fd == 1 else "warning", "tool.output", fields)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None

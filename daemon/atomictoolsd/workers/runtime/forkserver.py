@@ -199,8 +199,7 @@ class _Server:
             spec = msgspec.json.decode(spec_json, type=runtime.WorkerSpec)
             runtime.prepare(spec.kind)  # once per kind: its workers then fork with the loader imported
             if spec.sandbox is not None:
-                _prepare_confined(spec)
-                spec.net_handoff = net_fd
+                spec = _prepare_confined(spec, net_fd)
             pid = os.fork()
         except Exception as exc:  # noqa: BLE001 - one worker that cannot start must cost no other
             _forget_prepared()
@@ -357,10 +356,11 @@ _SPARE: dict[str, list[str]] = {}
 _SPARES = 2
 
 
-def _prepare_confined(spec: runtime.WorkerSpec) -> None:
+def _prepare_confined(spec: runtime.WorkerSpec, net_fd: int) -> runtime.WorkerSpec:
     """Make what a confined worker needs before it is forked, so that the fork server knows it (and
     removes the temporary directory with the worker) and the worker's own start stays short: its
-    directories, and its Landlock ruleset but for its own /proc/PID (``sandbox.prepare``)."""
+    directories, and its Landlock ruleset but for its own /proc/PID (``sandbox.prepare``). Returns
+    its spec as the worker reads it (``net_fd``: the socket its proxy listener goes back on)."""
     from atomictoolsd.workers.runtime import netns, sandbox  # lazy: with the first confined worker: every fork has them
 
     if not _RUNTIME_PATHS:
@@ -370,16 +370,24 @@ def _prepare_confined(spec: runtime.WorkerSpec) -> None:
         sandbox.drop_bounding_set()  # as root: once here, not in each worker (it runs no program)
         sandbox.open_shared_rules(_RUNTIME_PATHS)
         _TEMP_BASE.append(tempfile.mkdtemp(prefix="atomictools-sandbox-"))
-    spec.runtime_paths = _RUNTIME_PATHS
+    policy = spec.sandbox
     if spec.env is not None:  # what it imports from besides the runtime: read, never written
-        spec.sandbox = sandbox.with_environment(spec.sandbox or {}, [*spec.env.site, *spec.env.code])
-    spec.temp_dir = _new_dir(_TEMP_BASE[0])
-    if spec.spill_dir:
-        # Its own: a confined tool can write the spill files of its results, never read another's.
-        if spec.spill_dir not in _SPARE:
-            os.makedirs(spec.spill_dir, mode=0o700, exist_ok=True)
-        spec.spill_dir = _new_dir(spec.spill_dir)
-    sandbox.prepare(spec.sandbox or {}, _RUNTIME_PATHS, spec.temp_dir, spec.spill_dir)
+        policy = sandbox.with_environment(policy or {}, [*spec.env.site, *spec.env.code])
+    temp_dir = _new_dir(_TEMP_BASE[0])
+    spill_dir = spec.spill_dir
+    try:
+        if spill_dir:
+            # Its own: a confined tool can write the spill files of its results, never read another's.
+            if spill_dir not in _SPARE:
+                os.makedirs(spill_dir, mode=0o700, exist_ok=True)
+            spill_dir = _new_dir(spill_dir)
+        sandbox.prepare(policy or {}, _RUNTIME_PATHS, temp_dir, spill_dir)
+    except BaseException:
+        remove_tree(temp_dir)
+        raise
+    return msgspec.structs.replace(
+        spec, runtime_paths=_RUNTIME_PATHS, sandbox=policy, temp_dir=temp_dir, spill_dir=spill_dir, net_handoff=net_fd,
+    )
 
 
 def _new_dir(parent: str) -> str:

@@ -199,9 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     if spec.sandbox is not None and not spec.runtime_paths:
         from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, for confined workers only
 
-        spec.runtime_paths = sandbox.runtime_read_paths()
+        policy = spec.sandbox
         if spec.env is not None:
-            spec.sandbox = sandbox.with_environment(spec.sandbox, [*spec.env.site, *spec.env.code])
+            policy = sandbox.with_environment(policy, [*spec.env.site, *spec.env.code])
+        spec = msgspec.structs.replace(spec, runtime_paths=sandbox.runtime_read_paths(), sandbox=policy)
     serve(int(args[0]), spec)
 
 

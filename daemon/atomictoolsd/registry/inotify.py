@@ -1,12 +1,13 @@
-"""A doorbell for the file watcher: a file descriptor that becomes readable when a watched directory
+"""What wakes the file watcher: an inotify descriptor that becomes readable when a watched directory
 changes, so the watcher sleeps in ``select`` while nothing happens.
 
 watchfiles reports changes from a loop that wakes every ``step`` milliseconds and takes the GIL each
 time; with the 5–10 ms step a quick reload needs, that loop alone costs ~0.4–1 % of a core around
-the clock (bench/reload.py). The watcher therefore calls watchfiles only after the doorbell rang, and watchfiles then
-groups and reports the changes as usual. On Linux the doorbell is an inotify descriptor over the
-same directories (``inotify_init1`` and ``inotify_add_watch`` through ctypes; no events are
-decoded). Elsewhere ``Doorbell.create`` returns None and the watcher keeps watchfiles' loop running.
+the clock (bench/reload.py). The watcher therefore calls watchfiles only after the descriptor
+became readable, and watchfiles then groups and reports the changes as usual. The descriptor
+watches the same directories (``inotify_init1`` and ``inotify_add_watch`` through ctypes; no events
+are decoded). Off Linux ``Inotify.create`` returns None and the watcher keeps watchfiles' loop
+running.
 
 Knows nothing of tools or the registry.
 """
@@ -19,7 +20,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-__all__ = ["Doorbell"]
+__all__ = ["Inotify"]
 
 # <sys/inotify.h>
 _IN_MODIFY = 0x002
@@ -43,15 +44,15 @@ _MASK = (
 _libc: ctypes.CDLL | None = None
 
 
-class Doorbell:
+class Inotify:
     """An inotify descriptor over some directories, readable after any of them changed."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
     @classmethod
-    def create(cls, directories: Iterable[str]) -> Doorbell | None:
-        """A doorbell over ``directories``; None where the platform has none.
+    def create(cls, directories: Iterable[str]) -> Inotify | None:
+        """An inotify descriptor over ``directories``; None off Linux.
 
         Raises:
             FileNotFoundError: one of the directories does not exist (any more).
@@ -79,7 +80,7 @@ class Doorbell:
         return cls(fd)
 
     def drain(self) -> None:
-        """Read away what rang it (the events themselves do not matter)."""
+        """Read away the events that made it readable (what they say does not matter)."""
         while True:
             try:
                 if not os.read(self.fd, 65536):
