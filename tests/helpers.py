@@ -48,15 +48,19 @@ __all__ = [
 ]
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+def wait_for(
+    predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str | Callable[[], str] = "condition",
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds, saying
+    ``message`` (a callable is asked then, so it can tell what there was at the end)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+            said = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout} s waiting for {said}")
         time.sleep(interval)
 
 
