@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
-from helpers import Daemon, Env
+from helpers import Daemon, Env, serving
 
 
-@pytest.fixture
-def echo_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def echo_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's tests of the wire: they send lines and read what it answers."""
+    env = Env(tmp_path_factory.mktemp("echo"))
     env.write_tool(env.global_tools, "echo.py", '''
         def echo(text: str) -> str:
             """Echo the text back."""
             return text
     ''')
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def test_each_error_answers_and_the_connection_stays_usable(echo_daemon: Daemon) -> None:
