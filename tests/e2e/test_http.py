@@ -150,6 +150,14 @@ def _project_path(env: Env) -> str:
     return "/mcp?directory=" + quote(str(env.project), safe="/")
 
 
+def _touch_after(endpoint: Http, env: Env, name: str) -> None:
+    """Call touch after a refused call of it: once this one is done, the refused one would have run too."""
+    session = endpoint.initialize(_project_path(env))
+    reply = endpoint.rpc("tools/call", {"name": "touch", "arguments": {"name": name}}, session=session,
+                         path=_project_path(env))
+    assert reply["result"]["content"][0]["text"] == f"touched {name}", reply
+
+
 def test_http_is_off_by_default_and_its_server_is_not_imported(daemon: Any) -> None:
     with daemon.raw() as raw:
         status = raw.request("atomic/status")["result"]
@@ -212,7 +220,7 @@ def test_every_request_needs_the_token_and_a_refused_one_runs_nothing(served: tu
     assert status == 401
     status, _, _ = endpoint.request("DELETE", token=None, headers={"Mcp-Session-Id": session})
     assert status == 401
-    time.sleep(0.3)
+    _touch_after(endpoint, env, "after-refused")
     assert not (env.project / "marker").exists()
     reply = endpoint.rpc("tools/call", call["params"], session=session, path=_project_path(env))
     assert reply["result"]["content"][0]["text"] == "touched marker"
@@ -235,7 +243,7 @@ def test_a_foreign_host_or_origin_is_forbidden_before_anything_runs(served: tupl
     assert "Forbidden" in json.loads(body)["error"]["message"]
     status, _, _ = endpoint.request("POST", _initialize(), headers=headers)
     assert status == 403
-    time.sleep(0.2)
+    _touch_after(endpoint, env, "after-forbidden")
     assert not (env.project / "rebound").exists()
     # The names of this server pass, with the port it listens on.
     for name in ("localhost", "127.0.0.1"):
@@ -332,11 +340,11 @@ def test_a_client_that_disconnects_mid_call_cancels_it(served: tuple[Any, Http],
     else:
         time.sleep(0.5)  # the call has started; nothing has been answered yet
     sock.close()
-    time.sleep(3.0)
-    assert not (env.project / "late").exists()
-    reply = endpoint.rpc("tools/call", {"name": "slow", "arguments": {"seconds": 0.01, "marker": "done"}}, session=session,
+    # A call made after it, as long: once it is answered, the first would have written its marker.
+    reply = endpoint.rpc("tools/call", {"name": "slow", "arguments": {"seconds": 2.0, "marker": "done"}}, session=session,
                          path=_project_path(env))
     assert reply["result"]["content"][0]["text"] == "slept"
+    assert not (env.project / "late").exists()
 
 
 def test_the_token_rotates_and_the_old_one_stops_working(env: Env, own_served: tuple[Any, Http]) -> None:
@@ -506,7 +514,7 @@ def test_a_doubled_security_header_or_oversized_headers_are_refused_and_nothing_
         assert status in (401, 403, 431), status
     finally:
         wire.close()
-    time.sleep(0.3)
+    _touch_after(endpoint, env, "after-doubled")
     assert not (env.project / "doubled").exists()
 
 
