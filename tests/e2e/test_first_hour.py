@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from atomictools import RPCError
 from atomictoolsd.eventlog.reader import read_events
-from helpers import Daemon, Env, run_in_terminal, wait_for
+from helpers import Daemon, Env, run_in_terminal, serving, wait_for
 from shim_helpers import mcp_session
 from shim_helpers import run as run_async
 
@@ -59,10 +60,18 @@ def test_a_call_of_a_tool_whose_module_failed_names_the_load_error_everywhere(en
     run_async(over_mcp)
 
 
-@pytest.mark.parametrize(("typed", "meant"), [("gret", "greet"), ("Greet", "greet"), ("git_status", "git-status")])
-def test_an_unknown_tool_suggests_the_near_names(env: Env, make_daemon: object, typed: str, meant: str) -> None:
+@pytest.fixture(scope="module")
+def greet_and_builtins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon with greet and the built-in tools, for the near-name tests (they only call)."""
+    env = Env(tmp_path_factory.mktemp("near-names"))
     env.write_tool(env.global_tools, "greet.py", GREET)
-    daemon = make_daemon({"ATOMICTOOLS_BUILTINS": "1"})  # type: ignore[operator]
+    with serving(env, {"ATOMICTOOLS_BUILTINS": "1"}) as daemon:
+        yield daemon
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("gret", "greet"), ("Greet", "greet"), ("git_status", "git-status")])
+def test_an_unknown_tool_suggests_the_near_names(greet_and_builtins: Daemon, typed: str, meant: str) -> None:
+    daemon, env = greet_and_builtins, greet_and_builtins.env
     cli = run(env, "call", typed)
     assert cli.returncode == 2 and f"did you mean {meant!r}?" in cli.stderr, cli.stderr
     with daemon.client() as client:
