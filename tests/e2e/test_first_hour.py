@@ -383,6 +383,17 @@ def test_logs_of_a_tool_show_what_it_printed(env: Env, make_daemon: object) -> N
     assert "not this one" not in shown and "tool.complete" in shown
 
 
+def _process_state(pid: int) -> str:
+    """What /proc says of a process that does not end: its state, signal masks and where it waits."""
+    try:
+        status = [line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if line.startswith(("State", "SigBlk", "SigIgn", "SigCgt", "Threads"))]
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return f"unreadable: {exc}"
+    return f"{'; '.join(status)}; wchan {wchan!r}"
+
+
 def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env, make_daemon: object) -> None:
     env.write_tool(env.global_tools, "nap.py", "import time\n\ndef nap() -> str:\n    time.sleep(30)\n    return 'woke'\n")
     daemon = make_daemon()  # type: ignore[operator]
@@ -393,7 +404,10 @@ def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env,
     try:
         wait_for(lambda: "tool.start" in run(env, "logs", "--event", "tool.").stdout, timeout=20, message="the call started")
         caller.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        caller.wait(10)
+        try:
+            caller.wait(10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the call did not end within 10 s of SIGINT: {_process_state(caller.pid)}") from None
     finally:
         if caller.poll() is None:
             caller.kill()
