@@ -397,10 +397,16 @@ def _process_state(pid: int) -> str:
 def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env, make_daemon: object) -> None:
     env.write_tool(env.global_tools, "nap.py", "import time\n\ndef nap() -> str:\n    time.sleep(30)\n    return 'woke'\n")
     daemon = make_daemon()  # type: ignore[operator]
-    caller = subprocess.Popen(
-        [sys.executable, "-m", "atomictoolsd", "call", "nap"],
-        env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    # Started as a shell starts a command in the foreground: with SIGINT at its default. A test run
+    # started in the background (`pytest ... &`) ignores SIGINT, and a child inherits that.
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        caller = subprocess.Popen(
+            [sys.executable, "-m", "atomictoolsd", "call", "nap"],
+            env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     try:
         wait_for(lambda: "tool.start" in run(env, "logs", "--event", "tool.").stdout, timeout=20, message="the call started")
         caller.send_signal(signal.SIGINT)  # what Ctrl-C sends
