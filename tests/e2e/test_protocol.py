@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -210,8 +209,8 @@ def test_a_call_cancelled_while_its_project_still_loads_is_never_answered(env: E
             + b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}\n'
         )
         assert raw.recv()["id"] == 1  # the attach answers once the project has loaded
-        time.sleep(0.5)  # long enough for the echo to have answered, had it run
-        raw.send_bytes(b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n')
+        # The same call sent after it: had the cancelled one run, its answer would come first.
+        raw.send_bytes(b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"after"}}}\n')
         assert raw.recv()["id"] == 3, "the cancelled call was answered"
 
 
