@@ -130,7 +130,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Http
 
 @pytest.fixture
 def own_served(env: Env, make_daemon: Any) -> tuple[Any, Http]:
-    """An HTTP daemon of the test's own, for a test that adds a tool or rotates the token."""
+    """An HTTP daemon of the test's own, for a test that adds a tool, rotates the token or changes
+    the revision of the project URL's stateless session."""
     _write_tools(env)
     return _endpoint(make_daemon(HTTP))
 
@@ -530,9 +531,10 @@ def test_a_malformed_request_gets_400_and_the_connection_closes(served: tuple[An
         wire.close()
 
 
-def test_concurrent_requests_with_one_id_are_each_answered_with_it(served: tuple[Any, Http]) -> None:
-    daemon, endpoint = served
-    env = daemon.env
+def test_concurrent_requests_with_one_id_are_each_answered_with_it(env: Env, own_served: tuple[Any, Http]) -> None:
+    # Its own daemon: its stateless requests of the 2026-07-28 revision make the project URL's
+    # session one of that revision, where a request without the revision is then refused.
+    _, endpoint = own_served
     path = _project_path(env)
     session = endpoint.initialize(path)
     slow, fast = _Wire(endpoint, path), _Wire(endpoint, path)
