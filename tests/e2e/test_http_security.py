@@ -131,7 +131,7 @@ def test_another_users_daemon_and_another_user_get_401_and_nothing_runs(env: Env
         expected = "closed unanswered" if sys.platform == "linux" else "HTTP 401"
         assert outcome.startswith("token unreadable: errno 13; ") and expected in outcome, outcome
     # A call of touch made after the refused ones: once it is done, they would have run too.
-    token = Path(info["token_file"]).read_text().strip()
+    token = Path(info["tokenFile"]).read_text().strip()
     status, _, body = _post("127.0.0.1", port, _call("after"), token, path=path)
     assert status == 200 and json.loads(body)["result"]["content"][0]["text"] == "touched after"
     assert not (env.project / "foreign").exists() and not (env.project / "nobody").exists()

@@ -121,7 +121,7 @@ def _write_tools(env: Env) -> None:
 def _endpoint(daemon: Any) -> Endpoint:
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    return Endpoint(info["url"], Path(info["token_file"]).read_text().strip(), daemon.env.project)
+    return Endpoint(info["url"], Path(info["tokenFile"]).read_text().strip(), daemon.env.project)
 
 
 @pytest.fixture(scope="module")
