@@ -6,6 +6,7 @@ stopped with SIGTERM and the test fails if any process it started is still alive
 
 from __future__ import annotations
 
+import compileall
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,39 @@ from typing import Any
 
 import pytest
 
+import atomictools
+import atomictoolsd
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import Daemon, Env, stop_detached  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the daemon's and the client's sources to bytecode once, before the tests start.
+
+    Every daemon, fork server, CLI command and shim a test starts imports them; a Python that writes
+    no bytecode (PYTHONDONTWRITEBYTECODE, as containers set it) would compile them from source
+    again in each of those processes, which was more than half of a daemon's start-up CPU. An
+    installed package has its bytecode from the installer; this gives the editable checkout the
+    same. It still reads a file that changed: the bytecode records its source's time and size.
+    Only the controller compiles (pytest-xdist's workers start after it)."""
+    if not hasattr(config, "workerinput"):
+        for package in (atomictools, atomictoolsd):
+            compileall.compile_dir(Path(package.__file__).parent, quiet=1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[None]:
+    """Let pytest keep the test modules it rewrote (its own bytecode, in ``__pycache__``) even where
+    Python writes none: each pytest-xdist worker collects every test module, and rewriting them all
+    again cost each worker more than half of its collection time."""
+    writes = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = writes
 
 
 @pytest.fixture

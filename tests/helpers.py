@@ -17,7 +17,8 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +45,24 @@ def _load_raw_client() -> Any:
 RawConnection = _load_raw_client().RawConnection
 
 __all__ = [
-    "Daemon", "Env", "RawConnection", "as_other_user", "daemon_pid", "run_in_terminal", "stop_detached", "wait_for",
+    "Daemon", "Env", "RawConnection", "as_other_user", "daemon_pid", "run_in_terminal", "serving", "stop_detached",
+    "wait_for",
 ]
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+def wait_for(
+    predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str | Callable[[], str] = "condition",
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds, saying
+    ``message`` (a callable is asked then, so it can tell what there was at the end)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+            said = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout} s waiting for {said}")
         time.sleep(interval)
 
 
@@ -297,6 +303,22 @@ class Daemon:
             except psutil.NoSuchProcess:
                 pass
         return alive
+
+
+@contextmanager
+def serving(env: Env, extra_env: dict[str, str] | None = None) -> Iterator[Daemon]:
+    """A daemon in ``env`` shared by the tests of a module that only read from it (list, call,
+    status): started once, then stopped; it fails if anything it started is left, and removes
+    ``env``'s runtime dir. A test that changes the daemon or counts what it did starts its own."""
+    daemon = Daemon(env, extra_env).start()
+    try:
+        yield daemon
+    finally:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.stop()
+        left = daemon.reap_leftovers() if daemon.leftovers() else []
+        env.cleanup()
+        assert not left, f"processes left behind: {[p.pid for p in left]}"
 
 
 def _alive(process: psutil.Process) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import mcp_types as types
 import pytest
 
 from atomictools import AsyncClient, Elicitation
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, serving, wait_for
 from shim_helpers import mcp_session, run
 
 KIT = '''
@@ -129,13 +130,17 @@ def patient(ctx: Context, marker: str) -> str:
 '''
 
 
-@pytest.fixture
-def kit(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's tests that call the asking tools and answer them."""
+    env = Env(tmp_path_factory.mktemp("ask"))
     env.write_tool(env.global_tools, "ask.py", KIT)
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
-def test_elicitation_reaches_the_official_client_and_its_answer_the_tool(kit: Daemon, env: Env) -> None:
+def test_elicitation_reaches_the_official_client_and_its_answer_the_tool(kit: Daemon) -> None:
+    env = kit.env
     asked: list[types.ElicitRequestParams] = []
     answers = iter([
         types.ElicitResult(action="accept", content={"name": "Jane Smith", "age": 25, "score": 88, "status": "inactive", "verified": False}),
@@ -181,7 +186,8 @@ def test_elicitation_reaches_the_official_client_and_its_answer_the_tool(kit: Da
     run(scenario)
 
 
-def test_sampling_reaches_the_official_client_from_sync_and_async_tools(kit: Daemon, env: Env) -> None:
+def test_sampling_reaches_the_official_client_from_sync_and_async_tools(kit: Daemon) -> None:
+    env = kit.env
     asked: list[types.CreateMessageRequestParams] = []
 
     async def sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -204,7 +210,8 @@ def test_sampling_reaches_the_official_client_from_sync_and_async_tools(kit: Dae
     run(scenario)
 
 
-def test_a_client_without_the_capability_fails_the_ask_at_once_and_readably(kit: Daemon, env: Env) -> None:
+def test_a_client_without_the_capability_fails_the_ask_at_once_and_readably(kit: Daemon) -> None:
+    env = kit.env
     async def scenario() -> None:
         async with mcp_session(env) as (session, _):  # no callbacks: no elicitation, no sampling declared
             with anyio.fail_after(20):  # well inside the tools' 30 s timeout: nothing waited for an answer
@@ -224,7 +231,7 @@ def test_a_client_without_the_capability_fails_the_ask_at_once_and_readably(kit:
     run(scenario)
 
 
-def test_a_timeout_and_a_cancelled_call_stop_the_wait(kit: Daemon, env: Env, tmp_path: Path) -> None:
+def test_a_timeout_and_a_cancelled_call_stop_the_wait(kit: Daemon, tmp_path: Path) -> None:
     with kit.raw() as raw:
         raw.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "raw"}})
         raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -255,7 +262,8 @@ def test_a_timeout_and_a_cancelled_call_stop_the_wait(kit: Daemon, env: Env, tmp
         assert raw.request("ping")["result"] == {}
 
 
-def test_the_tiny_clients_answer_through_callbacks_and_the_dispatcher_passes_questions_on(kit: Daemon, env: Env) -> None:
+def test_the_tiny_clients_answer_through_callbacks_and_the_dispatcher_passes_questions_on(kit: Daemon) -> None:
+    env = kit.env
     seen: list[tuple[str, dict[str, Any]]] = []
 
     def on_elicit(message: str, schema: dict[str, Any]) -> dict[str, Any]:

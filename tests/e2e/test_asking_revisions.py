@@ -5,11 +5,12 @@ catch it) instead of sent; a 2025-11-25 client gets every form as the tool wrote
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from helpers import Daemon, Env
+from helpers import Daemon, Env, serving
 
 KIT = '''
 from typing import Literal
@@ -52,10 +53,13 @@ def multi(ctx: Context) -> str:
 '''
 
 
-@pytest.fixture
-def kit(env: Env, make_daemon: Any) -> Daemon:
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module: each test calls a form tool and declines what it asks."""
+    env = Env(tmp_path_factory.mktemp("form"))
     env.write_tool(env.global_tools, "form.py", KIT)
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def _asked(daemon: Daemon, version: str, tool: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:

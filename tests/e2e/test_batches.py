@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e import test_http
 from e2e.test_http import Http, _initialize, _messages, _project_path
-from helpers import Daemon, Env, RawConnection
+from helpers import Daemon, Env, RawConnection, serving
 
 served = test_http.served  # the fixture: a daemon serving HTTP, with echo, slow and touch in its project
 
@@ -27,12 +28,15 @@ def fails() -> str:
 '''
 
 
-@pytest.fixture
-def tools_daemon(env: Env, make_daemon: Any) -> Daemon:
+@pytest.fixture(scope="module")
+def tools_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's batches over the socket: they call its tools and read the answers."""
+    env = Env(tmp_path_factory.mktemp("batches"))
     env.write_tool(env.local_tools, "echo.py", ECHO)
     env.write_tool(env.local_tools, "slow.py", SLOW)
     env.write_tool(env.local_tools, "fails.py", FAILS)
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def _initialized(daemon: Daemon, env: Env, version: str) -> RawConnection:
@@ -70,7 +74,8 @@ def _by_id(answers: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
     return found
 
 
-def test_a_batch_in_a_2025_03_26_session_is_answered_as_one_array(env: Env, tools_daemon: Daemon) -> None:
+def test_a_batch_in_a_2025_03_26_session_is_answered_as_one_array(tools_daemon: Daemon) -> None:
+    env = tools_daemon.env
     with _initialized(tools_daemon, env, "2025-03-26") as raw:
         _send_batch(raw, [
             _request(1, "tools/list"),
@@ -91,7 +96,8 @@ def test_a_batch_in_a_2025_03_26_session_is_answered_as_one_array(env: Env, tool
         assert raw.request("ping")["result"] == {}
 
 
-def test_each_bad_message_of_a_batch_is_answered_inside_the_array(env: Env, tools_daemon: Daemon) -> None:
+def test_each_bad_message_of_a_batch_is_answered_inside_the_array(tools_daemon: Daemon) -> None:
+    env = tools_daemon.env
     with _initialized(tools_daemon, env, "2025-03-26") as raw:
         _send_batch(raw, [
             _request(1, "tools/call", {"name": "echo", "arguments": {"text": "ok"}}),
@@ -127,8 +133,9 @@ def test_each_bad_message_of_a_batch_is_answered_inside_the_array(env: Env, tool
 
 
 def test_an_empty_batch_is_an_invalid_request_and_a_batch_of_notifications_gets_no_line(
-    env: Env, tools_daemon: Daemon
+    tools_daemon: Daemon
 ) -> None:
+    env = tools_daemon.env
     with _initialized(tools_daemon, env, "2025-03-26") as raw:
         raw.send_bytes(b"[]\n")
         reply = raw.recv()
@@ -142,7 +149,8 @@ def test_an_empty_batch_is_an_invalid_request_and_a_batch_of_notifications_gets_
         assert reply["id"] is None and reply["error"]["code"] == -32700
 
 
-def test_a_batch_is_refused_in_every_other_session(env: Env, tools_daemon: Daemon) -> None:
+def test_a_batch_is_refused_in_every_other_session(tools_daemon: Daemon) -> None:
+    env = tools_daemon.env
     batch = [_request(10, "ping"), _request(11, "tools/list")]
     for version in ("2024-11-05", "2025-06-18", "2025-11-25", None):
         raw = _initialized(tools_daemon, env, version) if version else tools_daemon.raw()
@@ -156,7 +164,8 @@ def test_a_batch_is_refused_in_every_other_session(env: Env, tools_daemon: Daemo
             assert raw.request("ping")["result"] == {}
 
 
-def test_a_batch_is_bounded_and_a_cancelled_request_leaves_it(env: Env, tools_daemon: Daemon) -> None:
+def test_a_batch_is_bounded_and_a_cancelled_request_leaves_it(tools_daemon: Daemon) -> None:
+    env = tools_daemon.env
     with _initialized(tools_daemon, env, "2025-03-26") as raw:
         _send_batch(raw, [_request(i, "ping") for i in range(1001)])
         reply = raw.recv()
@@ -190,9 +199,10 @@ def _http_session(endpoint: Http, path: str, version: str) -> str:
 
 
 def test_a_batch_posted_in_a_2025_03_26_session_is_answered_as_one_json_array(
-    env: Env, served: tuple[Any, Http]
+    served: tuple[Any, Http]
 ) -> None:
-    _, endpoint = served
+    daemon, endpoint = served
+    env = daemon.env
     path = _project_path(env)
     session = _http_session(endpoint, path, "2025-03-26")
     status, headers, body = endpoint.request("POST", [
@@ -219,8 +229,9 @@ def test_a_batch_posted_in_a_2025_03_26_session_is_answered_as_one_json_array(
     assert status == 400 and "empty batch" in json.loads(body)["error"]["message"]
 
 
-def test_a_batch_whose_tool_reports_progress_is_answered_as_an_sse_stream(env: Env, served: tuple[Any, Http]) -> None:
-    _, endpoint = served
+def test_a_batch_whose_tool_reports_progress_is_answered_as_an_sse_stream(served: tuple[Any, Http]) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     path = _project_path(env)
     session = _http_session(endpoint, path, "2025-03-26")
     status, headers, body = endpoint.request("POST", [
@@ -245,8 +256,9 @@ def test_a_batch_whose_tool_reports_progress_is_answered_as_an_sse_stream(env: E
     assert [a["result"]["content"][0]["text"] for a in json.loads(body)] == ["slept"]
 
 
-def test_a_batch_is_refused_over_http_outside_a_2025_03_26_session(env: Env, served: tuple[Any, Http]) -> None:
-    _, endpoint = served
+def test_a_batch_is_refused_over_http_outside_a_2025_03_26_session(served: tuple[Any, Http]) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     path = _project_path(env)
     batch = [_request(1, "ping"), _request(2, "tools/list")]
     newer = _http_session(endpoint, path, "2025-11-25")

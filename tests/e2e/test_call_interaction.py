@@ -10,12 +10,13 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from atomictools import Client
-from helpers import Env
+from helpers import Daemon, Env, serving
 
 ASKER = '''
 import msgspec
@@ -39,13 +40,17 @@ def order(ctx: Context) -> str:
 '''
 
 
-@pytest.fixture
-def asking_daemon(env: Env, make_daemon: Any) -> Any:
+@pytest.fixture(scope="module")
+def asking_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module: each test calls the order tool and reads what it reported and asked."""
+    env = Env(tmp_path_factory.mktemp("order"))
     env.write_tool(env.local_tools, "order.py", ASKER)
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
-def test_call_tool_takes_a_progress_callback_and_a_question_handler(env: Env, asking_daemon: Any) -> None:
+def test_call_tool_takes_a_progress_callback_and_a_question_handler(asking_daemon: Daemon) -> None:
+    env = asking_daemon.env
     reports: list[tuple[float, float | None, str | None]] = []
     asked: list[str] = []
 
@@ -71,7 +76,8 @@ def _cli(env: Env, *args: str) -> list[str]:
     return [sys.executable, "-m", "atomictoolsd", *args]
 
 
-def test_call_without_a_terminal_refuses_the_question_at_once(env: Env, asking_daemon: Any) -> None:
+def test_call_without_a_terminal_refuses_the_question_at_once(asking_daemon: Daemon) -> None:
+    env = asking_daemon.env
     done = subprocess.run(_cli(env, "call", "order"), env=env.vars, cwd=env.project, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -81,7 +87,8 @@ def test_call_without_a_terminal_refuses_the_question_at_once(env: Env, asking_d
     assert "[3/3]" not in done.stderr  # no progress line where nobody watches
 
 
-def test_call_on_a_terminal_shows_progress_and_asks(env: Env, asking_daemon: Any) -> None:
+def test_call_on_a_terminal_shows_progress_and_asks(asking_daemon: Daemon) -> None:
+    env = asking_daemon.env
     main, side = pty.openpty()
     proc = subprocess.Popen(_cli(env, "call", "order"), env=env.vars, cwd=env.project,
                             stdin=side, stdout=subprocess.PIPE, stderr=side)
@@ -113,7 +120,8 @@ def test_call_on_a_terminal_shows_progress_and_asks(env: Env, asking_daemon: Any
     assert "an answer is required" in text
 
 
-def test_the_async_client_takes_the_same_handlers(env: Env, asking_daemon: Any) -> None:
+def test_the_async_client_takes_the_same_handlers(asking_daemon: Daemon) -> None:
+    env = asking_daemon.env
     import asyncio
 
     from atomictools import AsyncClient

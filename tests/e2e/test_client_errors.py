@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from atomictools import (
     TransportError,
     UnknownTool,
 )
-from helpers import Env, wait_for
+from helpers import Daemon, Env, serving, wait_for
 
 TOOLS = {
     "greet.py": """
@@ -69,8 +70,19 @@ def chatty(marker: str, ctx: Context) -> str:
 }
 
 
+@pytest.fixture(scope="module")
+def tools_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's tests that call its tools and read the answers."""
+    env = Env(tmp_path_factory.mktemp("client-errors"))
+    for filename, source in TOOLS.items():
+        env.write_tool(env.local_tools, filename, source)
+    with serving(env) as daemon:
+        yield daemon
+
+
 @pytest.fixture
-def tools_daemon(env: Env, make_daemon):  # type: ignore[no-untyped-def]
+def own_tools_daemon(env: Env, make_daemon):  # type: ignore[no-untyped-def]
+    """A daemon of the test's own, for a test that counts its cancelled calls or adds a tool."""
     for filename, source in TOOLS.items():
         env.write_tool(env.local_tools, filename, source)
     return make_daemon()
@@ -102,9 +114,9 @@ def test_raise_for_error_raises_a_failed_tool_result_as_a_tool_error(tools_daemo
         assert raised.value.result is result
 
 
-def test_a_client_timeout_cancels_the_call_in_the_daemon(env: Env, tools_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_client_timeout_cancels_the_call_in_the_daemon(env: Env, own_tools_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     marker = tmp_path / "sync"
-    with tools_daemon.client(timeout=1.0) as client:
+    with own_tools_daemon.client(timeout=1.0) as client:
         with pytest.raises(CallTimeout) as raised:
             client.call("patient", marker=str(marker))
         assert isinstance(raised.value, TimeoutError) and isinstance(raised.value, ConnectError)
@@ -116,7 +128,8 @@ def test_a_client_timeout_cancels_the_call_in_the_daemon(env: Env, tools_daemon,
         assert client.call("greet", name="again").text == "Hello, again"
 
 
-def test_an_async_client_timeout_cancels_the_call_in_the_daemon(env: Env, tools_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_an_async_client_timeout_cancels_the_call_in_the_daemon(tools_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = tools_daemon.env
     marker = tmp_path / "async"
 
     async def main() -> None:
@@ -144,7 +157,8 @@ def test_transport_errors_say_which_failure_it_was(env: Env, make_daemon) -> Non
         client.status()  # the next request connects again: nobody listens
 
 
-def test_a_client_timeout_is_one_deadline_for_the_request_however_often_the_tool_logs(env: Env, tools_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_client_timeout_is_one_deadline_for_the_request_however_often_the_tool_logs(tools_daemon, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = tools_daemon.env
     # Each ctx.log reaches the client as a notification: the wait for the answer must not start
     # again with each, or a chatty tool never times out.
     marker = tmp_path / "chatty-sync"
@@ -179,8 +193,8 @@ def test_a_request_the_daemon_does_not_read_in_time_loses_the_connection_not_a_b
     client.close()
 
 
-def test_watch_without_a_timeout_outlasts_the_clients_timeout(env: Env, tools_daemon) -> None:  # type: ignore[no-untyped-def]
-    with tools_daemon.client(timeout=0.5) as client:
+def test_watch_without_a_timeout_outlasts_the_clients_timeout(env: Env, own_tools_daemon) -> None:  # type: ignore[no-untyped-def]
+    with own_tools_daemon.client(timeout=0.5) as client:
         notes = client.watch()
         later = threading.Timer(1.5, env.write_tool, (env.local_tools, "added.py", TOOLS["greet.py"].replace("greet", "added")))
         later.start()
@@ -188,4 +202,4 @@ def test_watch_without_a_timeout_outlasts_the_clients_timeout(env: Env, tools_da
             assert next(notes)["method"] == "notifications/tools/list_changed"
         finally:
             later.join()
-        assert client.status()["pid"] == tools_daemon.pid
+        assert client.status()["pid"] == own_tools_daemon.pid

@@ -7,12 +7,13 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from atomictools import Image, Resource, ResourceLink
-from helpers import Daemon, Env
+from helpers import Daemon, Env, serving
 from shim_helpers import mcp_session, run
 
 # A 1x1 red PNG, and a WAV of 8 silent samples.
@@ -78,15 +79,19 @@ def nameless() -> Image:
 '''.replace("PNG_HEX", PNG.hex()).replace("WAV_HEX", WAV.hex())
 
 
-@pytest.fixture
-def kit(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's tests that call the media tools and read their blocks."""
+    env = Env(tmp_path_factory.mktemp("media"))
     env.write_tool(env.global_tools, "media.py", KIT)
     (env.global_tools / "dot.png").write_bytes(PNG)
     (env.global_tools / "raw.bin").write_bytes(PNG)  # no telling extension: the bytes say PNG
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
-def test_each_content_kind_reaches_the_official_client_over_the_shim(kit: Daemon, env: Env) -> None:
+def test_each_content_kind_reaches_the_official_client_over_the_shim(kit: Daemon) -> None:
+    env = kit.env
     async def scenario() -> None:
         async with mcp_session(env) as (session, _):
             image = await session.call_tool("test_image_content", {})
@@ -120,7 +125,8 @@ def test_each_content_kind_reaches_the_official_client_over_the_shim(kit: Daemon
     run(scenario)
 
 
-def test_the_tiny_client_and_the_dispatcher_pass_blocks_through(kit: Daemon, env: Env) -> None:
+def test_the_tiny_client_and_the_dispatcher_pass_blocks_through(kit: Daemon) -> None:
+    env = kit.env
     with kit.client() as client:
         result = client.call("media_from_path", name="raw.bin")  # type from the bytes, not the name
         [image] = result.blocks("image")

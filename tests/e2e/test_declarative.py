@@ -19,7 +19,7 @@ import pytest
 
 from atomictools import RPCError
 from atomictoolsd.eventlog.reader import read_events
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, serving, wait_for
 
 
 def write_json(env: Env, filename: str, tools: list[dict[str, Any]] | str, where: Path | None = None) -> Path:
@@ -50,8 +50,9 @@ INJECTIONS = [
 ]
 
 
-@pytest.fixture
-def shell_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def shell_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    env = Env(tmp_path_factory.mktemp("shell"))
     write_json(env, "shell.json", [
         # printf prints each argument it gets on a line of its own, bracketed: one line per argument.
         shell_tool("args", "printf '[%s]\\n' {{first}} --flag={{second}} {{third}}",
@@ -61,10 +62,12 @@ def shell_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-de
         shell_tool("here", "pwd", {}),
         shell_tool("missing", "no-such-program-atomictools", {}),
     ])
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
-def test_injection_through_every_parameter_never_executes(env: Env, shell_daemon: Daemon) -> None:
+def test_injection_through_every_parameter_never_executes(shell_daemon: Daemon) -> None:
+    env = shell_daemon.env
     marker = env.root / "injected"
     with shell_daemon.client() as client:
         for template in INJECTIONS:
@@ -122,7 +125,8 @@ def test_timeout_stops_the_command_and_its_process(shell_daemon: Daemon) -> None
     wait_for(lambda: not sleepers(), timeout=5, message="the timed-out command to be gone")
 
 
-def test_commands_run_in_the_callers_directory(env: Env, shell_daemon: Daemon) -> None:
+def test_commands_run_in_the_callers_directory(shell_daemon: Daemon) -> None:
+    env = shell_daemon.env
     sub = env.project / "sub"
     sub.mkdir()
     with shell_daemon.client(directory=sub) as client:
@@ -316,8 +320,9 @@ def web() -> Iterator[Any]:
     thread.join(5)
 
 
-@pytest.fixture
-def http_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def http_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    env = Env(tmp_path_factory.mktemp("web"))
     def tool(name: str, props: dict[str, Any], **handler: Any) -> dict[str, Any]:
         return {"name": name, "description": name,
                 "inputSchema": {"type": "object", "properties": props},
@@ -331,7 +336,8 @@ def http_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def
         tool("fail", {"url": STRING}, url="{{url}}/fail"),
         tool("redirect", {"url": STRING}, url="{{url}}/redirect"),
     ])
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def test_http_get_percent_encodes_parameters(http_daemon: Daemon, web: Any) -> None:
@@ -383,8 +389,9 @@ def test_http_honours_the_timeout(http_daemon: Daemon, web: Any) -> None:
 # -- file-read --------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def files_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def files_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    env = Env(tmp_path_factory.mktemp("files"))
     docs = env.project / "docs"
     (docs / "guide").mkdir(parents=True)
     (docs / "guide" / "intro.md").write_text("".join(f"line {i}\n" for i in range(1, 11)))
@@ -398,7 +405,8 @@ def files_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-de
     write_json(env, "files.json", [
         {"name": "doc", "description": "Read a doc", "handler": {"type": "file-read", "basePath": "docs", "maxSize": 1024}},
     ])
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def test_file_read_reads_inside_the_base_with_line_ranges(files_daemon: Daemon) -> None:
@@ -410,7 +418,8 @@ def test_file_read_reads_inside_the_base_with_line_ranges(files_daemon: Daemon) 
         assert past.is_error and "has 10 lines" in past.text
 
 
-def test_file_read_refuses_traversal_and_symlink_escapes(env: Env, files_daemon: Daemon) -> None:
+def test_file_read_refuses_traversal_and_symlink_escapes(files_daemon: Daemon) -> None:
+    env = files_daemon.env
     with files_daemon.client() as client:
         for path in ("../secret.txt", "guide/../../secret.txt", "escape", "outside-dir/secret.txt",
                      f"{env.root}/secret.txt", "/etc/passwd"):

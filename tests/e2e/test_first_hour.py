@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from atomictools import RPCError
 from atomictoolsd.eventlog.reader import read_events
-from helpers import Daemon, Env, run_in_terminal, wait_for
+from helpers import Daemon, Env, run_in_terminal, serving, wait_for
 from shim_helpers import mcp_session
 from shim_helpers import run as run_async
 
@@ -59,10 +60,18 @@ def test_a_call_of_a_tool_whose_module_failed_names_the_load_error_everywhere(en
     run_async(over_mcp)
 
 
-@pytest.mark.parametrize(("typed", "meant"), [("gret", "greet"), ("Greet", "greet"), ("git_status", "git-status")])
-def test_an_unknown_tool_suggests_the_near_names(env: Env, make_daemon: object, typed: str, meant: str) -> None:
+@pytest.fixture(scope="module")
+def greet_and_builtins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon with greet and the built-in tools, for the near-name tests (they only call)."""
+    env = Env(tmp_path_factory.mktemp("near-names"))
     env.write_tool(env.global_tools, "greet.py", GREET)
-    daemon = make_daemon({"ATOMICTOOLS_BUILTINS": "1"})  # type: ignore[operator]
+    with serving(env, {"ATOMICTOOLS_BUILTINS": "1"}) as daemon:
+        yield daemon
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("gret", "greet"), ("Greet", "greet"), ("git_status", "git-status")])
+def test_an_unknown_tool_suggests_the_near_names(greet_and_builtins: Daemon, typed: str, meant: str) -> None:
+    daemon, env = greet_and_builtins, greet_and_builtins.env
     cli = run(env, "call", typed)
     assert cli.returncode == 2 and f"did you mean {meant!r}?" in cli.stderr, cli.stderr
     with daemon.client() as client:
@@ -374,17 +383,37 @@ def test_logs_of_a_tool_show_what_it_printed(env: Env, make_daemon: object) -> N
     assert "not this one" not in shown and "tool.complete" in shown
 
 
+def _process_state(pid: int) -> str:
+    """What /proc says of a process that does not end: its state, signal masks and where it waits."""
+    try:
+        status = [line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if line.startswith(("State", "SigBlk", "SigIgn", "SigCgt", "Threads"))]
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return f"unreadable: {exc}"
+    return f"{'; '.join(status)}; wchan {wchan!r}"
+
+
 def test_a_call_stopped_with_ctrl_c_is_logged_and_counted_as_cancelled(env: Env, make_daemon: object) -> None:
     env.write_tool(env.global_tools, "nap.py", "import time\n\ndef nap() -> str:\n    time.sleep(30)\n    return 'woke'\n")
     daemon = make_daemon()  # type: ignore[operator]
-    caller = subprocess.Popen(
-        [sys.executable, "-m", "atomictoolsd", "call", "nap"],
-        env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    # Started as a shell starts a command in the foreground: with SIGINT at its default. A test run
+    # started in the background (`pytest ... &`) ignores SIGINT, and a child inherits that.
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        caller = subprocess.Popen(
+            [sys.executable, "-m", "atomictoolsd", "call", "nap"],
+            env=env.vars, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     try:
         wait_for(lambda: "tool.start" in run(env, "logs", "--event", "tool.").stdout, timeout=20, message="the call started")
         caller.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        caller.wait(10)
+        try:
+            caller.wait(10)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the call did not end within 10 s of SIGINT: {_process_state(caller.pid)}") from None
     finally:
         if caller.poll() is None:
             caller.kill()

@@ -16,13 +16,14 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import pytest
 
-from helpers import Env, wait_for
+from helpers import Env, serving, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -108,12 +109,34 @@ def _messages(headers: dict[str, str], payload: bytes) -> list[dict[str, Any]]:
     return [json.loads(payload)]
 
 
-@pytest.fixture
-def served(env: Env, make_daemon: Any) -> tuple[Any, Http]:
+HTTP = {"ATOMICTOOLS_HTTP": "127.0.0.1:0"}
+
+
+def _write_tools(env: Env) -> None:
     env.write_tool(env.local_tools, "touch.py", WRITER)
     env.write_tool(env.local_tools, "slow.py", SLOW)
     env.write_tool(env.local_tools, "echo.py", ECHO)
-    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Http]]:
+    """One daemon serving HTTP for the module's tests that call its tools (each with a marker name
+    of its own) and read the answers."""
+    env = Env(tmp_path_factory.mktemp("http"))
+    _write_tools(env)
+    with serving(env, HTTP) as daemon:
+        yield _endpoint(daemon)
+
+
+@pytest.fixture
+def own_served(env: Env, make_daemon: Any) -> tuple[Any, Http]:
+    """An HTTP daemon of the test's own, for a test that adds a tool, rotates the token or changes
+    the revision of the project URL's stateless session."""
+    _write_tools(env)
+    return _endpoint(make_daemon(HTTP))
+
+
+def _endpoint(daemon: Any) -> tuple[Any, Http]:
     with daemon.raw() as raw:
         status = raw.request("atomic/status")["result"]
     info = status["http"]
@@ -128,6 +151,14 @@ def _project_path(env: Env) -> str:
     return "/mcp?directory=" + quote(str(env.project), safe="/")
 
 
+def _touch_after(endpoint: Http, env: Env, name: str) -> None:
+    """Call touch after a refused call of it: once this one is done, the refused one would have run too."""
+    session = endpoint.initialize(_project_path(env))
+    reply = endpoint.rpc("tools/call", {"name": "touch", "arguments": {"name": name}}, session=session,
+                         path=_project_path(env))
+    assert reply["result"]["content"][0]["text"] == f"touched {name}", reply
+
+
 def test_http_is_off_by_default_and_its_server_is_not_imported(daemon: Any) -> None:
     with daemon.raw() as raw:
         status = raw.request("atomic/status")["result"]
@@ -136,12 +167,12 @@ def test_http_is_off_by_default_and_its_server_is_not_imported(daemon: Any) -> N
     assert "httptools" not in maps and "uvicorn" not in maps
 
 
-def test_the_official_client_lists_calls_sees_progress_and_list_changes(env: Env, served: tuple[Any, Http]) -> None:
+def test_the_official_client_lists_calls_sees_progress_and_list_changes(env: Env, own_served: tuple[Any, Http]) -> None:
     import httpx2
     from mcp import ClientSession, types
     from mcp.client.streamable_http import streamable_http_client
 
-    _, endpoint = served
+    _, endpoint = own_served
     changed = asyncio.Event()
     progress: list[float] = []
 
@@ -175,8 +206,9 @@ def test_the_official_client_lists_calls_sees_progress_and_list_changes(env: Env
     asyncio.run(main())
 
 
-def test_every_request_needs_the_token_and_a_refused_one_runs_nothing(env: Env, served: tuple[Any, Http]) -> None:
-    _, endpoint = served
+def test_every_request_needs_the_token_and_a_refused_one_runs_nothing(served: tuple[Any, Http]) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     session = endpoint.initialize(_project_path(env))
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "touch", "arguments": {"name": "marker"}}}
     for token in (None, "wrong-token-" + "x" * 40, ""):
@@ -189,7 +221,7 @@ def test_every_request_needs_the_token_and_a_refused_one_runs_nothing(env: Env, 
     assert status == 401
     status, _, _ = endpoint.request("DELETE", token=None, headers={"Mcp-Session-Id": session})
     assert status == 401
-    time.sleep(0.3)
+    _touch_after(endpoint, env, "after-refused")
     assert not (env.project / "marker").exists()
     reply = endpoint.rpc("tools/call", call["params"], session=session, path=_project_path(env))
     assert reply["result"]["content"][0]["text"] == "touched marker"
@@ -203,15 +235,16 @@ def test_every_request_needs_the_token_and_a_refused_one_runs_nothing(env: Env, 
     {"Origin": "http://localhost:1"},
     {"Origin": "null"},
 ], ids=["host", "host-no-port", "origin", "origin-other-port", "origin-null"])
-def test_a_foreign_host_or_origin_is_forbidden_before_anything_runs(env: Env, served: tuple[Any, Http], headers: dict[str, str]) -> None:
-    _, endpoint = served
+def test_a_foreign_host_or_origin_is_forbidden_before_anything_runs(served: tuple[Any, Http], headers: dict[str, str]) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "touch", "arguments": {"name": "rebound"}}}
     status, _, body = endpoint.request("POST", call, headers=headers, path=_project_path(env))
     assert status == 403, status
     assert "Forbidden" in json.loads(body)["error"]["message"]
     status, _, _ = endpoint.request("POST", _initialize(), headers=headers)
     assert status == 403
-    time.sleep(0.2)
+    _touch_after(endpoint, env, "after-forbidden")
     assert not (env.project / "rebound").exists()
     # The names of this server pass, with the port it listens on.
     for name in ("localhost", "127.0.0.1"):
@@ -219,7 +252,7 @@ def test_a_foreign_host_or_origin_is_forbidden_before_anything_runs(env: Env, se
         assert status == 200
 
 
-def test_bad_requests_get_clear_errors(env: Env, served: tuple[Any, Http]) -> None:
+def test_bad_requests_get_clear_errors(served: tuple[Any, Http]) -> None:
     daemon, endpoint = served
     status, _, body = endpoint.request("POST", raw=b'{"jsonrpc": "2.0", "id": 1, "method": ')
     assert status == 400 and json.loads(body)["error"]["code"] == -32700
@@ -259,8 +292,9 @@ def test_bad_requests_get_clear_errors(env: Env, served: tuple[Any, Http]) -> No
     assert daemon.proc.poll() is None
 
 
-def test_the_url_picks_the_project_and_the_lists_and_locks_the_session(env: Env, served: tuple[Any, Http]) -> None:
-    _, endpoint = served
+def test_the_url_picks_the_project_and_the_lists_and_locks_the_session(served: tuple[Any, Http]) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     session = endpoint.initialize()
     names = [t["name"] for t in endpoint.rpc("tools/list", session=session)["result"]["tools"]]
     assert names == []  # no directory: the global and built-in tools (none in this test's home)
@@ -287,8 +321,9 @@ def test_the_url_picks_the_project_and_the_lists_and_locks_the_session(env: Env,
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
-def test_a_client_that_disconnects_mid_call_cancels_it(env: Env, served: tuple[Any, Http], streamed: bool) -> None:
-    _, endpoint = served
+def test_a_client_that_disconnects_mid_call_cancels_it(served: tuple[Any, Http], streamed: bool) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     session = endpoint.initialize(_project_path(env))
     params: dict[str, Any] = {"name": "slow", "arguments": {"seconds": 2.0, "marker": "late"}}
     if streamed:
@@ -306,15 +341,15 @@ def test_a_client_that_disconnects_mid_call_cancels_it(env: Env, served: tuple[A
     else:
         time.sleep(0.5)  # the call has started; nothing has been answered yet
     sock.close()
-    time.sleep(3.0)
-    assert not (env.project / "late").exists()
-    reply = endpoint.rpc("tools/call", {"name": "slow", "arguments": {"seconds": 0.01, "marker": "done"}}, session=session,
+    # A call made after it, as long: once it is answered, the first would have written its marker.
+    reply = endpoint.rpc("tools/call", {"name": "slow", "arguments": {"seconds": 2.0, "marker": "done"}}, session=session,
                          path=_project_path(env))
     assert reply["result"]["content"][0]["text"] == "slept"
+    assert not (env.project / "late").exists()
 
 
-def test_the_token_rotates_and_the_old_one_stops_working(env: Env, served: tuple[Any, Http]) -> None:
-    _, endpoint = served
+def test_the_token_rotates_and_the_old_one_stops_working(env: Env, own_served: tuple[Any, Http]) -> None:
+    _, endpoint = own_served
     cli = [sys.executable, "-m", "atomictoolsd", "http", "token"]
     environ = {**env.vars}
     out = subprocess.run([*cli, "--rotate"], env=environ, capture_output=True, text=True, timeout=30)
@@ -422,8 +457,9 @@ class _Wire:
         self.sock.close()
 
 
-def test_http11_on_one_connection_keep_alive_pipelining_chunked_bodies_and_100_continue(env: Env, served: tuple[Any, Http]) -> None:
-    _, endpoint = served
+def test_http11_on_one_connection_keep_alive_pipelining_chunked_bodies_and_100_continue(served: tuple[Any, Http]) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     wire = _Wire(endpoint, _project_path(env))
     try:
         wire.sock.sendall(wire.post(_initialize()))
@@ -467,8 +503,9 @@ def test_http11_on_one_connection_keep_alive_pipelining_chunked_bodies_and_100_c
     "X-Padding: " + "a" * 70_000 + "\r\n",  # headers past 64 KiB
 ], ids=["two-hosts", "two-tokens", "huge-headers"])
 def test_a_doubled_security_header_or_oversized_headers_are_refused_and_nothing_runs(
-        env: Env, served: tuple[Any, Http], first: str) -> None:
-    _, endpoint = served
+        served: tuple[Any, Http], first: str) -> None:
+    daemon, endpoint = served
+    env = daemon.env
     wire = _Wire(endpoint, _project_path(env))
     try:
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "touch", "arguments": {"name": "doubled"}}}
@@ -478,7 +515,7 @@ def test_a_doubled_security_header_or_oversized_headers_are_refused_and_nothing_
         assert status in (401, 403, 431), status
     finally:
         wire.close()
-    time.sleep(0.3)
+    _touch_after(endpoint, env, "after-doubled")
     assert not (env.project / "doubled").exists()
 
 
@@ -494,8 +531,10 @@ def test_a_malformed_request_gets_400_and_the_connection_closes(served: tuple[An
         wire.close()
 
 
-def test_concurrent_requests_with_one_id_are_each_answered_with_it(env: Env, served: tuple[Any, Http]) -> None:
-    _, endpoint = served
+def test_concurrent_requests_with_one_id_are_each_answered_with_it(env: Env, own_served: tuple[Any, Http]) -> None:
+    # Its own daemon: its stateless requests of the 2026-07-28 revision make the project URL's
+    # session one of that revision, where a request without the revision is then refused.
+    _, endpoint = own_served
     path = _project_path(env)
     session = endpoint.initialize(path)
     slow, fast = _Wire(endpoint, path), _Wire(endpoint, path)
@@ -543,10 +582,11 @@ def test_a_head_that_never_ends_is_cut_off(served: tuple[Any, Http]) -> None:
         wire.close()
 
 
-def test_an_argument_that_mentions_the_2026_revision_key_is_just_text(env: Env, served: tuple[Any, Http]) -> None:
+def test_an_argument_that_mentions_the_2026_revision_key_is_just_text(served: tuple[Any, Http]) -> None:
     """Whether a request is of the 2026-07-28 revision is read from its ``_meta``, not from its bytes:
     a tool argument that quotes the key's name is an ordinary argument of a 2025-11-25 session."""
-    _, endpoint = served
+    daemon, endpoint = served
+    env = daemon.env
     session = endpoint.initialize(_project_path(env))
     text = "see io.modelcontextprotocol/protocolVersion in the spec"
     answer = endpoint.rpc("tools/call", {"name": "echo", "arguments": {"text": text}}, session=session,
@@ -555,10 +595,11 @@ def test_an_argument_that_mentions_the_2026_revision_key_is_just_text(env: Env, 
     assert answer["result"]["content"][0]["text"] == text, answer
 
 
-def test_an_answer_comes_in_a_form_the_request_accepts(env: Env, served: tuple[Any, Http]) -> None:
+def test_an_answer_comes_in_a_form_the_request_accepts(served: tuple[Any, Http]) -> None:
     """A POST whose Accept has no text/event-stream gets its answer as JSON, even when the tool
     reports progress first; one that takes neither JSON nor SSE is refused (406) and runs nothing."""
-    _, endpoint = served
+    daemon, endpoint = served
+    env = daemon.env
     session = endpoint.initialize(_project_path(env))
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "slow", "arguments": {"seconds": 0.2, "marker": "json-only"}, "_meta": {"progressToken": "p"}}}

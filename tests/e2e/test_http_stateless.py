@@ -11,6 +11,7 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -18,7 +19,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 from e2e.test_revisions import SCHEMA as WHERE  # a declarative tool "where" whose schema uses $defs
-from helpers import Env
+from helpers import Env, serving
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +76,7 @@ class Endpoint:
         self.host, self.port = parts.hostname or "", parts.port or 80
         self.path = f"{parts.path}?directory={quote(str(project), safe='/')}"
         self.token = token
+        self.project = project
 
     def open(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
         connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
@@ -106,8 +108,7 @@ def request(id_: Any, method: str, params: dict[str, Any] | None = None, meta: d
     return {"jsonrpc": "2.0", "id": id_, "method": method, "params": {**(params or {}), "_meta": meta or META}}
 
 
-@pytest.fixture
-def endpoint(env: Env, make_daemon: Any) -> Endpoint:
+def _write_tools(env: Env) -> None:
     env.write_tool(env.local_tools, "touch.py", TOUCH)
     env.write_tool(env.local_tools, "late_ask.py", LATE_ASK)
     env.write_tool(env.local_tools, "sample.py", SAMPLE)
@@ -115,32 +116,57 @@ def endpoint(env: Env, make_daemon: Any) -> Endpoint:
     env.write_tool(env.local_tools, "who.py", WHO)
     for name in ("zeta", "alpha", "mid"):
         env.write_tool(env.local_tools, f"{name}.py", f'def {name}() -> str:\n    """{name}."""\n    return "{name}"\n')
-    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+
+
+def _endpoint(daemon: Any) -> Endpoint:
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
-    return Endpoint(info["url"], Path(info["tokenFile"]).read_text().strip(), env.project)
+    return Endpoint(info["url"], Path(info["tokenFile"]).read_text().strip(), daemon.env.project)
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    """One daemon for the module's tests that call and list (each marker a name of its own)."""
+    env = Env(tmp_path_factory.mktemp("stateless"))
+    _write_tools(env)
+    with serving(env, {"ATOMICTOOLS_HTTP": "127.0.0.1:0"}) as daemon:
+        yield _endpoint(daemon)
+
+
+@pytest.fixture
+def own_endpoint(env: Env, make_daemon: Any) -> Endpoint:
+    """A daemon of the test's own, for a test that adds a tool."""
+    _write_tools(env)
+    return _endpoint(make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"}))
+
+
+def touch_after(endpoint: Endpoint, name: str) -> None:
+    """Call touch after a refused call of it: once this one is done, the refused one would have run too."""
+    call = request(2, "tools/call", {"name": "touch", "arguments": {"name": name}})
+    status, [reply] = endpoint.post(call)
+    assert status == 200 and reply["result"]["content"][0]["text"] == f"touched {name}", reply
 
 
 @pytest.mark.parametrize("missing", ["Mcp-Method", "Mcp-Name", "MCP-Protocol-Version"])
-def test_a_stateless_request_without_its_routing_headers_is_refused_and_runs_nothing(env: Env, endpoint: Endpoint, missing: str) -> None:
-    call = request(1, "tools/call", {"name": "touch", "arguments": {"name": "marker"}})
+def test_a_stateless_request_without_its_routing_headers_is_refused_and_runs_nothing(endpoint: Endpoint, missing: str) -> None:
+    call = request(1, "tools/call", {"name": "touch", "arguments": {"name": f"without-{missing}"}})
     headers = {k: v for k, v in routing_headers(call).items() if k != missing}
     status, [reply] = endpoint.post(call, headers)
     assert status == 400, reply
     assert reply["error"]["code"] == -32020 and missing in reply["error"]["message"], reply
-    time.sleep(0.3)
-    assert not (env.project / "marker").exists()
+    touch_after(endpoint, f"after-{missing}")
+    assert not (endpoint.project / f"without-{missing}").exists()
     # The same request with every header runs.
     status, [reply] = endpoint.post(call)
-    assert status == 200 and reply["result"]["content"][0]["text"] == "touched marker"
+    assert status == 200 and reply["result"]["content"][0]["text"] == f"touched without-{missing}"
 
 
-def test_a_revision_header_that_disagrees_with_the_meta_is_refused(env: Env, endpoint: Endpoint) -> None:
-    call = request(1, "tools/call", {"name": "touch", "arguments": {"name": "marker"}})
+def test_a_revision_header_that_disagrees_with_the_meta_is_refused(endpoint: Endpoint) -> None:
+    call = request(1, "tools/call", {"name": "touch", "arguments": {"name": "disagreed"}})
     status, [reply] = endpoint.post(call, {**routing_headers(call), "MCP-Protocol-Version": "2025-11-25"})
     assert status == 400 and reply["error"]["code"] == -32020 and "MCP-Protocol-Version" in reply["error"]["message"]
-    time.sleep(0.3)
-    assert not (env.project / "marker").exists()
+    touch_after(endpoint, "after-disagreed")
+    assert not (endpoint.project / "disagreed").exists()
 
 
 def test_results_carry_result_type_and_lists_cache_hints_in_a_stable_order(endpoint: Endpoint) -> None:
@@ -160,7 +186,8 @@ def test_results_carry_result_type_and_lists_cache_hints_in_a_stable_order(endpo
     assert called["result"]["resultType"] == "complete" and called["result"]["content"][0]["text"] == "alpha"
 
 
-def test_only_the_listening_request_is_sent_list_changes(env: Env, endpoint: Endpoint) -> None:
+def test_only_the_listening_request_is_sent_list_changes(env: Env, own_endpoint: Endpoint) -> None:
+    endpoint = own_endpoint
     listen = endpoint.open(request("listen-1", "subscriptions/listen", {"notifications": {"toolsListChanged": True}}))
     assert listen.status == 200 and listen.getheader("content-type", "").startswith("text/event-stream")
 

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import json
-import time
+from collections.abc import Iterator
 
 import pytest
 
 from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
-from helpers import Daemon, Env
+from helpers import Daemon, Env, serving
 
 
-@pytest.fixture
-def echo_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def echo_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's tests of the wire: they send lines and read what it answers."""
+    env = Env(tmp_path_factory.mktemp("echo"))
     env.write_tool(env.global_tools, "echo.py", '''
         def echo(text: str) -> str:
             """Echo the text back."""
             return text
     ''')
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def test_each_error_answers_and_the_connection_stays_usable(echo_daemon: Daemon) -> None:
@@ -206,8 +209,8 @@ def test_a_call_cancelled_while_its_project_still_loads_is_never_answered(env: E
             + b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}\n'
         )
         assert raw.recv()["id"] == 1  # the attach answers once the project has loaded
-        time.sleep(0.5)  # long enough for the echo to have answered, had it run
-        raw.send_bytes(b'{"jsonrpc":"2.0","id":3,"method":"ping"}\n')
+        # The same call sent after it: had the cancelled one run, its answer would come first.
+        raw.send_bytes(b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"text":"after"}}}\n')
         assert raw.recv()["id"] == 3, "the cancelled call was answered"
 
 

@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 
 from e2e.test_http import Http
-from helpers import Env, wait_for
+from helpers import Env, serving, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -76,14 +76,34 @@ DECLARATIVE = {
 }
 
 
-@pytest.fixture
-def api(env: Env, make_daemon: Any) -> Http:
+SETTINGS = {"ATOMICTOOLS_HTTP": "127.0.0.1:0", "ATOMICTOOLS_BUILTINS": "1"}
+
+
+def _write_tools(env: Env) -> None:
     for name, source in (("echo.py", ECHO), ("fails.py", FAILS), ("asks.py", ASKS), ("touch.py", TOUCH)):
         env.write_tool(env.local_tools, name, source)
     env.write_tool(env.global_tools, "hello.py", HELLO)
     (env.local_tools / "kit.json").write_text(json.dumps(DECLARATIVE))
     (env.project / "README.md").write_text("the readme\n")
-    daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0", "ATOMICTOOLS_BUILTINS": "1"})
+
+
+@pytest.fixture(scope="module")
+def shared_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Env, Http]]:
+    """One daemon for the module's tests that list, get and call (they change no tool)."""
+    env = Env(tmp_path_factory.mktemp("rest"))
+    _write_tools(env)
+    with serving(env, SETTINGS) as daemon:
+        yield env, _http(daemon)
+
+
+@pytest.fixture
+def api(env: Env, make_daemon: Any) -> Http:
+    """A daemon of the test's own, for a test that adds tools."""
+    _write_tools(env)
+    return _http(make_daemon(SETTINGS))
+
+
+def _http(daemon: Any) -> Http:
     with daemon.raw() as raw:
         info = raw.request("atomic/status")["result"]["http"]
     return Http(info["url"], Path(info["tokenFile"]).read_text().strip())
@@ -105,7 +125,8 @@ def _post(api: Http, path: str, body: Any = None, **kwargs: Any) -> tuple[int, A
     return status, json.loads(payload) if payload else None
 
 
-def test_the_list_gives_every_tool_with_its_source_and_counts(env: Env, api: Http) -> None:
+def test_the_list_gives_every_tool_with_its_source_and_counts(shared_api: tuple[Env, Http]) -> None:
+    env, api = shared_api
     status, listing = _get(api, _in(env, "/api/tools"))
     assert status == 200, listing
     tools = {tool["name"]: tool for tool in listing["tools"]}
@@ -127,7 +148,8 @@ def test_the_list_gives_every_tool_with_its_source_and_counts(env: Env, api: Htt
     assert [t["name"] for t in listing["tools"]] == ["echo"]
 
 
-def test_one_tool_is_given_by_name_and_an_unknown_one_is_404(env: Env, api: Http) -> None:
+def test_one_tool_is_given_by_name_and_an_unknown_one_is_404(shared_api: tuple[Env, Http]) -> None:
+    env, api = shared_api
     status, tool = _get(api, _in(env, "/api/tools/echo"))
     assert status == 200 and tool["name"] == "echo" and tool["source"] == "project"
     status, body = _get(api, _in(env, "/api/tools/ecko"))
@@ -137,7 +159,8 @@ def test_one_tool_is_given_by_name_and_an_unknown_one_is_404(env: Env, api: Http
     assert status == 404
 
 
-def test_a_call_answers_the_result_as_mcp_gives_it_and_a_refused_call_a_4xx(env: Env, api: Http) -> None:
+def test_a_call_answers_the_result_as_mcp_gives_it_and_a_refused_call_a_4xx(shared_api: tuple[Env, Http]) -> None:
+    env, api = shared_api
     status, result = _post(api, _in(env, "/api/tools/echo/call"), {"text": "hi"})
     assert (status, result) == (200, {"content": [{"type": "text", "text": "hi"}]})
     status, result = _post(api, _in(env, "/api/tools/fails/call"))  # no body: no arguments
@@ -163,7 +186,8 @@ def test_a_call_answers_the_result_as_mcp_gives_it_and_a_refused_call_a_4xx(env:
     assert "cannot ask the user" in result["content"][0]["text"]
 
 
-def test_the_api_takes_the_token_and_the_host_checks_of_the_mcp_endpoint(env: Env, api: Http) -> None:
+def test_the_api_takes_the_token_and_the_host_checks_of_the_mcp_endpoint(shared_api: tuple[Env, Http]) -> None:
+    env, api = shared_api
     call = _in(env, "/api/tools/touch/call")
     for token in (None, "wrong-token-" + "x" * 40):
         status, headers, body = api.request("POST", {"name": "marker"}, path=call, token=token)
@@ -175,7 +199,9 @@ def test_the_api_takes_the_token_and_the_host_checks_of_the_mcp_endpoint(env: En
         assert status == 403 and "Forbidden" in json.loads(body)["error"]["message"]
     status, _, _ = api.request("POST", {"name": "marker"}, path=call, headers={"Content-Type": "text/plain"})
     assert status == 415  # a form a browser may post without asking first
-    time.sleep(0.3)
+    # A call of touch made after the refused ones: once it is done, they would have run too.
+    status, result = _post(api, call, {"name": "after-refused"})
+    assert status == 200 and result["content"][0]["text"] == "touched after-refused"
     assert not (env.project / "marker").exists()
     # Unknown paths are 404 before the token, as for /mcp; a route takes only its methods.
     for path in ("/api/nope", "/api/tools/echo/run", "/api"):

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
-from helpers import Daemon, Env, RawConnection
+from helpers import Daemon, Env, RawConnection, serving
 from shim_helpers import SHIM
 
 WAV = b"RIFF" + struct.pack("<I", 44) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 8000, 8000, 1, 8) + b"data" + struct.pack("<I", 8) + b"\x80" * 8
@@ -59,11 +60,14 @@ SCHEMA = {
 }
 
 
-@pytest.fixture
-def kit(env: Env, make_daemon: Any) -> Daemon:
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module: its tests only list and call the kit's tools."""
+    env = Env(tmp_path_factory.mktemp("kit"))
     env.write_tool(env.global_tools, "kit.py", KIT)
     env.write_tool(env.global_tools, "schemas.json", json.dumps(SCHEMA))
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def _session(daemon: Daemon, version: str, name: str = "test") -> Any:
@@ -156,7 +160,8 @@ def _connect(daemon: Daemon, env: Env, via: str) -> Any:
 
 @pytest.mark.parametrize("via", ["socket", "shim"])
 @pytest.mark.parametrize("version", SUPPORTED_PROTOCOL_VERSIONS)
-def test_each_revision_gets_only_what_its_schema_has(kit: Daemon, env: Env, version: str, via: str) -> None:
+def test_each_revision_gets_only_what_its_schema_has(kit: Daemon, version: str, via: str) -> None:
+    env = kit.env
     with _connect(kit, env, via) as raw:
         init = raw.request("initialize", {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}})["result"]
         raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -258,7 +263,8 @@ def test_a_stateless_request_naming_an_agent_that_rejects_defs_gets_the_portable
         assert not _portable(_where_stateless(raw, None))  # no name: the session's own (claude-code)
 
 
-def test_the_agent_the_shim_attached_as_gets_the_portable_schema_in_the_stateless_revision(kit: Daemon, env: Env) -> None:
+def test_the_agent_the_shim_attached_as_gets_the_portable_schema_in_the_stateless_revision(kit: Daemon) -> None:
+    env = kit.env
     # `atomictoolsd connect gemini` runs the shim with --agent gemini: that names the client for every
     # request of the session, whether or not a request names it again.
     with ShimConnection(env, "--agent", "gemini") as raw:

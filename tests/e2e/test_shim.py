@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -19,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 
 from atomictools import Client
 from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
-from helpers import Daemon, Env, RawConnection, wait_for
+from helpers import Daemon, Env, RawConnection, serving, wait_for
 from shim_helpers import SHIM, mcp_session, run, shim_params, wait_until
 
 KIT = '''
@@ -72,8 +73,19 @@ KIT = '''
 '''
 
 
+@pytest.fixture(scope="module")
+def kit_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's tests that list and call kit.py's tools (the markers a call
+    leaves go to each test's own ``tmp_path``)."""
+    env = Env(tmp_path_factory.mktemp("kit"))
+    env.write_tool(env.global_tools, "kit.py", KIT)
+    with serving(env) as daemon:
+        yield daemon
+
+
 @pytest.fixture
-def kit_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+def own_kit_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+    """A kit daemon of the test's own, for a test that adds tools or stops it."""
     env.write_tool(env.global_tools, "kit.py", KIT)
     return make_daemon()
 
@@ -86,7 +98,8 @@ def names(result: types.ListToolsResult) -> list[str]:
 
 
 @pytest.mark.parametrize("version", SUPPORTED_PROTOCOL_VERSIONS)
-def test_initialize_answers_each_supported_version(kit_daemon: Daemon, env: Env, version: str) -> None:
+def test_initialize_answers_each_supported_version(kit_daemon: Daemon, version: str) -> None:
+    env = kit_daemon.env
     async def scenario() -> None:
         async with mcp_session(env, initialize=False) as (session, _):
             request = types.InitializeRequest(
@@ -108,7 +121,8 @@ def test_initialize_answers_each_supported_version(kit_daemon: Daemon, env: Env,
     run(scenario)
 
 
-def test_list_call_structured_output_errors_and_unknown_tool(kit_daemon: Daemon, env: Env) -> None:
+def test_list_call_structured_output_errors_and_unknown_tool(kit_daemon: Daemon) -> None:
+    env = kit_daemon.env
     async def scenario() -> None:
         async with mcp_session(env) as (session, _):
             await session.send_ping()
@@ -139,7 +153,7 @@ def test_list_call_structured_output_errors_and_unknown_tool(kit_daemon: Daemon,
     run(scenario)
 
 
-def test_list_changed_reaches_the_agent_after_a_reload(kit_daemon: Daemon, env: Env) -> None:
+def test_list_changed_reaches_the_agent_after_a_reload(own_kit_daemon: Daemon, env: Env) -> None:
     """The watcher and ``atomic/reload`` share the notification path; this drives it by reload."""
 
     async def scenario() -> None:
@@ -150,7 +164,7 @@ def test_list_changed_reaches_the_agent_after_a_reload(kit_daemon: Daemon, env: 
                     """A tool added while the agent runs."""
                     return "new"
             ''')
-            with kit_daemon.client() as other:  # a second connection to the same project
+            with own_kit_daemon.client() as other:  # a second connection to the same project
                 other.reload()
             await wait_until(lambda: "notifications/tools/list_changed" in seen.methods())
             assert "extra" in names(await session.list_tools())
@@ -159,7 +173,7 @@ def test_list_changed_reaches_the_agent_after_a_reload(kit_daemon: Daemon, env: 
     run(scenario)
 
 
-def test_list_changed_reaches_the_agent_after_a_file_write(kit_daemon: Daemon, env: Env) -> None:
+def test_list_changed_reaches_the_agent_after_a_file_write(own_kit_daemon: Daemon, env: Env) -> None:
     async def scenario() -> None:
         async with mcp_session(env) as (session, seen):
             await session.list_tools()
@@ -179,8 +193,9 @@ def test_list_changed_reaches_the_agent_after_a_file_write(kit_daemon: Daemon, e
     run(scenario)
 
 
-def test_cancelling_a_call_stops_the_tool(kit_daemon: Daemon, env: Env) -> None:
-    marker = str(env.root / "wait")
+def test_cancelling_a_call_stops_the_tool(kit_daemon: Daemon, tmp_path: Path) -> None:
+    env = kit_daemon.env
+    marker = str(tmp_path / "wait")
 
     async def scenario() -> None:
         async with mcp_session(env) as (session, _):
@@ -195,7 +210,8 @@ def test_cancelling_a_call_stops_the_tool(kit_daemon: Daemon, env: Env) -> None:
     assert not Path(marker + ".timeout").exists()
 
 
-def test_progress_notifications_reach_the_caller(kit_daemon: Daemon, env: Env) -> None:
+def test_progress_notifications_reach_the_caller(kit_daemon: Daemon) -> None:
+    env = kit_daemon.env
     updates: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -210,7 +226,8 @@ def test_progress_notifications_reach_the_caller(kit_daemon: Daemon, env: Env) -
     assert updates == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
 
 
-def test_allow_and_deny_hold_at_dispatch_not_only_in_the_list(kit_daemon: Daemon, env: Env) -> None:
+def test_allow_and_deny_hold_at_dispatch_not_only_in_the_list(kit_daemon: Daemon) -> None:
+    env = kit_daemon.env
     async def scenario() -> None:
         async with mcp_session(env, "--allow", "kit_*", "--deny", "kit_refuse", "--deny", "kit_w*") as (session, _):
             assert names(await session.list_tools()) == ["kit_add", "kit_echo", "kit_steps"]
@@ -223,8 +240,9 @@ def test_allow_and_deny_hold_at_dispatch_not_only_in_the_list(kit_daemon: Daemon
     run(scenario)
 
 
-def test_an_agent_cannot_widen_its_allowlist_or_stop_the_daemon(kit_daemon: Daemon, env: Env) -> None:
+def test_an_agent_cannot_widen_its_allowlist_or_stop_the_daemon(kit_daemon: Daemon) -> None:
     """The shim relays every line, atomic/* included: its session is locked to what it attached."""
+    env = kit_daemon.env
     shim = spawn_shim(env, "--allow", "kit_echo")
     assert shim.stdin is not None and shim.stdout is not None
     attempts = [
@@ -245,7 +263,7 @@ def test_an_agent_cannot_widen_its_allowlist_or_stop_the_daemon(kit_daemon: Daem
     assert kit_daemon.proc.poll() is None
 
 
-def test_dispatcher_lists_and_calls_tools_added_after_the_listing(kit_daemon: Daemon, env: Env) -> None:
+def test_dispatcher_lists_and_calls_tools_added_after_the_listing(own_kit_daemon: Daemon, env: Env) -> None:
     updates: list[float] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -262,7 +280,7 @@ def test_dispatcher_lists_and_calls_tools_added_after_the_listing(kit_daemon: Da
                     """Added after the agent listed its tools."""
                     return word.upper()
             ''')
-            with kit_daemon.client() as other:
+            with own_kit_daemon.client() as other:
                 other.reload()
 
             current = await session.call_tool("atomic_list_tools", {})
@@ -298,8 +316,9 @@ def test_dispatcher_lists_and_calls_tools_added_after_the_listing(kit_daemon: Da
     assert updates == [1, 2]
 
 
-def test_the_default_mcp_client_connects_without_waiting_for_discover(kit_daemon: Daemon, env: Env) -> None:
+def test_the_default_mcp_client_connects_without_waiting_for_discover(kit_daemon: Daemon) -> None:
     """mcp.Client probes server/discover first and waits 10 s for an answer that never comes."""
+    env = kit_daemon.env
 
     async def scenario() -> float:
         started = time.monotonic()
@@ -351,7 +370,8 @@ def spawn_shim(env: Env, *args: str, **kwargs) -> subprocess.Popen[bytes]:  # ty
     )
 
 
-def test_the_shim_exits_when_stdin_closes_and_writes_only_mcp(kit_daemon: Daemon, env: Env) -> None:
+def test_the_shim_exits_when_stdin_closes_and_writes_only_mcp(kit_daemon: Daemon) -> None:
+    env = kit_daemon.env
     shim = spawn_shim(env)
     assert shim.stdin is not None and shim.stdout is not None
     shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
@@ -366,7 +386,8 @@ def test_the_shim_exits_when_stdin_closes_and_writes_only_mcp(kit_daemon: Daemon
     assert not any(b"atomictoolsd-shim-attach" in line for line in rest)
 
 
-def test_the_shim_exits_when_its_parent_dies(kit_daemon: Daemon, env: Env) -> None:
+def test_the_shim_exits_when_its_parent_dies(kit_daemon: Daemon, tmp_path: Path) -> None:
+    env = kit_daemon.env
     read_end, write_end = os.pipe()
     # A parent that starts the shim on our pipe and then just waits: killing it leaves the shim's
     # stdin open (we hold the write end), so only the parent's death can end the shim.
@@ -384,7 +405,7 @@ def test_the_shim_exits_when_its_parent_dies(kit_daemon: Daemon, env: Env) -> No
             wait_for(lambda: shim.pid in {s["pid"] for s in raw.request("atomic/status")["result"]["sessions"]},
                      message="the shim to attach")
         # A call in flight when the agent dies: it is cancelled then, not run to its end.
-        marker = env.root / "orphaned"
+        marker = tmp_path / "orphaned"
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                 "params": {"name": "kit_wait", "arguments": {"marker": str(marker)}}}
         os.write(write_end, (json.dumps(INITIALIZE) + "\n" + json.dumps(call) + "\n").encode())
@@ -400,22 +421,23 @@ def test_the_shim_exits_when_its_parent_dies(kit_daemon: Daemon, env: Env) -> No
             parent.wait()
 
 
-def test_the_shim_exits_with_a_message_when_the_daemon_stops(kit_daemon: Daemon, env: Env) -> None:
+def test_the_shim_exits_with_a_message_when_the_daemon_stops(own_kit_daemon: Daemon, env: Env) -> None:
     shim = spawn_shim(env)
     assert shim.stdin is not None and shim.stdout is not None and shim.stderr is not None
     shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
     shim.stdin.flush()
     assert json.loads(shim.stdout.readline())["id"] == 1
-    kit_daemon.stop()
+    own_kit_daemon.stop()
     assert shim.wait(timeout=20) == 1
     assert b"the daemon closed the connection" in shim.stderr.read()
     shim.stdin.close()
 
 
-def test_the_shim_path_loads_only_the_standard_library(kit_daemon: Daemon, env: Env) -> None:
+def test_the_shim_path_loads_only_the_standard_library(kit_daemon: Daemon, tmp_path: Path) -> None:
     """Through ``cli.main`` (what the console script runs), a whole session loads no argparse, json,
     typing, socket, subprocess, threading, msgspec or daemon module."""
-    dump = env.root / "modules.json"
+    env = kit_daemon.env
+    dump = tmp_path / "modules.json"
     code = (
         "import sys\n"
         "from atomictoolsd.cli import main\n"
@@ -536,15 +558,16 @@ def test_attach_applies_to_the_very_next_line(kit_daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize("how", ["stdin-then-sigterm", "stdin-then-sigkill", "sigterm", "sigkill"])
-def test_every_way_a_client_goes_cancels_its_call_at_once(kit_daemon: Daemon, env: Env, how: str) -> None:
+def test_every_way_a_client_goes_cancels_its_call_at_once(kit_daemon: Daemon, tmp_path: Path, how: str) -> None:
     """The MCP stdio shutdown closes stdin, then sends SIGTERM (both TypeScript SDKs' close() do):
     the call in flight stops then, as with a plain SIGTERM or a kill, not at the end of its run."""
+    env = kit_daemon.env
     shim = spawn_shim(env)
     assert shim.stdin is not None and shim.stdout is not None
     shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
     shim.stdin.flush()
     assert json.loads(shim.stdout.readline())["id"] == 1
-    marker = env.root / "leak"
+    marker = tmp_path / "leak"
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "kit_wait", "arguments": {"marker": str(marker)}}}
     shim.stdin.write(json.dumps(call).encode() + b"\n")
     shim.stdin.flush()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from helpers import Daemon, Env
+from helpers import Daemon, Env, serving
 from shim_helpers import shim_params
 
 pytestmark = pytest.mark.slow
@@ -96,10 +96,17 @@ def test_the_sdk_client_in_modern_mode_over_http(env: Env, make_daemon: Any, mod
     asyncio.run(main())
 
 
-def test_the_stateless_wire(env: Env, make_daemon: Any) -> None:
+@pytest.fixture(scope="module")
+def adder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon with the add tool for the module's tests that only send stateless requests."""
+    env = Env(tmp_path_factory.mktemp("adder"))
     env.write_tool(env.global_tools, "add.py", TOOL)
-    daemon = make_daemon()
-    with daemon.raw() as raw:
+    with serving(env) as daemon:
+        yield daemon
+
+
+def test_the_stateless_wire(adder: Daemon) -> None:
+    with adder.raw() as raw:
         discover = raw.request("server/discover", {"_meta": META})["result"]
         assert "2026-07-28" in discover["supportedVersions"] and "2024-11-05" in discover["supportedVersions"]
         assert discover["resultType"] == "complete" and discover["capabilities"]["tools"]["listChanged"] is True
@@ -195,10 +202,8 @@ def test_the_sdk_client_answers_a_tools_question_in_modern_mode(env: Env, make_d
     assert asked == ["Proceed?", "Really?"]
 
 
-def test_each_stateless_request_must_carry_its_meta_and_is_told_what_is_missing(env: Env, make_daemon: Any) -> None:
-    env.write_tool(env.global_tools, "add.py", TOOL)
-    daemon = make_daemon()
-    with daemon.raw() as raw:
+def test_each_stateless_request_must_carry_its_meta_and_is_told_what_is_missing(adder: Daemon) -> None:
+    with adder.raw() as raw:
         no_capabilities = {k: v for k, v in META.items() if k != "io.modelcontextprotocol/clientCapabilities"}
         error = raw.request("tools/list", {"_meta": no_capabilities})["error"]
         assert error["code"] == -32602 and "io.modelcontextprotocol/clientCapabilities" in error["message"]
@@ -214,9 +219,8 @@ def test_each_stateless_request_must_carry_its_meta_and_is_told_what_is_missing(
 
 @pytest.mark.parametrize(("method", "instead"), [("initialize", "server/discover"), ("ping", "server/discover"),
                                                  ("logging/setLevel", "io.modelcontextprotocol/logLevel")])
-def test_what_the_stateless_revision_removed_is_refused_naming_its_replacement(env: Env, make_daemon: Any, method: str, instead: str) -> None:
-    daemon = make_daemon()
-    with daemon.raw() as raw:
+def test_what_the_stateless_revision_removed_is_refused_naming_its_replacement(adder: Daemon, method: str, instead: str) -> None:
+    with adder.raw() as raw:
         params: dict[str, Any] = {"_meta": META}
         if method == "initialize":
             params |= {"protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}

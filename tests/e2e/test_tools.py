@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
 from atomictools import RPCError
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, serving, wait_for
 
 MATH = '''
     from typing import Annotated
@@ -52,10 +53,13 @@ MATH = '''
 '''
 
 
-@pytest.fixture
-def math_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def math_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """One daemon for the module's tests of math.py: they call it and read what it answers."""
+    env = Env(tmp_path_factory.mktemp("math"))
     env.write_tool(env.local_tools, "math.py", MATH)
-    return make_daemon()
+    with serving(env) as daemon:
+        yield daemon
 
 
 def test_listing_shows_names_schemas_and_annotations(math_daemon: Daemon) -> None:
@@ -271,7 +275,9 @@ def test_the_daemon_never_imports_tool_code(env: Env, make_daemon) -> None:  # t
     assert psutil.Process(pid).ppid() != daemon.pid, "workers are forked by the fork server"
 
 
-def test_status_counts_calls_and_errors(math_daemon: Daemon) -> None:
+def test_status_counts_calls_and_errors(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "math.py", MATH)
+    math_daemon = make_daemon()  # its own: it counts every call the daemon answered
     with math_daemon.client() as client:
         client.call("math_add", numbers=[1])
         client.call("math_refuse", reason="x")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -646,8 +647,14 @@ def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_da
         response, grown, _ = _flood(env, daemon, raw, "output", mark)
         assert _text(response) == "survived", response
         assert _text(_call(raw, "echo", "flooder_echo", {"text": "flushed"})[0]) == "flushed"
-    time.sleep(0.5)  # the event log is written every quarter second
-    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+
+    def logged_through_the_echo() -> list[dict[str, Any]]:
+        """The log once it has the echo's end: what was logged before that call ended is in it."""
+        events = [json.loads(line) for line in log_file.read_text().splitlines()]
+        ended = any(e.get("event") == "tool.complete" and e.get("tool") == "flooder_echo" for e in events)
+        return events if ended else []
+
+    events = wait_for(logged_through_the_echo, message="the echo's end in the event log")
     assert any(e.get("event") == "daemon.start" for e in events), "the flood rotated the log away"
     output = [e for e in events if e.get("event") == "tool.output" and e.get("module", "").endswith("flooder.py")]
     logged = sum(len(e["message"]) for e in output)
