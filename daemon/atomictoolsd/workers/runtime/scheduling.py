@@ -65,10 +65,9 @@ class Runtime:
     looked slow (the machine was busy) sends the next few calls to the pool. A slow
     tool's calls are all timed; of the quick ones, one in ``TIME_EVERY`` inline calls is.
 
-    The inline path of a quick call reads no clock and, when no other sync call runs and no other
-    thread sends, takes no lock (``Sender.send_inline``): pinned to one core with the daemon and its
-    client, each clock read and each lock taken measured ~1 µs a call, many times their cost in a
-    tight loop.
+    The inline path of a quick call reads no clock and, when no other sync call runs, takes none of
+    the runtime's locks: pinned to one core with the daemon and its client, each clock read and each
+    lock taken measured ~1 µs a call, many times their cost in a tight loop.
     The watchdog needs no start time. Each reader marks its inline call in a slot of its own
     (``_marks[generation]``: ``[tool, sightings]``); at each look the watchdog counts a sighting in
     the current reader's mark, and at the second it hands the reading role on (so after one to two
@@ -77,9 +76,8 @@ class Runtime:
     it lowers the count without the lock.
 
     At most ``threads`` sync calls run at once; more wait in a backlog. Async tools run on an event
-    loop in a thread of its own, started with the first async call. Frames never interleave
-    (``Sender``): only a reader sends without the lock, and not while a reader whose role moved on
-    still runs (``Sender.pause_inline``), so no two threads ever do.
+    loop in a thread of its own, started with the first async call. Frames never interleave: every
+    thread sends through ``Sender``, one frame at a time.
     """
 
     INLINE_BUDGET = 0.01  # seconds an inline call may hold the reading role
@@ -181,8 +179,6 @@ class Runtime:
             else:
                 self.cancel_call(message.call_id)
         self._marks.pop(generation, None)  # the role moved on: this reader marks no more calls
-        with self._lock:
-            self._sender.resume_inline()  # after its last send: the current reader may send without the lock
 
     def _run_inline(self, call_id: int, spec: ToolSpec, kwargs: dict[str, Any], generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
@@ -215,7 +211,7 @@ class Runtime:
             self._timed(spec.name, time.perf_counter() - started)
         if spec.context_param is None:
             # finish_call's last step only: without a ctx, the call asked nothing and sent nothing.
-            self._sender.send_inline(encode_frame(Result(call_id, result)))
+            self.send(Result(call_id, result))
         else:
             self.finish_call(call_id, result)
         if alone:
@@ -269,7 +265,6 @@ class Runtime:
                 if mark[1] >= 2:  # the same call as at the last look: it has held the role a budget or more
                     self._slow[mark[0]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
                     self._marks.pop(generation, None)
-                    self._sender.pause_inline()  # before the new reader exists: until this one ends
                     self._reader_gen += 1
                     threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
 
