@@ -62,21 +62,30 @@ class Runtime:
     arrive together with others go to pool threads, so they overlap; calls of a quick tool that
     arrive together run inline one after the other, which costs each less than a hand-off would
     (sixteen calls in flight to a one-line tool: up to twice the calls/s). A quick call that only
-    looked slow (the machine was busy) sends the next few calls to the pool. Every call is timed.
+    looked slow (the machine was busy) sends the next few calls to the pool. A slow
+    tool's calls are all timed; of the quick ones, one in ``TIME_EVERY`` inline calls is.
 
-    Each reader marks its inline call, under the lock, in a slot of its own (``_marks[generation]``:
-    the tool and when the call started); the watchdog looks every ``INLINE_BUDGET`` and hands the
-    reading role on when the current reader's call started a budget ago or more (so after one to two
-    budgets).
+    The inline path of a quick call reads no clock and, when no other sync call runs and no other
+    thread sends, takes no lock (``Sender.send_inline``): pinned to one core with the daemon and its
+    client, the two together measured ~1.8 µs a call (5 % of the call over the socket), many times
+    their cost in a tight loop; either alone saves less than 3 % (docs/performance.md).
+    The watchdog needs no start time. Each reader marks its inline call in a slot of its own
+    (``_marks[generation]``: ``[tool, sightings]``); at each look the watchdog counts a sighting in
+    the current reader's mark, and at the second it hands the reading role on (so after one to two
+    budgets). A reader that clears its slot and then finds no sighting counted knows that no hand-over
+    can have happened or can happen for that call, and that no other thread started a call meanwhile:
+    it lowers the count without the lock.
 
     At most ``threads`` sync calls run at once; more wait in a backlog. Async tools run on an event
-    loop in a thread of its own, started with the first async call. Frames never interleave: every
-    thread sends through ``Sender``, one frame at a time.
+    loop in a thread of its own, started with the first async call. Frames never interleave
+    (``Sender``): only a reader sends without the lock, and not while a reader whose role moved on
+    still runs (``Sender.pause_inline``), so no two threads ever do.
     """
 
     INLINE_BUDGET = 0.01  # seconds an inline call may hold the reading role
     QUICK_CALL = 0.001  # seconds: a call this long or longer makes its tool slow
     QUICK_AGAIN = 32  # quick calls in a row after which a slow tool counts as quick again
+    TIME_EVERY = 8  # of a quick tool's inline calls, one in this many is timed
     IDLE_LOOKS = 100  # the watchdog's looks without an inline call (a second) before it parks
 
     def __init__(
@@ -93,13 +102,14 @@ class Runtime:
         self._inbox: collections.deque[DaemonMessage] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
         self._reader_gen = 0  # which thread may read: the one started for this generation
-        # Each reader's inline call, by reader generation: (tool, when it started).
-        self._marks: dict[int, tuple[str, float] | None] = {}
+        # Each reader's inline call, by reader generation: [tool, the watchdog's sightings of it].
+        self._marks: dict[int, list[Any] | None] = {}
         self._slow: dict[str, int] = {}  # slow tools → quick calls still to see before they are quick
         self._running = 0  # sync calls running, inline or on the pool
         self._idle = 0  # pool threads waiting for a job
         self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
+        self._untimed = self.TIME_EVERY  # inline calls of quick tools since one was timed (the first is)
         self._watching = threading.Event()  # set while the watchdog looks; cleared when it parks
         self._watched = False  # the same, read by a reader on every inline call (cheaper than is_set)
         self._watchdog: threading.Thread | None = None
@@ -171,29 +181,52 @@ class Runtime:
             else:
                 self.cancel_call(message.call_id)
         self._marks.pop(generation, None)  # the role moved on: this reader marks no more calls
+        with self._lock:
+            self._sender.resume_inline()  # after its last send: the current reader may send without the lock
 
     def _run_inline(self, call_id: int, spec: ToolSpec, kwargs: dict[str, Any], generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
-        with self._lock:
-            if self._running >= self.worker.threads:
-                self._backlog.append((call_id, spec, kwargs))  # a finishing call picks it up
-                return
-            self._running += 1
-            started = time.perf_counter()
-            mark = self._marks[generation] = (spec.name, started)
+        lock = self._lock
+        alone = self._running == 0
+        if alone:
+            # No sync call runs, so no other thread changes the count now: only the reader starts
+            # calls, and a finishing one lowers it (under the lock) only after it ran.
+            self._running = 1
+        else:
+            with lock:
+                if self._running >= self.worker.threads:
+                    self._backlog.append((call_id, spec, kwargs))  # a finishing call picks it up
+                    return
+                self._running += 1
+        mark = self._marks[generation] = [spec.name, 0]
         if not self._watched:  # after marking the call: see _watch, which parks likewise
             self._start_watching()
+        timed = spec.name in self._slow or self._untimed >= self.TIME_EVERY
+        if timed:
+            self._untimed = 0
+            started = time.perf_counter()
+        else:
+            self._untimed += 1
         try:
             result = make_result(spec, spec.fn(**kwargs), self.worker)
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
             result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
-        self._timed(spec.name, time.perf_counter() - started)
+        if timed:
+            self._timed(spec.name, time.perf_counter() - started)
         if spec.context_param is None:
-            self.send(Result(call_id, result))  # finish_call's last step only: the call asked and sent nothing
+            # finish_call's last step only: without a ctx, the call asked nothing and sent nothing.
+            self._sender.send_inline(encode_frame(Result(call_id, result)))
         else:
             self.finish_call(call_id, result)
-        with self._lock:
-            job = self._backlog.popleft() if self._backlog else None
+        if alone:
+            self._marks[generation] = None  # first: from here on no look can see the call
+            if mark[1] == 0:
+                # Not seen once: the role is still ours, no other reader started, nothing went to the
+                # backlog or the pool, and no look will see the call again (a hand-over takes two).
+                self._running = 0
+                return
+        with lock:
+            job = self._backlog.popleft() if self._backlog else None  # type: ignore[assignment]
             if job is None:
                 self._running -= 1
                 if self._marks.get(generation) is mark:
@@ -211,7 +244,7 @@ class Runtime:
 
     def _watch(self) -> None:
         """While calls run inline, hand the reading role on when one overstays its budget: when the
-        inline call (or the backlog it runs after) started a budget ago or more."""
+        same inline call is there at two looks in a row."""
         idle = 0  # looks in a row that found no inline call
         while True:
             self._watching.wait()
@@ -232,10 +265,11 @@ class Runtime:
                             self._watching.set()
                     continue
                 idle = 0
-                tool, started = mark
-                if time.perf_counter() - started >= self.INLINE_BUDGET:  # it has held the role a budget or more
-                    self._slow[tool] = self.QUICK_AGAIN  # what waits behind it goes to the pool
+                mark[1] += 1
+                if mark[1] >= 2:  # the same call as at the last look: it has held the role a budget or more
+                    self._slow[mark[0]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
                     self._marks.pop(generation, None)
+                    self._sender.pause_inline()  # before the new reader exists: until this one ends
                     self._reader_gen += 1
                     threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
 
