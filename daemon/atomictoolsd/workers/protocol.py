@@ -29,7 +29,7 @@ __all__ = [
     "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "ForkServerMessage",
     "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output",
     "Pid", "Ping", "Pong", "Progress", "Ready", "Result", "SiteDir", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage",
-    "WorkerSpec", "encode_frame", "encode_message", "error_result", "pack_length", "read_site",
+    "WorkerSpec", "encode_frame", "error_result", "read_site",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -331,11 +331,6 @@ ForkServerMessage = Ready | Spawned | SpawnFailed | Exited | Pong
 
 _encoder = msgspec.msgpack.Encoder()
 _json = msgspec.json.encode
-
-
-# encode_frame's two steps, for a caller that builds the frame itself (the worker's call path).
-encode_message = _encoder.encode  # a message's bytes, without the length
-pack_length = _HEADER.pack  # the 4-byte length in front of them
 
 
 def encode_frame(message: Any) -> bytes:

@@ -55,9 +55,7 @@ from atomictoolsd.workers.protocol import (
     Result,
     WorkerMessage,
     encode_frame,
-    encode_message,
     error_result,
-    pack_length,
     read_site,
 )
 from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
@@ -515,9 +513,8 @@ class Worker(asyncio.Protocol):
             self._held[call.id] = call  # sent once the worker has read what it was sent before
             return
         transport = self._transport
-        if transport is not None:  # encode_frame, inline
-            body = encode_message(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None))
-            transport.write(pack_length(len(body)) + body)
+        if transport is not None:
+            transport.write(encode_frame(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None)))
 
     def send_cancel(self, call: Call) -> None:
         if self._held.pop(call.id, None) is not None:

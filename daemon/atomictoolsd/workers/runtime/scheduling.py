@@ -25,8 +25,6 @@ from atomictools._authoring import Context
 from atomictools._errors import AskError
 from atomictoolsd.workers.protocol import (
     INVALID_ARGUMENTS,
-    TEXT_HEAD,
-    TEXT_TAIL,
     Answer,
     Ask,
     CallTool,
@@ -38,9 +36,7 @@ from atomictoolsd.workers.protocol import (
     Result,
     WorkerSpec,
     encode_frame,
-    encode_message,
     error_result,
-    pack_length,
 )
 from atomictoolsd.workers.runtime.arguments import Undeclared, relax, with_choices
 from atomictoolsd.workers.runtime.results import encode_json, exception_text, make_result
@@ -71,8 +67,8 @@ class Runtime:
 
     The inline path of a quick call reads no clock and, when no other sync call runs and no other
     thread sends, takes no lock (``Sender.send_inline``): pinned to one core with the daemon and its
-    client, each clock read and each lock taken measured ~1 µs a call, many times their cost in a
-    tight loop.
+    client, the two together measured ~1.8 µs a call (5 % of the call over the socket), many times
+    their cost in a tight loop; either alone saves less than 3 % (docs/performance.md).
     The watchdog needs no start time. Each reader marks its inline call in a slot of its own
     (``_marks[generation]``: ``[tool, sightings]``); at each look the watchdog counts a sighting in
     the current reader's mark, and at the second it hands the reading role on (so after one to two
@@ -99,10 +95,6 @@ class Runtime:
         self.tools = tools
         self.worker = worker
         # The sync tools without a ctx parameter: most tools, and the ones run from ``run`` directly.
-        # What make_result sends as one text block with no more ado: a str this short (4 bytes a
-        # character at most in UTF-8) and of fewer lines (_run_inline builds it itself).
-        self._short_text = worker.truncate_bytes // 4
-        self._short_lines = worker.truncate_lines
         self._plain = {name: spec for name, spec in tools.items() if not spec.is_async and spec.context_param is None}
         self.calls: dict[int, Context] = {}  # the running calls that have a ctx, until they answer
         self._sender = sender or Sender(sock)  # shared with whatever else sends on the channel
@@ -216,20 +208,14 @@ class Runtime:
         else:
             self._untimed += 1
         try:
-            value = spec.fn(**kwargs)
-            if type(value) is str and spec.output_schema is None and len(value) <= self._short_text \
-                    and value.count("\n") < self._short_lines:
-                result = TEXT_HEAD + encode_json(value) + TEXT_TAIL  # make_result's first case, inline
-            else:
-                result = make_result(spec, value, self.worker)
+            result = make_result(spec, spec.fn(**kwargs), self.worker)
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
             result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
         if timed:
             self._timed(spec.name, time.perf_counter() - started)
         if spec.context_param is None:
             # finish_call's last step only: without a ctx, the call asked nothing and sent nothing.
-            body = encode_message(Result(call_id, result))  # encode_frame, inline
-            self._sender.send_inline(pack_length(len(body)) + body)
+            self._sender.send_inline(encode_frame(Result(call_id, result)))
         else:
             self.finish_call(call_id, result)
         if alone:
