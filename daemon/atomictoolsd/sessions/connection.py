@@ -4,7 +4,8 @@ writing every line the daemon sends a client.
 ``Connection`` is the asyncio protocol of one socket connection and the ``output.Output`` of its
 ``session.Session``, which it makes as the connection is made. It reads one message per line and
 never lets a bad line end the connection: a malformed line gets ``-32700``/``-32600``, an oversized
-one a clear error, and the next line is read as usual. A line is decoded once (``handle_line``:
+one a clear error, and the next line is read as usual. A line is decoded once (``handle_line``: a
+``tools/call`` into a ``messages.CallRequest``, envelope and params together; any other line into a
 ``messages.Message``, its params left raw) and handed to the session, which knows every method and
 rule of a request. Answers are written joined once, with no intermediate bytes objects. A line
 holding a JSON array is a batch: taken in a session whose revision has them (2025-03-26, see
@@ -25,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from atomictools._protocol import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
-from atomictoolsd.sessions import batches
-from atomictoolsd.sessions.messages import TOO_DEEP, decode_message
+from atomictoolsd.sessions import batches, revisions
+from atomictoolsd.sessions.messages import TOO_DEEP, decode_call, decode_message
 from atomictoolsd.sessions.output import encode_error
 from atomictoolsd.sessions.session import Session
 
@@ -40,6 +41,8 @@ _encode = msgspec.json.encode
 # A line this long is within any max_message_bytes (whose least is 1024): data_received passes it on
 # without reading the setting.
 _WITHIN_ANY_LIMIT = 1025
+_META_VERSION = revisions.META_VERSION_BYTES  # a line holding it may be a 2026-07-28 request
+_CALL_METHOD = b'"tools/call"'  # a line holding it is first read as a CallRequest
 _RESULT_HEAD = b'{"jsonrpc":"2.0","id":'
 _RESULT_MID = b',"result":'
 _ERROR_MID = b',"error":'
@@ -200,30 +203,49 @@ class Connection(asyncio.Protocol):
 
     def handle_line(self, line: bytes) -> None:
         """One line: decoded once into a message for the session, or answered here when it is none
-        (not JSON, not a JSON-RPC object, nested too deeply) or is a batch."""
+        (not JSON, not a JSON-RPC object, nested too deeply) or is a batch.
+
+        A line holding ``"tools/call"`` (and no revision of its own) is first read whole as a
+        ``CallRequest``, envelope and params in one decode: the call path's. The session takes it
+        as any request (``handle_request``: the same rules, its handler taking the params as
+        they are). A line that does not fit is read as a ``Message``, as every other line is.
+        """
+        if _CALL_METHOD in line and _META_VERSION not in line:
+            try:
+                call = decode_call(line)
+            except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+                pass  # read as a Message below, which answers it
+            else:
+                self.session.handle_request(_encode(call.id), "tools/call", call.params, False)
+                return
         try:
             message = decode_message(line)
         except RecursionError:
             self._refuse_deep(line)
         except msgspec.ValidationError as exc:
-            stripped = line.lstrip()
-            if stripped.startswith(b"[") and self.session.batching:
-                batches.serve(self, stripped)
-            elif stripped.startswith(b"["):
-                self.error(b"null", encode_error(
-                    INVALID_REQUEST,
-                    "Batches are not supported: send one JSON-RPC message per line (only a session initialized "
-                    "with MCP 2025-03-26 takes batches)",
-                ))
-            else:
-                self.error(_salvage_id(line), encode_error(INVALID_REQUEST, f"Invalid request: {exc}"))
+            self._not_an_object(line, exc)
         except msgspec.DecodeError as exc:
             if line.strip():  # a blank line is no message: nothing to answer
                 self.error(b"null", encode_error(PARSE_ERROR, f"Parse error: {exc}"))
         except UnicodeDecodeError:  # msgspec's error for a string that is not UTF-8
             self.error(_salvage_id(line), encode_error(PARSE_ERROR, "Parse error: a string in the message is not UTF-8"))
         else:
-            self.session.handle_message(message)
+            self.session.handle_message(message, _META_VERSION in line)
+
+    def _not_an_object(self, line: bytes, exc: msgspec.ValidationError) -> None:
+        """A JSON line that is no JSON-RPC object: a batch (taken when the session's revision has
+        them), or an invalid request."""
+        stripped = line.lstrip()
+        if stripped.startswith(b"[") and self.session.batching:
+            batches.serve(self, stripped)
+        elif stripped.startswith(b"["):
+            self.error(b"null", encode_error(
+                INVALID_REQUEST,
+                "Batches are not supported: send one JSON-RPC message per line (only a session initialized "
+                "with MCP 2025-03-26 takes batches)",
+            ))
+        else:
+            self.error(_salvage_id(line), encode_error(INVALID_REQUEST, f"Invalid request: {exc}"))
 
     def in_flight(self, id_json: bytes) -> bool:
         """Whether the request ``id_json`` has been read and not yet answered (``batches``)."""
@@ -246,13 +268,14 @@ class Connection(asyncio.Protocol):
     # -- writing: the session's output ------------------------------------------------------------
 
     def result(self, id_json: bytes, result: bytes) -> None:
+        transport = self.transport
         if self.batched and id_json in self.batched:
             self.batched.pop(id_json).answered(_join((_RESULT_HEAD, id_json, _RESULT_MID, result, b"}")))
-            return
-        transport = self.transport
-        if transport is not None:
+        elif transport is not None:
             # One join: the line is built once, with no intermediate bytes objects on the call path.
             transport.write(_join((_RESULT_HEAD, id_json, _RESULT_MID, result, _LINE_END)))
+        if self._eof:
+            self._close_if_done()  # a half-closed client: closed after the last answer it waits for
 
     def error(self, id_json: bytes, error: bytes) -> None:
         if (self.batched or self.batch is not None) and self._to_batch(

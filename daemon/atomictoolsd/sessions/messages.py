@@ -3,13 +3,15 @@ method's params, as msgspec structs, and the one way to decode params (a mismatc
 ``ParamsError``, answered -32602).
 
 A ``tools/call``'s params are ``CallParams`` with the keys of its ``_meta`` the daemon reads
-(``CallMeta``), decoded in one step. No state, no I/O: a transport decodes a message
-(``decode_message``), ``session`` handles it; this module says what a message may hold.
+(``CallMeta``), decoded in one step; ``CallRequest`` is a whole ``tools/call`` message, envelope and
+params in one decode: the socket's call path. No state, no I/O: a transport decodes a message
+(``decode_message``, ``decode_call``), ``session`` handles it; this module says what a message may
+hold.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -18,9 +20,9 @@ from atomictools._protocol import LATEST_PROTOCOL_VERSION
 from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
 
 __all__ = [
-    "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CancelledParams",
+    "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
     "InitializeParams", "ListParams", "Message", "ParamsError", "ReloadParams", "SetLevelParams", "clip",
-    "decode_message", "decode_params",
+    "decode_call", "decode_message", "decode_params",
 ]
 
 
@@ -54,6 +56,17 @@ class CallParams(msgspec.Struct):
     # 2026-07-28: the retry of a call answered input_required (see sessions.asking)
     inputResponses: dict[str, Any] | UnsetType = UNSET  # noqa: N815 - the wire name
     requestState: str | UnsetType = UNSET  # noqa: N815
+
+
+class CallRequest(msgspec.Struct):
+    """A whole ``tools/call`` message, envelope and params in one decode. A message that does not
+    fit (another method, a malformed id or params) is read as a ``Message``, whose handling
+    answers it."""
+
+    jsonrpc: Literal["2.0"]
+    id: int | str
+    method: Literal["tools/call"]
+    params: CallParams
 
 
 class InitializeParams(msgspec.Struct):
@@ -103,6 +116,7 @@ class ParamsError(Exception):
 
 
 decode_message = msgspec.json.Decoder(Message).decode
+decode_call = msgspec.json.Decoder(CallRequest).decode
 _param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 

@@ -51,8 +51,9 @@ class Output(Protocol):
         carries several clients' requests in one session gives them ids of its own)."""
 
     def ended(self, id_json: bytes) -> None:
-        """Request ``id_json`` is no longer in flight: answered, or to be answered never
-        (cancelled). A wire may now let go of what waits for it, or close once nothing does."""
+        """Request ``id_json`` is no longer in flight and no answer to it follows (cancelled,
+        answered earlier, or the task that answers it is done). A wire may now let go of what
+        waits for it, or close once nothing does."""
 
     def close(self) -> None:
         """Close the wire; the session's ``close`` follows once it is closed."""

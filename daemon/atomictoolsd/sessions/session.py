@@ -92,8 +92,9 @@ LEVEL_RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
 _LOSSY_BACKLOG = 4 * 1024 * 1024
 _LOSSY = frozenset({"notifications/message", "notifications/progress"})
 
-# Params whose text holds this name a 2026-07-28 request's _meta may (_accept_stateless_meta reads
-# it); a search of the raw bytes, which copies nothing, spares that decode for every other request.
+# Params whose text holds this name may be a 2026-07-28 request's (_accept_stateless_meta reads their
+# _meta); a search of the raw bytes, which copies nothing, spares that decode for every other request.
+# A transport that has the message's text looks there itself, for less (``names_revision``).
 _NAMES_A_REVISION = re.compile(re.escape(revisions.META_VERSION_BYTES)).search
 
 # What a locked session (an agent's, through the shim, which relays every line) may not do: move
@@ -230,9 +231,10 @@ class Session:
 
     # -- reading: one decoded message -------------------------------------------------------------
 
-    def handle_message(self, message: Message) -> None:
+    def handle_message(self, message: Message, names_revision: bool | None = None) -> None:
         """One JSON-RPC message as its transport decoded it: a request, a notification, or the
-        client's response to a request of the daemon's (a tool's question)."""
+        client's response to a request of the daemon's (a tool's question). ``names_revision``:
+        whether the message's text holds ``revisions.META_VERSION``, when its transport looked."""
         if message.jsonrpc != "2.0":
             if message.id is not UNSET:
                 self.send_error(_encode(message.id), INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"')
@@ -247,19 +249,22 @@ class Session:
         if message.id is UNSET:
             self.handle_notification(method, message.params)
         else:
-            self.handle_request(_encode(message.id), method, message.params)
+            self.handle_request(_encode(message.id), method, message.params, names_revision)
 
-    def handle_request(self, id_json: bytes, method: str, params: Any) -> None:
+    def handle_request(self, id_json: bytes, method: str, params: Any, names_revision: bool | None = None) -> None:
         """Request ``id_json`` (its id as JSON), answered once: refused here, or by its handler.
-        ``params``: raw, absent (``UNSET``), or the method's params already decoded (``Handler``)."""
-        if type(params) is msgspec.Raw and _NAMES_A_REVISION(params) is not None:
+        ``params``: raw, absent (``UNSET``), or the method's params already decoded (``Handler``);
+        ``names_revision`` as ``handle_message`` takes it (None: the session looks in ``params``)."""
+        if names_revision is None:
+            names_revision = type(params) is msgspec.Raw and _NAMES_A_REVISION(params) is not None
+        if names_revision:
             if not self._accept_stateless_meta(id_json, method, params):
                 return
         elif self.stateless and not method.startswith("atomic/"):
             # 2026-07-28 has no session state to fall back on: each request names its revision.
             self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_VERSION, revisions.META_CAPABILITIES]))
             return
-        if id_json in self.calls or id_json in self._pending or id_json in self.listens:
+        if id_json in self.calls or id_json in self._pending or id_json in self.listens:  # in_flight, inline
             # Answers and cancels are matched by id: a second request with the id of one in flight
             # would make both ambiguous, so it is refused and the first one stands.
             self.send_error(id_json, INVALID_REQUEST, batches.reused(id_json))
@@ -636,17 +641,18 @@ class Session:
         if start == 0:
             self._shown_fingerprint = self.fingerprint()
 
-    def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
-        return self.start_call(id_json, decode_params(raw, CallParams))
-
-    def start_call(self, id_json: bytes, params: CallParams, waited: bool = False) -> Awaitable[None] | None:
-        """``tools/call`` with its params decoded (raises ``ParamsError`` for a retry it refuses).
+    def start_call(self, id_json: bytes, params: Any, waited: bool = False) -> Awaitable[None] | None:
+        """``tools/call``, its handler: ``params`` raw, or a ``CallParams`` (a socket line holding a
+        call comes decoded whole, ``Connection.handle_line``). Raises ``ParamsError`` for params that
+        do not fit, and for a retry it refuses.
 
         The hot path: no closures, no tasks, as few Python calls as it takes (pinned to one core with
         its client and the worker, each costs several times what it does in a tight loop); the
         call reports back through ``call_result()``. ``waited``: the modules still loading when it
         first came have loaded since (``_call_when_loaded``).
         """
+        if type(params) is not CallParams:
+            params = decode_params(params, CallParams)
         if params.requestState is not UNSET:  # the retry of a call answered input_required
             name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
             responses = params.inputResponses if params.inputResponses is not UNSET else None
@@ -770,8 +776,9 @@ class Session:
         revision = self.revision
         if revision is not None and not revision.full_results:
             result = shape_result(result, revision)
-        self.send_result(request_id, result)
-        self.output.ended(request_id)
+        if self.stateless:  # send_result's, without its call: the call path
+            result = revisions.with_result_type(result)
+        self.output.result(request_id, result)
 
     def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
         payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}
@@ -982,7 +989,7 @@ Session.HANDLERS = {
     "subscriptions/listen": Session.on_listen,
     "logging/setLevel": Session.on_set_level,
     "tools/list": Session.on_list,
-    "tools/call": Session.on_call,
+    "tools/call": Session.start_call,
     "atomic/attach": Session.on_attach,
     "atomic/list": Session.on_atomic_list,
     "atomic/subscribe": Session.on_subscribe,
