@@ -55,6 +55,7 @@ from atomictoolsd.server.socketfile import (
     wait_until_served,
 )
 from atomictoolsd.service.manager import ServiceContext
+from atomictoolsd.sessions.connection import Connection
 from atomictoolsd.sessions.session import Handler, Session
 from atomictoolsd.workers.periodic import Scheduler
 from atomictoolsd.workers.pool import WorkerPool
@@ -162,7 +163,7 @@ class Server:
         self._lock.acquire()
         try:
             sock = self._bind() if self.listen_socket is None else self._adopt(self.listen_socket)
-            self._listener = await loop.create_unix_server(lambda: Session(self), sock=sock, backlog=512)
+            self._listener = await loop.create_unix_server(lambda: Connection(self), sock=sock, backlog=512)
         except BaseException:
             self._lock.release()
             raise
@@ -226,8 +227,7 @@ class Server:
         if self.pool.inflight():
             log.warning("stopping with %d calls still running", self.pool.inflight())
         for session in list(self.sessions):
-            if session.transport is not None:
-                session.transport.close()
+            session.output.close()
         for component in reversed(self.components):
             try:
                 await component.stop()
@@ -326,7 +326,7 @@ class Server:
         try:
             check_private_dir(self.paths.runtime_dir)
             sock = self._bind()
-            listener = await asyncio.get_running_loop().create_unix_server(lambda: Session(self), sock=sock, backlog=512)
+            listener = await asyncio.get_running_loop().create_unix_server(lambda: Connection(self), sock=sock, backlog=512)
         except (OSError, PathError) as exc:
             self.request_stop(f"{path} was deleted and cannot be made again: {exc}")
             return
@@ -357,8 +357,8 @@ class Server:
             return self.config.max_connections
         return min(self.config.max_connections, http_share(max(0, soft - fd_reserve(soft))))
 
-    def accept(self, session: Session, transport: asyncio.BaseTransport) -> bool:
-        sock = transport.get_extra_info("socket")
+    def accept(self, session: Session, transport: asyncio.BaseTransport | None) -> bool:
+        sock = transport.get_extra_info("socket") if transport is not None else None
         try:
             # None: a session another transport carries (HTTP), which checked its client itself.
             pid, uid = peer_credentials(sock) if sock is not None else (None, None)

@@ -130,7 +130,7 @@ def build_server(
     if config.http:
         from atomictoolsd.transports.http import HttpTransport  # lazy: start-up and memory with HTTP off
 
-        http = HttpTransport(config.http)
+        http = HttpTransport(config.http, scheduler)
         server.components.append(http)
         server.status_sections["http"] = http.info
     server.status_sections["watcher"] = watcher.info

@@ -59,7 +59,7 @@ class AskingHost(Protocol):
 
     calls: dict[bytes, Any]
 
-    def send_request(self, id_json: bytes, method: str, params: bytes) -> bool: ...
+    def send_request(self, id_json: bytes, method: str, params: bytes, about: bytes | None = None) -> bool: ...
 
     def send_result(self, id_json: bytes, result: bytes) -> None: ...
 
@@ -130,7 +130,7 @@ class Asking:
             self._park(call, ask_id, method, params, wait)
             return
         id_json = _encode(f"atomic-{next(_ids)}")
-        if not self.session.send_request(id_json, method, params):
+        if not self.session.send_request(id_json, method, params, call.request_id):
             call.answer(ask_id, None, "the client has gone away")
             return
         self.waiting[id_json] = (call, ask_id, method)

@@ -7,9 +7,9 @@ A batch is bounded twice: by ``max_message_bytes``, as any line is, and by ``MOS
 its answers are held until the last one comes. Each message is read by ``Connection.handle_line``,
 so a call in a batch meets every rule a call on its own line does (ids, locked-out methods,
 timeouts). What this module owns is which answers belong to which batch: ``Batch`` collects them,
-``serve`` reads a batch's messages. The connection routes an answer to its batch by its id
-(``Connection.batched``); an error with no id (a message that is not a request object) goes to
-the batch being read.
+``serve`` reads a batch's messages. The connection, as its session's output, routes an answer to
+its batch by its id (``Connection.batched``); an error with no id (a message that is not a request
+object) goes to the batch being read.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.sessions.messages import TOO_DEEP, clip
+from atomictoolsd.sessions.output import encode_error
 
 __all__ = ["MOST", "Batch", "BatchHost", "error_answer", "refusal", "reused", "serve", "too_many"]
 
@@ -75,7 +76,7 @@ class BatchHost(Protocol):
 
     def in_flight(self, id_json: bytes) -> bool: ...
 
-    def send_error(self, id_json: bytes, code: int, message: str, data: Any = None) -> None: ...
+    def error(self, id_json: bytes, error: bytes) -> None: ...
 
     def write_line(self, data: bytes) -> None: ...
 
@@ -96,14 +97,14 @@ def serve(host: BatchHost, line: bytes) -> None:
     try:
         messages = _decode_batch(line)
     except RecursionError:
-        host.send_error(b"null", INVALID_REQUEST, f"Invalid request: {TOO_DEEP}")
+        host.error(b"null", encode_error(INVALID_REQUEST, f"Invalid request: {TOO_DEEP}"))
         return
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        host.send_error(b"null", PARSE_ERROR, f"Parse error: {exc}")
+        host.error(b"null", encode_error(PARSE_ERROR, f"Parse error: {exc}"))
         return
     refusal = too_many(len(messages))
     if refusal:
-        host.send_error(b"null", INVALID_REQUEST, refusal)
+        host.error(b"null", encode_error(INVALID_REQUEST, refusal))
         return
     batch = host.batch = Batch(host.write_line)
     try:

@@ -1,9 +1,12 @@
-"""The JSON-RPC messages a session reads: the envelope and each method's params, as msgspec structs
-decoded once, and the one way to decode params (a mismatch is ``ParamsError``, answered -32602).
+"""The JSON-RPC messages a session reads: the envelope (``Message``, its params left raw) and each
+method's params, as msgspec structs, and the one way to decode params (a mismatch is
+``ParamsError``, answered -32602).
 
-``CallRequest`` is a whole ``tools/call`` line, envelope, params and ``_meta`` (``CallMeta``) in one
-decode: the call path's. No state, no I/O: ``connection`` reads lines and writes answers, ``session``
-handles the methods; this module says what a line may hold.
+A ``tools/call``'s params are ``CallParams`` with the keys of its ``_meta`` the daemon reads
+(``CallMeta``), decoded in one step; ``CallRequest`` is a whole ``tools/call`` message, envelope and
+params in one decode: the socket's call path. No state, no I/O: a transport decodes a message
+(``decode_message``, ``decode_call``), ``session`` handles it; this module says what a message may
+hold.
 """
 
 from __future__ import annotations
@@ -18,9 +21,8 @@ from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
 
 __all__ = [
     "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
-    "InitializeParams", "ListParams", "Message", "ParamsError", "ReloadParams", "SetLevelParams", "clip", "decode_call",
-    "decode_message",
-    "decode_params",
+    "InitializeParams", "ListParams", "Message", "ParamsError", "ReloadParams", "SetLevelParams", "clip",
+    "decode_call", "decode_message", "decode_params",
 ]
 
 
@@ -57,9 +59,9 @@ class CallParams(msgspec.Struct):
 
 
 class CallRequest(msgspec.Struct):
-    """A whole ``tools/call`` line, envelope and params in one decode: the call path's. A line that
-    does not fit (another method, a malformed id or params) is read again as a ``Message`` and
-    answered by the rules for every message."""
+    """A whole ``tools/call`` message, envelope and params in one decode. A message that does not
+    fit (another method, a malformed id or params) is read as a ``Message``, whose handling
+    answers it."""
 
     jsonrpc: Literal["2.0"]
     id: int | str
@@ -119,8 +121,11 @@ _param_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
 
-def decode_params(raw: msgspec.Raw | UnsetType, kind: type[Any]) -> Any:
-    """Decode request params into ``kind``; raise ``ParamsError`` (answered -32602) when they do not fit."""
+def decode_params(raw: Any, kind: type[Any]) -> Any:
+    """Decode request params into ``kind``; raise ``ParamsError`` (answered -32602) when they do not
+    fit. Params a transport made as ``kind`` itself (``session.Handler``) are taken as they are."""
+    if type(raw) is kind:
+        return raw
     decoder = _param_decoders.get(kind)
     if decoder is None:
         decoder = _param_decoders[kind] = msgspec.json.Decoder(kind)

@@ -1,13 +1,20 @@
-"""One session: the MCP and ``atomic/*`` method handlers, what the session sees, and the call path.
+"""One session: the JSON-RPC rules of a request, the MCP and ``atomic/*`` method handlers, what the
+session sees, and the call path.
 
-``Session`` is a ``connection.Connection`` (which reads the lines and writes the answers) with the
-state of one client: the project it is attached to (``atomic/attach`` chooses it; until then, the
-global and built-in tools), its allow/deny globs, the revision its client speaks, its calls.
+A ``Session`` knows no wire. Its transport hands it decoded messages (``handle_message``, or
+``handle_request`` and ``handle_notification`` with the envelope already read) and it writes every
+answer, notification and request of its own to the ``output.Output`` it was built with: the Unix
+socket's ``connection.Connection``, or the HTTP transport's exchanges. It keeps the state of one
+client: the project it is attached to (``atomic/attach`` chooses it; until then, the global and
+built-in tools), its allow/deny globs, the revision its client speaks, its calls and requests in
+flight. Each request is answered exactly once; an id still in flight is refused. A request goes to
+the handler ``HANDLERS`` names for its method, or to one a component registered in the host's
+``methods``.
 
-What a session may list and call is resolved once per project view (``_see``): the allow/deny globs
-are matched then, not per call. A call starts on a callback path with no task per call
-(``start_call`` → ``ModuleRunner.call``); its result arrives from the worker as
-ready-made JSON and is spliced into the answer (``call_result``).
+What a session may list and call is resolved once per project view (``_visible_in``): the
+allow/deny globs are matched then, not per call. A call starts on a callback path with no task per
+call (``start_call`` → ``ModuleRunner.call``); its result arrives from the worker as ready-made JSON
+and is spliced into the answer (``call_result``).
 
 Listing never waits on a slow module: it waits for the project's first scan, which commits what has
 loaded within ``load_wait``, and reports the modules still loading (``_meta`` of ``tools/list``,
@@ -21,30 +28,29 @@ import asyncio
 import base64
 import fnmatch
 import itertools
+import logging
 import os
-from collections.abc import Awaitable
+import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from atomictools._protocol import INVALID_PARAMS, LOG_LEVELS, METHOD_NOT_FOUND
+from atomictools._protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LOG_LEVELS,
+    METHOD_NOT_FOUND,
+)
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
 from atomictoolsd.registry.model import Project, ToolDef, View
-from atomictoolsd.sessions import dispatcher, revisions
+from atomictoolsd.sessions import batches, dispatcher, revisions
 from atomictoolsd.sessions.asking import Asking
-from atomictoolsd.sessions.connection import (
-    LEVEL_RANK,
-    LOCKED_OUT,
-    Connection,
-    ConnectionHost,
-    Handler,
-    clip,
-    encode_report,
-)
 from atomictoolsd.sessions.content import shape_result
 from atomictoolsd.sessions.messages import (
     AtomicListParams,
@@ -54,22 +60,53 @@ from atomictoolsd.sessions.messages import (
     CancelledParams,
     InitializeParams,
     ListParams,
+    Message,
     ParamsError,
     ReloadParams,
     SetLevelParams,
+    clip,
     decode_params,
 )
+from atomictoolsd.sessions.output import Output, encode_error, encode_report
 from atomictoolsd.workers.protocol import CallContext
 
 if TYPE_CHECKING:
+    from atomictoolsd.config.settings import Config
     from atomictoolsd.registry.projects import Registry
     from atomictoolsd.workers.pool import WorkerPool
 
-__all__ = ["LOCKED_OUT", "Handler", "Session", "SessionHost"]
+__all__ = ["LEVEL_RANK", "LOCKED_OUT", "Handler", "Session", "SessionHost", "encode_report"]
+
+log = logging.getLogger("atomictoolsd.session")
 
 _encode = msgspec.json.encode
 _ids = itertools.count(1)
 
+LEVEL_RANK = {level: rank for rank, level in enumerate(LOG_LEVELS)}
+
+# A client this far behind on reading has stopped reading: its log and progress notifications are
+# dropped (and counted, and the count told once it catches up) rather than held, so a tool that
+# floods them cannot grow the daemon's memory. Answers and list_changed are never dropped: answers
+# are bounded by the calls in flight (a client that does not read is no longer read), list_changed
+# by the reloads.
+_LOSSY_BACKLOG = 4 * 1024 * 1024
+_LOSSY = frozenset({"notifications/message", "notifications/progress"})
+
+# Params whose text holds this name may be a 2026-07-28 request's (_accept_stateless_meta reads their
+# _meta); a search of the raw bytes, which copies nothing, spares that decode for every other request.
+# A transport that has the message's text looks there itself, for less (``names_revision``).
+_NAMES_A_REVISION = re.compile(re.escape(revisions.META_VERSION_BYTES)).search
+
+# What a locked session (an agent's, through the shim, which relays every line) may not do: move
+# to another project or allowlist, stop the daemon, or make launchers. The allowlist is what the
+# agent is offered over MCP; it is no sandbox against an agent that also has a shell.
+LOCKED_OUT = frozenset({"atomic/attach", "atomic/shutdown", "atomic/bridges/create", "atomic/bridges/remove"})
+
+# A request handler: (session, request id as JSON, params) → None when it has answered, or an
+# awaitable that answers. The params are raw (msgspec.Raw), absent (UNSET), or the method's params
+# already decoded by a transport that made the request itself; ``decode_params`` takes each.
+# Raising ParamsError answers -32602. Components add theirs to ``Server.methods``.
+Handler = Callable[[Any, bytes, Any], "None | Awaitable[None]"]
 
 
 class _WaitingCall:
@@ -99,14 +136,16 @@ def portable_only(*names: str) -> bool:
     return any(name in text for name in PORTABLE_ONLY_CLIENTS)
 
 
-class SessionHost(ConnectionHost, Protocol):
-    """What a session uses of the daemon that accepted it (``server.lifecycle.Server``): besides
-    what its connection reads (``config``, the components' ``methods``), the registry and the pool."""
+class SessionHost(Protocol):
+    """What a session uses of the daemon that accepted it (``server.lifecycle.Server``): the message
+    size limit and the other settings, the components' ``methods``, the registry and the pool."""
 
+    config: Config
+    methods: dict[str, Handler]
     registry: Registry
     pool: WorkerPool
 
-    def accept(self, session: Session, transport: asyncio.BaseTransport) -> bool: ...
+    def accept(self, session: Session, transport: asyncio.BaseTransport | None) -> bool: ...
 
     def forget(self, session: Session) -> None: ...
 
@@ -115,13 +154,14 @@ class SessionHost(ConnectionHost, Protocol):
     def request_stop(self, reason: str) -> None: ...
 
 
-class Session(Connection):
+class Session:
     """The state and the methods of one client's session."""
 
-    server: SessionHost
+    HANDLERS: ClassVar[dict[str, Handler]] = {}  # the methods it answers itself (set below the class)
 
-    def __init__(self, server: SessionHost) -> None:
-        super().__init__(server)
+    def __init__(self, server: SessionHost, output: Output) -> None:
+        self.server = server
+        self.output = output  # where what it says goes (the socket's connection, HTTP's exchanges)
         self.id = next(_ids)
         self.peer_pid: int | None = None
         self.project: Project = server.registry.base
@@ -136,10 +176,21 @@ class Session(Connection):
         # whose tools this session is then not offered again (``ToolsDir.loaded_by``).
         self.loads_itself: str | None = None
         # The revision its client chose (sessions.revisions): at initialize, or named in a request's
-        # _meta (2026-07-28); None until then (a raw client, which takes everything). ``protocol_version``
-        # and ``modern`` mirror it for the hot path and for transports.
+        # _meta (2026-07-28); None until then (a raw client, which takes everything). ``protocol_version``,
+        # ``stateless`` and ``batching`` mirror it for the hot path and for transports.
         self.revision: revisions.Revision | None = None
         self.protocol_version: str | None = None
+        # The stateless revision (2026-07-28): every request names it in _meta, none needs initialize;
+        # list changes go only to this session's subscriptions/listen requests (id as JSON → id).
+        self.stateless = False
+        self.batching = False  # JSON-RPC batches are taken (2025-03-26; see sessions.batches)
+        self.listens: dict[bytes, Any] = {}
+        self.locked = False  # attached with lock: LOCKED_OUT methods are refused from now on
+        self.log_level = "info"
+        self.dropped = 0  # log and progress notifications dropped since the client stopped reading
+        self.calls: dict[bytes, Any] = {}  # calls in flight by their request id, as JSON
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: set[bytes] = set()  # ids of the requests a task answers (attach, reload, …)
         # Tool schemas with $defs/$ref inlined and enums typed, for agents that reject JSON Schema
         # 2020-12 as written (Gemini CLI, Qwen Code); other clients get each schema as its author wrote it.
         # This is the session's own client's: the agent it attached as, its initialize, or on a session
@@ -160,32 +211,163 @@ class Session(Connection):
         # What this session may list and call in the project's current view, its allow/deny globs
         # applied once per view and lists (not per call): (view, tools by name, tools in name
         # order). Setting ``allow`` or ``deny`` forgets it.
-        self._visible: _Seen = _NOTHING_SEEN
+        self._visible: _VisibleTools = _NOTHING_VISIBLE
         # Tools of yours or built-in that answer for a project's blocked module of the same name, and
         # the note an error of theirs gets (``_stood_in``): the caller meant the project's.
         self._stood_in: dict[str, str] = {}
-        self._seen: int | None = None  # fingerprint of the toolset this client last saw
+        self._shown_fingerprint: int | None = None  # of the toolset this client was last shown
         # What every call of this session tells its tool (ctx); message and tool-use ids vary per call.
         self._context = CallContext()
 
-    # -- asyncio.Protocol -----------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        if not self.server.accept(self, transport):
-            transport.close()
-            self.transport = None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self.transport = None
+    def close(self) -> None:
+        """Its wire has closed: nobody is left to read an answer, so its calls and tasks stop."""
         calls, self.calls = self.calls, {}
         for call in calls.values():
-            call.cancel()  # nobody is left to read the answer
+            call.cancel()
         for task in self._tasks:
             task.cancel()
         self.server.registry.release(self.project)
         self.server.forget(self)
+
+    # -- reading: one decoded message -------------------------------------------------------------
+
+    def handle_message(self, message: Message, names_revision: bool | None = None) -> None:
+        """One JSON-RPC message as its transport decoded it: a request, a notification, or the
+        client's response to a request of the daemon's (a tool's question). ``names_revision``:
+        whether the message's text holds ``revisions.META_VERSION``, when its transport looked."""
+        if message.jsonrpc != "2.0":
+            if message.id is not UNSET:
+                self.send_error(_encode(message.id), INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"')
+            return
+        method = message.method
+        if method is UNSET:
+            if message.result is UNSET and message.error is UNSET and message.id is not UNSET:
+                self.send_error(_encode(message.id), INVALID_REQUEST, 'Invalid request: no "method"')
+            elif message.id is not UNSET:
+                self.asking.response(_encode(message.id), message.result, message.error)
+            return  # a response: to a tool's question (ctx.elicit, ctx.sample), or to nothing
+        if message.id is UNSET:
+            self.handle_notification(method, message.params)
+        else:
+            self.handle_request(_encode(message.id), method, message.params, names_revision)
+
+    def handle_request(self, id_json: bytes, method: str, params: Any, names_revision: bool | None = None) -> None:
+        """Request ``id_json`` (its id as JSON), answered once: refused here, or by its handler.
+        ``params``: raw, absent (``UNSET``), or the method's params already decoded (``Handler``);
+        ``names_revision`` as ``handle_message`` takes it (None: the session looks in ``params``)."""
+        if names_revision is None:
+            names_revision = type(params) is msgspec.Raw and _NAMES_A_REVISION(params) is not None
+        if names_revision:
+            if not self._accept_stateless_meta(id_json, method, params):
+                return
+        elif self.stateless and not method.startswith("atomic/"):
+            # 2026-07-28 has no session state to fall back on: each request names its revision.
+            self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_VERSION, revisions.META_CAPABILITIES]))
+            return
+        if id_json in self.calls or id_json in self._pending or id_json in self.listens:  # in_flight, inline
+            # Answers and cancels are matched by id: a second request with the id of one in flight
+            # would make both ambiguous, so it is refused and the first one stands.
+            self.send_error(id_json, INVALID_REQUEST, batches.reused(id_json))
+            return
+        if self.locked and method in LOCKED_OUT:
+            self.send_error(
+                id_json, INVALID_REQUEST,
+                f"{method} is not available: this session is locked to the project and tools it attached with",
+            )
+            return
+        handler = self.HANDLERS.get(method) or self.server.methods.get(method)
+        if handler is None:
+            self.send_error(id_json, METHOD_NOT_FOUND, f"Method not found: {clip(method)}")
+            return
+        try:
+            outcome = handler(self, id_json, params)
+        except Exception as exc:
+            self._handler_failed(method, id_json, exc)
+            return
+        if outcome is not None:
+            self._spawn(outcome, id_json)
+
+    def in_flight(self, id_json: bytes) -> bool:
+        """Whether the request ``id_json`` has been read and not yet answered."""
+        return id_json in self.calls or id_json in self._pending or id_json in self.listens
+
+    def busy(self) -> bool:
+        """Whether a call or a request a task answers is still in flight (a listen is not)."""
+        return bool(self.calls or self._pending)
+
+    def _handler_failed(self, method: str, id_json: bytes, exc: Exception) -> None:
+        """Answer a request whose handler raised, and keep the session serving (as _spawn does)."""
+        if isinstance(exc, ParamsError):
+            self.send_error(id_json, INVALID_PARAMS, str(exc))
+        elif isinstance(exc, UnicodeDecodeError):  # a handler decoding its params found a string that is not UTF-8
+            self.send_error(id_json, INVALID_PARAMS, "Invalid params: a string in them is not UTF-8")
+        else:
+            log.exception("request %s failed", method, exc_info=exc)
+            self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+
+    def _spawn(self, coroutine: Awaitable[None], id_json: bytes) -> None:
+        async def run() -> None:
+            try:
+                await coroutine
+            except ParamsError as exc:
+                self.send_error(id_json, INVALID_PARAMS, str(exc))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # answer, and keep the session serving
+                log.exception("request failed")
+                self.send_error(id_json, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}: {exc}")
+            finally:
+                # In the step that answered, not in a done callback a loop turn later: the client
+                # may reuse the id as soon as it reads the answer.
+                self._pending.discard(id_json)
+                self.output.ended(id_json)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        self._pending.add(id_json)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- writing: through the output ------------------------------------------------------------
+
+    def send_result(self, id_json: bytes, result: bytes) -> None:
+        if self.stateless:
+            result = revisions.with_result_type(result)
+        self.output.result(id_json, result)
+
+    def send_error(self, id_json: bytes, code: int, message: str, data: Any = None) -> None:
+        self.output.error(id_json, encode_error(code, message, data))
+
+    def send_request(self, id_json: bytes, method: str, params: bytes, about: bytes | None = None) -> bool:
+        """Send the client a request of the daemon's own (a tool's question, ``about`` its call's
+        request); False when it is gone."""
+        return self.output.request(id_json, method, params, about)
+
+    def send_notification(self, method: str, params: dict[str, Any] | None = None, about: bytes | None = None) -> None:
+        if self.stateless and method == "notifications/tools/list_changed":
+            for id_json, request_id in list(self.listens.items()):
+                self.output.notification(method, _encode({"jsonrpc": "2.0", "method": method, "params": {
+                    "_meta": {revisions.SUBSCRIPTION_ID: request_id}}}), id_json)
+            return
+        if self.behind(method):
+            return
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.output.notification(method, encode_report(message), about)
+
+    def behind(self, method: str) -> bool:
+        """Whether notification ``method`` is a log or progress notification for a client that has
+        stopped reading: then it is dropped, and counted."""
+        if method in _LOSSY and self.output.backlog() > _LOSSY_BACKLOG:
+            self.dropped += 1
+            return True
+        return False
+
+    def log_message(self, level: str, data: Any, logger: str = "atomictoolsd", about: bytes | None = None) -> None:
+        """Send ``notifications/message`` when ``level`` passes this client's level (never to a
+        2026-07-28 client: it is sent only the logs of a call that asked, see ``call_log``)."""
+        if not self.stateless and LEVEL_RANK.get(level, 0) >= LEVEL_RANK[self.log_level]:
+            self.send_notification("notifications/message", {"level": level, "logger": logger, "data": data}, about)
 
     # -- what this session sees -------------------------------------------------------------------
 
@@ -197,7 +379,7 @@ class Session(Connection):
     @allow.setter
     def allow(self, globs: tuple[str, ...]) -> None:
         self._allow = globs
-        self._visible = _NOTHING_SEEN
+        self._visible = _NOTHING_VISIBLE
 
     @property
     def deny(self) -> tuple[str, ...]:
@@ -207,7 +389,7 @@ class Session(Connection):
     @deny.setter
     def deny(self, globs: tuple[str, ...]) -> None:
         self._deny = globs
-        self._visible = _NOTHING_SEEN
+        self._visible = _NOTHING_VISIBLE
 
     def allowed(self, name: str) -> bool:
         if self.allow and not any(fnmatch.fnmatchcase(name, g) for g in self.allow):
@@ -217,12 +399,12 @@ class Session(Connection):
     def visible(self) -> list[ToolDef]:
         """The tools this session may list and call, in name order."""
         view = self.project.view()
-        seen = self._visible
-        if seen[0] is not view:
-            seen = self._see(view)
-        return seen[2]
+        visible = self._visible
+        if visible[0] is not view:
+            visible = self._visible_in(view)
+        return visible[2]
 
-    def _see(self, view: View) -> _Seen:
+    def _visible_in(self, view: View) -> _VisibleTools:
         """What this session may list and call in ``view``: its allow/deny globs are matched here,
         once per view, so a call looks its tool up in a dict and matches no glob."""
         own = self.loads_itself
@@ -233,16 +415,16 @@ class Session(Connection):
             }
         else:
             tools = view.tools
-        seen = self._visible = (view, tools, list(tools.values()))
+        visible = self._visible = (view, tools, list(tools.values()))
         self._stood_in = _stood_in(view, tools) if view.blocked else {}
-        return seen
+        return visible
 
     def _loads_itself(self, *names: str) -> None:
         """Note whether the client is an agent that loads some tools dirs itself (OpenCode)."""
         own = "opencode" if any("opencode" in name.lower() for name in names) else None
         if own != self.loads_itself:
             self.loads_itself = own
-            self._visible = _NOTHING_SEEN
+            self._visible = _NOTHING_VISIBLE
 
     def fingerprint(self) -> int:
         return hash(tuple(t.encoded for t in self.visible()))
@@ -255,12 +437,12 @@ class Session(Connection):
             # list again, once per dir (issue: two or three list_changed right after initialize).
             return False
         current = self.fingerprint()
-        changed = self._seen is not None and current != self._seen
-        self._seen = current
+        changed = self._shown_fingerprint is not None and current != self._shown_fingerprint
+        self._shown_fingerprint = current
         return changed
 
     def wants_notifications(self) -> bool:
-        if self.modern:
+        if self.stateless:
             return bool(self.listens)  # 2026-07-28: nothing free-floating, only what a listen asked for
         return self.initialized or self.subscribed
 
@@ -269,24 +451,30 @@ class Session(Connection):
     def handle_notification(self, method: str, raw: msgspec.Raw | UnsetType) -> None:
         if method == "notifications/initialized":
             self.initialized = True
-            if self._seen is None and self.project.is_ready():  # else its first listing sets it
-                self._seen = self.fingerprint()
+            if self._shown_fingerprint is None and self.project.is_ready():  # else its first listing sets it
+                self._shown_fingerprint = self.fingerprint()
         elif method == "notifications/cancelled":
             try:
                 params = decode_params(raw, CancelledParams)
             except ParamsError:
                 return  # notifications get no answer, not even an error
-            if self.listens.pop(_encode(params.requestId), None) is not None:
-                return  # the client ended its subscription: no answer, as for a cancelled call
-            call = self.calls.pop(_encode(params.requestId), None)
-            if self.call_log_levels:
-                self.call_log_levels.pop(_encode(params.requestId), None)
-            if self.call_capabilities:
-                self.call_capabilities.pop(_encode(params.requestId), None)
-            if call is not None:
-                call.cancel()
-                self.asking.call_ended(call)
-                self._close_if_done()
+            self.cancel(_encode(params.requestId))
+
+    def cancel(self, id_json: bytes) -> None:
+        """The client cancelled request ``id_json``: a call stops, a subscription ends, and neither
+        is answered."""
+        if self.listens.pop(id_json, None) is not None:
+            self.output.ended(id_json)
+            return
+        call = self.calls.pop(id_json, None)
+        if self.call_log_levels:
+            self.call_log_levels.pop(id_json, None)
+        if self.call_capabilities:
+            self.call_capabilities.pop(id_json, None)
+        if call is not None:
+            call.cancel()
+            self.asking.call_ended(call)
+            self.output.ended(id_json)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -314,12 +502,12 @@ class Session(Connection):
         """Speak ``revision`` to this client from now on."""
         self.revision = revision
         self.protocol_version = revision.version
-        self.modern = revision.stateless
+        self.stateless = revision.stateless
         self.batching = revision.batches
         self._tool_shape = revision.tool_fields_dropped
         return revision
 
-    def _accept_modern(self, id_json: bytes, method: str, raw: Any) -> bool:
+    def _accept_stateless_meta(self, id_json: bytes, method: str, raw: Any) -> bool:
         """Take a request's 2026-07-28 ``_meta`` (revision, capabilities, client); False when it was
         refused: a key missing or malformed (-32602 naming it), a revision not spoken (-32022 naming
         the ones that are), a method the revision removed (-32601 saying what replaced it)."""
@@ -329,7 +517,7 @@ class Session(Connection):
             self.send_error(id_json, INVALID_PARAMS, str(exc))
             return False
         if revisions.META_VERSION not in meta:
-            if not self.modern:
+            if not self.stateless:
                 return True  # the key's name in an argument, not in _meta: an ordinary request
             self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_VERSION]))
             return False
@@ -353,7 +541,7 @@ class Session(Connection):
         if removed is not None:
             self.send_error(id_json, METHOD_NOT_FOUND, f"{method} is not part of MCP {version}: {removed}")
             return False
-        if not self.modern:
+        if not self.stateless:
             self.adopt(revisions.STATELESS_REVISION)
         self.client_capabilities = capabilities
         if not self.agent:  # never on a shared session: HTTP attaches every session as "http"
@@ -381,13 +569,14 @@ class Session(Connection):
         server has no prompts or resources), then keep the request open: each change is sent on it."""
         params = decode_params(raw, revisions.ListenParams)
         honored = {"toolsListChanged": True} if params.notifications.get("toolsListChanged") else {}
-        request_id = self.client_id(id_json)
+        request_id = self.output.request_id(id_json)
         if honored:
             self.listens[id_json] = request_id
-            if self._seen is None:
-                self._seen = self.fingerprint()
-        self.notify_listener(id_json, _encode({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                                               "params": {"_meta": {revisions.SUBSCRIPTION_ID: request_id}, "notifications": honored}}))
+            if self._shown_fingerprint is None:
+                self._shown_fingerprint = self.fingerprint()
+        acknowledged = "notifications/subscriptions/acknowledged"
+        self.output.notification(acknowledged, _encode({"jsonrpc": "2.0", "method": acknowledged, "params": {
+            "_meta": {revisions.SUBSCRIPTION_ID: request_id}, "notifications": honored}}), id_json)
         if not honored:  # nothing to listen for: the stream ends at once, gracefully
             self.send_result(id_json, _encode({"_meta": {revisions.SUBSCRIPTION_ID: request_id}}))
 
@@ -443,26 +632,27 @@ class Session(Connection):
         ) + b"]"
         if start + size < len(tools):
             body += b',"nextCursor":' + _encode(_encode_cursor(start + size))
-        if self.modern:  # 2026-07-28: cache hints; tools change with their files, so no caching
+        if self.stateless:  # 2026-07-28: cache hints; tools change with their files, so no caching
             body += b',"ttlMs":0,"cacheScope":"private"'
         loading = self.project.view().loading
         if loading:  # their tools come with list_changed once they have loaded
             body += b',"_meta":' + _encode({"atomic/loading": loading})
         self.send_result(id_json, body + b"}")
         if start == 0:
-            self._seen = self.fingerprint()
+            self._shown_fingerprint = self.fingerprint()
 
-    def on_call(self, id_json: bytes, raw: Any) -> Awaitable[None] | None:
-        return self.start_call(id_json, decode_params(raw, CallParams))
-
-    def start_call(self, id_json: bytes, params: CallParams, waited: bool = False) -> Awaitable[None] | None:
-        """``tools/call`` with its params decoded (raises ``ParamsError`` for a retry it refuses).
+    def start_call(self, id_json: bytes, params: Any, waited: bool = False) -> Awaitable[None] | None:
+        """``tools/call``, its handler: ``params`` raw, or a ``CallParams`` (a socket line holding a
+        call comes decoded whole, ``Connection.handle_line``). Raises ``ParamsError`` for params that
+        do not fit, and for a retry it refuses.
 
         The hot path: no closures, no tasks, as few Python calls as it takes (pinned to one core with
         its client and the worker, each costs several times what it does in a tight loop); the
         call reports back through ``call_result()``. ``waited``: the modules still loading when it
         first came have loaded since (``_call_when_loaded``).
         """
+        if type(params) is not CallParams:
+            params = decode_params(params, CallParams)
         if params.requestState is not UNSET:  # the retry of a call answered input_required
             name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
             responses = params.inputResponses if params.inputResponses is not UNSET else None
@@ -486,10 +676,10 @@ class Session(Connection):
                 return None
             name, arguments = inner[0], msgspec.Raw(inner[1])
         view = project.built or project.view()
-        seen = self._visible
-        if seen[0] is not view:
-            seen = self._see(view)
-        tool = seen[1].get(name)
+        visible = self._visible
+        if visible[0] is not view:
+            visible = self._visible_in(view)
+        tool = visible[1].get(name)
         if tool is None:
             self._not_callable(id_json, name, arguments, params.meta, waited)
             return None
@@ -500,7 +690,7 @@ class Session(Connection):
         if meta is not UNSET:
             timeout = _asked_timeout(meta.timeout, timeout, self.server.config.max_call_timeout)
             token = meta.progressToken
-            if self.modern:
+            if self.stateless:
                 if isinstance(meta.log_level, str) and meta.log_level in LEVEL_RANK:
                     self.call_log_levels[id_json] = meta.log_level
                 capabilities = meta.capabilities
@@ -579,16 +769,16 @@ class Session(Connection):
         # A call holds a question at its client (Call.asking) for as long as one waits for an answer
         # or a retry: one that holds none has nothing for call_ended to clear.
         if call.asking and self.asking.call_ended(call):
-            self._close_if_done()
+            self.output.ended(request_id)
             return  # its request was answered input_required; the client did not come back
         if self._stood_in and call.tool in self._stood_in and b'"isError":true' in result:
             result = _with_note(result, self._stood_in[call.tool])
         revision = self.revision
         if revision is not None and not revision.full_results:
             result = shape_result(result, revision)
-        self.send_result(request_id, result)
-        if self._eof:
-            self._close_if_done()
+        if self.stateless:  # send_result's, without its call: the call path
+            result = revisions.with_result_type(result)
+        self.output.result(request_id, result)
 
     def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
         payload: dict[str, Any] = {"progressToken": call.progress_token, "progress": progress}
@@ -596,15 +786,16 @@ class Session(Connection):
             payload["total"] = total
         if message is not None and (self.revision is None or self.revision.progress_message):
             payload["message"] = message
-        self.send_notification("notifications/progress", payload)
+        self.send_notification("notifications/progress", payload, call.request_id)
 
     def call_log(self, call: Any, level: str, data: bytes) -> None:
-        if self.modern:  # 2026-07-28: only a call that asked for a level in its _meta is sent its logs
+        if self.stateless:  # 2026-07-28: only a call that asked for a level in its _meta is sent its logs
             wanted = self.call_log_levels.get(call.request_id)
             if wanted is not None and LEVEL_RANK.get(level, 0) >= LEVEL_RANK[wanted]:
-                self.send_notification("notifications/message", {"level": level, "logger": call.tool, "data": msgspec.Raw(data)})
+                self.send_notification("notifications/message", {"level": level, "logger": call.tool, "data": msgspec.Raw(data)},
+                                       call.request_id)
             return
-        self.log_message(level, msgspec.Raw(data), logger=call.tool)
+        self.log_message(level, msgspec.Raw(data), call.tool, call.request_id)
 
     def call_ask(self, call: Any, ask_id: int, method: str, params: bytes, wait: float | None) -> None:
         limit = self.server.config.ask_timeout
@@ -643,9 +834,15 @@ class Session(Connection):
         self.send_result(id_json, encode_report(result))
 
     def on_attach(self, id_json: bytes, raw: Any) -> Awaitable[None]:
-        # Everything but the wait happens before the next line is read: the stdio shim sends its
-        # attach and the agent's first requests back to back, and those must see the attached project.
-        params = decode_params(raw, AttachParams)
+        return self._answer_report(id_json, self.attach(decode_params(raw, AttachParams)))
+
+    def attach(self, params: AttachParams) -> Awaitable[dict[str, Any]]:
+        """Attach to ``params.directory``'s project; what the attach reports, once the project's
+        first scan is done (raises ``ParamsError`` for a directory it cannot attach to).
+
+        Everything but the wait happens before the next message is read: the stdio shim sends its
+        attach and the agent's first requests back to back, and those must see the attached project.
+        """
         try:
             directory = Path(params.directory or os.getcwd()).expanduser()
         except RuntimeError as exc:  # ~user of a user who does not exist
@@ -666,15 +863,15 @@ class Session(Connection):
         self.deny = tuple(params.deny)
         self.dispatcher = params.dispatcher
         self.locked = params.lock
-        self._visible = _NOTHING_SEEN
+        self._visible = _NOTHING_VISIBLE
         self._context = CallContext(self.session_id, "", self.agent, self.directory, self.worktree, "")
-        return self._attached(id_json)
+        return self._attached()
 
-    async def _attached(self, id_json: bytes) -> None:
+    async def _attached(self) -> dict[str, Any]:
         await self.project.ready()
         view = self.project.view()
-        if self._seen is not None:
-            self._seen = self.fingerprint()
+        if self._shown_fingerprint is not None:
+            self._shown_fingerprint = self.fingerprint()
         result = {
             "sessionId": self.session_id,
             "directory": self.directory,
@@ -685,19 +882,19 @@ class Session(Connection):
             "loading": view.loading,
             "held": view.held,
         }
-        self.send_result(id_json, encode_report(result))
+        return result
 
     def on_subscribe(self, id_json: bytes, raw: Any) -> None:
         self.subscribed = True
-        if self._seen is None:
-            self._seen = self.fingerprint()
+        if self._shown_fingerprint is None:
+            self._shown_fingerprint = self.fingerprint()
         self.send_result(id_json, b"{}")
 
     def on_reload(self, id_json: bytes, raw: Any) -> Awaitable[None]:
         params = decode_params(raw, ReloadParams)
         registry = self.server.registry
         if params.module is None:
-            return self._reloaded(id_json, registry.reload(self.project, force=params.force))
+            return self._answer_report(id_json, registry.reload(self.project, force=params.force))
         modules = registry.find_modules(self.project, params.module)
         if not modules:
             known = sorted(Path(m.path).name for d in self.project.dirs if d.scope != "builtin" for m in d.modules.values())
@@ -705,10 +902,10 @@ class Session(Connection):
                 f"Invalid params: no tool module of {self.project.root or 'the global tools'} is {params.module!r} "
                 f"(a module's path, its file's name or stem, or a tool it defines); its modules: {', '.join(known) or 'none'}"
             )
-        return self._reloaded(id_json, registry.reload_modules(self.project, modules))
+        return self._answer_report(id_json, registry.reload_modules(self.project, modules))
 
-    async def _reloaded(self, id_json: bytes, reloading: Awaitable[dict[str, Any]]) -> None:
-        self.send_result(id_json, encode_report(await reloading))
+    async def _answer_report(self, id_json: bytes, report: Awaitable[dict[str, Any]]) -> None:
+        self.send_result(id_json, encode_report(await report))
 
     def on_status(self, id_json: bytes, raw: Any) -> None:
         self.send_result(id_json, encode_report(self.server.status()))
@@ -728,8 +925,8 @@ class Session(Connection):
         }
 
 
-_Seen = tuple["View | None", dict[str, ToolDef], list[ToolDef]]
-_NOTHING_SEEN: _Seen = (None, {}, [])
+_VisibleTools = tuple["View | None", dict[str, ToolDef], list[ToolDef]]
+_NOTHING_VISIBLE: _VisibleTools = (None, {}, [])
 
 
 def _stood_in(view: View, tools: dict[str, ToolDef]) -> dict[str, str]:
@@ -792,7 +989,7 @@ Session.HANDLERS = {
     "subscriptions/listen": Session.on_listen,
     "logging/setLevel": Session.on_set_level,
     "tools/list": Session.on_list,
-    "tools/call": Session.on_call,
+    "tools/call": Session.start_call,
     "atomic/attach": Session.on_attach,
     "atomic/list": Session.on_atomic_list,
     "atomic/subscribe": Session.on_subscribe,

@@ -1,8 +1,9 @@
 """MCP's Streamable HTTP, served by the daemon itself: one endpoint, ``/mcp``, on loopback.
 
-The HTTP layer only carries JSON-RPC: every message is handed to a ``Session`` (the same class the
-Unix socket uses), so methods, revisions, allow/deny and trust are the socket's. What this module
-owns is what HTTP adds:
+The HTTP layer only carries JSON-RPC: every message is handed, decoded, to a ``Session`` (the same
+class the Unix socket uses), so methods, revisions, allow/deny and trust are the socket's. Each
+session's ``HttpSession`` is its ``Output``: what the session says goes to the HTTP exchange of the
+request it belongs to. What this module owns is what HTTP adds:
 
 - **Who may ask.** Every request must carry ``Authorization: Bearer <token>``; the token is made by
   the daemon, kept in a 0600 file in its runtime dir (``http-token``), compared in constant time and
@@ -21,10 +22,11 @@ owns is what HTTP adds:
   stateless (the 2026-07-28 revision): it is served by a session kept per URL, whose state is only
   what the URL chose.
 - **Routing.** Each answer finds its HTTP exchange by a dict lookup on the request's id. In a
-  stateful session a request keeps its client's id (the body is handed over as it came) unless a
+  stateful session a request keeps its client's id (the session knows it by that id) unless a
   request in flight has it; else, and always in a stateless session, which every client of its URL
   shares, it gets an id of the daemon's own (``"h<n>"``), so two clients' ids never collide, and
-  the client's id is put back in the answer. The answer is written to the request's connection
+  the client's id is put back in the answer. A call's progress, logs and questions go to its own
+  exchange (``about``, see ``sessions/output.py``). The answer is written to the request's connection
   when it comes (no task or future waits for it). At most ``MAX_SESSIONS`` live at once, stateful
   and stateless together: to make a new one, the one idle the longest (no request in flight, no
   stream open) is ended; when none is idle, the new one is refused.
@@ -63,12 +65,14 @@ from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions import batches
+from atomictoolsd.sessions.messages import AttachParams, ParamsError, decode_message
+from atomictoolsd.sessions.output import encode_error
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
-from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION, with_result_type
+from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION
 from atomictoolsd.sessions.session import Session, SessionHost
 from atomictoolsd.transports.peers import PeerOwners
 from atomictoolsd.transports.rest import RestApi
-from atomictoolsd.workers.periodic import Periodic
+from atomictoolsd.workers.periodic import Periodic, Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.transports.http1 import Http1Connection, Refusal, Request, Response, Waiting
@@ -240,7 +244,7 @@ class _Exchange:
         session = self.session
         if session.exchanges.pop(self.internal, None) is not None:
             session.used = time.monotonic()
-            session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + self.internal + b"}"))
+            session.core.cancel(self.internal)
 
     def drop(self) -> None:
         """No answer will come (the client cancelled, the session ended): end the POST as it stands."""
@@ -302,7 +306,7 @@ class _Batch:
         session = self.session
         for internal in list(self.parts):
             if session.exchanges.pop(internal, None) is not None:
-                session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + internal + b"}"))
+                session.core.cancel(internal)
         self.parts.clear()
 
 
@@ -338,26 +342,6 @@ class _BatchPart:
         batch.session.used = time.monotonic()
 
 
-class _Attaching:
-    """The answer to the ``atomic/attach`` a new session sends for its URL's directory."""
-
-    __slots__ = ("answer", "client_id", "method")
-    streams = True
-
-    def __init__(self) -> None:
-        self.client_id = b"null"
-        self.method = "atomic/attach"
-        self.answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-
-    def push(self, message: bytes, final: bool = False) -> None:
-        if final and not self.answer.done():
-            self.answer.set_result(message)
-
-    def drop(self) -> None:
-        if not self.answer.done():
-            self.answer.set_result(b'{"error":{"message":"the session ended"}}')
-
-
 class _Stream:
     """A GET stream: the session's messages that belong to no request (list changes)."""
 
@@ -380,113 +364,72 @@ class _Stream:
             self.session.used = time.monotonic()
 
 
-class _NoWire(asyncio.Transport):
-    """The transport a ``HttpSession`` holds: what it writes goes through its overrides, never here."""
-
-    def __init__(self, session: HttpSession) -> None:
-        super().__init__()
-        self._session = session
-        self._closing = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:  # a line no override routed: refused-connection text
-        log.debug("http: unrouted message dropped: %r", bytes(data)[:200])
-
-    def get_write_buffer_size(self) -> int:
-        return self._session.backlog()
-
-    def is_closing(self) -> bool:
-        return self._closing
-
-    def close(self) -> None:
-        if not self._closing:
-            self._closing = True
-            self._session.connection_lost(None)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-
-class HttpSession(Session):
-    """A ``Session`` whose messages go to HTTP exchanges and streams instead of a socket."""
+class HttpSession:
+    """One MCP session over HTTP: the ``Session`` it carries (``core``), whose ``Output`` it is,
+    its requests waiting for their answers (``exchanges``, by the id the session knows each by)
+    and its GET stream. Each message of the session goes to the exchange of the request it
+    belongs to, else to the latest call's, else to the GET stream (``_target``)."""
 
     def __init__(self, server: SessionHost, key: str, stateful: bool) -> None:
-        super().__init__(server)
         self.key = key  # the Mcp-Session-Id, or the URL of a stateless session
         self.stateful = stateful
-        self.exchanges: dict[bytes, _Exchange | _Attaching | _BatchPart] = {}
+        self.exchanges: dict[bytes, _Exchange | _BatchPart] = {}
         self.stream: _Stream | None = None
         self.used = time.monotonic()
-        self._route: bytes | None = None  # the request a call's message belongs to, while it is sent
+        self.open = True  # until end(): its session is closed then
+        self.core = Session(server, self)
+
+    # -- where each message goes: the Output ---------------------------------------------------------
+
+    def result(self, id_json: bytes, result: bytes) -> None:
+        exchange = self.exchanges.get(id_json)
+        if exchange is not None:
+            exchange.push(b'{"jsonrpc":"2.0","id":' + exchange.client_id + b',"result":' + result + b"}", final=True)
+
+    def error(self, id_json: bytes, error: bytes) -> None:
+        exchange = self.exchanges.get(id_json)
+        if exchange is not None:
+            exchange.push(b'{"jsonrpc":"2.0","id":' + exchange.client_id + b',"error":' + error + b"}", final=True)
+        elif id_json == b"null" and self.stream is not None:
+            self.stream.push(b'{"jsonrpc":"2.0","id":null,"error":' + error + b"}")
+
+    def request(self, id_json: bytes, method: str, params: bytes, about: bytes | None) -> bool:
+        target = self._target(about)
+        if target is None:
+            return False  # no stream to ask on: the tool gets "the client has gone away"
+        target.push(b'{"jsonrpc":"2.0","id":' + id_json + b',"method":' + _encode(method) + b',"params":' + params + b"}")
+        return True
+
+    def notification(self, method: str, message: bytes, about: bytes | None) -> None:
+        if about is None and method.endswith("/list_changed"):
+            if self.stream is not None:  # a list change belongs to no request: the GET stream's
+                self.stream.push(message)
+            return
+        target = self._target(about)
+        if target is not None:
+            target.push(message)
 
     def backlog(self) -> int:
         """Bytes written to this session's clients that they have not read yet."""
         queued = sum(e.response.buffered() for e in self.exchanges.values() if isinstance(e, _Exchange))
         return queued + (self.stream.response.buffered() if self.stream else 0)
 
-    # -- where each message goes -----------------------------------------------------------------
-
-    def send_result(self, id_json: bytes, result: bytes) -> None:
-        if self.modern:
-            result = with_result_type(result)
+    def request_id(self, id_json: bytes) -> Any:
         exchange = self.exchanges.get(id_json)
-        if exchange is not None:
-            exchange.push(b'{"jsonrpc":"2.0","id":' + exchange.client_id + b',"result":' + result + b"}", final=True)
+        return msgspec.json.decode(exchange.client_id if exchange is not None else id_json)
 
-    def send_error(self, id_json: bytes, code: int, message: str, data: Any = None) -> None:
-        error: dict[str, Any] = {"code": code, "message": message}
-        if data is not None:
-            error["data"] = data
-        exchange = self.exchanges.get(id_json)
-        if exchange is not None:
-            exchange.push(b'{"jsonrpc":"2.0","id":' + exchange.client_id + b',"error":' + _encode(error) + b"}", final=True)
-        elif id_json == b"null" and self.stream is not None:
-            self.stream.push(b'{"jsonrpc":"2.0","id":null,"error":' + _encode(error) + b"}")
+    def ended(self, id_json: bytes) -> None:
+        pass  # an exchange ends with its answer, or when its client cancels or leaves
 
-    def send_request(self, id_json: bytes, method: str, params: bytes) -> bool:
-        target = self._target()
-        if target is None:
-            return False  # no stream to ask on: the tool gets "the client has gone away"
-        target.push(b'{"jsonrpc":"2.0","id":' + id_json + b',"method":' + _encode(method) + b',"params":' + params + b"}")
-        return True
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            self.core.close()
 
-    def send_notification(self, method: str, params: dict[str, Any] | None = None) -> None:
-        if self.modern and method == "notifications/tools/list_changed":
-            super().send_notification(method, params)  # to each listen request: notify_listener
-            return
-        if self.behind(method):  # its clients read nothing of what waits for them (backlog)
-            return
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        data = _encode(message)
-        if method.endswith("/list_changed"):
-            if self.stream is not None:
-                self.stream.push(data)
-            return
-        target = self._target()
-        if target is not None:
-            target.push(data)
-
-    def client_id(self, id_json: bytes) -> Any:
-        exchange = self.exchanges.get(id_json)
-        return msgspec.json.decode(exchange.client_id) if exchange is not None else super().client_id(id_json)
-
-    def notify_listener(self, id_json: bytes, message: bytes) -> None:
-        exchange = self.exchanges.get(id_json)
-        if exchange is not None:
-            exchange.push(message)
-
-    def _target(self) -> _Exchange | _Attaching | _BatchPart | _Stream | None:
-        """The call's own exchange when a call's message is being sent, else the latest request's,
-        else the GET stream."""
-        if self._route is not None:
-            exchange = self.exchanges.get(self._route)
+    def _target(self, about: bytes | None) -> _Exchange | _BatchPart | _Stream | None:
+        """The exchange of the request ``about`` names, else the latest call's, else the GET stream."""
+        if about is not None:
+            exchange = self.exchanges.get(about)
             if exchange is not None:
                 return exchange if exchange.streams else self.stream
         for exchange in reversed(self.exchanges.values()):
@@ -494,35 +437,24 @@ class HttpSession(Session):
                 return exchange
         return self.stream
 
-    def call_progress(self, call: Any, progress: float, total: float | None, message: str | None) -> None:
-        self._route = call.request_id
-        try:
-            super().call_progress(call, progress, total, message)
-        finally:
-            self._route = None
-
-    def call_log(self, call: Any, level: str, data: bytes) -> None:
-        self._route = call.request_id
-        try:
-            super().call_log(call, level, data)
-        finally:
-            self._route = None
-
-    def call_ask(self, call: Any, ask_id: int, method: str, params: bytes, wait: float | None) -> None:
-        self._route = call.request_id
-        try:
-            super().call_ask(call, ask_id, method, params, wait)
-        finally:
-            self._route = None
-
     def end(self) -> None:
         """End the session: its calls are cancelled, its requests and streams ended."""
         for exchange in list(self.exchanges.values()):
             exchange.drop()
         if self.stream is not None:
             self.stream.close()
-        if self.transport is not None:
-            self.transport.close()
+        self.close()
+
+
+def _hand_over(session: HttpSession, body: bytes) -> None:
+    """A message that is no request (a notification, the client's answer to a tool's question),
+    decoded as a socket line is; one that is no JSON-RPC message is told on the GET stream."""
+    try:
+        message = decode_message(body)
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError) as exc:
+        session.error(b"null", encode_error(INVALID_REQUEST, f"Invalid request: {exc}"))
+        return
+    session.core.handle_message(message)
 
 
 def _jsonrpc_error(code: int, message: str) -> bytes:
@@ -561,8 +493,9 @@ class HttpTransport:
     body is read, ``handle`` answers it.
     """
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, scheduler: Scheduler) -> None:
         self.address = address
+        self.scheduler = scheduler  # the daemon's one loop for periodic work: it sweeps idle sessions
         self.host = ""
         self.port = 0
         self.error = ""
@@ -626,7 +559,7 @@ class HttpTransport:
             http1.listen(self, self._connections, self._waiting), sock=sock
         )
         self._sweep_connections = http1.sweep
-        self._sweeper = Periodic("HTTP sweep", self._sweep, _SWEEP_EVERY, logger=log)
+        self._sweeper = self.scheduler.every("HTTP sweep", self._sweep, _SWEEP_EVERY, logger=log)
         self._sweeper.start()
         log.info("serving MCP over HTTP on %s", self.url())
 
@@ -677,8 +610,7 @@ class HttpTransport:
             session.send_error(id_json, INVALID_REQUEST, "HTTP is not served by this daemon: nothing to rotate")
             return
         self._set_token(new_token(self.token_path))
-        token_file = str(self.token_path)  # "token_file": the name before 0.2 (docs/protocol.md#renamed)
-        session.send_result(id_json, _encode({"tokenFile": token_file, "token_file": token_file}))
+        session.send_result(id_json, _encode({"tokenFile": str(self.token_path)}))
 
     def _sweep(self) -> None:
         """Close idle connections; end the sessions nobody has used for ``SESSION_IDLE`` seconds
@@ -862,7 +794,7 @@ class HttpTransport:
         # A 2026-07-28 request is one whose params' _meta names a revision; the bytes test only
         # spares the decode for every other request (an argument may contain the key's text too).
         # A request in a stateful session (Mcp-Session-Id) is never one.
-        modern = (
+        stateless_request = (
             META_VERSION_BYTES in body
             and message.method is not UNSET
             and b"mcp-session-id" not in headers
@@ -871,10 +803,10 @@ class HttpTransport:
         if version is not None and version.decode("latin-1") not in REVISIONS:
             text = f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"
             error = {"code": UNSUPPORTED_VERSION, "message": text, "data": {"supported": list(REVISIONS), "requested": version.decode("latin-1")}} \
-                if modern else {"code": INVALID_REQUEST, "message": text}
+                if stateless_request else {"code": INVALID_REQUEST, "message": text}
             response.send(400, _JSON_HEAD, _encode({"jsonrpc": "2.0", "id": None, "error": error}))
             return
-        mismatch = _header_mismatch(headers, message, modern)
+        mismatch = _header_mismatch(headers, message, stateless_request)
         if mismatch:
             response.send(*_refusal(400, HEADER_MISMATCH, mismatch))
             return
@@ -894,7 +826,7 @@ class HttpTransport:
             self._spawn(self._open(request, message, response))
             return
         session = self.stateless.get(request.query)
-        if session is not None and session.transport is not None:
+        if session is not None and session.open:
             self._deliver(session, message, request, response, b"")
             return
         self._spawn(self._open(request, message, response))
@@ -912,7 +844,7 @@ class HttpTransport:
             extra = b"mcp-session-id: " + made.key.encode() + b"\r\n"
         else:
             existing = self.stateless.get(request.query)
-            if existing is not None and existing.transport is not None:
+            if existing is not None and existing.open:
                 made.end()  # another request for this URL made one while this one attached
                 made = existing
             else:
@@ -929,7 +861,7 @@ class HttpTransport:
             if method == "notifications/cancelled":
                 self._cancel_by_client_id(session, message.params)
             else:
-                session.handle_line(request.body)  # a notification, or the client's answer to a tool's question
+                _hand_over(session, request.body)  # a notification, or the client's answer to a tool's question
             response.send(202, extra, b"")
             return
         client_id = bytes(message.id)
@@ -937,17 +869,20 @@ class HttpTransport:
         streams = _takes_sse(request.headers.get(b"accept"))
         if session.stateful and client_id not in exchanges and _canonical(client_id):
             # One client's session, whose ids it must not reuse (MCP says so), and this one reads
-            # back as sent: the body goes to the session as it came. A stateless session is every
-            # client's of its URL: there ids are always the daemon's own.
+            # back as sent: the session knows the request by the client's id, and its envelope is
+            # held to what a socket line's is. A stateless session is every client's of its URL:
+            # there ids are always the daemon's own.
             exchange = exchanges[client_id] = _Exchange(session, client_id, client_id, method, response, extra, streams)
             response.on_gone = exchange.gone
-            session.handle_line(request.body)
+            if message.jsonrpc != "2.0":
+                session.error(client_id, encode_error(INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"'))
+                return
+            session.core.handle_request(client_id, method, message.params)
             return
         internal = _internal_id(exchanges)
         exchange = exchanges[internal] = _Exchange(session, internal, client_id, method, response, extra, streams)
         response.on_gone = exchange.gone
-        params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
-        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
+        session.core.handle_request(internal, method, message.params)
 
     def _post_batch(self, request: Request, response: Response) -> None:
         """A POST whose body is a batch: taken in a stateful 2025-03-26 session, refused elsewhere."""
@@ -957,7 +892,7 @@ class HttpTransport:
         if session_id is not None and session is None:
             response.send(*_refusal(404, INVALID_REQUEST, "Session not found: it ended or the daemon restarted; initialize again"))
             return
-        if session is None or not session.batching:
+        if session is None or not session.core.batching:
             response.send(*_refusal(400, INVALID_REQUEST, "Batches are not supported: send one JSON-RPC message per "
                                     "request (only a session initialized with MCP 2025-03-26 takes batches)"))
             return
@@ -995,7 +930,7 @@ class HttpTransport:
             if method == "notifications/cancelled":
                 self._cancel_by_client_id(session, message.params)
             else:
-                session.handle_line(raw)  # a notification, or the client's answer to a tool's question
+                _hand_over(session, raw)  # a notification, or the client's answer to a tool's question
             return
         client_id = bytes(message.id)
         why = batches.refusal(client_id, method)
@@ -1006,8 +941,7 @@ class HttpTransport:
             return
         internal = _internal_id(session.exchanges)
         session.exchanges[internal] = batch.parts[internal] = _BatchPart(batch, internal, client_id, method)
-        params = b',"params":' + bytes(message.params) if message.params is not UNSET else b""
-        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(method) + params + b"}")
+        session.core.handle_request(internal, method, message.params)
 
     def _cancel_by_client_id(self, session: HttpSession, raw: msgspec.Raw | UnsetType) -> None:
         """``notifications/cancelled`` names the client's id; the session knows the call by ours."""
@@ -1018,7 +952,7 @@ class HttpTransport:
         for internal, exchange in list(session.exchanges.items()):
             if exchange.client_id == request_id:
                 exchange.drop()
-                session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + internal + b"}"))
+                session.core.cancel(internal)
 
     # -- sessions ---------------------------------------------------------------------------------
 
@@ -1030,35 +964,31 @@ class HttpTransport:
             return (f"Too many HTTP sessions: {MAX_SESSIONS} are open and each has a request in flight or a "
                     f"stream open; end one (DELETE) or try again when one is done")
         session = HttpSession(self.server, secrets.token_urlsafe(24) if stateful else query_text, stateful)
-        session.connection_made(_NoWire(session))
-        if session.transport is None:
+        core = session.core
+        if not self.server.accept(core, None):
+            session.close()
             return "Too many connections: the daemon takes no more sessions now (max_connections)"
         query = parse_qs(query_text)
-        params: dict[str, Any] = {
-            "lock": True,
-            "agent": "http",
-            "sessionId": session.key[:12] if stateful else "http",
-            "allow": [g for v in query.get("allow", []) for g in v.split(",") if g],
-            "deny": [g for v in query.get("deny", []) for g in v.split(",") if g],
-            "dispatcher": query.get("dispatcher", ["0"])[-1].lower() in ("1", "true", "yes", "on"),
-        }
+        allow = [g for v in query.get("allow", []) for g in v.split(",") if g]
+        deny = [g for v in query.get("deny", []) for g in v.split(",") if g]
+        dispatcher = query.get("dispatcher", ["0"])[-1].lower() in ("1", "true", "yes", "on")
         directory = query.get("directory", [None])[-1]
         if directory is None:
             # No project: the global and built-in tools, with the URL's lists, locked like the shim's.
-            session.allow, session.deny = tuple(params["allow"]), tuple(params["deny"])
-            session.dispatcher, session.locked, session.agent = params["dispatcher"], True, "http"
+            core.allow, core.deny = tuple(allow), tuple(deny)
+            core.dispatcher, core.locked, core.agent = dispatcher, True, "http"
             return session
-        params["directory"] = directory
-        internal = _internal_id(session.exchanges)
-        attaching = session.exchanges[internal] = _Attaching()
-        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":"atomic/attach","params":' + _encode(params) + b"}")
+        params = AttachParams(lock=True, directory=directory, agent="http", allow=allow, deny=deny, dispatcher=dispatcher,
+                              sessionId=session.key[:12] if stateful else "http")
         try:
-            reply = msgspec.json.decode(await attaching.answer)
-        finally:
-            session.exchanges.pop(internal, None)
-        if "error" in reply:
+            await core.attach(params)
+        except ParamsError as exc:
             session.end()
-            return f"directory in the URL: {reply['error']['message']}"
+            return f"directory in the URL: {exc}"
+        except Exception as exc:  # as a request's handler failing is answered
+            log.exception("attaching an HTTP session failed")
+            session.end()
+            return f"directory in the URL: Internal error: {type(exc).__name__}: {exc}"
         return session
 
     def _make_room(self) -> bool:
@@ -1141,24 +1071,24 @@ def _params(message: _Envelope) -> _Name:
         return _Name()
 
 
-def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, modern: bool) -> str:
+def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, stateless_request: bool) -> str:
     """The 2026-07-28 routing headers must say what the body says (a proxy routes on them); a
-    request of that revision (``modern``: its ``_meta`` names it) must carry them: ``Mcp-Method``,
+    request of that revision (``stateless_request``: its ``_meta`` names it) must carry them: ``Mcp-Method``,
     ``MCP-Protocol-Version`` equal to its ``_meta`` revision, and ``Mcp-Name`` on a ``tools/call``."""
     method_header = headers.get(b"mcp-method")
-    if method_header is None and modern:
+    if method_header is None and stateless_request:
         return "Mcp-Method header missing: a 2026-07-28 request over HTTP names its method in it"
     if method_header is not None and message.method is not UNSET and method_header.decode("latin-1") != message.method:
         return f"Mcp-Method header {method_header.decode('latin-1')!r} does not match the body's method {message.method!r}"
     name_header = headers.get(b"mcp-name")
-    if (name_header is not None or modern) and message.params is not UNSET:
+    if (name_header is not None or stateless_request) and message.params is not UNSET:
         params = _params(message)
         if name_header is None:
             if message.method == "tools/call" and isinstance(params.name, str):
                 return "Mcp-Name header missing: a 2026-07-28 tools/call over HTTP names its tool in it"
         elif name_header.decode("latin-1") != params.name:
             return f"Mcp-Name header {name_header.decode('latin-1')!r} does not match the body's name {params.name!r}"
-        if modern:
+        if stateless_request:
             asked = params.meta.get(META_VERSION)
             version = headers.get(b"mcp-protocol-version")
             if version is None:

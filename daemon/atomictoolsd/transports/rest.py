@@ -9,10 +9,10 @@ are not MCP clients:
   MCP ``CallToolResult`` (a tool's error too: ``isError``); a call refused a 4xx.
 
 The query names the project and the lists as the MCP endpoint's does (``?directory=/abs/path``,
-``allow``, ``deny``). Each request becomes a JSON-RPC request (``atomic/list``, ``atomic/reload``,
-``tools/call``) to a session kept per query string for this API, made as the MCP endpoint makes its
-stateless sessions; the session's answer comes to a ``_RestExchange``, which reshapes it into the
-REST answer. The session speaks no MCP revision, so a tool is asked nothing (it gets the refusal
+``allow``, ``deny``). Each request is handed, as a JSON-RPC request with its params made here
+(``atomic/list``, ``atomic/reload``, ``tools/call``), to a session kept per query string for this
+API, made as the MCP endpoint makes its stateless sessions; the session's answer comes to a
+``_RestExchange``, which reshapes it into the REST answer. The session speaks no MCP revision, so a tool is asked nothing (it gets the refusal
 every client that cannot be asked gets) and its progress goes nowhere.
 
 The endpoint (``transports/http.py``) routes ``/api/tools…`` here once a request has passed its
@@ -33,10 +33,11 @@ from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from atomictoolsd.config.suggest import unknown_tool
-from atomictoolsd.sessions.messages import clip
+from atomictoolsd.sessions.messages import CallParams, clip
 from atomictoolsd.workers.protocol import INVALID_ARGUMENTS
 
 if TYPE_CHECKING:
+    from atomictoolsd.sessions.session import Session
     from atomictoolsd.transports.http1 import Refusal, Request, Response
 
 __all__ = ["PREFIX", "RestApi", "RestSession"]
@@ -55,15 +56,12 @@ Route = tuple[str, str]
 
 
 class RestSession(Protocol):
-    """What the API uses of a session (``transports.http.HttpSession``)."""
+    """What the API uses of a session over HTTP (``transports.http.HttpSession``)."""
 
-    transport: Any
+    open: bool
     exchanges: dict[bytes, Any]
     used: float
-
-    def handle_line(self, line: bytes) -> None: ...
-
-    def handle_notification(self, method: str, raw: msgspec.Raw | UnsetType) -> None: ...
+    core: Session
 
     def end(self) -> None: ...
 
@@ -135,12 +133,12 @@ class RestApi:
             if problem:
                 response.send(*problem)
                 return
-            method, params = "tools/call", b'{"name":' + _encode(name) + b',"arguments":' + body + b"}"
+            method, params = "tools/call", CallParams(name, msgspec.Raw(body))
         else:
-            method, params = ("atomic/reload" if what == _RELOAD else "atomic/list"), b"{}"
+            method, params = ("atomic/reload" if what == _RELOAD else "atomic/list"), UNSET
         exchange = _RestExchange(what, name, method, params, response)
         session = self.sessions.get(request.query)
-        if session is not None and session.transport is not None:
+        if session is not None and session.open:
             exchange.send(session)
         else:
             self._spawn(self._open(request.query, exchange))
@@ -151,7 +149,7 @@ class RestApi:
             exchange.response.send(*_refusal(400, INVALID_REQUEST, made))
             return
         existing = self.sessions.get(query)
-        if existing is not None and existing.transport is not None:
+        if existing is not None and existing.open:
             made.end()  # another request for this query made one meanwhile
             made = existing
         else:
@@ -204,7 +202,7 @@ class _RestExchange:
     __slots__ = ("client_id", "internal", "method", "name", "params", "response", "session", "what")
     streams = False
 
-    def __init__(self, what: str, name: str, method: str, params: bytes, response: Response) -> None:
+    def __init__(self, what: str, name: str, method: str, params: CallParams | UnsetType, response: Response) -> None:
         self.what = what
         self.name = name
         self.method = method
@@ -222,8 +220,7 @@ class _RestExchange:
         internal = self.internal = self.client_id = _internal_id(session.exchanges)
         session.exchanges[internal] = self
         self.response.on_gone = self.gone
-        session.handle_line(b'{"jsonrpc":"2.0","id":' + internal + b',"method":' + _encode(self.method)
-                            + b',"params":' + self.params + b"}")
+        session.core.handle_request(internal, self.method, self.params)
 
     def push(self, message: bytes, final: bool = False) -> None:
         if not final:
@@ -244,7 +241,7 @@ class _RestExchange:
         session = self.session
         if session is not None and session.exchanges.pop(self.internal, None) is not None:
             session.used = time.monotonic()
-            session.handle_notification("notifications/cancelled", msgspec.Raw(b'{"requestId":' + self.internal + b"}"))
+            session.core.cancel(self.internal)
 
     def drop(self) -> None:
         """No answer will come: the session ended (the daemon stops)."""
