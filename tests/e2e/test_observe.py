@@ -236,7 +236,7 @@ def test_status_lists_the_bridges(env: Env, make_daemon) -> None:  # type: ignor
         bridges = raw.request("atomic/status")["result"]["bridges"]
     assert bridges == [{
         "id": created["id"], "agent": "claude", "directory": str(env.project), "ownerPid": os.getpid(),
-        "path": created["path"], "owner": os.getpid(),  # "owner": the name before 0.2, until 0.3
+        "path": created["path"],
     }]
     out = run(env, "status", "--verbose").stdout
     header = next(line for line in out.splitlines() if line.startswith("ID "))

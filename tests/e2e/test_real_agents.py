@@ -207,8 +207,9 @@ def js_agent_env(env: Env, make_daemon) -> Env:  # type: ignore[no-untyped-def]
     beside a Python tool, in a project trusted as its user trusts it."""
     settings = js_settings("bun")
     _agent_project(env)
-    env.write_tool(env.local_tools, "hello.py",
-                   'def hello(name: str) -> str:\n    """Say hello."""\n    return f"hello {name}, from Python"\n')
+    # No docstring: Qwen Code offers its model no tool without a description, so the daemon gives
+    # the agents of the portable form one.
+    env.write_tool(env.local_tools, "hello.py", 'def hello(name: str) -> str:\n    return f"hello {name}, from Python"\n')
     shutil.copytree(JS_FIXTURES / "atomic", env.local_tools, dirs_exist_ok=True)
     shutil.copytree(JS_FIXTURES / "opencode", env.project / ".opencode" / "tools")
     # What Atomic's lint example runs: `bun lint FILE`, the project's own lint script.

@@ -62,10 +62,13 @@ class ToolDef:
         self.module = module
         self.definition = definition
         self.timeout: float | None = timeout
-        self.encoded = _json(definition)  # the portable schema: what every agent accepts (Gemini: no $defs)
+        # The portable form, for the agents that take nothing else (PORTABLE_ONLY_CLIENTS): a schema
+        # every agent accepts (Gemini: no $defs), and a description (Qwen Code offers its model no
+        # tool without one).
+        self.encoded = _json(_portable(definition))
         # The schema as its author wrote it, for clients that take JSON Schema 2020-12 whole.
         self.written = written
-        self.encoded_as_written = self.encoded if written is None else _json({**definition, "inputSchema": written})
+        self.encoded_as_written = _json(definition if written is None else {**definition, "inputSchema": written})
         self._variants: dict[tuple[frozenset[str], bool], bytes] = {}
 
     def encoded_for(self, dropped: frozenset[str], as_written: bool) -> bytes:
@@ -77,7 +80,9 @@ class ToolDef:
         found = self._variants.get(key)
         if found is None:
             shaped = {k: v for k, v in self.definition.items() if k not in dropped}
-            if as_written and self.written is not None:
+            if not as_written:
+                shaped = _portable(shaped)
+            elif self.written is not None:
                 shaped["inputSchema"] = self.written
             found = self._variants[key] = _json(shaped)
         return found
@@ -94,6 +99,15 @@ class ToolDef:
         if shadowed_by is not None:
             listed["shadowedBy"] = {"scope": shadowed_by.module.scope, "path": shadowed_by.module.path}
         return listed
+
+
+def _portable(definition: dict[str, Any]) -> dict[str, Any]:
+    """``definition`` as the agents that take only the portable form get it: with a description
+    (its title, or its name, said to be all there is) where its author wrote none."""
+    if definition.get("description"):
+        return definition
+    described = definition.get("title") or definition["name"]
+    return {**definition, "description": f"{described} (its author wrote no description)"}
 
 
 class Module:
