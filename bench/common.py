@@ -30,7 +30,7 @@ from typing import Any
 
 from rawsocket import RawConnection
 
-from atomictoolsd.workers.processes import stop_process
+from atomictoolsd.util.processes import stop_process
 
 __all__ = [
     "BENCH",

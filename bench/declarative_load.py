@@ -45,7 +45,7 @@ def c() -> str:
 
 def import_ms(module: str, runs: int = 5) -> float:
     code = (
-        "import time, importlib, atomictoolsd.workers.runtime.main\n"
+        "import time, importlib, atomictoolsd.worker.main\n"
         f"t = time.perf_counter(); importlib.import_module({module!r}); print((time.perf_counter() - t) * 1000)"
     )
     samples = []
@@ -58,7 +58,7 @@ def import_ms(module: str, runs: int = 5) -> float:
 
 
 async def load_times(rounds: int) -> dict[str, float]:
-    from atomictoolsd.workers.pool import PoolSettings, WorkerPool
+    from atomictoolsd.pool.pool import PoolSettings, WorkerPool
 
     directory = Path(tempfile.mkdtemp(prefix="bench-decl-"))
     (directory / "docs").mkdir()
@@ -95,7 +95,7 @@ def main() -> None:
     imports = {
         "import fastjsonschema": import_ms("fastjsonschema"),
         "import jsonschema": import_ms("jsonschema"),
-        "import atomictoolsd.declarative (all handlers + fastjsonschema)": import_ms("atomictoolsd.declarative"),
+        "import atomictoolsd.worker.declarative (all handlers + fastjsonschema)": import_ms("atomictoolsd.worker.declarative"),
     }
     loads = asyncio.run(load_times(args.rounds))
     width = max(map(len, [*imports, *loads]))

@@ -6,7 +6,7 @@ and ten modules sharing one.
 - **spawn**: workers of a one-line tool module, forked by the fork server, each timing itself from
   its return from ``fork()`` to its ``loaded`` message, its module's import excluded (as
   ``bench/spawn.py`` times the spawn target): without an environment, and with the environment of
-  declared dependencies put on its ``sys.path`` (``workers/runtime/environment.py``, ``.pth`` files
+  declared dependencies put on its ``sys.path`` (``worker/environment.py``, ``.pth`` files
   read), in alternating rounds; and that step alone (``activate()``) in fresh forks of a process
   holding the worker runtime, the figure a busy machine's noise does not drown. The daemon's side of it, ``Environments.for_runner`` for a module whose environment exists
   (the block read from a cached stat, one dict lookup, one ``isdir``) and for one without a block,
@@ -43,7 +43,7 @@ from spawn import MODULE, after_fork  # noqa: E402
 from atomictoolsd.config.settings import Config  # noqa: E402
 from atomictoolsd.environments import Environments  # noqa: E402
 from atomictoolsd.environments.script import ScriptMetadata  # noqa: E402
-from atomictoolsd.workers.pool import PoolSettings  # noqa: E402
+from atomictoolsd.pool.pool import PoolSettings  # noqa: E402
 from common import MODES, Report, Stats, Table, affinity, quick_main  # noqa: E402
 
 ROUNDS = 5
@@ -143,7 +143,7 @@ def for_runner_cost(root: Path, env_store: Environments, count: int) -> tuple[fl
 def activation_after_fork(spec: Any, count: int) -> list[float]:
     """The worker's own cost of an environment: ``environment.activate`` timed in children forked
     from this process (the worker runtime imported, as in the fork server), each a fresh copy."""
-    from atomictoolsd.workers.runtime import environment, main  # noqa: F401 - what a fork server holds
+    from atomictoolsd.worker import environment, main  # noqa: F401 - what a fork server holds
 
     samples = []
     for _ in range(count):

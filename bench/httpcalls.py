@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rawsocket import RawConnection  # noqa: E402
 
-from atomictoolsd.workers.processes import stop_process  # noqa: E402
+from atomictoolsd.util.processes import stop_process  # noqa: E402
 from clients import measure_latency, socket_channel  # noqa: E402
 from common import (  # noqa: E402
     BENCH,

@@ -15,7 +15,7 @@ Measured here, with a one-line tool module (its import is a fraction of a millis
   server's ``SPAWN_TIMES_ENV``, which a real daemon never sets), with its CPU time and its page
   faults over the span (table ``spawn-after-fork``): after a fork each first write to a page of the
   fork server's copies it, and that is most of a worker's start;
-- **cold**: ``python -m atomictoolsd.workers.runtime.main`` started with ``subprocess`` (``sys.executable``,
+- **cold**: ``python -m atomictoolsd.worker.main`` started with ``subprocess`` (``sys.executable``,
   never a pyenv shim), request → ``loaded``: what every spawn would cost without the fork server;
 - **confined** (``trust --sandbox``, where the kernel has Landlock ABI 6+): the same fork-server
   spawn of a worker that confines itself; and the sandbox set-up alone, in its two parts: the
@@ -52,14 +52,14 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from atomictoolsd.workers.netproxy import NetProxy  # noqa: E402
-from atomictoolsd.workers.pool import PoolSettings  # noqa: E402
-from atomictoolsd.workers.protocol import FrameReader, WorkerSpec  # noqa: E402
-from atomictoolsd.workers.runtime.forkserver import SPAWN_TIMES_ENV  # noqa: E402
-from atomictoolsd.workers.runtime.netns import proxy_environ  # noqa: E402
-from atomictoolsd.workers.runtime.netns import support as netns_support  # noqa: E402
-from atomictoolsd.workers.runtime.sandbox import support as sandbox_support  # noqa: E402
-from atomictoolsd.workers.spawner import Spawner  # noqa: E402
+from atomictoolsd.pool.netproxy import NetProxy  # noqa: E402
+from atomictoolsd.pool.pool import PoolSettings  # noqa: E402
+from atomictoolsd.pool.spawner import Spawner  # noqa: E402
+from atomictoolsd.protocol import FrameReader, WorkerSpec  # noqa: E402
+from atomictoolsd.worker.forkserver import SPAWN_TIMES_ENV  # noqa: E402
+from atomictoolsd.worker.netns import proxy_environ  # noqa: E402
+from atomictoolsd.worker.netns import support as netns_support  # noqa: E402
+from atomictoolsd.worker.sandbox import support as sandbox_support  # noqa: E402
 from clients import measure_latency, socket_channel  # noqa: E402
 from common import CONSOLE, MODES, DaemonUnderTest, Report, Stats, Table, affinity, quick_main, ratio  # noqa: E402
 
@@ -178,7 +178,7 @@ def confine_after_fork(count: int, project: str) -> tuple[list[float], list[floa
 
 
 def _confine_after_fork(count: int, project: str) -> tuple[list[float], list[float]]:
-    from atomictoolsd.workers.runtime import sandbox
+    from atomictoolsd.worker import sandbox
 
     runtime = sandbox.runtime_read_paths()
     sandbox.warm_up()
@@ -211,7 +211,7 @@ def _confine_after_fork(count: int, project: str) -> tuple[list[float], list[flo
 def isolate_after_fork(count: int) -> list[float]:
     """``netns.isolate()`` timed in children forked from a process that imported it (as the fork
     server has), each handing its listener over a socket pair, as a worker does."""
-    from atomictoolsd.workers.runtime import netns
+    from atomictoolsd.worker import netns
 
     netns.warm_up()
     samples = []
@@ -242,7 +242,7 @@ def cold(spec: WorkerSpec, count: int) -> list[float]:
         ours, theirs = socket.socketpair()
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "atomictoolsd.workers.runtime.main", str(theirs.fileno()), spec_json],
+            [sys.executable, "-m", "atomictoolsd.worker.main", str(theirs.fileno()), spec_json],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
         )
         theirs.close()

@@ -25,8 +25,8 @@ from typing import Any
 import psutil
 
 from atomictools import Client
-from atomictoolsd.workers.processes import stop_process
-from atomictoolsd.workers.runtime.forkserver import WORKER_NAME
+from atomictoolsd.util.processes import stop_process
+from atomictoolsd.worker.forkserver import WORKER_NAME
 
 
 def _load_raw_client() -> Any:

@@ -1,7 +1,7 @@
 """The authoring surface: ``@tool``, ``Field`` and ``Context``.
 
 A tool is a plain function, sync or async. ``@tool`` only records options on it; the worker that
-loads the module derives the schema (``atomictoolsd.workers.runtime.schema``) and calls it. The function stays an ordinary
+loads the module derives the schema (``atomictoolsd.worker.schema``) and calls it. The function stays an ordinary
 function, so a tool's own tests can call it directly.
 """
 

@@ -2,7 +2,7 @@
 the definition itself (several agents cannot resolve references).
 
 Standard library only. ``ctx.elicit`` builds its form's schema with it, and the worker runtime the
-schemas of the tools it serves (``atomictoolsd.workers.runtime.schema``).
+schemas of the tools it serves (``atomictoolsd.worker.schema``).
 """
 
 from __future__ import annotations

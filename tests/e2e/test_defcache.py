@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from listener import Listener
 
-from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME
+from atomictoolsd.worker.forkserver import FORKSERVER_NAME
 from helpers import Daemon, Env
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.workers.runtime import sandbox as sandbox_module
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker import sandbox as sandbox_module
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 from wheelhouse import Index, make_wheel
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from atomictoolsd.eventlog.reader import read_events
-from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
+from atomictoolsd.worker.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from helpers import Daemon, Env, wait_for
 from javascript_helpers import js_settings
 from shim_helpers import mcp_session, wait_until

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from atomictoolsd.workers.runtime.schema import SchemaError, build_tool
+from atomictoolsd.worker.schema import SchemaError, build_tool
 from helpers import Daemon, Env
 from shim_helpers import mcp_session, run
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from atomictoolsd.pool.pool import PoolSettings, WorkerPool
 from atomictoolsd.registry.projects import Registry
-from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 
 
 def test_a_scan_asks_what_to_hold_after_it_lists_the_directory(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from atomictoolsd.workers.pool import PoolSettings
-from atomictoolsd.workers.spawner import EarlyForkServer, Spawner
+from atomictoolsd.pool.pool import PoolSettings
+from atomictoolsd.pool.spawner import EarlyForkServer, Spawner
 
 MODULE = "def tiny() -> str:\n    return 'tiny'\n"
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from atomictoolsd.eventlog.reader import read_events
-from atomictoolsd.workers.runtime.arguments import Undeclared, misspelling_of, split_undeclared
+from atomictoolsd.worker.arguments import Undeclared, misspelling_of, split_undeclared
 from helpers import Daemon, Env, wait_for
 from shim_helpers import mcp_session, run
 

@@ -22,10 +22,10 @@ import psutil
 import pytest
 
 from atomictoolsd.eventlog.reader import read_events
-from atomictoolsd.workers.pool import PoolSettings
-from atomictoolsd.workers.protocol import FrameReader
-from atomictoolsd.workers.runtime.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
-from atomictoolsd.workers.spawner import Spawner
+from atomictoolsd.pool.pool import PoolSettings
+from atomictoolsd.pool.spawner import Spawner
+from atomictoolsd.protocol import FrameReader
+from atomictoolsd.worker.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 from helpers import Daemon, Env, wait_for
 
 

@@ -163,7 +163,7 @@ BIG = """
 
 def test_frames_sent_at_once_by_the_reader_and_pool_threads_never_interleave(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     # The reader sends the results of the calls it runs inline without the lock while no other
-    # thread sends (workers/runtime/sender.py). Here quick calls run inline while slow ones finish
+    # thread sends (worker/sender.py). Here quick calls run inline while slow ones finish
     # on pool threads, every result larger than one write of the channel: a frame of one cut into
     # by another's would be read by the daemon as garbage, and the worker killed.
     env.write_tool(env.global_tools, "big.py", BIG)

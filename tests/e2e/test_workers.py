@@ -16,7 +16,7 @@ import pytest
 from listener import Listener
 
 from atomictools._launch import sealed_environ
-from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME, WORKER_NAME
+from atomictoolsd.worker.forkserver import FORKSERVER_NAME, WORKER_NAME
 from helpers import Daemon, Env, RawConnection, code_address, wait_for
 
 HANG = '''
@@ -405,7 +405,7 @@ def test_the_first_fork_server_is_a_sealed_fork_of_the_daemon_and_a_replacement_
         new = psutil.Process(int(client.call("who").text)).parent()
         assert new is not None and new.pid != forkserver.pid and new.name() == FORKSERVER_NAME
         command = new.cmdline()
-        assert command[1:4] == ["-P", "-m", "atomictoolsd.workers.runtime.forkserver"]  # sealed: see docs/trust.md
+        assert command[1:4] == ["-P", "-m", "atomictoolsd.worker.forkserver"]  # sealed: see docs/trust.md
         assert command[0] == psutil.Process(daemon.pid).cmdline()[0], "sys.executable, never a pyenv/asdf shim"
 
 

@@ -22,14 +22,14 @@ import pytest
 
 from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
 from atomictoolsd.config.settings import Config
+from atomictoolsd.pool.pool import PoolSettings, WorkerPool
 from atomictoolsd.registry.confinement import builtin_policy, judge
 from atomictoolsd.registry.model import ToolsDir
 from atomictoolsd.registry.projects import GIT_CONFIG_INTERVAL, Registry
 from atomictoolsd.registry.trust import TrustStore
-from atomictoolsd.workers.pool import PoolSettings, WorkerPool
-from atomictoolsd.workers.runtime import sandbox
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
-from atomictoolsd.workers.runtime.truncate import remove_old_spills
+from atomictoolsd.worker import sandbox
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker.truncate import remove_old_spills
 from helpers import Daemon, Env, wait_for
 
 pytestmark = pytest.mark.skipif(

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env
 
 Record = Callable[[str], None]

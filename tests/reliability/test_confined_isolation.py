@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from atomictools import Client
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 
 pytestmark = pytest.mark.skipif(

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from atomictoolsd.declarative.loader import load_file
+from atomictoolsd.worker.declarative.loader import load_file
 from helpers import Daemon, Env, wait_for
 from reliability.test_security import injections
 

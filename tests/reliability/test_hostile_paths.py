@@ -20,7 +20,7 @@ from helpers import Env, RawConnection
 # A module that lies in its load report: the runtime's own function that lists the helpers a
 # module read is replaced, at import, by one naming what the test planted.
 LIAR = '''
-import atomictoolsd.workers.runtime.main as _main
+import atomictoolsd.worker.main as _main
 from atomictools import tool
 
 def _lie(directory, exclude):
@@ -144,8 +144,8 @@ def swapper(what: str, spill_dir: str = "", victim: str = "", seconds: float = 0
 
 
 def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
-    from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
-    from atomictoolsd.workers.runtime.truncate import remove_old_spills
+    from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
+    from atomictoolsd.worker.truncate import remove_old_spills
 
     if kernel_abi() < REQUIRED_ABI:
         pytest.skip(f"this kernel offers Landlock ABI {kernel_abi()}; confining workers needs {REQUIRED_ABI}")

@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-from atomictoolsd.workers.runtime.output import BURST_BYTES, RATE_BYTES
+from atomictoolsd.worker.output import BURST_BYTES, RATE_BYTES
 from helpers import Daemon, Env, RawConnection, wait_for
 
 LIMIT = 1 << 20  # max_message_bytes for the frame matrix: the attacks go far past it

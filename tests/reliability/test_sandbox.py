@@ -25,9 +25,9 @@ import pytest
 
 from atomictools import Client, RPCError
 from atomictoolsd.config.command import command_name
-from atomictoolsd.workers.runtime.forkserver import FORKSERVER_NAME
-from atomictoolsd.workers.runtime.netns import PROXY_PORT
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker.forkserver import FORKSERVER_NAME
+from atomictoolsd.worker.netns import PROXY_PORT
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, code_address, run_in_terminal, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -635,7 +635,7 @@ def test_confined_workers_come_from_an_execd_fork_server_of_their_own(env: Env, 
     confined_pids = {entry["project"]: entry["pid"] for entry in status["confinedForkservers"]}
     assert (status["forkserver"]["pid"], confined_pids[str(env.project)]) == (ours.pid, theirs.pid)
     assert theirs.ppid() == daemon.pid and theirs.name() == FORKSERVER_NAME
-    assert theirs.cmdline()[1:4] == ["-P", "-m", "atomictoolsd.workers.runtime.forkserver"]
+    assert theirs.cmdline()[1:4] == ["-P", "-m", "atomictoolsd.worker.forkserver"]
     if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":
         assert code_address(plain.pid) == code_address(daemon.pid)
         assert code_address(confined.pid) != code_address(daemon.pid)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from atomictools import Client
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 from javascript_helpers import js_settings
 from reliability.test_sandbox import cli, matrix, reset, resume, world  # noqa: F401 - world: the fixture ts_world asks for

@@ -28,9 +28,9 @@ from typing import Any
 import psutil
 import pytest
 
-from atomictoolsd.workers.runtime.netns import USERNS_ENV
-from atomictoolsd.workers.runtime.netns import support as netns_support
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker.netns import USERNS_ENV
+from atomictoolsd.worker.netns import support as netns_support
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 
 pytestmark = [

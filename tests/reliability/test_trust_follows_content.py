@@ -22,7 +22,7 @@ import pytest
 
 from atomictools import Client, RPCError
 from atomictoolsd.config.command import command_name
-from atomictoolsd.workers.runtime.sandbox import REQUIRED_ABI, kernel_abi
+from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
 from shim_helpers import SHIM
 

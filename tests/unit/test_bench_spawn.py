@@ -11,8 +11,8 @@ from pathlib import Path
 
 import uvloop
 
-from atomictoolsd.workers.pool import PoolSettings
-from atomictoolsd.workers.runtime.forkserver import SPAWN_TIMES_ENV
+from atomictoolsd.pool.pool import PoolSettings
+from atomictoolsd.worker.forkserver import SPAWN_TIMES_ENV
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -45,7 +45,7 @@ def test_tool_authoring_never_imports_the_daemon() -> None:
     assert not loaded & {"uvloop", "watchfiles", "psutil", "platformdirs"}
 
 
-DAEMON_SIDE = ("atomictoolsd.server", "atomictoolsd.sessions", "atomictoolsd.registry", "atomictoolsd.workers.pool",
+DAEMON_SIDE = ("atomictoolsd.server", "atomictoolsd.sessions", "atomictoolsd.registry", "atomictoolsd.pool",
                "atomictoolsd.eventlog", "atomictoolsd.config")
 
 
@@ -54,27 +54,28 @@ def ours(loaded: set[str], prefixes: tuple[str, ...]) -> set[str]:
 
 
 def test_the_worker_runtime_stays_light() -> None:
-    loaded = modules_after("import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver")
+    loaded = modules_after("import atomictoolsd.worker.main, atomictoolsd.worker.forkserver")
     assert not loaded & {"uvloop", "watchfiles", "psutil", "platformdirs"}
     assert not ours(loaded, DAEMON_SIDE)
+    assert ours(loaded, ("atomictoolsd",)) - ours(loaded, (WORKER, PROTOCOL, UTIL)) == {"atomictoolsd"}
     # pydantic only in a worker whose module imports it (tests/e2e/test_pydantic.py).
     assert not {m for m in loaded if m.partition(".")[0] in ("pydantic", "pydantic_core")}
 
 
 def test_python_workers_never_pay_for_declarative_tools() -> None:
     # The fork server imports these only before forking the first worker of a JSON file.
-    loaded = modules_after("import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver")
+    loaded = modules_after("import atomictoolsd.worker.main, atomictoolsd.worker.forkserver")
     assert "fastjsonschema" not in loaded
-    assert not ours(loaded, ("atomictoolsd.declarative",))
+    assert not ours(loaded, ("atomictoolsd.worker.declarative",))
 
 
 def test_declarative_handlers_and_builtins_stay_in_workers() -> None:
     loaded = modules_after(
-        "import atomictoolsd.declarative, atomictoolsd.builtins._common, atomictoolsd.registry.trust,"
+        "import atomictoolsd.worker.declarative, atomictoolsd.worker.builtins._common, atomictoolsd.registry.trust,"
         " atomictoolsd.config.discovery"
     )
     assert not ours(loaded, ("atomictoolsd.server", "atomictoolsd.sessions", "atomictoolsd.registry.projects",
-                             "atomictoolsd.workers.pool"))
+                             "atomictoolsd.pool"))
     assert not loaded & {"uvloop", "watchfiles", "psutil"}
 
 
@@ -94,36 +95,60 @@ def test_the_registry_knows_nothing_of_sockets_or_sessions() -> None:
 def test_the_sandbox_needs_only_the_standard_library() -> None:
     # It moves with the worker runtime and runs in a worker before the tool module: nothing of the
     # daemon, and nothing outside the standard library.
-    loaded = modules_after("import atomictoolsd.workers.runtime.sandbox")
-    assert not ours(loaded, ("atomictoolsd",)) - {"atomictoolsd", "atomictoolsd.workers", "atomictoolsd.workers.runtime",
-                                                  "atomictoolsd.workers.runtime.sandbox", "atomictoolsd.workers.runtime.netns",
-                                                  "atomictoolsd.workers.runtime.gitindex"}
+    loaded = modules_after("import atomictoolsd.worker.sandbox")
+    assert not ours(loaded, ("atomictoolsd",)) - {"atomictoolsd", "atomictoolsd.worker",
+                                                  "atomictoolsd.worker.sandbox", "atomictoolsd.worker.netns",
+                                                  "atomictoolsd.worker.gitindex"}
     assert not loaded & {"msgspec", "uvloop", "watchfiles", "psutil", "platformdirs"}
     # And workers that are not confined never import it.
-    assert "atomictoolsd.workers.runtime.sandbox" not in modules_after(
-        "import atomictoolsd.workers.runtime.main, atomictoolsd.workers.runtime.forkserver"
+    assert "atomictoolsd.worker.sandbox" not in modules_after(
+        "import atomictoolsd.worker.main, atomictoolsd.worker.forkserver"
     )
 
 
 # -- the import graph of atomictoolsd ------------------------------------------------------------
 #
 # Layers, top to bottom (docs/architecture.md). An import may point down, or sideways inside one
-# layer; never up, and never in a circle. The worker side (runtime, tool kinds, protocol) is beside
-# the daemon side's bottom, not on it: it may not import config or the event log.
+# layer; never up, and never in a circle. The worker package (runtime, tool kinds) and the protocol
+# are beside the daemon side's bottom, not on it: they may not import config or the event log.
 
 LAYERS: list[tuple[str, ...]] = [
     ("atomictoolsd.__main__", "atomictoolsd.cli", "atomictoolsd.shim"),  # entry points
     ("atomictoolsd.server",),  # the daemon process: lifecycle, socket, signals, wiring
-    ("atomictoolsd.sessions", "atomictoolsd.transports", "atomictoolsd.bridges", "atomictoolsd.service", "atomictoolsd.builtins"),
+    # The built-in tools run in workers (they are in atomictoolsd.worker) but are tools like any
+    # other: the workspace tool reads the trust store and the configuration to report them.
+    ("atomictoolsd.sessions", "atomictoolsd.transports", "atomictoolsd.bridges", "atomictoolsd.service", "atomictoolsd.worker.builtins"),
     ("atomictoolsd.registry", "atomictoolsd.environments"),  # environments: what a module's workers import from
-    ("atomictoolsd.workers",),  # daemon side: pool, worker, spawner, monitor
-    ("atomictoolsd.workers.runtime", "atomictoolsd.declarative"),  # inside a worker
-    ("atomictoolsd.workers.protocol",),  # both sides
+    ("atomictoolsd.pool",),  # the daemon's side of workers: pool, worker, spawner, monitor
+    ("atomictoolsd.worker",),  # inside a worker and the fork servers: the runtime, the tool kinds
+    ("atomictoolsd.protocol",),  # both sides
     ("atomictoolsd.eventlog",),
     ("atomictoolsd.config",),
+    ("atomictoolsd.util",),  # general helpers of any process, standard library only
     ("atomictoolsd",),  # the package itself: __version__
 ]
-WORKER_SIDE = ("atomictoolsd.workers.runtime", "atomictoolsd.declarative", "atomictoolsd.workers.protocol")
+WORKER = "atomictoolsd.worker"  # what runs in a worker process or a fork server
+PROTOCOL = "atomictoolsd.protocol"  # what the daemon and a worker say: both import it
+UTIL = "atomictoolsd.util"  # what any process may import
+BUILTINS = "atomictoolsd.worker.builtins"
+WORKER_SIDE = (WORKER, PROTOCOL)
+# What the daemon's side imports of the worker package besides the protocol, and why: probes,
+# constants and the fork server's entry, never the code that serves a call. Anything else the
+# daemon needs of a worker's code goes to the protocol or to util.
+DAEMON_USES_OF_THE_WORKER = {
+    "atomictoolsd.worker.sandbox": "support() and limit_abi: what this kernel can enforce; PROTECTED for the policy",
+    "atomictoolsd.worker.netns": "support(): whether this machine lets a worker have a network namespace",
+    "atomictoolsd.worker.gitindex": "the submodules an index lists, for an agent's trust entry",
+    "atomictoolsd.worker.forkserver": "fork_early forks the first fork server from the daemon and runs it",
+    "atomictoolsd.worker.jsexec": "JS_DIR: where the JavaScript runtime's files are",
+    "atomictoolsd.worker.output": "the output rate limit, which the daemon holds again",
+    "atomictoolsd.worker.limits": "describe_limit: the memory limit's text, the same on both sides",
+    "atomictoolsd.worker.truncate": "remove_old_spills: the daemon sweeps the spill files workers leave",
+    "atomictoolsd.worker.builtins": "BUILTIN_DIR: the wiring serves the built-ins' tools dir",
+    "atomictoolsd.worker.portable": "the portable-schema pass, which the daemon gives a JavaScript worker's definitions",
+}
+# The built-in tools report the daemon's settings, trust and tools dirs as the CLI reads them.
+BUILTINS_USE_OF_THE_DAEMON = ("atomictoolsd.config", "atomictoolsd.registry.trust", "atomictoolsd.registry.confinement")
 DAEMON_BOTTOM = ("atomictoolsd.config", "atomictoolsd.eventlog")
 PACKAGE_DIR = Path(atomictoolsd.__file__).resolve().parent
 CLIENT_DIR = Path(atomictools.__file__).resolve().parent
@@ -222,7 +247,8 @@ def test_no_import_points_up() -> None:
 
 def test_the_worker_side_needs_nothing_of_the_daemon_side() -> None:
     # The runtime, the tool kinds and the protocol run in workers: not config, not the event log.
-    wrong = [i for i in GRAPH if in_any(i.source, WORKER_SIDE) and in_any(i.target, DAEMON_BOTTOM)]
+    wrong = [i for i in GRAPH if in_any(i.source, WORKER_SIDE) and not in_any(i.source, (BUILTINS,))
+             and in_any(i.target, DAEMON_BOTTOM)]
     assert not wrong, wrong
 
 
@@ -277,7 +303,7 @@ def test_there_are_no_import_cycles() -> None:
 
 def test_atomictools_has_no_import_cycles() -> None:
     # What tool authors and clients import. The code that builds a tool's schemas from its
-    # signature needs the authoring surface, so it lives above it, in atomictoolsd.workers.runtime.
+    # signature needs the authoring surface, so it lives above it, in atomictoolsd.worker.
     assert {i.source for i in CLIENT_GRAPH} >= {"atomictools", "atomictools._authoring", "atomictools._client"}
     cycles = cycles_of(CLIENT_GRAPH)
     assert not cycles, "import cycles in atomictools:\n" + "\n".join(" -> ".join(c) for c in cycles)
@@ -320,3 +346,42 @@ def test_the_graph_test_sees_what_it_must(tmp_path: Path) -> None:
     assert not any(i.reason for i in found)
     (root / "server" / "b.py").write_text("def f():\n    from atomictoolsd.registry import a  # lazy: a reason\n")
     assert [i.reason for i in imports_of(module_files(root)) if i.lazy] == ["a reason"]
+
+
+# -- folders by process (docs/architecture.md, "Where each process's code lives") ---------------
+
+
+def daemon_side(module: str) -> bool:
+    """The daemon's side and the entry points: everything of ours but the worker package, the
+    protocol, the general helpers and the package's own ``__init__``."""
+    return module.startswith("atomictoolsd.") and not in_any(module, (WORKER, PROTOCOL, UTIL))
+
+
+def test_the_worker_package_imports_nothing_of_the_daemon_side() -> None:
+    wrong = [i for i in GRAPH if in_any(i.source, (WORKER,)) and daemon_side(i.target)
+             and not (in_any(i.source, (BUILTINS,)) and in_any(i.target, BUILTINS_USE_OF_THE_DAEMON))]
+    assert not wrong, "the worker package imports the daemon's side (move the code, or pass it in the spec):\n" + (
+        "\n".join(map(repr, wrong)))
+
+
+def test_the_daemon_side_imports_of_the_worker_package_only_the_protocol_and_named_probes() -> None:
+    named = tuple(DAEMON_USES_OF_THE_WORKER)
+    wrong = [i for i in GRAPH if daemon_side(i.source) and in_any(i.target, (WORKER,)) and not in_any(i.target, named)]
+    assert not wrong, "the daemon imports a worker's code (use atomictoolsd.protocol, or name it in " \
+        "DAEMON_USES_OF_THE_WORKER with the reason):\n" + "\n".join(map(repr, wrong))
+
+
+def test_general_helpers_need_only_the_standard_library() -> None:
+    helpers = {name: path for name, path in module_files().items() if in_any(name, (UTIL,))}
+    assert helpers
+    for name, path in helpers.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                roots = [node.module or ""]
+            else:
+                continue
+            for root in roots:
+                ok = in_any(root, (UTIL,)) or root.split(".")[0] in sys.stdlib_module_names or root == "__future__"
+                assert ok, f"{name}:{node.lineno} imports {root}: util is for any process, standard library only"

@@ -7,8 +7,8 @@ import asyncio
 import time
 from typing import Any
 
-from atomictoolsd.workers.periodic import Scheduler
-from atomictoolsd.workers.pool import Deadlines
+from atomictoolsd.pool.pool import Deadlines
+from atomictoolsd.util.periodic import Scheduler
 
 
 class _Due:

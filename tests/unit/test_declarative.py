@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atomictools import ToolError
-from atomictoolsd.declarative.file_read import read_inside
-from atomictoolsd.declarative.http_request import HttpHandler
-from atomictoolsd.declarative.loader import load_file
-from atomictoolsd.declarative.shell import ShellHandler
-from atomictoolsd.declarative.templates import TemplateError, ValueRejected, value_text
-from atomictoolsd.workers.protocol import LoadFailure
+from atomictoolsd.protocol import LoadFailure
+from atomictoolsd.worker.declarative.file_read import read_inside
+from atomictoolsd.worker.declarative.http_request import HttpHandler
+from atomictoolsd.worker.declarative.loader import load_file
+from atomictoolsd.worker.declarative.shell import ShellHandler
+from atomictoolsd.worker.declarative.templates import TemplateError, ValueRejected, value_text
 
 
 def write(tmp_path: Path, data: Any, name: str = "t.json") -> str:

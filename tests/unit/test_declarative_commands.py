@@ -8,10 +8,10 @@ import urllib.parse
 import pytest
 
 from atomictools import ToolError
-from atomictoolsd.declarative.commands import Unsafe, check, program_name
-from atomictoolsd.declarative.http_request import HttpHandler
-from atomictoolsd.declarative.shell import ShellHandler
-from atomictoolsd.declarative.templates import TemplateError, ValueRejected
+from atomictoolsd.worker.declarative.commands import Unsafe, check, program_name
+from atomictoolsd.worker.declarative.http_request import HttpHandler
+from atomictoolsd.worker.declarative.shell import ShellHandler
+from atomictoolsd.worker.declarative.templates import TemplateError, ValueRejected
 
 
 def role(command: str) -> str | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.declarative import load_file
+from atomictoolsd.worker.declarative import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"```json\n(.*?)```", re.DOTALL)
@@ -38,7 +38,7 @@ def test_the_docs_show_at_least_the_readme_and_reference_examples() -> None:
 
 
 def test_the_programs_whose_arguments_are_data_are_the_ones_documented() -> None:
-    from atomictoolsd.declarative.commands import PLAIN
+    from atomictoolsd.worker.declarative.commands import PLAIN
 
     text = (ROOT / "docs" / "declarative.md").read_text()
     listed = re.search(r"<!-- plain-programs -->(.*?)<!-- /plain-programs -->", text, re.DOTALL)

@@ -38,7 +38,7 @@ def test_an_edit_to_the_declarative_loader_changes_the_runtime_version(tmp_path:
     before = runtime_version(client, daemon)
     assert runtime_version(client, daemon) == before  # the same code: the same version
     for name in ("loader.py", "validation.py"):
-        with open(daemon / "atomictoolsd" / "declarative" / name, "a") as f:
+        with open(daemon / "atomictoolsd" / "worker" / "declarative" / name, "a") as f:
             f.write("\n# an upgrade that changes which JSON tools load\n")
         after = runtime_version(client, daemon)
         assert after != before, name

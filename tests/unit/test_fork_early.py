@@ -12,8 +12,8 @@ from atomictools._launch import sealed_environ
 
 # Forks the fork server if it may, then stops it (by its pid, as the daemon would) and says which.
 SCRIPT = """
-from atomictoolsd.workers.processes import stop_process
-from atomictoolsd.workers.spawner import fork_early
+from atomictoolsd.util.processes import stop_process
+from atomictoolsd.pool.spawner import fork_early
 
 first = fork_early()
 if first is not None:

@@ -1,5 +1,5 @@
 """The submodules a confined worker's sandbox finds in a repository's index (their ``.git`` stays
-read-only: ``workers/runtime/gitindex.py``), read from indexes real git wrote, in each format."""
+read-only: ``worker/gitindex.py``), read from indexes real git wrote, in each format."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from atomictoolsd.workers.runtime.gitindex import gitlinks
+from atomictoolsd.worker.gitindex import gitlinks
 
 
 def git(repo: Path, *args: str) -> str:

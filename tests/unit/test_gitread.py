@@ -3,7 +3,7 @@ of the same repository, byte for byte, for names git quotes, long names, binary 
 across directories, a project inside a larger repository, and an untracked project directory.
 
 Real git makes the repositories and gives the expected text; the reader runs as the built-ins run
-it (``python -P -m atomictoolsd.builtins._gitread``, its request on stdin, from ``/``, with
+it (``python -P -m atomictoolsd.worker.builtins._gitread``, its request on stdin, from ``/``, with
 nothing of this environment but ``PYTHONPATH``).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from atomictoolsd.builtins._gitreader import READER, reader_environ
+from atomictoolsd.worker.builtins._gitreader import READER, reader_environ
 
 
 def git(repo: Path, *args: str) -> str:

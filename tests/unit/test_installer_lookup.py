@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent('''
     from atomictoolsd.config.settings import Config
     from atomictoolsd.environments.script import ScriptMetadata
     from atomictoolsd.environments.store import Environments
-    from atomictoolsd.workers.protocol import LoadFailure
+    from atomictoolsd.protocol import LoadFailure
 
     root = Path(sys.argv[1])
     # An index that is not there: each build finds its installer, then fails to resolve, quickly.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from atomictoolsd.pool.pool import LoadFailure, SpawnError
 from atomictoolsd.registry.outcome import Loaded, NotLoaded, NoWorker, load_outcome
-from atomictoolsd.workers.pool import LoadFailure, SpawnError
 
 
 def settle(load: Any) -> Any:

@@ -1,6 +1,6 @@
 """What the proxy of confined workers lets through, judged without a network: the hosts a user
 names (``config/nethosts.py``), the addresses no confined tool reaches, and how a request's head is
-read and passed on (``workers/netproxy.py``). The proxy itself, on real namespaces and sockets, is
+read and passed on (``pool/netproxy.py``). The proxy itself, on real namespaces and sockets, is
 ``tests/reliability/test_sandbox_net.py``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ipaddress
 import pytest
 
 from atomictoolsd.config.nethosts import host_matches, normal_host, parse_hosts, parse_private
-from atomictoolsd.workers.netproxy import ProxyRefusal, _Request, address_refusal
+from atomictoolsd.pool.netproxy import ProxyRefusal, _Request, address_refusal
 
 
 def test_hosts_are_read_as_the_user_means_them() -> None:

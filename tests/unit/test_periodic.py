@@ -1,4 +1,4 @@
-"""The daemon's one loop for periodic work (``workers/periodic.py``): a failing tick is logged and the
+"""The daemon's one loop for periodic work (``util/periodic.py``): a failing tick is logged and the
 job goes on, the interval is read before each wait, ``while_`` ends the job, ``stop`` waits for the
 end, and one slow job holds up no other."""
 
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from atomictoolsd.workers.periodic import Scheduler
+from atomictoolsd.util.periodic import Scheduler
 
 
 def test_a_failing_tick_is_logged_and_the_loop_goes_on(caplog: pytest.LogCaptureFixture) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from atomictoolsd.config.settings import Config
-from atomictoolsd.workers.pool import PoolSettings
-from atomictoolsd.workers.protocol import WorkerSpec
+from atomictoolsd.pool.pool import PoolSettings
+from atomictoolsd.protocol import WorkerSpec
 
 
 def test_a_worker_spec_has_no_limit_defaults_of_its_own() -> None:

@@ -1,4 +1,4 @@
-"""The one stop-and-wait (``workers/processes.py``): a child that ignores SIGTERM is killed after the
+"""The one stop-and-wait (``util/processes.py``): a child that ignores SIGTERM is killed after the
 timeout, and a pid is waited for until it is gone (a zombie counts as gone)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from atomictoolsd.workers.processes import pid_alive, stop_process, wait_gone
+from atomictoolsd.util.processes import pid_alive, stop_process, wait_gone
 
 STUBBORN = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from atomictoolsd.cli._common import pid_alive
-from atomictoolsd.workers.runtime.procstat import PPID, SESSION, STATE, proc_stat
+from atomictoolsd.util.procstat import PPID, SESSION, STATE, proc_stat
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc")
 

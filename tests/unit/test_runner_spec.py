@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from atomictoolsd.workers.pool import PoolSettings, Unhosted, WorkerPool
+from atomictoolsd.pool.pool import PoolSettings, Unhosted, WorkerPool
 
 
 def test_a_worker_spec_cannot_change_in_place() -> None:

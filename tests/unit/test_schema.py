@@ -1,4 +1,4 @@
-"""Schemas, validation and naming derived from tool signatures (atomictoolsd.workers.runtime.schema)."""
+"""Schemas, validation and naming derived from tool signatures (atomictoolsd.worker.schema)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from atomictools import Context, Field, tool
 from atomictools._jsonschema import inline_refs
-from atomictoolsd.workers.runtime.schema import SchemaError, build_tool, collect_tools, tool_name
+from atomictoolsd.worker.schema import SchemaError, build_tool, collect_tools, tool_name
 
 
 class Color(enum.Enum):

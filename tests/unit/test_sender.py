@@ -8,7 +8,7 @@ import struct
 import threading
 import time
 
-from atomictoolsd.workers.runtime.sender import Sender
+from atomictoolsd.worker.sender import Sender
 
 HEADER = struct.Struct(">I")
 

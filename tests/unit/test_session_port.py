@@ -16,13 +16,13 @@ import msgspec
 import pytest
 
 from atomictoolsd.config.settings import Config
+from atomictoolsd.pool.pool import PoolSettings, WorkerPool
 from atomictoolsd.registry.projects import Registry
 from atomictoolsd.sessions.connection import Connection
 from atomictoolsd.sessions.messages import CallParams, decode_message
 from atomictoolsd.sessions.output import Output
 from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_VERSION, STATELESS
 from atomictoolsd.sessions.session import Handler, Session
-from atomictoolsd.workers.pool import PoolSettings, WorkerPool
 
 TOOLS = '''
 import time

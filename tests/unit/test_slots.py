@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from atomictoolsd.config.settings import Config, max_workers_default
-from atomictoolsd.workers.pool import PoolSettings
-from atomictoolsd.workers.slots import WorkerSlots
+from atomictoolsd.pool.pool import PoolSettings
+from atomictoolsd.pool.slots import WorkerSlots
 
 
 def _run(coroutine: Any) -> Any:

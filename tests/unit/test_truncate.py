@@ -6,8 +6,8 @@ import os
 import time
 from pathlib import Path
 
-from atomictoolsd.workers.runtime.removal import remove_tree
-from atomictoolsd.workers.runtime.truncate import remove_old_spills, truncate
+from atomictoolsd.worker.removal import remove_tree
+from atomictoolsd.worker.truncate import remove_old_spills, truncate
 
 
 def test_output_within_limits_is_untouched(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from atomictoolsd.workers.protocol import (
+from atomictoolsd.protocol import (
     Answer,
     Ask,
     CallContext,

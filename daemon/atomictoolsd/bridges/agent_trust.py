@@ -100,7 +100,7 @@ def local_settings_ignored(root: Path) -> str | None:
         return f"{root / '.claude'} is a git repository of its own"
     if shutil.which("git") is None:
         return None  # Claude Code asks git; without one, it counts the file
-    from atomictoolsd.workers.runtime.gitindex import index_paths  # lazy: only for a Claude Code project entry
+    from atomictoolsd.worker.gitindex import index_paths  # lazy: only for a Claude Code project entry
 
     try:
         repository = locate_repository(root)

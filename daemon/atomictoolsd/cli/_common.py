@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from atomictoolsd.config.command import shell_quote
 from atomictoolsd.config.discovery import escape_path
-from atomictoolsd.workers.processes import pid_alive, wait_gone
+from atomictoolsd.util.processes import pid_alive, wait_gone
 
 __all__ = [
     "EXIT_CODES", "EXIT_FAILED", "EXIT_NOT_RUNNING", "EXIT_USAGE", "EscapingStream",

@@ -52,8 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
         os.chdir("/")  # and keeps no directory of the starter's busy (an unmount, a removed worktree)
 
+    from atomictoolsd.pool.spawner import fork_early
     from atomictoolsd.service.manager import capture
-    from atomictoolsd.workers.spawner import fork_early
 
     # Tools run programs by name; those installed next to the daemon (its venv) are among them.
     add_own_bin_to_path()

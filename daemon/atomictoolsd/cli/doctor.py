@@ -41,7 +41,7 @@ from atomictoolsd.cli import doctor_http
 from atomictoolsd.cli._common import raw_request, safe, shown_command
 from atomictoolsd.config.command import installed_command, shell_quote
 from atomictoolsd.shim.relay import UsageError, parse_args
-from atomictoolsd.workers.processes import stop_process
+from atomictoolsd.util.processes import stop_process
 
 __all__ = ["Check", "Report", "diagnose", "minimal_environment", "render"]
 

@@ -20,11 +20,11 @@ def cmd_js_install(args: argparse.Namespace) -> int:
     from atomictoolsd.cli._common import raw_request
     from atomictoolsd.config.paths import Paths
     from atomictoolsd.config.settings import load_config
-    from atomictoolsd.workers.javascript.packages import (
+    from atomictoolsd.pool.javascript.packages import (
         Packages,
         PackagesInstallError,
     )
-    from atomictoolsd.workers.javascript.runtimes import (
+    from atomictoolsd.pool.javascript.runtimes import (
         find_runtime,
     )
 

@@ -146,7 +146,7 @@ def _allowed_hosts(args: argparse.Namespace) -> object:
 
 def _note_network(hosts: object) -> None:
     """Say how its tools reach the network, or why they cannot on this machine."""
-    from atomictoolsd.workers.runtime.netns import support
+    from atomictoolsd.worker.netns import support
 
     offered = support()
     if not offered["available"]:
@@ -202,7 +202,7 @@ def _support() -> dict[str, object]:
     from atomictoolsd.config.paths import Paths
     from atomictoolsd.config.settings import ConfigError, load_config
     from atomictoolsd.registry.confinement import configure_sandbox
-    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes
+    from atomictoolsd.worker.sandbox import support  # lazy: ctypes
 
     try:
         configure_sandbox(load_config(Paths.from_env().config_file))

@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 # File suffix → module kind (the worker loader that serves it). A TypeScript or JavaScript module
-# (Atomic's, OpenCode's, the Copilot SDK's tool files) runs on Bun or Node (workers/runtime/jsexec.py).
+# (Atomic's, OpenCode's, the Copilot SDK's tool files) runs on Bun or Node (worker/jsexec.py).
 MODULE_KINDS = {
     ".py": "python", ".json": "declarative", ".ts": "javascript", ".mts": "javascript", ".js": "javascript",
     ".mjs": "javascript",

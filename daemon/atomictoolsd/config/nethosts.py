@@ -1,7 +1,7 @@
 """The hosts a confined tool with the network may reach: the names the user writes, read and matched.
 
 ``trust --sandbox --allow-net HOST,…`` names the hosts one project's tools may reach through the
-daemon's proxy (``workers/netproxy.py``); ``sandbox_allow_net_private`` names the hosts and networks
+daemon's proxy (``pool/netproxy.py``); ``sandbox_allow_net_private`` names the hosts and networks
 of the user's own network that confined tools may reach at all (a private address is refused
 otherwise). Both are read here, by the CLI, the daemon and the proxy alike, so a name means the
 same thing everywhere.

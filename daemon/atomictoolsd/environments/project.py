@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from atomictoolsd.config.command import command_name, shell_quote
-from atomictoolsd.workers.protocol import EnvSpec
+from atomictoolsd.protocol import EnvSpec
 
 __all__ = ["Venv", "describe", "find_venv", "project_env", "read_venv"]
 

@@ -2,7 +2,7 @@
 question a worker's start asks of them: ``Environments.for_runner``.
 
 An environment is a directory of installed packages for the daemon's own interpreter, put on a
-worker's ``sys.path`` after the fork (``workers/runtime/environment.py``): the fork server stays the
+worker's ``sys.path`` after the fork (``worker/environment.py``): the fork server stays the
 one forked from the daemon, and a worker of an environment starts as fast as any other. It is built
 once for the exact set of packages a declaration resolves to, and shared: every module whose
 declaration resolves to that set uses it, and one build serves every module that asks while it runs.
@@ -43,11 +43,11 @@ from atomictoolsd.config.discovery import local_tools_dir
 from atomictoolsd.environments.installer import Installer, InstallError, find_installer
 from atomictoolsd.environments.project import describe, project_env
 from atomictoolsd.environments.script import ScriptError, ScriptMetadata, parse_metadata, python_meets
-from atomictoolsd.workers.protocol import EnvSpec, LoadFailure
+from atomictoolsd.protocol import EnvSpec, LoadFailure
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
-    from atomictoolsd.workers.pool import ModuleRunner
+    from atomictoolsd.pool.pool import ModuleRunner
 
 __all__ = ["Environments"]
 

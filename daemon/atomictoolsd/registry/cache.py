@@ -77,14 +77,14 @@ def runtime_files() -> list[Path]:
     client = Path(atomictools.__file__).parent
     daemon = Path(__file__).parent.parent
     files = [client / name for name in ("_authoring.py", "_jsonschema.py", "_protocol.py")]
-    files += [daemon / "workers" / "runtime" / name for name in (
+    files += [daemon / "worker" / name for name in (
         "main.py", "sourceload.py", "schema.py", "signature.py", "pydantic_schema.py", "portable.py",
     )]
-    files.append(daemon / "workers" / "protocol.py")  # what a worker reports of a load (LoadFailure, the messages)
-    files += sorted((daemon / "declarative").glob("*.py"))
+    files.append(daemon / "protocol.py")  # what a worker reports of a load (LoadFailure, the messages)
+    files += sorted((daemon / "worker" / "declarative").glob("*.py"))
     # A TypeScript or JavaScript module's: its worker's code, and the pass its definitions take.
-    files += sorted((daemon / "workers" / "runtime" / "js").glob("*.mjs"))
-    files += [daemon / "workers" / "runtime" / "jsexec.py", daemon / "workers" / "javascript" / "definitions.py"]
+    files += sorted((daemon / "worker" / "js").glob("*.mjs"))
+    files += [daemon / "worker" / "jsexec.py", daemon / "pool" / "javascript" / "definitions.py"]
     spec = importlib.util.find_spec("fastjsonschema")
     if spec is not None and spec.origin:
         files += sorted(Path(spec.origin).parent.glob("*.py"))

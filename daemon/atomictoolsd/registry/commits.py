@@ -18,6 +18,8 @@ from typing import Any
 
 from atomictools._protocol import check_tool_name
 from atomictoolsd.config.discovery import ModuleFile, Skipped
+from atomictoolsd.pool.pool import LoadFailure, ModuleRunner, WorkerPool
+from atomictoolsd.pool.worker import Worker
 from atomictoolsd.registry.cache import CacheEntry, DefinitionCache
 from atomictoolsd.registry.confinement import root_listing
 from atomictoolsd.registry.content import Hold
@@ -25,8 +27,6 @@ from atomictoolsd.registry.lifetimes import Lifetimes, Scans
 from atomictoolsd.registry.model import Change, LateLoad, Listener, Module, ToolDef, ToolsDir
 from atomictoolsd.registry.ondisk import read_worker_back
 from atomictoolsd.registry.outcome import Blocked, Cached, Held, Late, Loaded, LoadOutcome, NotLoaded, NoWorker
-from atomictoolsd.workers.pool import LoadFailure, ModuleRunner, WorkerPool
-from atomictoolsd.workers.worker import Worker
 
 __all__ = ["BuiltinHost", "Commits", "DirHost", "LocalHost"]
 

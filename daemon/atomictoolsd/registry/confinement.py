@@ -4,7 +4,7 @@ The daemon asks this for every tools dir whenever trust may have changed (``Life
 reads the trust level of a project (``trust --sandbox`` or plain ``trust``), the user's widening of
 the sandbox (``trust --sandbox --allow-…`` in the trust store, ``sandbox_allow_*`` in the
 configuration: both the user's, never a repository's) and what the kernel can enforce
-(``workers/runtime/sandbox.support``). A project trusted with ``--sandbox`` on a machine that cannot confine
+(``worker/sandbox.support``). A project trusted with ``--sandbox`` on a machine that cannot confine
 it is blocked with the reason: nothing here ever hands a worker less confinement than was chosen.
 
 The built-in tools are judged per project (each project has its own built-in tools dir where the
@@ -21,7 +21,7 @@ grows), the variables of the daemon's environment its workers get by name (``san
 server, which serves every project), and the copy of your git configuration they get
 (``config/gitcopy.py``).
 
-It never applies a confinement (the worker does, ``workers/runtime/sandbox.confine``) and never writes trust.
+It never applies a confinement (the worker does, ``worker/sandbox.confine``) and never writes trust.
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ def _dirs(value: str | list[str] | None, home: Path) -> list[str]:
 def configure_sandbox(config: Config) -> None:
     """Have this process rely on the Landlock ABI the user's configuration says (``sandbox_abi``: a
     lower kernel, for testing), where the sandbox is in use or the setting is made."""
-    module = sys.modules.get("atomictoolsd.workers.runtime.sandbox")
+    module = sys.modules.get("atomictoolsd.worker.sandbox")
     if module is None and config.sandbox_abi >= 0:
-        from atomictoolsd.workers.runtime import sandbox as module  # lazy: ctypes, only once the setting asks for it
+        from atomictoolsd.worker import sandbox as module  # lazy: ctypes, only once the setting asks for it
     if module is not None:
         module.limit_abi(config.sandbox_abi)
 
@@ -113,7 +113,7 @@ def _project_policy(project: Path, allow: dict[str, Any], config: Config, home: 
     """What a confined project's policy holds beyond its paths: the entries kept read-only, the
     variables passed by name (``pass_env``: the daemon sends their values to each worker), the
     git configuration's copy."""
-    from atomictoolsd.workers.runtime.sandbox import PROTECTED  # lazy: ctypes, only once a dir is to be confined
+    from atomictoolsd.worker.sandbox import PROTECTED  # lazy: ctypes, only once a dir is to be confined
 
     protect = [*PROTECTED, *_items(config.sandbox_protect), *(allow.get("protect") or [])]
     names = [*_items(config.sandbox_allow_env), *(allow.get("env") or [])]
@@ -177,14 +177,14 @@ def env_name_problem(name: str) -> str | None:
 
 def network_policy(allowed: Any, config: Config) -> dict[str, Any]:
     """The network part of a confined worker's policy: ``net`` (it runs in a network namespace of
-    its own, ``workers/runtime/netns``, whose one way out is the daemon's proxy), ``net_hosts`` (the
+    its own, ``worker/netns``, whose one way out is the daemon's proxy), ``net_hosts`` (the
     hosts ``--allow-net HOST,…`` named; absent: any public host), ``net_private``
     (``sandbox_allow_net_private``) and ``env`` (the proxy's variables); where this machine cannot
     make the namespace, no network and ``net_off`` saying why. ``allowed`` is the trust entry's
     ``allow.net``: True, or the hosts."""
     if not (config.sandbox_allow_net or allowed):
         return {"net": False}
-    from atomictoolsd.workers.runtime import netns  # lazy: ctypes, only for a worker allowed the network
+    from atomictoolsd.worker import netns  # lazy: ctypes, only for a worker allowed the network
 
     support = netns.support()
     if not support["available"]:
@@ -205,7 +205,7 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
     confined, the function that makes it (it runs git and reads the file system: for a thread).
     Asked on the event loop: the trust store is read there, as everywhere else."""
     if tools_dir.scope == "builtin":
-        from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, only once a dir is to be confined
+        from atomictoolsd.worker import sandbox  # lazy: ctypes, only once a dir is to be confined
 
         if not sandbox.support()["available"] or not _utf8(str(tools_dir.cwd)):
             # The product's own code: it runs unconfined rather than not at all (a project whose
@@ -230,7 +230,7 @@ def judge(tools_dir: ToolsDir, config: Config, store: TrustStore, home: Path) ->
         allow = entry.get("allow") or {}
         project = tools_dir.cwd
         what = "this project is trusted with --sandbox"
-    from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, only once a dir is to be confined
+    from atomictoolsd.worker import sandbox  # lazy: ctypes, only once a dir is to be confined
 
     support = sandbox.support()
     if not support["available"]:
@@ -242,7 +242,7 @@ def held_policy(root: Path, config: Config, home: Path) -> tuple[dict[str, Any] 
     """How a held module of the fully trusted project at ``root`` runs (content that came through git
     and awaits review: ``registry/holding.py``): confined as ``trust --sandbox`` confines, without a
     project's widening; or ``(None, why)`` where this machine cannot confine it (it does not run)."""
-    from atomictoolsd.workers.runtime import sandbox  # lazy: ctypes, only once a module is held
+    from atomictoolsd.worker import sandbox  # lazy: ctypes, only once a module is held
 
     support = sandbox.support()
     if not support["available"]:

@@ -71,7 +71,7 @@ def digest(data: bytes) -> str:
 
 
 # What a JavaScript worker loads from its tools dir (its hooks refuse other bytes of these,
-# ``workers/runtime/js/content.mjs``); a ``node_modules`` dir is packages, not the project's tools.
+# ``worker/js/content.mjs``); a ``node_modules`` dir is packages, not the project's tools.
 _JAVASCRIPT = (".ts", ".mts", ".cts", ".tsx", ".js", ".mjs", ".cjs", ".jsx")
 
 

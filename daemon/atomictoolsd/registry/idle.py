@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from atomictoolsd.workers.periodic import Scheduler
+from atomictoolsd.util.periodic import Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config

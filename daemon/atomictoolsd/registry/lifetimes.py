@@ -35,6 +35,7 @@ from atomictoolsd.config.discovery import (
     project_root,
 )
 from atomictoolsd.environments import Environments
+from atomictoolsd.pool.pool import ModuleRunner, WorkerPool
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.confinement import git_config_identity, root_listing
 from atomictoolsd.registry.content import Hold, held_entry
@@ -42,8 +43,7 @@ from atomictoolsd.registry.holding import ContentJudge
 from atomictoolsd.registry.model import Change, DirListener, Judgement, Module, Project, ToolsDir
 from atomictoolsd.registry.outcome import BLOCKED, LoadOutcome
 from atomictoolsd.registry.trust import trust_offer
-from atomictoolsd.workers.periodic import Scheduler
-from atomictoolsd.workers.pool import ModuleRunner, WorkerPool
+from atomictoolsd.util.periodic import Scheduler
 
 __all__ = ["GIT_CONFIG_INTERVAL", "Lifetimes", "Scans", "track"]
 

@@ -18,10 +18,10 @@ import msgspec
 
 from atomictools._protocol import WRITTEN_SCHEMA
 from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
+from atomictoolsd.pool.javascript.definitions import RUNTIME_KEY
+from atomictoolsd.pool.pool import ModuleRunner
 from atomictoolsd.registry.content import Hold, Verdict, held_entry
 from atomictoolsd.registry.trust import trust_offer
-from atomictoolsd.workers.javascript.definitions import RUNTIME_KEY
-from atomictoolsd.workers.pool import ModuleRunner
 
 __all__ = ["Change", "DirListener", "Judgement", "LateLoad", "Listener", "Module", "Project", "Scope", "ToolDef", "ToolsDir", "View"]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from atomictoolsd.workers.worker import Worker
+    from atomictoolsd.pool.worker import Worker
 
 __all__ = [
     "CHECK_SECONDS", "HELPER_SETTLE", "MAX_BYTES", "off_loop", "read_back", "read_whole", "read_worker_back", "same_bytes",

@@ -15,11 +15,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from atomictoolsd.pool.pool import LoadFailure, SpawnError
 from atomictoolsd.registry.cache import CacheEntry
-from atomictoolsd.workers.pool import LoadFailure, SpawnError
 
 if TYPE_CHECKING:
-    from atomictoolsd.workers.worker import Worker
+    from atomictoolsd.pool.worker import Worker
 
 log = logging.getLogger(__name__)
 

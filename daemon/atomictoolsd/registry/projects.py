@@ -25,6 +25,7 @@ from typing import Any
 
 from atomictoolsd.config.discovery import ModuleFile
 from atomictoolsd.environments import Environments
+from atomictoolsd.pool.pool import WorkerPool
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.commits import Commits
 from atomictoolsd.registry.holding import ContentJudge
@@ -32,7 +33,6 @@ from atomictoolsd.registry.lifetimes import GIT_CONFIG_INTERVAL, Lifetimes
 from atomictoolsd.registry.model import Change, DirListener, Judgement, LateLoad, Listener, Module, Project, ToolsDir
 from atomictoolsd.registry.outcome import LoadOutcome
 from atomictoolsd.registry.scanning import Scanner
-from atomictoolsd.workers.pool import WorkerPool
 
 __all__ = ["GIT_CONFIG_INTERVAL", "Registry"]
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from atomictoolsd.config.discovery import ModuleFile, list_module_files, scan_tools_dir
+from atomictoolsd.pool.pool import WorkerPool
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.commits import Commits
 from atomictoolsd.registry.confinement import root_listing
@@ -44,7 +45,6 @@ from atomictoolsd.registry.outcome import (
     discard,
     load_outcome,
 )
-from atomictoolsd.workers.pool import WorkerPool
 
 __all__ = ["CONFIRM_SETTLE", "Scanner"]
 

@@ -24,8 +24,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Protocol
 
-from atomictoolsd.workers.periodic import Scheduler
-from atomictoolsd.workers.protocol import SiteDir, read_site
+from atomictoolsd.protocol import SiteDir, read_site
+from atomictoolsd.util.periodic import Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.registry.model import Module, ToolsDir

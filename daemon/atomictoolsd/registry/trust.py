@@ -14,7 +14,7 @@ It is by the directory itself, not only its path: each root is stored with the d
 place, is not trusted until trusted again.
 
 Each trusted root has a level: ``full`` (its tools run with all the user's rights) or ``sandbox``
-(its workers are confined: see ``workers/runtime/sandbox.py``), with what the user set for its sandbox
+(its workers are confined: see ``worker/sandbox.py``), with what the user set for its sandbox
 beyond the defaults (``allow``: ``net``, ``read``, ``write`` and ``env`` widen it, ``protect`` keeps
 more of the project read-only). A store written before levels existed reads as ``full``.
 
@@ -75,7 +75,7 @@ def trust_offer(root: Path | str) -> dict[str, str]:
     cannot, ``trust --sandbox`` would leave the tools blocked: the message says why, and offers the
     full trust for what it is.
     """
-    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, for a message only (start-up cost)
+    from atomictoolsd.worker.sandbox import support  # lazy: ctypes, for a message only (start-up cost)
 
     full = trust_command(root)
     offered = support()

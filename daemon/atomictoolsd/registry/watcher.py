@@ -57,7 +57,7 @@ from atomictoolsd.config.discovery import HELPER_SUFFIXES, MODULE_KINDS, escape_
 from atomictoolsd.registry.cache import deps_fresh
 from atomictoolsd.registry.inotify import Inotify
 from atomictoolsd.registry.model import ToolsDir
-from atomictoolsd.workers.periodic import Scheduler
+from atomictoolsd.util.periodic import Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config

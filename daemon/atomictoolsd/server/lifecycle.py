@@ -42,6 +42,7 @@ from atomictools._paths import write_pointer
 from atomictoolsd import __version__
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
 from atomictoolsd.config.settings import Config
+from atomictoolsd.pool.pool import WorkerPool
 from atomictoolsd.registry.model import Change
 from atomictoolsd.registry.projects import Registry
 from atomictoolsd.server.reconfigure import reload
@@ -57,9 +58,8 @@ from atomictoolsd.server.socketfile import (
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.sessions.connection import Connection
 from atomictoolsd.sessions.session import Handler, Session
-from atomictoolsd.workers.periodic import Scheduler
-from atomictoolsd.workers.pool import WorkerPool
-from atomictoolsd.workers.runtime.truncate import remove_old_spills
+from atomictoolsd.util.periodic import Scheduler
+from atomictoolsd.worker.truncate import remove_old_spills
 
 __all__ = ["Component", "Server", "fd_reserve", "http_share"]
 

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from atomictoolsd.config.settings import Config, ConfigError, load_config
+from atomictoolsd.pool.pool import PoolSettings
 from atomictoolsd.registry.confinement import configure_sandbox
-from atomictoolsd.workers.pool import PoolSettings
 
 if TYPE_CHECKING:
     from atomictoolsd.config.paths import Paths
+    from atomictoolsd.pool.pool import WorkerPool
     from atomictoolsd.registry.projects import Registry
-    from atomictoolsd.workers.pool import WorkerPool
 
 __all__ = ["RESTART_SETTINGS", "Reconfigurable", "apply_config", "reload"]
 

@@ -19,10 +19,13 @@ from typing import Any
 import msgspec
 
 from atomictoolsd.bridges.scripts import Bridges
-from atomictoolsd.builtins import BUILTIN_DIR
 from atomictoolsd.config.paths import Paths
 from atomictoolsd.config.settings import Config
 from atomictoolsd.environments import Environments
+from atomictoolsd.pool.javascript import JavaScript
+from atomictoolsd.pool.monitor import WorkerMonitor
+from atomictoolsd.pool.pool import PoolSettings, WorkerPool
+from atomictoolsd.pool.spawner import EarlyForkServer
 from atomictoolsd.registry.cache import DefinitionCache
 from atomictoolsd.registry.confinement import configure_sandbox, held_policy, judge
 from atomictoolsd.registry.content import ContentStore
@@ -37,11 +40,8 @@ from atomictoolsd.server.lifecycle import Server
 from atomictoolsd.service.manager import ServiceContext
 from atomictoolsd.service.notify import Notifier, ServiceNotify
 from atomictoolsd.sessions.trust_refresh import trust_refresh_method
-from atomictoolsd.workers.javascript import JavaScript
-from atomictoolsd.workers.monitor import WorkerMonitor
-from atomictoolsd.workers.periodic import Scheduler
-from atomictoolsd.workers.pool import PoolSettings, WorkerPool
-from atomictoolsd.workers.spawner import EarlyForkServer
+from atomictoolsd.util.periodic import Scheduler
+from atomictoolsd.worker.builtins import BUILTIN_DIR
 
 __all__ = ["build_pool", "build_server"]
 
@@ -154,7 +154,7 @@ def _probe_network_early(config: Config, trust: TrustStore) -> None:
     except TrustError:
         return
     if allowed:
-        from atomictoolsd.workers.runtime import netns  # lazy: ctypes, only where a tool may have the network
+        from atomictoolsd.worker import netns  # lazy: ctypes, only where a tool may have the network
 
         threading.Thread(target=netns.support, name="atomictoolsd-netns-probe", daemon=True).start()
 
@@ -171,8 +171,8 @@ def _javascript_retry(session: Any, id_json: bytes, raw: Any) -> Awaitable[None]
 
 
 def _sandbox_support() -> dict[str, Any]:
-    from atomictoolsd.workers.runtime.netns import support as network  # lazy: ctypes, only when status is asked
-    from atomictoolsd.workers.runtime.sandbox import support  # lazy: ctypes, only when status is asked
+    from atomictoolsd.worker.netns import support as network  # lazy: ctypes, only when status is asked
+    from atomictoolsd.worker.sandbox import support  # lazy: ctypes, only when status is asked
 
     offered = support()
     return {**offered, "network": network()} if offered["available"] else offered

@@ -24,9 +24,9 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from atomictoolsd.pool.pool import WorkerPool
     from atomictoolsd.registry.model import Change
     from atomictoolsd.registry.projects import Registry
-    from atomictoolsd.workers.pool import WorkerPool
 
 __all__ = ["Notifier", "NotifyHost", "ServiceNotify", "status_line"]
 

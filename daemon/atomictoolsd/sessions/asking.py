@@ -25,8 +25,8 @@ import msgspec
 from atomictoolsd.sessions.revisions import older_form
 
 if TYPE_CHECKING:
+    from atomictoolsd.pool.worker import Call
     from atomictoolsd.sessions.revisions import Revision
-    from atomictoolsd.workers.worker import Call
 
 __all__ = ["CAPABILITY", "Asking", "AskingHost"]
 

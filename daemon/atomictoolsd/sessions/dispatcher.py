@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from atomictoolsd.workers.protocol import error_result
+from atomictoolsd.protocol import error_result
 
 if TYPE_CHECKING:
     from atomictoolsd.registry.model import Project, ToolDef

@@ -48,6 +48,7 @@ from atomictools._protocol import (
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
+from atomictoolsd.protocol import CallContext
 from atomictoolsd.registry.model import Project, ToolDef, View
 from atomictoolsd.sessions import batches, dispatcher, revisions
 from atomictoolsd.sessions.asking import Asking
@@ -68,12 +69,11 @@ from atomictoolsd.sessions.messages import (
     decode_params,
 )
 from atomictoolsd.sessions.output import Output, encode_error, encode_report
-from atomictoolsd.workers.protocol import CallContext
 
 if TYPE_CHECKING:
     from atomictoolsd.config.settings import Config
+    from atomictoolsd.pool.pool import WorkerPool
     from atomictoolsd.registry.projects import Registry
-    from atomictoolsd.workers.pool import WorkerPool
 
 __all__ = ["LEVEL_RANK", "LOCKED_OUT", "Handler", "Session", "SessionHost", "encode_report"]
 

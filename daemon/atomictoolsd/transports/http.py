@@ -72,7 +72,7 @@ from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UN
 from atomictoolsd.sessions.session import Session, SessionHost
 from atomictoolsd.transports.peers import PeerOwners
 from atomictoolsd.transports.rest import RestApi
-from atomictoolsd.workers.periodic import Periodic, Scheduler
+from atomictoolsd.util.periodic import Periodic, Scheduler
 
 if TYPE_CHECKING:
     from atomictoolsd.transports.http1 import Http1Connection, Refusal, Request, Response, Waiting

@@ -33,8 +33,8 @@ from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from atomictoolsd.config.suggest import unknown_tool
+from atomictoolsd.protocol import INVALID_ARGUMENTS
 from atomictoolsd.sessions.messages import CallParams, clip
-from atomictoolsd.workers.protocol import INVALID_ARGUMENTS
 
 if TYPE_CHECKING:
     from atomictoolsd.sessions.session import Session

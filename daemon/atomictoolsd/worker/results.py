@@ -1,0 +1,113 @@
+"""What a tool returned, as the MCP ``CallToolResult`` (JSON bytes) its call answers with.
+
+The common case (a short string) is built directly; content blocks (images, audio, resources,
+links) go through ``blocks``; a text past the truncation limits is cut and the whole kept in a spill
+file (``truncate``); a value for a tool with an output schema is checked against it and sent as
+``structuredContent`` too. A result larger than a message may carry is refused, kept whole in a
+spill file. ``exception_text`` is what a tool that raised answers with.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import msgspec
+
+from atomictools._errors import ToolError
+from atomictoolsd.protocol import TEXT_HEAD, TEXT_TAIL, WorkerSpec, error_result
+from atomictoolsd.worker.blocks import content_blocks, is_content
+from atomictoolsd.worker.environment import missing_module_hint
+from atomictoolsd.worker.limits import memory_error_text
+from atomictoolsd.worker.schema import ToolSpec, enc_hook
+from atomictoolsd.worker.truncate import spill, truncate
+
+__all__ = ["encode_json", "exception_text", "make_result"]
+
+encode_json = msgspec.json.Encoder(enc_hook=enc_hook).encode
+
+
+def exception_text(tool: str, exc: BaseException, memory_limit: int = 0) -> str:
+    if isinstance(exc, ToolError):
+        return str(exc) or type(exc).__name__
+    if isinstance(exc, MemoryError):
+        return memory_error_text(tool, memory_limit)
+    # Drop the runtime's own frame: the model and the author need the tool's frames only.
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    trace = "".join(traceback.format_exception(type(exc), exc, tb))
+    hint = missing_module_hint(exc)
+    return f"Tool {tool!r} raised {type(exc).__name__}: {exc}{': ' + hint if hint else ''}\n\n{trace}".rstrip()
+
+
+def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
+    """Turn what a tool returned into an MCP ``CallToolResult`` (JSON bytes)."""
+    if (
+        type(value) is str
+        and spec.output_schema is None
+        and len(value) <= worker.truncate_bytes // 4  # 4 bytes a character at most in UTF-8
+        and value.count("\n") < worker.truncate_lines
+    ):
+        # The common case, well inside every limit: one text block, built directly.
+        return TEXT_HEAD + encode_json(value) + TEXT_TAIL
+    if spec.output_schema is None and is_content(value):  # with a schema, the value must match it
+        return _content_result(spec, value, worker)
+    structured = None
+    if spec.output_schema is not None:
+        try:
+            value = spec.structured(value)
+        except (ValueError, TypeError) as exc:  # msgspec's ValidationError and pydantic's are ValueErrors
+            return error_result(
+                f"Tool {spec.name!r} returned a value that does not match its return annotation: {exc}"
+            )
+        structured = {"result": value} if spec.wrap_output else value
+        text = encode_json(structured).decode()
+    elif isinstance(value, str):
+        text = value
+    elif value is None:
+        text = None
+    elif isinstance(value, (bytes, bytearray)):
+        text = bytes(value).decode("utf-8", "replace")
+    else:
+        text = encode_json(value).decode()
+
+    meta = None
+    if text is not None:
+        cut = truncate(text, worker.truncate_lines, worker.truncate_bytes, worker.spill_dir, spec.name)
+        if cut is not None:
+            text = cut.text
+            meta = {"atomic/fullOutput": cut.path}
+    result: dict[str, Any] = {"content": [] if text is None else [{"type": "text", "text": text}]}
+    if structured is not None:
+        result["structuredContent"] = structured
+    if meta is not None:
+        result["_meta"] = meta
+    return _checked_size(spec, encode_json(result), worker)
+
+
+def _content_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
+    """An image, audio, a resource or a link, or a list mixing them with text: their blocks."""
+    try:
+        blocks, spilled = content_blocks(
+            value, spec.name, worker.truncate_lines, worker.truncate_bytes, worker.spill_dir, encode_json
+        )
+    except (OSError, ValueError, TypeError) as exc:
+        return error_result(f"Tool {spec.name!r} returned content that cannot be sent: {exc}")
+    result: dict[str, Any] = {"content": blocks}
+    if spilled:
+        result["_meta"] = {"atomic/fullOutput": spilled[0], "atomic/spilled": spilled}
+    return _checked_size(spec, encode_json(result), worker)
+
+
+def _checked_size(spec: ToolSpec, encoded: bytes, worker: WorkerSpec) -> bytes:
+    if len(encoded) > worker.max_result_bytes:
+        # Structured content is never cut (it would no longer match its schema), and a result this
+        # large would cost the daemon several times its size in memory on its way to a client that
+        # refuses messages past the same limit: refuse it, keeping the whole in a spill file.
+        path = spill(encoded, worker.spill_dir, spec.name, ".json")
+        return error_result(
+            f"Tool {spec.name!r} returned a result of {len(encoded):,} bytes, more than the {worker.max_result_bytes:,} "
+            f"bytes a message may carry (max_message_bytes); the whole result is in {path}"
+        )
+    return encoded
