@@ -50,6 +50,15 @@ __all__ = [
 ]
 
 
+def command_line(process: psutil.Process) -> str:
+    """``process``'s command line, or "" when it ended while we looked (psutil may then raise
+    NoSuchProcess, or FileNotFoundError from /proc)."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.Error, FileNotFoundError, ProcessLookupError):
+        return ""
+
+
 def wait_for(
     predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str | Callable[[], str] = "condition",
 ) -> Any:

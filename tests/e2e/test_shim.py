@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 
 from atomictools import Client
 from atomictools._protocol import SUPPORTED_PROTOCOL_VERSIONS
-from helpers import Daemon, Env, RawConnection, serving, wait_for
+from helpers import Daemon, Env, RawConnection, command_line, serving, wait_for
 from shim_helpers import SHIM, mcp_session, run, shim_params, wait_until
 
 KIT = '''
@@ -492,7 +492,7 @@ def test_the_shim_starts_a_daemon_that_survives_the_agents_shutdown(env: Env) ->
     async def scenario() -> None:
         async with mcp_session(env) as (session, _):
             assert (await session.call_tool("hello", {})).content[0].text == "hello"
-            shim_pids.extend(p.pid for p in psutil.Process().children() if SHIM in " ".join(p.cmdline()))
+            shim_pids.extend(p.pid for p in psutil.Process().children() if SHIM in command_line(p))
 
     run(scenario)  # leaving it closes stdin, then SIGTERMs the shim's whole process group
     assert shim_pids

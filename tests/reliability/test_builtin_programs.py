@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
-from helpers import Daemon, Env
+from helpers import Daemon, Env, command_line
 
 Record = Callable[[str], None]
 
@@ -437,7 +437,7 @@ def test_the_builtins_never_run_git(builtin_env: Env, make_daemon, abi: str | No
     runs = log.read_text().splitlines() if log.exists() else []
     assert [run for run in runs if " config --file " not in run] == [], runs
     # What read the repository had nothing of the daemon's environment: no token, no PATH, no HOME.
-    readers = [p for p in daemon.descendants() if "_gitread" in " ".join(p.cmdline())]
+    readers = [p for p in daemon.descendants() if "_gitread" in command_line(p)]
     assert readers, "the repository reader's server runs for the worker that used it"
     for reader in readers:
         assert [key for key in reader.environ() if not key.startswith("PYTHON")] == [], reader.environ()
