@@ -71,8 +71,10 @@ def test_each_problem_comes_with_the_command_that_fixes_it(detached: Env) -> Non
     # An entry without the runtime dir, as an older connect wrote it, and no pointer to the daemon's
     # (as a daemon of an older version left none): Codex's scrubbed environment leads the shim to
     # another runtime dir, where no daemon listens.
+    # (Its temporary directory in the test's: the runtime dir the shim then falls back to is
+    # runtime-UID there, never this machine's own, where a daemon of the user's may listen.)
     document = tomlkit.parse(config.read_text())
-    del document["mcp_servers"]["atomic"]["env"]
+    document["mcp_servers"]["atomic"]["env"] = {"TMPDIR": str(env.root)}
     config.write_text(tomlkit.dumps(document))
     (env.home / ".atomic" / "runtime-dir").unlink()
     status, result = doctor(env, "codex")
