@@ -65,10 +65,12 @@ class ToolDef:
         # The portable form, for the agents that take nothing else (PORTABLE_ONLY_CLIENTS): a schema
         # every agent accepts (Gemini: no $defs), and a description (Qwen Code offers its model no
         # tool without one).
-        self.encoded = _json(_portable(definition))
+        portable = _portable(definition)
         # The schema as its author wrote it, for clients that take JSON Schema 2020-12 whole.
         self.written = written
         self.encoded_as_written = _json(definition if written is None else {**definition, "inputSchema": written})
+        same = portable is definition and written is None
+        self.encoded = self.encoded_as_written if same else _json(portable)
         self._variants: dict[tuple[frozenset[str], bool], bytes] = {}
 
     def encoded_for(self, dropped: frozenset[str], as_written: bool) -> bytes:

@@ -42,7 +42,7 @@ __all__ = [
     "imported_from", "install_source_only_finder", "note_read", "refused",
 ]
 
-_DAEMON_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_BUILTINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtins") + os.sep
 _read: dict[str, list[int]] = {}  # path → [size, crc32] of the bytes loaded from it, in this process
 # The tools dir whose content is followed, and the SHA-256 of what may be loaded from each of its files.
 _followed: tuple[str, dict[str, str]] | None = None
@@ -85,7 +85,7 @@ def check_writers(path: str) -> None:
     Raises:
         PermissionError: the file or its directory is open to other users; the message says the fix.
     """
-    if os.path.abspath(path).startswith(_DAEMON_PACKAGE):
+    if os.path.abspath(path).startswith(_BUILTINS):
         return  # the built-in tools: whoever can write the daemon's own code runs as you anyway
     me = os.geteuid()
     info = os.stat(path)
