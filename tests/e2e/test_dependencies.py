@@ -438,6 +438,57 @@ def test_a_project_environment_chosen_by_trust_brings_its_packages_and_its_own_c
     assert f"ok    project environment: {venv}" in cli(env, "doctor").stdout
 
 
+def test_a_project_venv_named_venv_is_the_one_its_missing_modules_name(env: Env, daemon: Daemon) -> None:
+    # `list` offers a project's `venv/` as it does a `.venv/`: a module that needs it says the same command.
+    venv = env.project / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.16.0", env=env)
+    (env.project / "src").mkdir()
+    (env.project / "src" / "math_utils.py").write_text("def add(a, b):\n    return a + b\n")
+    env.write_tool(env.local_tools, "needs_six.py", "import six\n\ndef needs_six() -> str:\n    return six.__version__\n")
+    env.write_tool(env.local_tools, "own.py", "from src.math_utils import add\n\ndef own() -> int:\n    return add(1, 2)\n")
+    errors = {Path(e["file"]).name: e["message"] for e in _errors(daemon)}
+    command = f"atomictoolsd trust --python {venv} {env.project}"
+    assert f"`six` is installed in the project's environment ({next(venv.glob('lib/python*/site-packages'))}), " \
+        f"which its tools do not use; turn it on: {command}" in errors["needs_six.py"], errors
+    assert errors["own.py"].endswith(f"turn it on: {command}"), errors
+    assert f"trust --python {venv} {env.project}" in cli(env, "list").stdout
+    assert cli(env, "trust", "--yes", "--python", str(venv)).returncode == 0
+    wait_for(lambda: not _errors(daemon), timeout=15, message="the tools to load with the project's venv")
+    with daemon.client() as client:
+        assert client.call("needs_six").text == "1.16.0" and client.call("own").structured == {"result": 3}
+
+
+def test_a_missing_package_in_a_declared_or_a_project_environment_says_how_to_add_it_there(
+    env: Env, daemon: Daemon,
+) -> None:
+    venv = project_with_code(env)
+    env.write_tool(env.local_tools, "declares.py", '''
+        # /// script
+        # dependencies = ["six==1.16.0"]
+        # ///
+        import six
+        import yaml
+
+        def declares() -> str:
+            return ""
+    ''')
+    errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 2 and _errors(daemon), timeout=60)}
+    # A module that declares packages: the line to add the package to (its environment is built for exactly those).
+    declared = errors["declares.py"]
+    assert declared["line"] == 6 and declared["message"].startswith("ModuleNotFoundError: No module named 'yaml': ")
+    assert "in the environment of the dependencies the module declares" in declared["message"]
+    assert declared["message"].endswith('(`pyyaml`, usually): dependencies = ["six==1.16.0", "pyyaml"]'), declared
+    # A module of a project whose environment is on: the command that installs it there (no pip in it: uv's).
+    env.write_tool(env.local_tools, "project.py", "import yaml\n\ndef project() -> str:\n    return ''\n")
+    assert cli(env, "trust", "--yes", "--python", ".venv").returncode == 0
+    [error] = wait_for(lambda: [e for e in _errors(daemon) if e["file"].endswith("project.py")], timeout=15)
+    assert error["message"] == (
+        f"ModuleNotFoundError: No module named 'yaml': no package provides `yaml` in the project's environment "
+        f"({venv}) nor in atomictoolsd's own; install it in the project's: uv pip install --python "
+        f"{venv / 'bin' / 'python'} pyyaml")
+
+
 def test_project_venv_in_the_config_file_turns_every_trusted_projects_venv_on(env: Env, make_daemon: object) -> None:
     project_with_code(env)
     env.write_config('project_venv = ".venv"\n')
