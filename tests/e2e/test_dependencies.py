@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from atomictoolsd.eventlog.reader import read_events
 from atomictoolsd.worker import sandbox as sandbox_module
 from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
@@ -236,6 +237,9 @@ def test_a_declaration_that_cannot_be_met_is_the_modules_load_error(env: Env, da
     with daemon.client() as client:
         assert client.call("plain").text == "plain"
         assert client.status()["environments"]["failed"] == 1
+    # The declaration's fault, so not tried again until it changes; once it does, the module loads.
+    six_tool(env, "nothing", "six==1.16.0")
+    wait_for(lambda: "nothing" in tools_of(daemon), timeout=60, message="the mended declaration to install")
 
 
 def test_pip_builds_the_environment_where_uv_is_not_the_installer(env: Env, make_daemon: object) -> None:
@@ -278,6 +282,11 @@ def test_a_module_is_listed_as_installing_while_others_serve(env: Env, make_daem
             index.release()
             wait_for(lambda: "slow" in tools_of(daemon), timeout=30, message="the install to finish")
             assert client.call("slow").text == "from the wheel"
+        # The log says when it started, with which installer, and when it was ready, after how long.
+        events = {e["event"]: e for e in read_events(env.state_dir / "log") if e["event"].startswith("env.")}
+        started, ready = events["env.install"], events["env.ready"]
+        assert started["requirements"] == ["slowpkg"] and started["installer"] == "uv", events
+        assert ready["packages"] == ["slowpkg==1.0"] and ready["s"] > 0, ready
     finally:
         index.close()
 
@@ -536,6 +545,10 @@ def test_a_confined_project_reads_its_environment_and_own_code(env: Env, make_da
     daemon = make_daemon()  # type: ignore[operator]
     with daemon.client() as client:
         assert client.call("project", a=2, b=2).text == "1.16.0 4 hello Ada linked"
+        # A package upgraded under the confined module: its worker reported what it imported, as any does.
+        uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.17.0", env=env)
+        wait_for(lambda: client.call("project", a=1, b=1).text == "1.17.0 2 hello Ada linked", timeout=15,
+                 message="the upgrade in the confined project's environment to serve")
     if not hasattr(sandbox_module, "PROTECTED"):
         return  # this sandbox keeps no entry of a writable tree read-only: the .venv in it is written as the tree is
     env.write_tool(env.local_tools, "plant.py", f'''
