@@ -433,6 +433,7 @@ def test_a_project_environment_chosen_by_trust_brings_its_packages_and_its_own_c
 
     done = cli(env, "trust", "--yes", "--python", ".venv")  # from the project's directory
     assert done.returncode == 0 and f"its tools run with the environment {venv}" in done.stdout, done
+    assert "the running daemon loaded the project's tools" in done.stdout, done.stdout  # again, with it
     with daemon.client() as client:
         wait_for(lambda: not _errors(daemon), timeout=15, message="the project's tools to load with their environment")
         assert client.call("project", a=2, b=3).text == "1.16.0 5 hello Ada linked"
