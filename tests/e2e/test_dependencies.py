@@ -222,8 +222,15 @@ def test_a_declaration_that_cannot_be_met_is_the_modules_load_error(env: Env, da
         def future() -> str:
             return "never"
     ''')
+    env.write_tool(env.local_tools, "bare.py", '''
+        # /// script
+        # requires-python = "3.11"
+        # ///
+        def bare() -> str:
+            return "never"
+    ''')
     env.write_tool(env.local_tools, "plain.py", "def plain() -> str:\n    return 'plain'\n")
-    errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 2 and _errors(daemon), timeout=60)}
+    errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 3 and _errors(daemon), timeout=60)}
     nothing = errors["nothing.py"]
     assert nothing["line"] == 2 and nothing["message"].startswith(
         'cannot install the dependencies it declares (atomictools-test-no-such-package-zq): ')
@@ -234,6 +241,10 @@ def test_a_declaration_that_cannot_be_met_is_the_modules_load_error(env: Env, da
     assert future["line"] == 2 and future["message"] == (
         f"the module requires Python >=3.99 (requires-python), and atomictoolsd runs on Python {version} "
         f"({sys.executable}): run atomictoolsd on a Python that meets it, or change requires-python")
+    # One it cannot read says how to write it.
+    assert errors["bare.py"]["message"] == (
+        "requires-python = '3.11': cannot read '3.11'; write it as version clauses, as uv and pip read it: "
+        'requires-python = ">=3.11" (or ">=3.10,<3.14", "==3.12.*")')
     with daemon.client() as client:
         assert client.call("plain").text == "plain"
         assert client.status()["environments"]["failed"] == 1
