@@ -115,6 +115,20 @@ def test_reload_loads_a_module_again_by_its_name_path_or_tool_and_the_whole_proj
     assert broken.returncode == 1 and "greet.py:1: SyntaxError" in broken.stdout, broken
 
 
+def test_reload_in_a_project_that_is_not_trusted_says_its_modules_are_blocked_and_how_to_trust_it(
+    env: Env, make_daemon: object,
+) -> None:
+    env.set_trust_all(False)
+    module = env.write_tool(env.local_tools, "greet.py", "def greet() -> str:\n    return 'hi'\n")
+    make_daemon()  # type: ignore[operator]
+    for args, said in ((["greet"], "reloaded greet: 0 tool(s)"), ([], "reloaded the project's tools: 0 tool(s)")):
+        done = cli(env, "reload", *args)
+        assert done.returncode == 0 and done.stdout.startswith(said), done
+        # Not a silent nothing: which modules do not load, and the command that lets them.
+        assert f"blocked: 1 tool module(s) of {env.project}, not a trusted project:\n  {module}\n" in done.stdout, done
+        assert "trust" in done.stdout.split(str(module), 1)[1], done.stdout
+
+
 # -- an environment that changes under its modules ----------------------------------------------------
 
 
