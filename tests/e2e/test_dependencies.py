@@ -557,6 +557,27 @@ def test_a_project_environment_of_another_python_is_refused_with_the_reason(env:
     wait_for(lambda: not _errors(daemon), timeout=15, message="the tools to load without it")
 
 
+@pytest.mark.skipif(kernel_abi() < REQUIRED_ABI, reason=f"confining workers needs Landlock ABI {REQUIRED_ABI}")
+def test_the_environment_command_offered_to_a_confined_project_keeps_it_confined(env: Env, make_daemon: object) -> None:
+    project_with_code(env)
+    env.set_trust_all(False)
+    assert cli(env, "trust", "--yes", "--sandbox", "--allow-net", "example.com").returncode == 0
+    daemon = make_daemon()  # type: ignore[operator]
+    [error] = _errors(daemon)
+    offered = error["message"].split("turn it on: atomictoolsd ", 1)[1].split()
+    assert offered[:2] == ["trust", "--python"], offered  # the same command list and doctor offer
+    done = cli(env, offered[0], "--yes", *offered[1:])
+    # Choosing its environment does not run its tools with all your rights, nor drop what its sandbox allows.
+    assert done.returncode == 0 and "note: it stays confined, as it was trusted (--sandbox)" in done.stdout, done
+    listed = cli(env, "list").stdout
+    assert "its own tools run confined (trust --sandbox)" in listed and "example.com" in listed, listed
+    with daemon.client() as client:
+        wait_for(lambda: not _errors(daemon), timeout=15, message="the confined tools to load with the environment")
+        assert client.call("project", a=1, b=1).text == "1.16.0 2 hello Ada linked"
+        [module] = [m for m in client.status()["modules"] if m["path"].endswith("project.py")]
+        assert module["confined"] is True
+
+
 def _uv_bin() -> str:
     from uv import find_uv_bin
 
