@@ -337,7 +337,8 @@ def test_nothing_of_a_repository_or_an_agents_environment_steers_the_installer(
         (env.home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nno-index = true\nconstraint = {impossible}\n")
         steering = {"UV_INDEX_URL": dead, "UV_DEFAULT_INDEX": dead, "UV_NO_INDEX": "1", "UV_CONSTRAINT": str(impossible),
                     "PIP_INDEX_URL": dead, "PIP_NO_INDEX": "1", "PIP_CONSTRAINT": str(impossible),
-                    "PIP_CONFIG_FILE": str(env.project / "pip.conf")}
+                    "PIP_CONFIG_FILE": str(env.project / "pip.conf"),
+                    "ATOMICTOOLS_PACKAGE_INDEX": dead}  # the setting is the config file's alone
         env.write_tool(env.local_tools, "steady_tool.py", '''
             # /// script
             # dependencies = ["steady"]
