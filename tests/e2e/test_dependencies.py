@@ -308,7 +308,9 @@ def test_a_module_is_listed_as_installing_while_others_serve(env: Env, make_daem
             wait_for(lambda: "slow" in tools_of(daemon), timeout=30, message="the install to finish")
             assert client.call("slow").text == "from the wheel"
         # The log says when it started, with which installer, and when it was ready, after how long.
-        events = {e["event"]: e for e in read_events(env.state_dir / "log") if e["event"].startswith("env.")}
+        events = wait_for(lambda: (found := {e["event"]: e for e in read_events(env.state_dir / "log")
+                                             if e["event"].startswith("env.")}).get("env.ready") and found,
+                          timeout=10, message="the log's env.ready")  # the log is written in batches
         started, ready = events["env.install"], events["env.ready"]
         assert started["requirements"] == ["slowpkg"] and started["installer"] == "uv", events
         assert ready["packages"] == ["slowpkg==1.0"] and ready["s"] > 0, ready
