@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from atomictoolsd.eventlog.reader import read_events
 from atomictoolsd.worker import sandbox as sandbox_module
 from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
 from helpers import Daemon, Env, wait_for
@@ -112,6 +113,20 @@ def test_reload_loads_a_module_again_by_its_name_path_or_tool_and_the_whole_proj
     module.write_text("def greet(:\n")
     broken = cli(env, "reload", "greet.py")
     assert broken.returncode == 1 and "greet.py:1: SyntaxError" in broken.stdout, broken
+
+
+def test_reload_in_a_project_that_is_not_trusted_says_its_modules_are_blocked_and_how_to_trust_it(
+    env: Env, make_daemon: object,
+) -> None:
+    env.set_trust_all(False)
+    module = env.write_tool(env.local_tools, "greet.py", "def greet() -> str:\n    return 'hi'\n")
+    make_daemon()  # type: ignore[operator]
+    for args, said in ((["greet"], "reloaded greet: 0 tool(s)"), ([], "reloaded the project's tools: 0 tool(s)")):
+        done = cli(env, "reload", *args)
+        assert done.returncode == 0 and done.stdout.startswith(said), done
+        # Not a silent nothing: which modules do not load, and the command that lets them.
+        assert f"blocked: 1 tool module(s) of {env.project}, not a trusted project:\n  {module}\n" in done.stdout, done
+        assert "trust" in done.stdout.split(str(module), 1)[1], done.stdout
 
 
 # -- an environment that changes under its modules ----------------------------------------------------
@@ -221,8 +236,15 @@ def test_a_declaration_that_cannot_be_met_is_the_modules_load_error(env: Env, da
         def future() -> str:
             return "never"
     ''')
+    env.write_tool(env.local_tools, "bare.py", '''
+        # /// script
+        # requires-python = "3.11"
+        # ///
+        def bare() -> str:
+            return "never"
+    ''')
     env.write_tool(env.local_tools, "plain.py", "def plain() -> str:\n    return 'plain'\n")
-    errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 2 and _errors(daemon), timeout=60)}
+    errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 3 and _errors(daemon), timeout=60)}
     nothing = errors["nothing.py"]
     assert nothing["line"] == 2 and nothing["message"].startswith(
         'cannot install the dependencies it declares (atomictools-test-no-such-package-zq): ')
@@ -233,9 +255,16 @@ def test_a_declaration_that_cannot_be_met_is_the_modules_load_error(env: Env, da
     assert future["line"] == 2 and future["message"] == (
         f"the module requires Python >=3.99 (requires-python), and atomictoolsd runs on Python {version} "
         f"({sys.executable}): run atomictoolsd on a Python that meets it, or change requires-python")
+    # One it cannot read says how to write it.
+    assert errors["bare.py"]["message"] == (
+        "requires-python = '3.11': cannot read '3.11'; write it as version clauses, as uv and pip read it: "
+        'requires-python = ">=3.11" (or ">=3.10,<3.14", "==3.12.*")')
     with daemon.client() as client:
         assert client.call("plain").text == "plain"
         assert client.status()["environments"]["failed"] == 1
+    # The declaration's fault, so not tried again until it changes; once it does, the module loads.
+    six_tool(env, "nothing", "six==1.16.0")
+    wait_for(lambda: "nothing" in tools_of(daemon), timeout=60, message="the mended declaration to install")
 
 
 def test_pip_builds_the_environment_where_uv_is_not_the_installer(env: Env, make_daemon: object) -> None:
@@ -278,6 +307,13 @@ def test_a_module_is_listed_as_installing_while_others_serve(env: Env, make_daem
             index.release()
             wait_for(lambda: "slow" in tools_of(daemon), timeout=30, message="the install to finish")
             assert client.call("slow").text == "from the wheel"
+        # The log says when it started, with which installer, and when it was ready, after how long.
+        events = wait_for(lambda: (found := {e["event"]: e for e in read_events(env.state_dir / "log")
+                                             if e["event"].startswith("env.")}).get("env.ready") and found,
+                          timeout=10, message="the log's env.ready")  # the log is written in batches
+        started, ready = events["env.install"], events["env.ready"]
+        assert started["requirements"] == ["slowpkg"] and started["installer"] == "uv", events
+        assert ready["packages"] == ["slowpkg==1.0"] and ready["s"] > 0, ready
     finally:
         index.close()
 
@@ -303,7 +339,8 @@ def test_nothing_of_a_repository_or_an_agents_environment_steers_the_installer(
         (env.home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nno-index = true\nconstraint = {impossible}\n")
         steering = {"UV_INDEX_URL": dead, "UV_DEFAULT_INDEX": dead, "UV_NO_INDEX": "1", "UV_CONSTRAINT": str(impossible),
                     "PIP_INDEX_URL": dead, "PIP_NO_INDEX": "1", "PIP_CONSTRAINT": str(impossible),
-                    "PIP_CONFIG_FILE": str(env.project / "pip.conf")}
+                    "PIP_CONFIG_FILE": str(env.project / "pip.conf"),
+                    "ATOMICTOOLS_PACKAGE_INDEX": dead}  # the setting is the config file's alone
         env.write_tool(env.local_tools, "steady_tool.py", '''
             # /// script
             # dependencies = ["steady"]
@@ -424,6 +461,7 @@ def test_a_project_environment_chosen_by_trust_brings_its_packages_and_its_own_c
 
     done = cli(env, "trust", "--yes", "--python", ".venv")  # from the project's directory
     assert done.returncode == 0 and f"its tools run with the environment {venv}" in done.stdout, done
+    assert "the running daemon loaded the project's tools" in done.stdout, done.stdout  # again, with it
     with daemon.client() as client:
         wait_for(lambda: not _errors(daemon), timeout=15, message="the project's tools to load with their environment")
         assert client.call("project", a=2, b=3).text == "1.16.0 5 hello Ada linked"
@@ -436,6 +474,57 @@ def test_a_project_environment_chosen_by_trust_brings_its_packages_and_its_own_c
                  message="the upgrade in the project's environment to serve")
     assert f"project environment: {venv}" in cli(env, "list").stdout
     assert f"ok    project environment: {venv}" in cli(env, "doctor").stdout
+
+
+def test_a_project_venv_named_venv_is_the_one_its_missing_modules_name(env: Env, daemon: Daemon) -> None:
+    # `list` offers a project's `venv/` as it does a `.venv/`: a module that needs it says the same command.
+    venv = env.project / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.16.0", env=env)
+    (env.project / "src").mkdir()
+    (env.project / "src" / "math_utils.py").write_text("def add(a, b):\n    return a + b\n")
+    env.write_tool(env.local_tools, "needs_six.py", "import six\n\ndef needs_six() -> str:\n    return six.__version__\n")
+    env.write_tool(env.local_tools, "own.py", "from src.math_utils import add\n\ndef own() -> int:\n    return add(1, 2)\n")
+    errors = {Path(e["file"]).name: e["message"] for e in _errors(daemon)}
+    command = f"atomictoolsd trust --python {venv} {env.project}"
+    assert f"`six` is installed in the project's environment ({next(venv.glob('lib/python*/site-packages'))}), " \
+        f"which its tools do not use; turn it on: {command}" in errors["needs_six.py"], errors
+    assert errors["own.py"].endswith(f"turn it on: {command}"), errors
+    assert f"trust --python {venv} {env.project}" in cli(env, "list").stdout
+    assert cli(env, "trust", "--yes", "--python", str(venv)).returncode == 0
+    wait_for(lambda: not _errors(daemon), timeout=15, message="the tools to load with the project's venv")
+    with daemon.client() as client:
+        assert client.call("needs_six").text == "1.16.0" and client.call("own").structured == {"result": 3}
+
+
+def test_a_missing_package_in_a_declared_or_a_project_environment_says_how_to_add_it_there(
+    env: Env, daemon: Daemon,
+) -> None:
+    venv = project_with_code(env)
+    env.write_tool(env.local_tools, "declares.py", '''
+        # /// script
+        # dependencies = ["six==1.16.0"]
+        # ///
+        import six
+        import yaml
+
+        def declares() -> str:
+            return ""
+    ''')
+    errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 2 and _errors(daemon), timeout=60)}
+    # A module that declares packages: the line to add the package to (its environment is built for exactly those).
+    declared = errors["declares.py"]
+    assert declared["line"] == 6 and declared["message"].startswith("ModuleNotFoundError: No module named 'yaml': ")
+    assert "in the environment of the dependencies the module declares" in declared["message"]
+    assert declared["message"].endswith('(`pyyaml`, usually): dependencies = ["six==1.16.0", "pyyaml"]'), declared
+    # A module of a project whose environment is on: the command that installs it there (no pip in it: uv's).
+    env.write_tool(env.local_tools, "project.py", "import yaml\n\ndef project() -> str:\n    return ''\n")
+    assert cli(env, "trust", "--yes", "--python", ".venv").returncode == 0
+    [error] = wait_for(lambda: [e for e in _errors(daemon) if e["file"].endswith("project.py")], timeout=15)
+    assert error["message"] == (
+        f"ModuleNotFoundError: No module named 'yaml': no package provides `yaml` in the project's environment "
+        f"({venv}) nor in atomictoolsd's own; install it in the project's: uv pip install --python "
+        f"{venv / 'bin' / 'python'} pyyaml")
 
 
 def test_project_venv_in_the_config_file_turns_every_trusted_projects_venv_on(env: Env, make_daemon: object) -> None:
@@ -471,6 +560,27 @@ def test_a_project_environment_of_another_python_is_refused_with_the_reason(env:
     wait_for(lambda: not _errors(daemon), timeout=15, message="the tools to load without it")
 
 
+@pytest.mark.skipif(kernel_abi() < REQUIRED_ABI, reason=f"confining workers needs Landlock ABI {REQUIRED_ABI}")
+def test_the_environment_command_offered_to_a_confined_project_keeps_it_confined(env: Env, make_daemon: object) -> None:
+    project_with_code(env)
+    env.set_trust_all(False)
+    assert cli(env, "trust", "--yes", "--sandbox", "--allow-net", "example.com").returncode == 0
+    daemon = make_daemon()  # type: ignore[operator]
+    [error] = _errors(daemon)
+    offered = error["message"].split("turn it on: atomictoolsd ", 1)[1].split()
+    assert offered[:2] == ["trust", "--python"], offered  # the same command list and doctor offer
+    done = cli(env, offered[0], "--yes", *offered[1:])
+    # Choosing its environment does not run its tools with all your rights, nor drop what its sandbox allows.
+    assert done.returncode == 0 and "note: it stays confined, as it was trusted (--sandbox)" in done.stdout, done
+    listed = cli(env, "list").stdout
+    assert "its own tools run confined (trust --sandbox)" in listed and "example.com" in listed, listed
+    with daemon.client() as client:
+        wait_for(lambda: not _errors(daemon), timeout=15, message="the confined tools to load with the environment")
+        assert client.call("project", a=1, b=1).text == "1.16.0 2 hello Ada linked"
+        [module] = [m for m in client.status()["modules"] if m["path"].endswith("project.py")]
+        assert module["confined"] is True
+
+
 def _uv_bin() -> str:
     from uv import find_uv_bin
 
@@ -485,6 +595,10 @@ def test_a_confined_project_reads_its_environment_and_own_code(env: Env, make_da
     daemon = make_daemon()  # type: ignore[operator]
     with daemon.client() as client:
         assert client.call("project", a=2, b=2).text == "1.16.0 4 hello Ada linked"
+        # A package upgraded under the confined module: its worker reported what it imported, as any does.
+        uv("pip", "install", "--python", str(venv / "bin" / "python"), "six==1.17.0", env=env)
+        wait_for(lambda: client.call("project", a=1, b=1).text == "1.17.0 2 hello Ada linked", timeout=15,
+                 message="the upgrade in the confined project's environment to serve")
     if not hasattr(sandbox_module, "PROTECTED"):
         return  # this sandbox keeps no entry of a writable tree read-only: the .venv in it is written as the tree is
     env.write_tool(env.local_tools, "plant.py", f'''

@@ -14,7 +14,7 @@ import types
 import pytest
 
 from atomictools._jsonschema import inline_refs
-from helpers import Daemon, Env
+from helpers import Daemon, Env, wait_for
 
 pydantic = pytest.importorskip("pydantic")
 
@@ -190,3 +190,84 @@ def test_a_worker_whose_module_does_not_use_pydantic_never_imports_it(env: Env, 
     with daemon.client() as client:
         assert client.call("model", thing={"name": "x"}).text == "x"
         assert client.call("plain").text == "[]"
+
+
+def test_aliases_enums_optional_models_and_lists_of_models_as_pydantic_has_them(env: Env, daemon: Daemon) -> None:
+    env.write_tool(env.local_tools, "echo.py", '''
+        from enum import Enum
+        from typing import Annotated, Optional
+
+        from pydantic import BaseModel, Field
+
+
+        class Color(str, Enum):
+            red = "red"
+            blue = "blue"
+
+
+        class Inner(BaseModel):
+            n: Annotated[int, Field(ge=1, le=5)] = 1
+
+
+        class Outer(BaseModel):
+            inner: Optional[Inner] = None
+            items: list[Inner] = Field(default_factory=list, max_length=2)
+            color: Color = Color.red
+            tag: str = Field(alias="tagName", default="t")
+
+
+        def echo(outer: Outer, extra: Annotated[list[Inner], Field(min_length=1)]) -> list[Outer]:
+            """Echo."""
+            return [outer, Outer(items=extra)]
+    ''')
+    with daemon.client() as client:
+        [tool] = client.list_tools()
+        outer = tool["inputSchema"]["properties"]["outer"]["properties"]
+        # The alias is the name on the wire, as pydantic validates by it.
+        assert "tagName" in outer and "tag" not in outer and outer["color"]["enum"] == ["red", "blue"]
+        answer = client.call_tool("echo", {"outer": {"inner": {"n": 2}, "color": "blue", "tagName": "x"}, "extra": [{"n": 3}]})
+        assert answer.structured == {"result": [
+            {"inner": {"n": 2}, "items": [], "color": "blue", "tag": "x"},
+            {"inner": None, "items": [{"n": 3}], "color": "red", "tag": "t"},
+        ]}, answer.text
+        refused = client.call_tool("echo", {"outer": {"items": [{"n": 1}, {"n": 2}, {"n": 9}]}, "extra": []})
+        assert refused.is_error and "`outer.items`: List should have at most 2 items" in refused.text
+        assert "`extra`: List should have at least 1 item" in refused.text
+
+
+def test_a_module_of_pydantic_1_is_told_its_models_need_pydantic_2(env: Env, daemon: Daemon) -> None:
+    # Its declared environment holds pydantic 1 (installed for real), which the worker's schema cannot read.
+    declared = '''
+        # /// script
+        # dependencies = ["pydantic==1.10.27"]
+        # ///
+        from pydantic import BaseModel
+
+
+        class Point(BaseModel):
+            x: int
+    '''
+    env.write_tool(env.local_tools, "old.py", declared + '''
+
+        def old(point: Point) -> int:
+            return point.x
+    ''')
+    env.write_tool(env.local_tools, "old_result.py", declared + '''
+
+        def old_result(x: int):
+            return Point(x=x)
+    ''')
+    [error] = wait_for(lambda: len(_list(daemon)["tools"]) == 1 and _list(daemon)["errors"], timeout=120,
+                       message="the pydantic 1 environment")
+    assert error["file"].endswith("old.py") and error["message"] == (
+        "old: the module's pydantic is 1.10.27, and a tool's pydantic types need pydantic 2, as FastMCP's do: "
+        "declare pydantic>=2 (dependencies = [\"pydantic>=2\"]) or install it in the module's environment, or make "
+        "them a msgspec.Struct, a @dataclass or a TypedDict")
+    with daemon.client() as client:  # a model of its returned as it is, not pydantic 2's serializer's error
+        answer = client.call_tool("old_result", {"x": 3})
+        assert not answer.is_error and answer.text == '"Point(x=3)"', answer.text
+
+
+def _list(daemon: Daemon) -> dict:
+    with daemon.client() as client:
+        return client.request("atomic/list")

@@ -73,7 +73,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         if listing.get("network"):
             print(f"network of its confined tools: {safe(listing['network'])}")
     _print_held(listing.get("held", []))
-    blocked = listing.get("blocked", [])
+    _print_blocked(listing.get("blocked", []))
+    return 0
+
+
+def _print_blocked(blocked: list[dict[str, Any]]) -> None:
+    """The modules that do not load because their project is not trusted (or not enough), and the
+    command that changes that."""
     if blocked:
         reason = blocked[0].get("reason")
         if reason:
@@ -88,7 +94,6 @@ def cmd_list(args: argparse.Namespace) -> int:
             # The daemon's own offer (0.2); an older daemon sent only the command.
             print(blocked[0].get("message") or f"to trust the project, run: {blocked[0]['command']}")
             _why_untrusted(blocked[0]["root"])
-    return 0
 
 
 _UNDESCRIBED = "(no description: agents pick tools by it; write a docstring)"
@@ -242,6 +247,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     for error in result["errors"]:
         tool = f" tool {error['tool']!r}:" if error.get("tool") else ""
         print(f"  {where(error)}:{tool} {error['message']}")
+    _print_blocked(result.get("blocked", []))
     return 0 if result["success"] else EXIT_FAILED
 
 

@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from atomictoolsd.cli._common import safe
 from atomictoolsd.config.command import command_name
@@ -99,6 +100,10 @@ def cmd_trust(args: argparse.Namespace) -> int:
     store, root = _store_and_root(args)
     assert root is not None
     level = "sandbox" if args.sandbox else "full"
+    confined = _confinement_kept(store, root, args, python)
+    if confined is not None:
+        level, allow = "sandbox", confined
+        args.sandbox = True
     try:
         before = store.state(root)  # type: ignore[attr-defined]
         added = store.trust(root, level, allow, python)  # type: ignore[attr-defined]
@@ -209,6 +214,22 @@ def _support() -> dict[str, object]:
     except ConfigError:
         pass  # the daemon says what is wrong with it; the kernel is what it is
     return support()
+
+def _confinement_kept(store: Any, root: Path, args: argparse.Namespace, python: str | None) -> dict[str, object] | None:
+    """The allowance of a project trusted confined, when ``trust --python`` names only its environment
+    (no ``--sandbox``, no ``--allow-*``): choosing an environment never widens a sandbox to all your
+    rights (the command ``list``, ``doctor`` and a missing module offer is that one). None otherwise."""
+    if python is None or args.sandbox:
+        return None
+    from atomictoolsd.registry.trust import trust_command  # lazy: as cmd_trust imports it
+
+    entry = store.entry(root)
+    if entry is None or entry.get("level") != "sandbox":
+        return None
+    print(f"note: it stays confined, as it was trusted (--sandbox); to run its tools with all your rights instead: "
+          f"{trust_command(root)}, then trust --python again")
+    return dict(entry.get("allow") or {})
+
 
 def _chosen_environment(given: str) -> str | int:
     """The virtual environment ``--python`` names (a directory, or an interpreter in its ``bin/``),

@@ -214,7 +214,10 @@ class Environments:
         try:
             met = python_meets(metadata.requires_python, version)
         except ValueError as exc:
-            raise LoadFailure(path, metadata.line, f"requires-python = {metadata.requires_python!r}: {exc}") from None
+            raise LoadFailure(
+                path, metadata.line, f"requires-python = {metadata.requires_python!r}: {exc}; write it as version "
+                f"clauses, as uv and pip read it: requires-python = \">=3.11\" (or \">=3.10,<3.14\", \"==3.12.*\")",
+            ) from None
         if not met:
             raise LoadFailure(
                 path, metadata.line,

@@ -414,18 +414,20 @@ class Lifetimes:
         return any(d.scope == "builtin" and d.sandbox is not None for d in self.dirs.values())
 
     async def refresh_trust(self) -> list[ToolsDir]:
-        """Ask again whether each project's own dir is trusted; load or block the ones that changed.
-        The dirs whose content is followed are scanned too (content may have been approved), and
-        those whose project's environment changed (``trust --python``)."""
+        """Ask again whether each project's own dir is trusted; load or block the ones that changed,
+        and load again those whose project's environment changed (``trust --python``): both are
+        returned (what ``trust`` says the daemon did). The dirs whose content is followed are
+        scanned too (content may have been approved)."""
         dirs = list(self.dirs.values())
         judged = await asyncio.gather(*(self.rejudge(d) for d in dirs))
         changed = [tools_dir for tools_dir, changed in zip(dirs, judged, strict=True) if changed]
+        moved = [d for d in dirs if d not in changed and self.environment_moved(d)]
         again = [
             d for d in dirs
-            if d not in changed and (self.environment_moved(d) or (self.content is not None and self.content.follows(d)))
+            if d not in changed and d not in moved and self.content is not None and self.content.follows(d)
         ]
-        await asyncio.gather(*(self.scans.scan(d) for d in (*changed, *again)))
-        return changed
+        await asyncio.gather(*(self.scans.scan(d) for d in (*changed, *moved, *again)))
+        return [*changed, *moved]
 
     def environment_moved(self, tools_dir: ToolsDir) -> bool:
         """Whether the environment chosen for a project's own dir is not the one its workers run with."""

@@ -214,7 +214,8 @@ class Registry:
 
     async def reload_modules(self, project: Project, modules: Iterable[Module]) -> dict[str, Any]:
         """Load ``modules`` again now, changed or not (their files, or what they import, changed
-        where no watcher sees it): ``{success, toolCount, errors}`` of those modules."""
+        where no watcher sees it): ``{success, toolCount, errors}`` of those modules, and ``blocked``
+        when they are (their project is not trusted)."""
         paths = {module.path for module in modules}
         for tools_dir in project.dirs:
             mine = {path for path in paths if path in tools_dir.modules}
@@ -223,4 +224,8 @@ class Registry:
         await project.loaded()
         reloaded = [m for d in project.dirs for m in d.modules.values() if m.path in paths]
         errors = [entry for module in reloaded for entry in module.error_entries()]
-        return {"success": not errors, "toolCount": sum(len(m.tools) for m in reloaded), "errors": errors}
+        result: dict[str, Any] = {"success": not errors, "toolCount": sum(len(m.tools) for m in reloaded), "errors": errors}
+        blocked = [entry for entry in project.view().blocked if entry["file"] in paths]
+        if blocked:
+            result["blocked"] = blocked
+        return result

@@ -1,5 +1,6 @@
 """``atomic/trust/refresh``: re-read the trust store and load, or block, every project whose trust
-changed, telling attached sessions (``tools/list_changed``).
+changed, and load again every one whose environment changed (``trust --python``), telling attached
+sessions (``tools/list_changed``).
 
 ``atomictoolsd trust`` and ``untrust`` call it after writing the store, so trusting takes effect
 without a restart. The store itself is ``registry/trust.py``; this module only answers the method.

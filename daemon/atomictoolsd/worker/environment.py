@@ -39,6 +39,7 @@ __all__ = ["activate", "distribution_of", "missing_module_hint", "site_report"]
 
 _current: list[WorkerSpec] = []  # the spec of the module this worker serves (``activate``)
 _SITE_NAMES = ("site-packages", "dist-packages")
+_VENV_NAMES = (".venv", "venv")  # a project's own environment, as environments/project.py looks for it
 _MOST_ENTRIES = 256  # a module importing more is watched by its first 256 (the report stays small)
 
 
@@ -176,8 +177,8 @@ def missing_module_hint(exc: BaseException) -> str:
         found = _in_project_venv(top, spec.cwd)
         if found is not None:
             return (
-                f"`{top}` is installed in the project's environment ({found}), which its tools do not use; "
-                f"turn it on: {_trust_command(spec.cwd)}"
+                f"`{top}` is installed in the project's environment ({found[1]}), which its tools do not use; "
+                f"turn it on: {_trust_command(found[0], spec.cwd)}"
             )
     package = distribution_of(top)
     env = spec.env
@@ -226,30 +227,43 @@ def _own_code(top: str, root: str) -> str | None:
     return None
 
 
-def _in_project_venv(top: str, root: str) -> str | None:
-    """The site-packages dir of the project's ``.venv`` that holds ``top``, if one does."""
+def _project_venv(root: str) -> str | None:
+    """The project's virtual environment, as ``list`` and ``doctor`` offer it (its ``.venv``, else
+    its ``venv``); None for none, or for no project (the global tools run in the home directory)."""
     if not root or root == "/" or root == os.path.expanduser("~"):
-        return None  # no project: the global tools run in the home directory
-    site = os.path.join(root, ".venv", "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
+        return None
+    for name in _VENV_NAMES:
+        path = os.path.join(root, name)
+        if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+            return path
+    return None
+
+
+def _in_project_venv(top: str, root: str) -> tuple[str, str] | None:
+    """The project's virtual environment and its site-packages dir that holds ``top``, if one does."""
+    venv = _project_venv(root)
+    if venv is None:
+        return None
+    site = os.path.join(venv, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
     try:
         names = os.listdir(site)
     except OSError:
         return None
     if top in names or f"{top}.py" in names or any(n.startswith(f"{top}.") and n.endswith(".so") for n in names):
-        return site
+        return venv, site
     return None
 
 
-def _trust_command(root: str) -> str:
-    return f"atomictoolsd trust --python {shlex.quote(os.path.join(root, '.venv'))} {shlex.quote(root)}"
+def _trust_command(venv: str, root: str) -> str:
+    return f"atomictoolsd trust --python {shlex.quote(venv)} {shlex.quote(root)}"
 
 
 def _own_code_hint(top: str, found: str, root: str) -> str:
-    venv = os.path.join(root, ".venv")
-    trust = _trust_command(root)
-    if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
-        how = f"turn it on: {trust}"
+    venv = _project_venv(root)
+    if venv is not None:
+        how = f"turn it on: {_trust_command(venv, root)}"
     else:
+        trust = _trust_command(os.path.join(root, ".venv"), root)
         how = f"make one (uv venv, or python -m venv .venv, in {shlex.quote(root)}) and turn it on: {trust}"
     return (
         f"`{top}` is the project's own code ({found}): a tool imports it when its tools run with the "

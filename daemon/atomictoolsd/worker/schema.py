@@ -25,7 +25,7 @@ from atomictools._authoring import Context, FieldDefault, ToolOptions
 from atomictools._jsonschema import inline_refs
 from atomictools._protocol import check_tool_name
 from atomictoolsd.worker.portable import schema_problems, type_enums
-from atomictoolsd.worker.signature import docstring_params, split_annotated, uses_pydantic
+from atomictoolsd.worker.signature import docstring_params, old_pydantic, split_annotated, uses_pydantic
 
 __all__ = ["SchemaError", "ToolSpec", "build_tool", "collect_tools", "enc_hook", "tool_name"]
 
@@ -56,7 +56,7 @@ def enc_hook(obj: Any) -> Any:
         return str(obj)
     if isinstance(obj, (set, frozenset)):
         return list(obj)
-    if "pydantic" in sys.modules:  # a model a tool returned without a structured annotation
+    if "pydantic" in sys.modules and old_pydantic() is None:  # a model returned without a structured annotation
         from atomictoolsd.worker import pydantic_schema  # lazy: pydantic's, for its modules only
 
         value = pydantic_schema.to_json(obj)
@@ -218,6 +218,7 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
 
     output_type = hints.get("return", inspect.Signature.empty)
     if any(uses_pydantic(annotation, default) for _name, annotation, default in parameters) or uses_pydantic(output_type):
+        _refuse_pydantic_1(fn.__name__)
         from atomictoolsd.worker import pydantic_schema  # lazy: pydantic's, for its modules only
 
         try:
@@ -293,6 +294,18 @@ def _unsupported(function: str, fields: list[tuple[Any, ...]], exc: Exception) -
         f"can describe: str, int, float, bool, a list, dict or Literal of them, a msgspec.Struct, a @dataclass, "
         f"a TypedDict, an Enum, or a pydantic BaseModel where pydantic is installed in the module's environment"
     )
+
+
+def _refuse_pydantic_1(function: str) -> None:
+    """A module's own pydantic 1 (a declared ``pydantic<2``) is said so, rather than failing on an
+    attribute pydantic 1 lacks: the schema and the validation are built with pydantic 2's."""
+    version = old_pydantic()
+    if version is not None:
+        raise SchemaError(
+            f"{function}: the module's pydantic is {version}, and a tool's pydantic types need pydantic 2, as "
+            f"FastMCP's do: declare pydantic>=2 (dependencies = [\"pydantic>=2\"]) or install it in the module's "
+            f"environment, or make them a msgspec.Struct, a @dataclass or a TypedDict"
+        )
 
 
 def _unannotated(function: str, param: inspect.Parameter) -> str:

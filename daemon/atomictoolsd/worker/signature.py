@@ -15,7 +15,7 @@ import sys
 import typing
 from typing import Annotated, Any
 
-__all__ = ["docstring_params", "pydantic_made", "split_annotated", "uses_pydantic"]
+__all__ = ["docstring_params", "old_pydantic", "pydantic_made", "split_annotated", "uses_pydantic"]
 
 _PYDANTIC_MODULES = ("pydantic", "pydantic_core", "annotated_types")
 
@@ -35,6 +35,13 @@ def pydantic_made(value: Any) -> bool:
     if isinstance(value, type):
         return any(base.__module__.partition(".")[0] in _PYDANTIC_MODULES for base in value.__mro__[:-1])
     return type(value).__module__.partition(".")[0] in _PYDANTIC_MODULES
+
+
+def old_pydantic() -> str | None:
+    """The version of the pydantic imported, when it is pydantic 1 (a module that declares
+    ``pydantic<2``): ``pydantic_schema`` reads pydantic 2's models only. None otherwise."""
+    version = str(getattr(sys.modules.get("pydantic"), "VERSION", ""))
+    return version if version.startswith(("0.", "1.")) else None
 
 
 def uses_pydantic(annotation: Any, default: Any = inspect.Parameter.empty) -> bool:
