@@ -47,6 +47,7 @@ __all__ = [
     "login_runtime_dir",
     "pointer_path",
     "project_area",
+    "project_free_path",
     "runtime_dir",
     "socket_path",
     "write_pointer",
@@ -209,6 +210,25 @@ def check_locations(environ: Mapping[str, str] | None = None, anchors: Iterable[
         value = environ.get(variable, "")
         if value.strip():
             check_location(variable, value, areas)
+
+
+def project_free_path(value: str, anchors: Iterable[str] | None = None) -> tuple[str, list[str]]:
+    """``value``, a ``PATH``, without its entries inside the projects of ``anchors`` (default: the
+    working directory), symlinks followed or not; and the entries left out.
+
+    An agent's config entry, which a repository writes, sets the ``PATH`` of the shim; a daemon
+    started with it would run the repository's ``git``, ``node`` or ``bun`` unconfined, for every
+    project, whenever it runs one of those by name. A relative entry is kept: the daemon runs from
+    ``/``, where it names no project's directory.
+    """
+    areas = _areas(anchors)
+    kept: list[str] = []
+    left_out: list[str] = []
+    for entry in value.split(os.pathsep):
+        inside = os.path.isabs(entry) and any(
+            _within(os.path.normpath(entry), a) or _within(os.path.realpath(entry), a) for a in areas)
+        (left_out if inside else kept).append(entry)
+    return os.pathsep.join(kept), left_out
 
 
 def _private_dir_problem(path: str) -> str | None:

@@ -16,6 +16,7 @@ from atomictools._paths import (
     check_location,
     check_locations,
     project_area,
+    project_free_path,
     runtime_dir,
     socket_path,
 )
@@ -143,6 +144,20 @@ def test_the_project_area_is_the_outermost_repository_below_the_home(tmp_path: P
     assert project_area(str(plain)) == str(plain.resolve())
     home = os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir)  # the account's: no variable moves it
     assert project_area(home) is None and project_area("/") is None, "your home is no project"
+
+
+def test_a_path_keeps_no_directory_of_the_starters_project(tmp_path: Path) -> None:
+    """The PATH a daemon is started with: the entries in the project of the anchor (as written or
+    through a link) are left out, in their order; the rest, relative ones included, kept as they are."""
+    inner = _repository(tmp_path)
+    area = tmp_path / "outer"
+    (tmp_path / "tools-link").symlink_to(area / "bin")
+    outside = tmp_path / "elsewhere" / "bin"
+    entries = [str(area / "bin"), "/usr/bin", str(tmp_path / "tools-link"), "", "rel/bin", str(outside), f"{area}/../outer/x"]
+    kept, left_out = project_free_path(os.pathsep.join(entries), anchors=[str(inner)])
+    assert kept.split(os.pathsep) == ["/usr/bin", "", "rel/bin", str(outside)]
+    assert left_out == [str(area / "bin"), str(tmp_path / "tools-link"), f"{area}/../outer/x"]
+    assert project_free_path(os.pathsep.join(entries), anchors=[str(outside)]) == (os.pathsep.join(entries), [])
 
 
 @pytest.mark.parametrize(
