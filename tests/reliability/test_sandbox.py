@@ -839,13 +839,19 @@ def guarded(env: Env, world: dict[str, Any]) -> dict[str, Any]:
     (env.project / ".envrc").write_text("export APP=1\n")
     (env.project / ".vscode").mkdir()
     (env.project / ".vscode" / "tasks.json").write_text('{"tasks": []}\n')
+    # Agent configs that are there: OpenCode's at the root (a file, writable were it not protected)
+    # and Qwen Code's; the MCP servers they name are started by the agent.
+    (env.project / "opencode.json").write_text('{"mcp": {}}\n')
+    (env.project / ".qwen").mkdir()
+    (env.project / ".qwen" / "settings.json").write_text('{"mcpServers": {}}\n')
     env.write_config(sandbox_protect=".foo:.bar")
-    files = [".envrc", ".git/config", ".git/HEAD", ".vscode/tasks.json", "docs/conf.py", "vendor/used/.git"]
+    files = [".envrc", ".git/config", ".git/HEAD", ".vscode/tasks.json", "docs/conf.py", "vendor/used/.git",
+             "opencode.json", ".qwen/settings.json"]
     return {
         "files": files,
-        "dirs": [".git", ".git/hooks", ".vscode", ".atomic"],
+        "dirs": [".git", ".git/hooks", ".vscode", ".atomic", ".qwen"],
         "missing": [".mcp.json", ".claude", ".cursor", ".foo", "vendor/lib/.git", "vendor/used/deep/.git",
-                    ".git/hooks/pre-commit"],
+                    ".git/hooks/pre-commit", "opencode.jsonc"],
         "before": {name: ((env.project / name).read_bytes(), (env.project / name).stat().st_mode) for name in files},
     }
 

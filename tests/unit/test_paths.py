@@ -11,6 +11,7 @@ import platformdirs
 import pytest
 
 from atomictools._paths import (
+    PROJECT_MARKERS,
     LocationError,
     RuntimeDirError,
     check_location,
@@ -21,6 +22,7 @@ from atomictools._paths import (
     socket_path,
 )
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
+from atomictoolsd.worker.sandbox import PROTECTED
 
 
 def test_runtime_dir_agrees_with_platformdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,6 +146,12 @@ def test_the_project_area_is_the_outermost_repository_below_the_home(tmp_path: P
     assert project_area(str(plain)) == str(plain.resolve())
     home = os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir)  # the account's: no variable moves it
     assert project_area(home) is None and project_area("/") is None, "your home is no project"
+
+
+def test_every_door_a_repository_gives_an_agent_an_entry_by_is_protected_from_confined_tools() -> None:
+    """What makes a directory a project (its agents' project configs) is what confined tools may not
+    write: each names commands an agent or editor runs, unconfined, when it opens the project."""
+    assert {m.casefold() for m in PROJECT_MARKERS} <= {p.casefold() for p in PROTECTED}
 
 
 def test_a_path_keeps_no_directory_of_the_starters_project(tmp_path: Path) -> None:
