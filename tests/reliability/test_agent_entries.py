@@ -109,6 +109,38 @@ def _runtime_dir(env: Env) -> tuple[dict[str, str], str]:
     return {"ATOMICTOOLS_RUNTIME_DIR": str(env.project / ".run")}, "ATOMICTOOLS_RUNTIME_DIR"
 
 
+GLOBAL_TS_TOOL = """import { tool } from "@opencode-ai/plugin"
+
+export default tool({ description: "yours", args: {}, async execute() { return "ok" } })
+"""
+
+
+def _fake_runtime(env: Env) -> Path:
+    """A ``bun`` of the repository's that leaves the marker when run; you have a global TypeScript
+    tool, so a daemon that takes the entry's runtime runs it (``--version``) unconfined."""
+    env.write_tool(env.global_tools, "yours.ts", GLOBAL_TS_TOOL)
+    runtime = env.project / "node_modules" / ".bin" / "bun"
+    runtime.parent.mkdir(parents=True)
+    runtime.write_text(f"#!/bin/sh\necho ran > {env.marker}\nexit 1\n")  # type: ignore[attr-defined]
+    runtime.chmod(0o755)
+    return runtime
+
+
+def _js_runtime(env: Env) -> tuple[dict[str, str], str]:
+    return {"ATOMICTOOLS_JS_RUNTIME": str(_fake_runtime(env))}, "ATOMICTOOLS_JS_RUNTIME"
+
+
+def _js_runtime_through_a_link(env: Env) -> tuple[dict[str, str], str]:
+    link = env.second / "bun"  # type: ignore[attr-defined]
+    link.symlink_to(_fake_runtime(env))
+    return {"ATOMICTOOLS_JS_RUNTIME": str(link)}, "ATOMICTOOLS_JS_RUNTIME"
+
+
+def _js_packages(env: Env) -> tuple[dict[str, str], str]:
+    _fake_runtime(env)
+    return {"ATOMICTOOLS_JS_PACKAGES": str(env.project)}, "ATOMICTOOLS_JS_PACKAGES"
+
+
 PLACEMENTS: dict[str, Callable[[Env], tuple[dict[str, str], str]]] = {
     "a config dir in the project": _config_dir,
     "XDG_CONFIG_HOME in the project": _xdg_config_home,
@@ -117,6 +149,9 @@ PLACEMENTS: dict[str, Callable[[Env], tuple[dict[str, str], str]]] = {
     "a link outside the project into it": _link_into_the_project,
     "a relative config dir": _relative,
     "the runtime dir in the project": _runtime_dir,
+    "the JavaScript runtime in the project": _js_runtime,
+    "the JavaScript runtime a link into the project": _js_runtime_through_a_link,
+    "the JavaScript packages in the project": _js_packages,
 }
 
 
@@ -131,6 +166,7 @@ def test_an_entry_that_places_the_daemons_files_in_the_project_is_refused(reposi
     assert f"atomictoolsd mcp: the daemon was not started: {variable}=" in done.stderr or (
         variable == "ATOMICTOOLS_RUNTIME_DIR" and f"{variable}=" in done.stderr), done.stderr
     assert "absolute path of your own outside any project" in done.stderr, done.stderr
+    assert ("for what the daemon runs" if "JS_" in variable else "for the daemon's files") in done.stderr, done.stderr
     assert daemon_pid(env, env.second) is None, "no daemon started"  # type: ignore[attr-defined]
     record(f"{placement}: the shim refused {variable}, named it, and started no daemon")
 
