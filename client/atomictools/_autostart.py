@@ -27,7 +27,7 @@ import time
 
 from atomictools._errors import ConnectError
 from atomictools._launch import SEALED_CWD, python_command, sealed_environ
-from atomictools._paths import RuntimeDirError, check_locations, runtime_dir
+from atomictools._paths import RuntimeDirError, check_locations, project_free_path, runtime_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,7 +49,9 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = (),
 
     The daemon runs from ``/`` with this process's environment, so the variables that place its
     files are checked here first (``_paths.check_locations``), against the projects of ``anchors``
-    (default: the working directory): where the starter is, not where the daemon runs.
+    (default: the working directory): where the starter is, not where the daemon runs. Its ``PATH``
+    leaves out the directories inside those projects (``_paths.project_free_path``), and its stderr
+    says which.
 
     Returns:
         ``("started", pid)`` when this call started it, ``("running", pid)`` when another daemon
@@ -68,6 +70,8 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = (),
     _private_dir(rundir)
     stderr_path = os.path.join(rundir, STDERR_NAME)
     _rotate_if_large(stderr_path)
+    environ = sealed_environ()
+    _leave_project_path_out(environ, anchors, stderr_path)
     try:
         written_before = os.stat(stderr_path).st_size  # what earlier daemons said is not this one's cause
     except OSError:
@@ -78,7 +82,7 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = (),
             proc = subprocess.Popen(
                 python_command("atomictoolsd", "serve", "--detach", "--ready-fd", str(write_fd), *extra_args),
                 cwd=SEALED_CWD,
-                env=sealed_environ(),
+                env=environ,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
@@ -98,6 +102,18 @@ def start_daemon(timeout: float = 15.0, extra_args: tuple[str, ...] = (),
     if len(words) == 2 and words[0] in ("started", "running") and words[1].isdigit():
         return words[0], int(words[1])
     raise ConnectError(f"the daemon did not start: {_cause(stderr_path, written_before, line)} (its stderr: {stderr_path})")
+
+
+def _leave_project_path_out(environ: dict[str, str], anchors: list[str] | None, stderr_path: str) -> None:
+    """Take the entries inside the starter's projects out of ``environ``'s ``PATH``, and say which
+    in the daemon's stderr (before this start's own words, which a failure is read from)."""
+    if "PATH" not in environ:
+        return
+    environ["PATH"], left_out = project_free_path(environ["PATH"], anchors)
+    if left_out:
+        with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a", errors="replace") as stderr:
+            stderr.write(f"PATH entries inside the project are left out of the daemon's PATH (a repository may fill "
+                         f"them): {ascii(os.pathsep.join(left_out))[1:-1]}\n")
 
 
 def _rotate_if_large(path: str) -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APP_NAME",
     "LOCATION_VARIABLES",
+    "PROGRAM_VARIABLES",
     "SOCKET_NAME",
     "LocationError",
     "RuntimeDirError",
@@ -47,6 +48,7 @@ __all__ = [
     "login_runtime_dir",
     "pointer_path",
     "project_area",
+    "project_free_path",
     "runtime_dir",
     "socket_path",
     "write_pointer",
@@ -62,6 +64,12 @@ LOCATION_VARIABLES = (
     "ATOMICTOOLS_CONFIG_DIR", "ATOMICTOOLS_CACHE_DIR",
     "XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HOME",
 )
+
+# Settings that may name by path what the daemon runs for every project, unconfined for a global
+# tool: the JavaScript runtime and the directory of the packages its tools import. A path there is
+# checked as the location variables are (``check_locations``); a runtime's name is not a path.
+PROGRAM_VARIABLES = ("ATOMICTOOLS_JS_RUNTIME", "ATOMICTOOLS_JS_PACKAGES")
+_RUNTIME_NAMES = ("auto", "bun", "node")
 
 # What makes a directory a project a repository fills: its git metadata, its tools, and every
 # project config file through which an agent can be told to start a server with an environment.
@@ -161,22 +169,25 @@ def check_location(variable: str, value: str, areas: Iterable[str]) -> str:
     Raises:
         LocationError: it is not, with the reason and what to do.
     """
-    path = os.path.dirname(value) if variable == "ATOMICTOOLS_SOCKET" else value
+    a_file = variable in ("ATOMICTOOLS_SOCKET", "ATOMICTOOLS_JS_RUNTIME")
+    path = os.path.dirname(value) if a_file else value
     if not os.path.isabs(path):
         problem = "is a relative path, which would be resolved in the working directory"
     else:
         path = os.path.normpath(path)
         real = os.path.realpath(path)
-        inside = next((a for a in areas if _within(path, a) or _within(real, a)), None)
+        itself = os.path.realpath(value)  # a file of yours may be a link into the project
+        inside = next((a for a in areas if _within(path, a) or _within(real, a) or _within(itself, a)), None)
         if inside is not None:
             problem = (f"is inside the project {_shown(inside)}, where a repository's files are; a process an agent "
                        f"starts there takes its environment from the project's agent config")
         else:
             problem = _owner_problem(real)
     if problem is None:
-        return path if variable != "ATOMICTOOLS_SOCKET" else os.path.normpath(value)
+        return path if not a_file else os.path.normpath(value)
+    use = "for what the daemon runs" if variable in PROGRAM_VARIABLES else "for the daemon's files"
     raise LocationError(
-        f"{variable}={_shown(value)} {problem}, so it is not used for the daemon's files; set it to an absolute path "
+        f"{variable}={_shown(value)} {problem}, so it is not used {use}; set it to an absolute path "
         f"of your own outside any project (your shell profile or the service unit), or unset it"
     )
 
@@ -196,9 +207,10 @@ def _areas(anchors: Iterable[str] | None) -> list[str]:
 
 
 def check_locations(environ: Mapping[str, str] | None = None, anchors: Iterable[str] | None = None) -> None:
-    """``check_location`` for every one of ``LOCATION_VARIABLES`` that is set, against the projects of
-    ``anchors`` (default: the working directory). Asked before a daemon is started: it runs from ``/``,
-    where it cannot tell which project its starter was in.
+    """``check_location`` for every one of ``LOCATION_VARIABLES`` that is set, and each of
+    ``PROGRAM_VARIABLES`` that holds a path, against the projects of ``anchors`` (default: the working
+    directory). Asked before a daemon is started: it runs from ``/``, where it cannot tell which
+    project its starter was in.
 
     Raises:
         LocationError: the first variable refused.
@@ -209,6 +221,29 @@ def check_locations(environ: Mapping[str, str] | None = None, anchors: Iterable[
         value = environ.get(variable, "")
         if value.strip():
             check_location(variable, value, areas)
+    for variable in PROGRAM_VARIABLES:
+        value = environ.get(variable, "").strip()
+        if value and value not in _RUNTIME_NAMES:
+            check_location(variable, os.path.expanduser(value), areas)
+
+
+def project_free_path(value: str, anchors: Iterable[str] | None = None) -> tuple[str, list[str]]:
+    """``value``, a ``PATH``, without its entries inside the projects of ``anchors`` (default: the
+    working directory), symlinks followed or not; and the entries left out.
+
+    An agent's config entry, which a repository writes, sets the ``PATH`` of the shim; a daemon
+    started with it would run the repository's ``git``, ``node`` or ``bun`` unconfined, for every
+    project, whenever it runs one of those by name. A relative entry is kept: the daemon runs from
+    ``/``, where it names no project's directory.
+    """
+    areas = _areas(anchors)
+    kept: list[str] = []
+    left_out: list[str] = []
+    for entry in value.split(os.pathsep):
+        inside = os.path.isabs(entry) and any(
+            _within(os.path.normpath(entry), a) or _within(os.path.realpath(entry), a) for a in areas)
+        (left_out if inside else kept).append(entry)
+    return os.pathsep.join(kept), left_out
 
 
 def _private_dir_problem(path: str) -> str | None:

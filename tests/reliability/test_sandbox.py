@@ -839,13 +839,28 @@ def guarded(env: Env, world: dict[str, Any]) -> dict[str, Any]:
     (env.project / ".envrc").write_text("export APP=1\n")
     (env.project / ".vscode").mkdir()
     (env.project / ".vscode" / "tasks.json").write_text('{"tasks": []}\n')
+    # Agent configs that are there: OpenCode's at the root (a file, writable were it not protected)
+    # and Qwen Code's; the MCP servers they name are started by the agent.
+    (env.project / "opencode.json").write_text('{"mcp": {}}\n')
+    (env.project / ".qwen").mkdir()
+    (env.project / ".qwen" / "settings.json").write_text('{"mcpServers": {}}\n')
+    # What the repository's own git config names in the work tree: a hooks directory, a config file
+    # it includes, and (in that file) an fsmonitor program; your next git runs or reads each.
+    (env.project / ".githooks").mkdir()
+    (env.project / ".githooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (env.project / "tools" / "git").mkdir(parents=True)
+    (env.project / "tools" / "git" / "fsmonitor").write_text("#!/bin/sh\nexit 1\n")
+    (env.project / ".gitconfig").write_text("[core]\n\tfsmonitor = tools/git/fsmonitor --v2\n")
+    git(env.project, "config", "core.hooksPath", ".githooks")
+    git(env.project, "config", "include.path", "../.gitconfig")
     env.write_config(sandbox_protect=".foo:.bar")
-    files = [".envrc", ".git/config", ".git/HEAD", ".vscode/tasks.json", "docs/conf.py", "vendor/used/.git"]
+    files = [".envrc", ".git/config", ".git/HEAD", ".vscode/tasks.json", "docs/conf.py", "vendor/used/.git",
+             "opencode.json", ".qwen/settings.json", ".githooks/pre-commit", ".gitconfig", "tools/git/fsmonitor"]
     return {
         "files": files,
-        "dirs": [".git", ".git/hooks", ".vscode", ".atomic"],
+        "dirs": [".git", ".git/hooks", ".vscode", ".atomic", ".qwen", ".githooks"],
         "missing": [".mcp.json", ".claude", ".cursor", ".foo", "vendor/lib/.git", "vendor/used/deep/.git",
-                    ".git/hooks/pre-commit"],
+                    ".git/hooks/pre-commit", "opencode.jsonc", ".githooks/post-checkout"],
         "before": {name: ((env.project / name).read_bytes(), (env.project / name).stat().st_mode) for name in files},
     }
 

@@ -11,15 +11,18 @@ import platformdirs
 import pytest
 
 from atomictools._paths import (
+    PROJECT_MARKERS,
     LocationError,
     RuntimeDirError,
     check_location,
     check_locations,
     project_area,
+    project_free_path,
     runtime_dir,
     socket_path,
 )
 from atomictoolsd.config.paths import PathError, Paths, check_private_dir, check_socket_path
+from atomictoolsd.worker.sandbox import PROTECTED
 
 
 def test_runtime_dir_agrees_with_platformdirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,6 +146,26 @@ def test_the_project_area_is_the_outermost_repository_below_the_home(tmp_path: P
     assert project_area(str(plain)) == str(plain.resolve())
     home = os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir)  # the account's: no variable moves it
     assert project_area(home) is None and project_area("/") is None, "your home is no project"
+
+
+def test_every_door_a_repository_gives_an_agent_an_entry_by_is_protected_from_confined_tools() -> None:
+    """What makes a directory a project (its agents' project configs) is what confined tools may not
+    write: each names commands an agent or editor runs, unconfined, when it opens the project."""
+    assert {m.casefold() for m in PROJECT_MARKERS} <= {p.casefold() for p in PROTECTED}
+
+
+def test_a_path_keeps_no_directory_of_the_starters_project(tmp_path: Path) -> None:
+    """The PATH a daemon is started with: the entries in the project of the anchor (as written or
+    through a link) are left out, in their order; the rest, relative ones included, kept as they are."""
+    inner = _repository(tmp_path)
+    area = tmp_path / "outer"
+    (tmp_path / "tools-link").symlink_to(area / "bin")
+    outside = tmp_path / "elsewhere" / "bin"
+    entries = [str(area / "bin"), "/usr/bin", str(tmp_path / "tools-link"), "", "rel/bin", str(outside), f"{area}/../outer/x"]
+    kept, left_out = project_free_path(os.pathsep.join(entries), anchors=[str(inner)])
+    assert kept.split(os.pathsep) == ["/usr/bin", "", "rel/bin", str(outside)]
+    assert left_out == [str(area / "bin"), str(tmp_path / "tools-link"), f"{area}/../outer/x"]
+    assert project_free_path(os.pathsep.join(entries), anchors=[str(outside)]) == (os.pathsep.join(entries), [])
 
 
 @pytest.mark.parametrize(

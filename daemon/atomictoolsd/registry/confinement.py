@@ -44,6 +44,7 @@ from atomictoolsd.config.discovery import (
     RepositoryRefused,
     git_config_path,
     locate_repository,
+    within,
 )
 from atomictoolsd.config.gitcopy import harmless_copy
 from atomictoolsd.config.nethosts import parse_hosts, parse_private
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRUSTED_ENV", "builtin_policy", "configure_sandbox", "env_name_problem", "git_config_identity", "git_config_paths",
-    "held_policy", "judge", "network_policy", "policy", "protect_path_problem", "root_listing",
+    "git_named_entries", "held_policy", "judge", "network_policy", "policy", "protect_path_problem", "root_listing",
 ]
 
 # How a confined built-in worker learns whether its project is trusted (``workspace-info`` says so):
@@ -115,7 +116,8 @@ def _project_policy(project: Path, allow: dict[str, Any], config: Config, home: 
     git configuration's copy."""
     from atomictoolsd.worker.sandbox import PROTECTED  # lazy: ctypes, only once a dir is to be confined
 
-    protect = [*PROTECTED, *_items(config.sandbox_protect), *(allow.get("protect") or [])]
+    protect = [*PROTECTED, *_items(config.sandbox_protect), *(allow.get("protect") or []),
+               *git_named_entries(project, home)]
     names = [*_items(config.sandbox_allow_env), *(allow.get("env") or [])]
     made: dict[str, Any] = {
         "project": os.path.realpath(project),
@@ -314,8 +316,7 @@ def git_config_paths(home: Path) -> list[str]:
     Each config file is read by git itself (``git config --file F --no-includes --list``), in the
     built-ins' environment: only your ``GIT_CONFIG_*`` choices, no repository.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in KEPT_GIT_VARS}
-    env.update({"HOME": str(home), "GIT_DIR": "/nonexistent", "LC_ALL": "C"})
+    env = _git_environ(home)
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
     if env.get("GIT_CONFIG_GLOBAL"):
         configs = [Path(env["GIT_CONFIG_GLOBAL"])]
@@ -336,6 +337,95 @@ def git_config_paths(home: Path) -> list[str]:
             elif key in GIT_PATH_KEYS and value and (value.startswith("~") or os.path.isabs(value)):
                 named.append(git_config_path(value, home, home))  # a relative one is in the work tree
     return [str(xdg / "git"), *dict.fromkeys(str(p) for p in (*seen, *named))]
+
+
+# Keys of a repository's git config that name a program git runs (the first word of the value);
+# ``core.hooksPath`` names a directory of them, an include more config.
+_GIT_PROGRAM_KEYS = re.compile(
+    r"(?i)^(core\.fsmonitor|core\.sshcommand|core\.gitproxy|core\.askpass|core\.editor|"
+    r"core\.pager|pager\..*|sequence\.editor|diff\.external|credential\.(.*\.)?helper|gpg\.(.*\.)?program|"
+    r"alias\..*|remote\..*\.(uploadpack|receivepack)|filter\..*\.(clean|smudge|process)|"
+    r"diff\..*\.(textconv|command)|merge\..*\.driver|(diff|merge)tool\..*\.(cmd|path)|sendemail\..*)$",
+    re.DOTALL,
+)
+
+
+def git_named_entries(project: Path, home: Path) -> list[str]:
+    """The paths inside ``project`` (relative to it) that its repository's git config names for git
+    to run — a hooks directory (``core.hooksPath``), a program at the start of a command
+    (``core.fsmonitor = scripts/watch``) — or to read as config (an include: ``../.gitconfig``):
+    a confined tool that wrote one would have your next ``git`` run it. Read with ``git config
+    --file``, which runs nothing, once per content of those files (a policy is made on the event
+    loop, at each load); an unreadable repository names none."""
+    try:
+        repository = locate_repository(project)
+    except (RepositoryRefused, OSError):
+        return []
+    if repository is None:
+        return []
+    root = Path(os.path.realpath(project))
+    cached = _NAMED.get(root)
+    if cached is not None and cached[0] == repository and cached[1] == _signature(cached[2]):
+        return cached[3]
+    seen, named = _git_named_paths(repository, home)
+    inside = (os.path.relpath(p, root) for p in named if within(p, root) and p != root)
+    found = sorted({p for p in inside if protect_path_problem(p) is None})
+    _NAMED[root] = (repository, _signature(seen), seen, found)
+    return found
+
+
+# By project: (its repository, the signature of the config files read, those files, what they name).
+_NAMED: dict[Path, tuple[Any, list[tuple[int, int, int] | None], list[Path], list[str]]] = {}
+
+
+def _signature(files: list[Path]) -> list[tuple[int, int, int] | None]:
+    signature: list[tuple[int, int, int] | None] = []
+    for path in files:
+        try:
+            info = os.stat(path)
+            signature.append((info.st_mtime_ns, info.st_size, info.st_ino))
+        except OSError:
+            signature.append(None)
+    return signature
+
+
+def _git_named_paths(repository: Any, home: Path) -> tuple[list[Path], list[Path]]:
+    """The config files of ``repository`` (its own and those they include), and the paths they
+    name for git to run or read."""
+    configs = [repository.common_dir / "config", repository.git_dir / "config.worktree"]
+    seen: list[Path] = []
+    named: list[Path] = []
+    env = _git_environ(home)
+    while configs and len(seen) < _MAX_CONFIG_FILES:
+        config = configs.pop(0)
+        if config in seen:
+            continue
+        seen.append(config)
+        for key, value in _config_entries(config, env):
+            if GIT_INCLUDE_KEYS.match(key) and value:
+                configs.append(git_config_path(value, config.parent, home))
+                named.append(configs[-1])
+            elif key == "core.hookspath" and value:
+                named.append(git_config_path(value, repository.worktree, home))
+            elif _GIT_PROGRAM_KEYS.match(key) and value:
+                named.extend(_program_of(value.removeprefix("!"), repository.worktree, home))
+    return seen, named
+
+
+def _program_of(command: str, worktree: Path, home: Path) -> list[Path]:
+    """The file a command's first word names, as git finds it from the top of the work tree (a bare
+    name is looked up on PATH: none of the repository's)."""
+    first = command.strip().split(maxsplit=1)[0] if command.strip() else ""
+    first = first.strip("'\"")
+    return [git_config_path(first, worktree, home)] if "/" in first or first.startswith("~") else []
+
+
+def _git_environ(home: Path) -> dict[str, str]:
+    """The environment ``git config --file`` reads a config file in: only your ``GIT_CONFIG_*``
+    choices, no repository."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in KEPT_GIT_VARS}
+    env.update({"HOME": str(home), "GIT_DIR": "/nonexistent", "LC_ALL": "C"})
+    return env
 
 
 def _config_entries(config: Path, env: dict[str, str]) -> list[tuple[str, str]]:

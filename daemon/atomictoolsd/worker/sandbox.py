@@ -111,11 +111,13 @@ DEVICES_WRITE = ("/dev/null", "/dev/zero", "/dev/full")
 # What others execute, kept read-only in a project (names at its root; compared case-insensitively):
 # git's directory (config: core.fsmonitor, hooks) and its submodule list, the other version
 # controls', the configs that agents and editors run commands from (MCP servers, hooks, tasks run on
-# open), direnv's, the commit hooks' managers, and this program's tools dir. The user adds more
-# (``sandbox_protect``, ``trust --protect``); a repository can take none away.
+# open: every project config of ``atomictools._paths.PROJECT_MARKERS``), direnv's, the commit hooks'
+# managers, and this program's tools dir. The user adds more (``sandbox_protect``, ``trust
+# --protect``); a repository can take none away.
 PROTECTED = (
-    ".git", ".gitmodules", ".hg", ".jj", ".envrc", ".mcp.json", ".claude", ".gemini", ".codex", ".cursor",
-    ".opencode", ".vscode", ".idea", ".devcontainer", ".husky", ".pre-commit-config.yaml", ".atomic",
+    ".git", ".gitmodules", ".hg", ".jj", ".envrc", ".mcp.json", ".claude", ".gemini", ".qwen", ".codex", ".cursor",
+    ".opencode", "opencode.json", "opencode.jsonc", ".vscode", ".idea", ".devcontainer", ".husky",
+    ".pre-commit-config.yaml", ".atomic",
 )
 
 # The variables a confined worker takes from the daemon's environment: what programs need to run

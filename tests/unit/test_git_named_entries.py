@@ -1,0 +1,55 @@
+"""What a repository's own git config names in its work tree for git to run or read as config
+(``confinement.git_named_entries``): the entries a confined tool must not write, since your next
+``git`` would run them unconfined. Real repositories, real ``git config``."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from atomictoolsd.registry.confinement import git_named_entries
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+
+
+def test_hooks_programs_and_includes_in_the_work_tree_are_named(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "shared.gitconfig").write_text('[includeIf "onbranch:main"]\n\tpath = conf/more.gitconfig\n')
+    (repo / "conf").mkdir()
+    (repo / "conf" / "more.gitconfig").write_text("[diff \"x\"]\n\ttextconv = './bin/conv' --plain\n")
+    for key, value in {
+        "core.hooksPath": "scripts/hooks",
+        "include.path": "../shared.gitconfig",  # relative to .git, where the config is
+        "core.fsmonitor": "tools/fsmonitor --v2",
+        "alias.up": "!scripts/up.sh --all",
+        "filter.lfs.process": "git-lfs filter-process",  # a program on PATH: none of the repository's
+        "core.sshCommand": "/usr/bin/ssh -o BatchMode=yes",  # outside the project
+        "credential.helper": f"{tmp_path}/elsewhere/helper",  # outside the project
+        "gpg.program": "../../escape",  # out of the project by '..'
+        "user.name": "scripts/not-a-program",  # not a key git runs
+    }.items():
+        git(repo, "config", key, value)
+    assert git_named_entries(repo, tmp_path / "home") == [
+        "bin/conv", "conf/more.gitconfig", "scripts/hooks", "scripts/up.sh", "shared.gitconfig", "tools/fsmonitor",
+    ]
+    # An included file changed (by you: it is protected) is read again.
+    (repo / "conf" / "more.gitconfig").write_text("[diff \"x\"]\n\ttextconv = bin/other-conv --plain\n")
+    assert "bin/other-conv" in git_named_entries(repo, tmp_path / "home")
+
+
+def test_a_directory_of_a_larger_repository_gets_what_lies_in_it(tmp_path: Path) -> None:
+    """The project is a directory of a repository: paths are the work tree's, kept only inside the project."""
+    repo = tmp_path / "repo"
+    (repo / "app").mkdir(parents=True)
+    git(repo, "init", "-q")
+    git(repo, "config", "core.hooksPath", "app/hooks")
+    git(repo, "config", "core.fsmonitor", "tools/fsmonitor")
+    assert git_named_entries(repo / "app", tmp_path / "home") == ["hooks"]
+
+
+def test_no_repository_names_nothing(tmp_path: Path) -> None:
+    assert git_named_entries(tmp_path, tmp_path / "home") == []
