@@ -55,7 +55,7 @@ def compile_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
 
     def validate(arguments: Any) -> Any:
         try:
-            return check(arguments)
+            return _integers(schema, check(arguments))
         except fastjsonschema.JsonSchemaValueException as exc:
             message = exc.message
             if message.startswith("data"):
@@ -63,3 +63,22 @@ def compile_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
             raise ValueError(message) from None
 
     return validate
+
+
+def _integers(schema: Any, value: Any) -> Any:
+    """``value`` with each integral float that ``schema`` declares an ``integer`` made an ``int``,
+    through ``properties`` and ``items``: ``2.0`` is a JSON Schema integer (Python clients send it),
+    and a template must write it ``2`` (``head -n 2.0`` fails)."""
+    if type(value) is float:
+        kind = schema.get("type") if isinstance(schema, dict) else None
+        integer = kind == "integer" or (isinstance(kind, list) and "integer" in kind and "number" not in kind)
+        return int(value) if integer and value.is_integer() else value
+    if not isinstance(schema, dict):
+        return value
+    properties = schema.get("properties")
+    if type(value) is dict and isinstance(properties, dict):
+        return {key: _integers(properties.get(key), item) for key, item in value.items()}
+    items = schema.get("items")
+    if type(value) is list and isinstance(items, dict):
+        return [_integers(items, item) for item in value]
+    return value
