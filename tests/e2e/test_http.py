@@ -423,6 +423,40 @@ def test_a_daemon_started_with_http_keeps_it_across_reload_and_restart(env: Env)
         say("stop")
 
 
+def test_a_daemon_started_with_the_http_variable_keeps_it_across_restart(env: Env) -> None:
+    """``ATOMICTOOLS_HTTP=… atomictoolsd start`` sets the variable for that command only: ``restart``
+    from a shell without it brings HTTP back at the same address; a shell that sets the variable
+    restarts the daemon with its value."""
+    cli = [sys.executable, "-m", "atomictoolsd"]
+
+    def say(*args: str, http: str | None = None) -> subprocess.CompletedProcess[str]:
+        environ = {**env.vars, "ATOMICTOOLS_HTTP": http} if http else env.vars
+        return subprocess.run([*cli, *args], env=environ, capture_output=True, text=True, timeout=60)
+
+    def url() -> str | None:
+        return (json.loads(say("status", "--json").stdout).get("http") or {}).get("url")
+
+    started = say("start", http="127.0.0.1:0")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert (url() or "").startswith("http://127.0.0.1:")
+        port = _free_port()
+        moved = say("restart", http=f"127.0.0.1:{port}")  # this shell's own value
+        assert moved.returncode == 0, moved.stderr
+        assert url() == f"http://127.0.0.1:{port}/mcp"
+        restarted = say("restart")  # a shell without the variable
+        assert restarted.returncode == 0, restarted.stderr
+        assert url() == f"http://127.0.0.1:{port}/mcp"
+    finally:
+        say("stop")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class _Wire:
     """One raw HTTP/1.1 connection to the endpoint: exact bytes out, responses read one by one."""
 
