@@ -10,9 +10,9 @@ One rule, everywhere (docs/configuration.md#the-runtime-directory):
    ``RuntimeDirError``, never silently replaced by another directory, where a second daemon would
    start that the user's CLI cannot see;
 3. else (the variable was scrubbed, as Codex and the MCP SDKs do for the servers they start) the
-   runtime dir the user's daemon left in ``~/.atomic/runtime-dir`` when it started, if its socket is
-   there (``pointer_path``), so the shim finds the daemon the user runs wherever their own
-   ``XDG_RUNTIME_DIR`` put it;
+   runtime dir the user's daemon left in ``~/.atomic/runtime-dir`` when it started, while that
+   directory is there (``pointer_path``), so the shim finds the daemon the user runs wherever their
+   own ``XDG_RUNTIME_DIR`` put it, and starts one there when it stopped;
 4. else ``/run/user/<uid>/atomictools`` on Linux when that directory is yours and private: it is
    where a login session's ``XDG_RUNTIME_DIR`` points; failing that, platformdirs' user runtime dir
    (imported only then).
@@ -318,9 +318,11 @@ def write_pointer(directory: str) -> None:
 
 
 def _pointed_runtime_dir(areas: list[str]) -> str | None:
-    """The runtime dir ``pointer_path()`` names, when a daemon's socket is there: a regular file of
-    yours that no one else can write, naming a private directory of yours outside the projects of
-    ``areas``. Anything else is no pointer (the rule goes on as if there were none)."""
+    """The runtime dir ``pointer_path()`` names, while that directory is there (its daemon serves
+    there, or served there and stopped, so the next one starts where the user's CLI looks; it goes
+    with the login session that made it): a regular file of yours that no one else can write,
+    naming a private directory of yours outside the projects of ``areas``. Anything else is no
+    pointer (the rule goes on as if there were none)."""
     path = pointer_path()
     if path is None:
         return None
@@ -337,7 +339,7 @@ def _pointed_runtime_dir(areas: list[str]) -> str | None:
         os.close(fd)
     if not os.path.isabs(named) or _private_dir_problem(named) is not None:
         return None
-    if not os.path.exists(os.path.join(named, SOCKET_NAME)):
+    if not os.path.isdir(named):
         return None
     try:
         return check_location("the runtime dir in " + path, named, areas)

@@ -163,6 +163,24 @@ def test_arguments_are_validated_against_the_schema_before_the_handler(env: Env,
         assert (env.project / "made").exists()
 
 
+def test_an_integer_sent_as_2_0_reaches_the_command_as_2(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """JSON Schema's ``integer`` takes ``2.0`` (Python clients send it); the command gets the integer
+    it declared (``head -n 2.0`` fails), at any depth, and a ``number`` keeps what was sent."""
+    lines = shell_tool("lines", "echo n={{n}} x={{x}} sizes={{box}} m={{m}}", {
+        "n": {"type": "integer", "minimum": 1}, "x": {"type": "number"},
+        "box": {"type": "object", "properties": {"sizes": {"type": "array", "items": {"type": ["integer", "null"]}}}},
+        "m": {"anyOf": [{"$ref": "#/$defs/count"}, {"type": "null"}]},
+    })
+    lines["inputSchema"]["$defs"] = {"count": {"type": "integer"}}
+    write_json(env, "lines.json", [lines])
+    daemon = make_daemon()
+    with daemon.client() as client:
+        result = client.call_tool("lines", {"n": 2.0, "x": 2.0, "box": {"sizes": [1.0, None, 3]}, "m": 4.0})
+        assert not result.is_error, result.text
+        assert result.text.strip() == 'n=2 x=2.0 sizes={"sizes":[1,null,3]} m=4'
+        assert client.call_tool("lines", {"n": 2.5, "x": 1, "box": {}, "m": None}).is_error
+
+
 def test_a_broken_file_next_to_a_good_one(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     write_json(env, "broken.json", '{"name": "broken",\n "tools": [\n  {"name": "x",,}\n ]}\n')
     good = write_json(env, "good.json", [

@@ -320,32 +320,42 @@ def test_the_url_picks_the_project_and_the_lists_and_locks_the_session(served: t
     assert names == ["echo", "slow", "touch"]
 
 
-@pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
-def test_a_client_that_disconnects_mid_call_cancels_it(served: tuple[Any, Http], streamed: bool) -> None:
+@pytest.mark.parametrize("how", ["json", "sse", "stateless", "delete"])
+def test_a_client_that_disconnects_mid_call_cancels_it(served: tuple[Any, Http], how: str) -> None:
+    """Every way an HTTP client goes cancels its call: it closes the connection of the POST (answered
+    as JSON, as an SSE stream, or a stateless request), or it ends its session with DELETE."""
     daemon, endpoint = served
     env = daemon.env
     session = endpoint.initialize(_project_path(env))
-    params: dict[str, Any] = {"name": "slow", "arguments": {"seconds": 2.0, "marker": "late"}}
-    if streamed:
+    marker = f"late-{how}"
+    params: dict[str, Any] = {"name": "slow", "arguments": {"seconds": 2.0, "marker": marker}}
+    if how == "sse":
         params["_meta"] = {"progressToken": "p1"}  # its progress opens an SSE stream before the answer
     body = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).encode()
+    in_session = "" if how == "stateless" else f"Mcp-Session-Id: {session}\r\n"
     sock = socket.create_connection((endpoint.host, endpoint.port))
     sock.sendall(
         f"POST {_project_path(env)} HTTP/1.1\r\nHost: 127.0.0.1:{endpoint.port}\r\nAuthorization: Bearer {endpoint.token}\r\n"
-        f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+        f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{in_session}"
         f"Content-Length: {len(body)}\r\n\r\n".encode() + body
     )
-    if streamed:
+    if how == "sse":
         head = sock.recv(4096)
         assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head, head
     else:
         time.sleep(0.5)  # the call has started; nothing has been answered yet
-    sock.close()
+    if how == "delete":  # the POST's connection stays open until the check below is answered
+        status, _, _ = endpoint.request("DELETE", headers={"Mcp-Session-Id": session}, path=_project_path(env))
+        assert status == 200
+        session = endpoint.initialize(_project_path(env))
+    else:
+        sock.close()
     # A call made after it, as long: once it is answered, the first would have written its marker.
-    reply = endpoint.rpc("tools/call", {"name": "slow", "arguments": {"seconds": 2.0, "marker": "done"}}, session=session,
+    reply = endpoint.rpc("tools/call", {"name": "slow", "arguments": {"seconds": 2.0, "marker": f"done-{how}"}}, session=session,
                          path=_project_path(env))
+    sock.close()
     assert reply["result"]["content"][0]["text"] == "slept"
-    assert not (env.project / "late").exists()
+    assert not (env.project / marker).exists()
 
 
 def test_the_token_rotates_and_the_old_one_stops_working(env: Env, own_served: tuple[Any, Http]) -> None:
@@ -411,6 +421,40 @@ def test_a_daemon_started_with_http_keeps_it_across_reload_and_restart(env: Env)
         assert served()[1].startswith("http://127.0.0.1:")
     finally:
         say("stop")
+
+
+def test_a_daemon_started_with_the_http_variable_keeps_it_across_restart(env: Env) -> None:
+    """``ATOMICTOOLS_HTTP=… atomictoolsd start`` sets the variable for that command only: ``restart``
+    from a shell without it brings HTTP back at the same address; a shell that sets the variable
+    restarts the daemon with its value."""
+    cli = [sys.executable, "-m", "atomictoolsd"]
+
+    def say(*args: str, http: str | None = None) -> subprocess.CompletedProcess[str]:
+        environ = {**env.vars, "ATOMICTOOLS_HTTP": http} if http else env.vars
+        return subprocess.run([*cli, *args], env=environ, capture_output=True, text=True, timeout=60)
+
+    def url() -> str | None:
+        return (json.loads(say("status", "--json").stdout).get("http") or {}).get("url")
+
+    started = say("start", http="127.0.0.1:0")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert (url() or "").startswith("http://127.0.0.1:")
+        port = _free_port()
+        moved = say("restart", http=f"127.0.0.1:{port}")  # this shell's own value
+        assert moved.returncode == 0, moved.stderr
+        assert url() == f"http://127.0.0.1:{port}/mcp"
+        restarted = say("restart")  # a shell without the variable
+        assert restarted.returncode == 0, restarted.stderr
+        assert url() == f"http://127.0.0.1:{port}/mcp"
+    finally:
+        say("stop")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class _Wire:

@@ -14,7 +14,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.stdio import get_default_environment
 
 from atomictools import Client, ConnectError
-from helpers import Env
+from helpers import Env, stop_detached
 from shim_helpers import SHIM, run
 
 
@@ -93,6 +93,24 @@ def test_a_shim_started_with_only_home_and_path_finds_the_users_daemon(detached:
     assert (env.home / ".atomic" / "runtime-dir").read_text().strip() == str(env.runtime_dir)
     # --no-autostart: a shim that looked elsewhere would fail here rather than start a second daemon.
     agent_sees_the_clis_daemon(env, SHIM, ["mcp", "--agent", "sdk-default", "--no-autostart"], {}, "sdk-default")
+
+
+def test_a_shim_with_only_home_and_path_starts_the_stopped_daemon_where_the_users_cli_looks(detached: Env) -> None:
+    """The user's daemon stopped (``stop``, an upgrade, a crash): the shim an MCP SDK starts with only
+    HOME and PATH starts the next one in the runtime dir the pointer names, which the user's CLI
+    asks, not in another one where status would say "not running" beside a second daemon."""
+    env = detached
+    env.write_tool(env.global_tools, "echo.py", "def echo(text: str) -> str:\n    return text\n")
+    assert cli(env, "start").returncode == 0
+    assert cli(env, "stop").returncode == 0
+    # TMPDIR in the test's tree: a shim that fell back would start its daemon there (runtime-UID),
+    # never in this machine's own fallback dir.
+    fallback = env.root / f"runtime-{os.geteuid()}" / "atomictools"
+    try:
+        agent_sees_the_clis_daemon(env, SHIM, ["mcp", "--agent", "sdk-default"], {"TMPDIR": str(env.root)}, "sdk-default")
+    finally:
+        stop_detached(env, fallback)
+    assert not (fallback / "atomictoolsd.sock").exists()
 
 
 def test_status_shows_every_daemon_of_the_user(detached: Env, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -557,10 +557,11 @@ def test_attach_applies_to_the_very_next_line(kit_daemon: Daemon) -> None:
     assert listed == ["atomic_list_tools", "atomic_call_tool", "kit_echo"]
 
 
-@pytest.mark.parametrize("how", ["stdin-then-sigterm", "stdin-then-sigkill", "sigterm", "sigkill"])
+@pytest.mark.parametrize("how", ["stdin-then-sigterm", "stdin-then-sigkill", "sigterm", "sigkill", "sigint", "stdin-then-sighup"])
 def test_every_way_a_client_goes_cancels_its_call_at_once(kit_daemon: Daemon, tmp_path: Path, how: str) -> None:
     """The MCP stdio shutdown closes stdin, then sends SIGTERM (both TypeScript SDKs' close() do):
-    the call in flight stops then, as with a plain SIGTERM or a kill, not at the end of its run."""
+    the call in flight stops then, as with a plain SIGTERM or a kill, not at the end of its run; so it
+    does on Ctrl-C in the agent's terminal (SIGINT) or when that terminal closes (SIGHUP)."""
     env = kit_daemon.env
     shim = spawn_shim(env)
     assert shim.stdin is not None and shim.stdout is not None
@@ -575,7 +576,7 @@ def test_every_way_a_client_goes_cancels_its_call_at_once(kit_daemon: Daemon, tm
     if how.startswith("stdin"):
         shim.stdin.close()
         time.sleep(0.2)  # the half-close reaches the daemon first, as with an SDK's close()
-    shim.send_signal(signal.SIGKILL if how.endswith("sigkill") else signal.SIGTERM)
+    shim.send_signal(getattr(signal, how.rsplit("-", 1)[-1].upper()))
     shim.wait(timeout=10)
     # The tool waits up to 60 s unless cancelled: a leaked call would write .timeout only then.
     wait_for(lambda: Path(str(marker) + ".cancelled").exists(), timeout=5, message="the call to be cancelled")

@@ -122,11 +122,18 @@ ENUM_TOOL = """
     import enum
     from typing import Literal
 
+    import msgspec
+
     class Colour(enum.Enum):
         RED = "red"
         BLUE = "blue"
 
-    def paint(colour: Colour | None, finish: Literal["matte", "gloss"] = "matte", coats: list[Literal[1, 2]] = []) -> str:
+    class Topcoat(msgspec.Struct):
+        sheen: Literal["satin", "high"]
+
+    def paint(colour: Colour | None, finish: Literal["matte", "gloss"] = "matte", coats: list[Literal[1, 2]] = [],
+              rooms: dict[str, Literal["wall", "door"]] | None = None, topcoat: Topcoat | None = None,
+              mix: tuple[Literal["a", "b"], int] | None = None) -> str:
         return f"{colour.value if colour else None}:{finish}:{coats}"
 """
 
@@ -141,6 +148,10 @@ def test_a_value_outside_an_enum_is_an_error_that_lists_the_allowed_values(env: 
                 ({"colour": "green"}, "expected one of 'blue', 'red'"),
                 ({"colour": "red", "finish": "satin"}, "expected one of 'gloss', 'matte'"),
                 ({"colour": "red", "coats": [1, 3]}, "expected one of 1, 2"),
+                # A dict's value, a field of an optional struct, a tuple's item: the values there.
+                ({"colour": "red", "rooms": {"hall": "roof"}}, "expected one of 'door', 'wall'"),
+                ({"colour": "red", "topcoat": {"sheen": "dull"}}, "expected one of 'high', 'satin'"),
+                ({"colour": "red", "mix": ["c", 1]}, "expected one of 'a', 'b'"),
             ]:
                 result = await session.call_tool("paint", arguments)
                 assert result.is_error and expected in result.content[0].text, (arguments, result.content)

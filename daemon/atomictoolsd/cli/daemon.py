@@ -309,19 +309,25 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def cmd_restart(args: argparse.Namespace) -> int:
     """Stop, then start with the same options as ``start``; without ``--http``, a daemon that was
-    started with ``--http`` comes back with it, at the address it had (its port too)."""
+    started with HTTP (``--http``, or ``ATOMICTOOLS_HTTP`` this shell no longer sets) comes back
+    with it, at the address it had (its port too)."""
     if args.http is None:
-        args.http = _http_of_command_line()
+        args.http = _http_to_keep()
     code = cmd_stop(args)
     return code or cmd_start(args)
 
 
-def _http_of_command_line() -> str | None:
-    """The address the running daemon serves HTTP on, when its command line (``--http``) said so."""
+def _http_to_keep() -> str | None:
+    """The address the running daemon serves HTTP on, when what set it goes with that daemon: its
+    command line (``--http``), or ``ATOMICTOOLS_HTTP`` in its environment (``ATOMICTOOLS_HTTP=8765
+    atomictoolsd start``) that this one does not set (when it does, the new daemon reads it)."""
     from urllib.parse import urlsplit
 
     status = raw_request("atomic/status")
-    if not isinstance(status, dict) or (status.get("configSources") or {}).get("http") != "--http":
+    if not isinstance(status, dict):
+        return None
+    source = (status.get("configSources") or {}).get("http")
+    if source != "--http" and (source != "ATOMICTOOLS_HTTP" or os.environ.get("ATOMICTOOLS_HTTP")):
         return None
     url = (status.get("http") or {}).get("url")
     if not url:
@@ -443,7 +449,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
         "restart", help="stop, then start the daemon",
         description="Stop the daemon (as `stop`), then start it (as `start`, with the same options): for "
         "settings that `atomictoolsd status` lists as waiting for a restart. A daemon started with --http "
-        "keeps it, at the same address, unless --http says otherwise.",
+        "(or ATOMICTOOLS_HTTP this shell does not set) keeps it, at the same address, unless --http says otherwise.",
     )
     restart.add_argument("--http", metavar="[ADDRESS:]PORT", default=None,
                          help="serve Streamable HTTP on this address (default: as the running daemon does)")

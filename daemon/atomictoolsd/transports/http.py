@@ -1022,7 +1022,7 @@ class HttpTransport:
 
     def _get(self, request: Request, response: Response) -> None:
         headers = request.headers
-        if b"text/event-stream" not in headers.get(b"accept", b""):
+        if not _takes_sse(headers.get(b"accept")):
             response.send(*_refusal(406, INVALID_REQUEST, "Not acceptable: GET opens an SSE stream; send Accept: text/event-stream"))
             return
         session_id = headers.get(b"mcp-session-id")

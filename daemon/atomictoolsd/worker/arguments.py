@@ -143,7 +143,7 @@ def relax(raw: bytes, declared: Iterable[str]) -> tuple[bytes, list[str]] | None
     return None if encoded == msgspec.json.encode(arguments) else (encoded, [])
 
 
-_PATH_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_PATH_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
 
 
 def with_choices(message: str, schema: dict[str, Any]) -> str:
@@ -153,15 +153,33 @@ def with_choices(message: str, schema: dict[str, Any]) -> str:
         return message
     path = message.rsplit(" - at `", 1)[1].rstrip("`")
     node: Any = schema
-    for name, _index in _PATH_STEP.findall(path[1:]):
-        node = _resolve(node, schema)
-        node = (node.get("properties") or {}).get(name) if name else node.get("items")
+    for name, index in _PATH_STEP.findall(path[1:]):
+        node = _member(node, name, index, schema)
         if not isinstance(node, dict):
             return message
     choices = _enum_of(_resolve(node, schema), schema)
     if not choices:
         return message
     return f"{message}; expected one of {', '.join(repr(c) if isinstance(c, str) else str(c) for c in choices)}"
+
+
+def _member(node: dict[str, Any], name: str, index: str, schema: dict[str, Any]) -> Any:
+    """The schema at one step of msgspec's path below ``node``: a property (``.name``), an item
+    (``[0]``, by its position in a tuple), a dict's value (``[...]``), through a union's options
+    (``Options | None``); None when the schema has none there."""
+    node = _resolve(node, schema)
+    for option in node.get("anyOf") or []:
+        found = _member(option, name, index, schema) if isinstance(option, dict) else None
+        if isinstance(found, dict):
+            return found
+    if name:
+        return (node.get("properties") or {}).get(name)
+    if index == "...":
+        return node.get("additionalProperties")
+    prefix = node.get("prefixItems")
+    if isinstance(prefix, list) and int(index) < len(prefix):
+        return prefix[int(index)]
+    return node.get("items")
 
 
 def _resolve(node: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def compile_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
 
     def validate(arguments: Any) -> Any:
         try:
-            return check(arguments)
+            return _integers(schema, check(arguments), schema)
         except fastjsonschema.JsonSchemaValueException as exc:
             message = exc.message
             if message.startswith("data"):
@@ -63,3 +63,42 @@ def compile_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
             raise ValueError(message) from None
 
     return validate
+
+
+def _integers(schema: Any, value: Any, root: dict[str, Any]) -> Any:
+    """``value`` with each integral float that ``schema`` declares an ``integer`` made an ``int``,
+    through ``properties``, ``items``, a local ``$ref`` and a union's options: ``2.0`` is a JSON
+    Schema integer (Python clients send it), and a template must write it ``2`` (``head -n 2.0``
+    fails)."""
+    schema = _resolved(schema, root)
+    if not isinstance(schema, dict):
+        return value
+    if type(value) is float:
+        return int(value) if value.is_integer() and _integer_only(schema, root) else value
+    properties = schema.get("properties")
+    if type(value) is dict and isinstance(properties, dict):
+        return {key: _integers(properties.get(key), item, root) for key, item in value.items()}
+    items = schema.get("items")
+    if type(value) is list and isinstance(items, dict):
+        return [_integers(items, item, root) for item in value]
+    return value
+
+
+def _integer_only(schema: dict[str, Any], root: dict[str, Any]) -> bool:
+    """Whether a number matching ``schema`` must be an integer: its ``type`` (or one of its union's
+    options') says ``integer``, and none says ``number``."""
+    kinds: list[Any] = []
+    for option in [schema, *(schema.get("anyOf") or []), *(schema.get("oneOf") or [])]:
+        option = _resolved(option, root)
+        kind = option.get("type") if isinstance(option, dict) else None
+        kinds += kind if isinstance(kind, list) else [kind]
+    return "integer" in kinds and "number" not in kinds
+
+
+def _resolved(schema: Any, root: dict[str, Any]) -> Any:
+    """``schema`` with a local ``$ref`` (``#/$defs/NAME``, ``#/definitions/NAME``) followed once."""
+    ref = schema.get("$ref") if isinstance(schema, dict) else None
+    for prefix in ("#/$defs/", "#/definitions/"):
+        if isinstance(ref, str) and ref.startswith(prefix):
+            return (root.get(prefix[2:-1]) or {}).get(ref[len(prefix):], schema)
+    return schema
