@@ -565,6 +565,8 @@ FLOODER = '''
                     n += 1
                     if kind == "ask":
                         frame = _frame(["ask", me, n, "elicitation/create", msgspec.json.encode({{"message": text, "requestedSchema": {{"type": "object", "properties": {{}}}}}})])
+                    elif kind == "dropped":  # the runtime sends one, before its result, naming the client's keys
+                        frame = _frame(["dropped", me, [f"k{{n}}-{{i}}" for i in range(2048)]])
                     else:
                         frame = _frame(["output", 2, b"y" * 8192, 0])
                     os.write(fd, frame)
@@ -665,3 +667,32 @@ def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_da
     assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
     record(f"a child writing output frames past the runtime's rate limit for 3 s: {logged:,} bytes logged, "
            f"{dropped:,} counted as dropped; the daemon grew {grown:.1f} MiB")
+
+
+def test_undeclared_arguments_reported_past_the_runtime_are_logged_once(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A child writes, for 3 s, reports of undeclared arguments the call ran without (the frame the
+    runtime sends once, before its result): the daemon logs one, bounded, and the log keeps its start."""
+    mark = env.root / "flood.pids"
+    env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
+    env.write_config(log_max_bytes=4 * 1024 * 1024)
+    daemon: Daemon = make_daemon()
+    with RawConnection(env.socket, timeout=60) as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        log_file = Path(raw.result("atomic/status")["log"]["file"])
+        response, grown, _ = _flood(env, daemon, raw, "dropped", mark)
+        assert _text(response) == "survived", response
+        assert _text(_call(raw, "echo", "flooder_echo", {"text": "flushed"})[0]) == "flushed"
+
+    def logged_through_the_echo() -> list[dict[str, Any]]:
+        events = [json.loads(line) for line in log_file.read_text().splitlines()]
+        ended = any(e.get("event") == "tool.complete" and e.get("tool") == "flooder_echo" for e in events)
+        return events if ended else []
+
+    events = wait_for(logged_through_the_echo, message="the echo's end in the event log")
+    assert any(e.get("event") == "daemon.start" for e in events), "the reports rotated the log away"
+    reports = [e for e in events if e.get("event") == "tool.arguments_dropped"]
+    assert len(reports) <= 1, f"{len(reports)} reports of dropped arguments logged for one call"
+    assert all(len(json.dumps(e["dropped"])) <= 8192 for e in reports), "a report logged unbounded"
+    assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
+    record(f"a child writing reports of undeclared arguments for 3 s: {len(reports)} logged for the call, the log "
+           f"kept its start; the daemon grew {grown:.1f} MiB")
