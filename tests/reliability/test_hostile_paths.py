@@ -178,3 +178,43 @@ def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make
     record(f"{walks} spill housekeeping walks while a confined worker swapped a dir of its spill dir with a link "
            f"to a victim dir (renameat2 RENAME_EXCHANGE): the victim's 40 old files kept, the worker's old file removed")
 
+
+
+# A module whose load report names, as the site-packages dirs it imported from, 400,000 paths with
+# a package entry each: the daemon looks at the site dirs modules imported from every second.
+SITE_LIAR = '''
+import atomictoolsd.worker.main as _main
+from atomictools import tool
+
+def _lie(failed):
+    return [(f"/nowhere/{i}", 0, [(f"/nowhere/{i}/p", 1, 0)]) for i in range(COUNT)]
+
+_main.site_report = _lie
+
+@tool
+def site_liar() -> str:
+    return "lied"
+'''
+
+
+def test_a_load_report_naming_400000_site_dirs_stalls_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    count = 400_000
+    env.write_tool(env.local_tools, "site_liar.py", SITE_LIAR.replace("COUNT", str(count)))
+    env.write_tool(env.local_tools, "good.py", GOOD)
+    daemon = make_daemon()
+    with RawConnection(env.socket, timeout=30) as project, RawConnection(env.socket, timeout=30) as bystander:
+        assert "result" in _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 15)
+        lied = _answered_within(project, "tools/call", {"name": "site_liar", "arguments": {}}, 15)
+        assert lied["result"]["content"][0]["text"] == "lied", lied
+        # The site dirs are looked at every second: pings for 4 s, each answered at once.
+        slowest = 0.0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            assert "result" in bystander.request("ping", {})
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.02)
+        assert slowest < 0.25, f"a ping took {slowest:.2f} s while the daemon looked at the named site dirs"
+    assert daemon.proc.poll() is None
+    record(f"a load report naming {count:,} site-packages dirs with an entry each: pings answered within "
+           f"{slowest * 1000:.0f} ms for 4 s")

@@ -55,6 +55,7 @@ from atomictoolsd.protocol import (
     Progress,
     Result,
     WorkerMessage,
+    bounded_site,
     encode_frame,
     error_result,
     read_site,
@@ -394,7 +395,7 @@ class Worker(asyncio.Protocol):
                 self.deps = files_in(directory, message.deps)
                 self.fingerprint = message.fingerprint
                 self.helpers = files_in(directory, message.helpers)
-                self.runner.site = message.site
+                self.runner.site = bounded_site(message.site)
                 self.loaded.set_result((definitions, message.load_ms))
             elif kind is Failed:
                 self.runner.site = read_site(message.info.get("site"))
