@@ -696,3 +696,43 @@ def test_undeclared_arguments_reported_past_the_runtime_are_logged_once(env: Env
     assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
     record(f"a child writing reports of undeclared arguments for 3 s: {len(reports)} logged for the call, the log "
            f"kept its start; the daemon grew {grown:.1f} MiB")
+
+
+# A tool that sends, for its own call, a result whose blocks are of the right shape for the frame
+# but hold values of the wrong type where a client of an older revision needs them read (an audio
+# block becomes a text describing it; a resource link's title is taken as text).
+ODD_BLOCKS = '''
+    import gc, struct
+    import msgspec
+    from atomictools import Context, tool
+
+    @tool
+    def odd(block: str, ctx: Context) -> str:
+        rt = next(o for o in gc.get_objects() if type(o).__name__ == "Runtime" and hasattr(o, "sock"))
+        body = msgspec.msgpack.encode(["result", max(rt.calls), ('{"content":[' + block + ']}').encode()])
+        rt._sender.send(struct.pack(">I", len(body)) + body)
+        return "after"
+
+    @tool
+    def echo(text: str) -> str:
+        return text
+'''
+ODD = ['{"type":"audio","data":5,"mimeType":"audio/wav"}', '{"type":"audio","data":null}',
+       '{"type":"resource_link","uri":"file:///x","name":"n","title":["a"],"description":{"b":1}}',
+       '{"type":"resource_link","uri":"file:///x","name":"n","mimeType":"text/plain","size":[1]}']
+
+
+def test_a_result_of_odd_blocks_for_an_older_client_is_answered(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "odd.py", ODD_BLOCKS)
+    make_daemon()
+    answers = []
+    with RawConnection(env.socket, timeout=15) as raw:
+        # A client of the first revision: no audio and no resource links, so the daemon rewrites them.
+        raw.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old"}})
+        for index, block in enumerate(ODD):
+            response, _ = _call(raw, f"odd-{index}", "odd", {"block": block})
+            assert "result" in response, response
+            answers.append(_text(response))
+            assert _text(_call(raw, f"echo-{index}", "odd_echo", {"text": "again"})[0]) == "again"
+    record(f"{len(ODD)} results whose audio and resource-link blocks hold values of the wrong type, to a client of "
+           f"2024-11-05: each answered ({answers[0][:60]!r}), the module served on")
