@@ -211,6 +211,36 @@ def test_connections_without_the_token_are_bounded_and_time_out(env: Env, make_d
            f"every one closed within {took:.1f} s ({counts}); socket, CLI and HTTP with the token served")
 
 
+def test_a_request_answered_before_the_token_lets_no_connection_in(env: Env, make_daemon, low_limit, record) -> None:  # type: ignore[no-untyped-def]
+    """Each connection sends, without the token, a request for a path the daemon does not serve (it
+    is answered 404 before the token is looked at), then keeps the connection: it is still a
+    connection without the token, bounded and closed within seconds."""
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    port, token = _port_and_token(daemon)
+    low_limit(daemon.pid)
+    started = time.monotonic()
+    flood = _open(port, 300)
+    answered = 0
+    for sock in flood:
+        try:
+            sock.sendall(f"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            answered += sock.recv(4096).startswith(b"HTTP/1.1 404")
+        except OSError:
+            pass  # closed for room already: what the bound does
+    try:
+        failures = _owner_is_served(daemon, port, token)
+        closed = _closed_within(flood, 12.0)
+        took = time.monotonic() - started
+    finally:
+        for sock in flood:
+            sock.close()
+    assert answered >= 1
+    assert failures == [], failures
+    assert closed == len(flood), f"{len(flood) - closed} connections answered 404 without the token were kept open"
+    record(f"{len(flood)} connections each answered 404 for a path without the token ({answered} read it), then "
+           f"kept: every one closed within {took:.1f} s; socket, CLI and HTTP with the token served")
+
+
 SLOW = '''
 import time
 

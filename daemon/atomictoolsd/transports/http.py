@@ -702,6 +702,8 @@ class HttpTransport:
             rest = self.rest.serves(path)
             if not rest:
                 # Before the token: a 401 for /.well-known/oauth-* would send a client into OAuth discovery.
+                # Without the token, the connection is not let in all the same.
+                request.shut_out = self._refuse(headers) is not None
                 return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}, the tools REST API under /api/tools")
         refusal = self._refuse(headers)
         if refusal is not None:
