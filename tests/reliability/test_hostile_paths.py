@@ -218,3 +218,39 @@ def test_a_load_report_naming_400000_site_dirs_stalls_nothing(env: Env, make_dae
     assert daemon.proc.poll() is None
     record(f"a load report naming {count:,} site-packages dirs with an entry each: pings answered within "
            f"{slowest * 1000:.0f} ms for 4 s")
+
+
+def test_reading_a_spilled_output_follows_no_link_a_worker_swaps_in(env: Env, make_daemon, monkeypatch, record) -> None:  # type: ignore[no-untyped-def]
+    """``atomictoolsd call`` prints the whole of a truncated result from the path its worker names in
+    the spill dir: while the worker swaps a dir there with a link to a victim dir, it never reads the
+    victim's files."""
+    from types import SimpleNamespace
+
+    from atomictoolsd.cli.tools import _full_output
+    from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
+
+    if kernel_abi() < REQUIRED_ABI:
+        pytest.skip(f"this kernel offers Landlock ABI {kernel_abi()}; confining workers needs {REQUIRED_ABI}")
+    victim = env.root / "victim"
+    victim.mkdir()
+    for i in range(40):
+        (victim / f"file{i}").write_text("the user's")
+    env.write_tool(env.global_tools, "swapper.py", SWAPPER)
+    env.write_config(sandbox_global=True)
+    daemon = make_daemon()
+    for name, value in env.vars.items():
+        if name.startswith(("ATOMICTOOLS_", "XDG_")) or name == "HOME":
+            monkeypatch.setenv(name, value)
+    with daemon.client() as client:
+        spill_dir = os.path.dirname(client.call("swapper", what="spill").meta["atomic/fullOutput"])
+        assert client.call("swapper", what="race", spill_dir=spill_dir, victim=str(victim), seconds=6.0).text == "swapping"
+        # What the worker names: a file of the victim's, through the dir it swaps with the link.
+        named = SimpleNamespace(meta={"atomic/fullOutput": os.path.join(spill_dir, "sandbox-real", "file0")})
+        reads = leaked = 0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            leaked += _full_output(named) == "the user's"
+            reads += 1
+    assert leaked == 0, f"{leaked} of {reads} reads printed a file of the victim dir through the worker's link"
+    record(f"{reads} reads of a spilled output while a confined worker swapped a dir of its spill dir with a link to a "
+           f"victim dir (renameat2 RENAME_EXCHANGE): none read the victim's file")
