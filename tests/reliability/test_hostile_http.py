@@ -288,6 +288,29 @@ def test_abandoned_http_sessions_never_lock_out_the_socket(env: Env, make_daemon
            f"one with a call in flight kept; the socket's clients served throughout")
 
 
+def test_rest_sessions_left_behind_are_bounded_with_the_others(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """The tools REST API keeps a session for each query string it is asked with: a client with
+    the token asking with 600 different ones leaves them behind, bounded as MCP's are."""
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0", "ATOMICTOOLS_MAX_CONNECTIONS": "50"})
+    port, token = _port_and_token(daemon)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        for i in range(600):
+            connection.request("GET", f"/api/tools?n={i}", headers={"Authorization": f"Bearer {token}"})
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200, (i, response.status)
+    finally:
+        connection.close()
+    with RawConnection(env.socket, timeout=5) as raw:
+        assert "result" in raw.request("ping")
+    held = len(_sessions(daemon))
+    info = _http(daemon)
+    assert held <= 256 + 8, f"{held} sessions held after 600 REST queries"
+    record(f"600 REST queries, each with a query string of its own, left behind by a client with the token under "
+           f"max_connections 50: {held} sessions kept ({info['sessionsEnded']} idle ones ended); the socket served")
+
+
 def _sessions(daemon: Daemon) -> list[dict[str, Any]]:
     with daemon.raw() as raw:
         return raw.request("atomic/status")["result"]["sessions"]
