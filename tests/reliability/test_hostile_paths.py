@@ -191,6 +191,9 @@ def _lie(failed):
 
 _main.site_report = _lie
 
+if FAIL:
+    raise RuntimeError("failing, with the report")
+
 @tool
 def site_liar() -> str:
     return "lied"
@@ -199,7 +202,9 @@ def site_liar() -> str:
 
 def test_a_load_report_naming_400000_site_dirs_stalls_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
     count = 400_000
-    env.write_tool(env.local_tools, "site_liar.py", SITE_LIAR.replace("COUNT", str(count)))
+    env.write_tool(env.local_tools, "site_liar.py", SITE_LIAR.replace("COUNT", str(count)).replace("FAIL", "False"))
+    # A module that fails reports its site dirs too (anything installed may be what it lacked).
+    env.write_tool(env.local_tools, "site_failer.py", SITE_LIAR.replace("COUNT", str(count)).replace("FAIL", "True"))
     env.write_tool(env.local_tools, "good.py", GOOD)
     daemon = make_daemon()
     with RawConnection(env.socket, timeout=30) as project, RawConnection(env.socket, timeout=30) as bystander:
@@ -216,8 +221,8 @@ def test_a_load_report_naming_400000_site_dirs_stalls_nothing(env: Env, make_dae
             time.sleep(0.02)
         assert slowest < 0.25, f"a ping took {slowest:.2f} s while the daemon looked at the named site dirs"
     assert daemon.proc.poll() is None
-    record(f"a load report naming {count:,} site-packages dirs with an entry each: pings answered within "
-           f"{slowest * 1000:.0f} ms for 4 s")
+    record(f"a load report and a load failure naming {count:,} site-packages dirs with an entry each: pings "
+           f"answered within {slowest * 1000:.0f} ms for 4 s")
 
 
 def test_reading_a_spilled_output_follows_no_link_a_worker_swaps_in(env: Env, make_daemon, monkeypatch, record) -> None:  # type: ignore[no-untyped-def]

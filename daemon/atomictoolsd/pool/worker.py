@@ -405,9 +405,11 @@ class Worker(asyncio.Protocol):
                     self._own_files(message.info), by_module=not message.info.get("outside")))
 
     def _own_files(self, info: dict[str, Any]) -> dict[str, Any]:
-        """A failure report with only the files of the module's tools dir (see ``files_in``)."""
+        """A failure report with only the files of the module's tools dir (see ``files_in``), and
+        the site dirs the daemon looks at (``read_site``): the module's failure keeps it."""
         directory = os.path.dirname(self.runner.spec.path)
-        return {**info, "deps": files_in(directory, info.get("deps")), "helpers": files_in(directory, info.get("helpers"))}
+        return {**info, "deps": files_in(directory, info.get("deps")), "helpers": files_in(directory, info.get("helpers")),
+                "site": list(self.runner.site)}
 
     def _distrust(self, cause: str) -> None:
         """The worker sent what its runtime never sends: read nothing more from it, and kill it."""
