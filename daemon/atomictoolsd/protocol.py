@@ -29,7 +29,8 @@ __all__ = [
     "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "ForkServerMessage",
     "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output",
     "Pid", "Ping", "Pong", "Progress", "Ready", "Result", "SiteDir", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage",
-    "WorkerSpec", "encode_frame", "error_result", "read_site",
+    "WorkerSpec", "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "SITE_NAMES", "bounded_site", "encode_frame", "error_result",
+    "read_site",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -149,15 +150,37 @@ class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, froz
 # A site-packages dir a module imported from: ``[dir, dir's mtime_ns, [[entry, inode, mtime_ns], ...]]``,
 # each entry the top-level file or directory of a package it imported from there (``worker/environment.py``).
 SiteDir = tuple[str, int, list[tuple[str, int, int]]]
+SITE_NAMES = ("site-packages", "dist-packages")
+MAX_SITE_DIRS = 16  # site dirs one load report may name
+MAX_SITE_ENTRIES = 256  # their entries, in all (the runtime reports a module's first 256 imports)
 
 
 def read_site(value: Any) -> list[SiteDir]:
-    """``value`` (a failed load's ``site``, as a worker sent it or the cache kept it) as ``SiteDir``s;
-    empty when it is not a list of them."""
+    """``value`` (a failed load's ``site``, as a worker sent it or the cache kept it) as ``SiteDir``s,
+    bounded as ``bounded_site`` keeps them; empty when it is not a list of them."""
     try:
-        return msgspec.convert(value or [], list[SiteDir])
+        return bounded_site(msgspec.convert(value or [], list[SiteDir]))
     except msgspec.ValidationError:
         return []
+
+
+def bounded_site(site: list[SiteDir]) -> list[SiteDir]:
+    """Of a worker's report of the site dirs its module imported from (the worker's word: the daemon
+    looks at each of them every second), those the runtime reports: absolute dirs named
+    ``site-packages`` or ``dist-packages``, at most ``MAX_SITE_DIRS``, with the entries directly in
+    them, at most ``MAX_SITE_ENTRIES`` in all. The others are not looked at."""
+    kept: list[SiteDir] = []
+    left = MAX_SITE_ENTRIES
+    for directory, mtime, entries in site:
+        if len(kept) == MAX_SITE_DIRS:
+            break
+        prefix = directory.rstrip("/") + "/"
+        if not directory.startswith("/") or "\0" in directory or prefix[:-1].rpartition("/")[2] not in SITE_NAMES:
+            continue
+        own = [e for e in entries[:left] if e[0].startswith(prefix) and "/" not in e[0][len(prefix):] and e[0] != prefix]
+        left -= len(own)
+        kept.append((directory, mtime, own))
+    return kept
 
 
 class Loaded(_Message, tag="loaded"):

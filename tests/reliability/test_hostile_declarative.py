@@ -476,7 +476,9 @@ UNKNOWN = ["frobnicate {{v}}", "./tool.sh {{v}}", "/opt/bin/run -- {{v}}", "dock
            "timeout 5 frobnicate {{v}}", "env A=1 make -- {{v}}"]
 
 
-def test_a_positive_rule_refuses_what_no_table_listed(tmp_path: Path, record) -> None:  # type: ignore[no-untyped-def]
+def _loading(tmp_path: Path) -> Any:
+    """``load(commands, schema)``: the commands of a file of one tool each (``v`` of ``schema``) that
+    loaded, and the message of each refused one."""
     def load(commands: list[str], schema: dict[str, Any]) -> tuple[set[str], dict[str, str]]:
         tools = [{**shell_tool(f"c{i}", command), "inputSchema": {"type": "object", "properties": {"v": schema}}}
                  for i, command in enumerate(commands)]
@@ -486,6 +488,11 @@ def test_a_positive_rule_refuses_what_no_table_listed(tmp_path: Path, record) ->
         loaded = {commands[int(spec.name[1:])] for spec in specs}
         return loaded, {commands[int(p["tool"][1:])]: p["message"] for p in problems}
 
+    return load
+
+
+def test_a_positive_rule_refuses_what_no_table_listed(tmp_path: Path, record) -> None:  # type: ignore[no-untyped-def]
+    load = _loading(tmp_path)
     loaded, _ = load(RUNNERS, CONSTRAINED)
     assert loaded == set(), f"run by a value whatever its schema: {sorted(loaded)}"
     loaded, messages = load(UNKNOWN, STRING)
@@ -503,3 +510,31 @@ def test_a_positive_rule_refuses_what_no_table_listed(tmp_path: Path, record) ->
            f"(ipython, python3-dbg, dc, xonsh, nu, uv run, pipx run, npm exec, prlimit, setarch, …): refused even with a "
            f"pattern; {len(UNKNOWN)} templates handing free text to unknown programs or to arguments read as more "
            f"than data: refused with the fix, loaded with a constrained schema or unsafeFreeText")
+
+
+# A value an env wrapper puts in a variable is data to env, and to most programs; not to the dynamic
+# loader, a shell or a runtime that reads that variable as code or as what to run: a path the agent
+# wrote (a library, a script) is all a value needs there, so no pattern makes it safe.
+RUN_BY_VARIABLE = ["env LD_PRELOAD={{v}} cat f", "env BASH_ENV={{v}} bash -c 'echo hi'", "env ENV={{v}} sh -i",
+                   "env GIT_EXTERNAL_DIFF={{v}} git diff --ext-diff", "env GIT_PAGER={{v}} git -p log",
+                   "env PAGER={{v}} man ls", "env GIT_SSH_COMMAND={{v}} git fetch", "env NODE_OPTIONS={{v}} node s.js",
+                   "env PERL5OPT={{v}} perl s.pl", "env PYTHONSTARTUP={{v}} python3 -i", "env RUBYOPT={{v}} ruby s.rb",
+                   "env PYTHONPATH={{v}} python3 s.py", "env JAVA_TOOL_OPTIONS={{v}} java -jar a.jar",
+                   "env EDITOR={{v}} crontab -e", "env HOME={{v}} git log", "env GIT_DIR={{v}} git status",
+                   "env KUBECONFIG={{v}} kubectl get pods", "nice env LD_PRELOAD={{v}} cat f",
+                   "env -i LD_LIBRARY_PATH={{v}} ./tool", "timeout 5 env PROMPT_COMMAND={{v}} bash -i"]
+DATA_BY_VARIABLE = ["env P={{v}} sh -c 'printf \"[%s]\\n\" \"$P\"'", "env QUERY={{v}} ./search.sh",
+                    "env GIT_AUTHOR_NAME={{v}} git log -1", "env LC_ALL=C TZ={{v}} date"]
+
+
+def test_a_value_in_a_variable_something_runs_is_refused_whatever_its_schema(tmp_path: Path, record) -> None:  # type: ignore[no-untyped-def]
+    load = _loading(tmp_path)
+    loaded, messages = load(RUN_BY_VARIABLE, CONSTRAINED)
+    assert loaded == set(), f"a value in a variable that is run or loaded: {sorted(loaded)}"
+    for command, message in messages.items():
+        assert "{{v}}" in message and "a name of your own" in message, (command, message)
+    loaded, messages = load(DATA_BY_VARIABLE, STRING)
+    assert loaded == set(DATA_BY_VARIABLE), messages
+    record(f"{len(RUN_BY_VARIABLE)} templates putting a value in a variable the loader, a shell or a runtime runs or "
+           f"loads (LD_PRELOAD, BASH_ENV, GIT_PAGER, NODE_OPTIONS, HOME, …), behind wrappers too: refused even with a "
+           f"pattern, naming the fix; a value in a variable of the template's own name still free text")

@@ -211,6 +211,36 @@ def test_connections_without_the_token_are_bounded_and_time_out(env: Env, make_d
            f"every one closed within {took:.1f} s ({counts}); socket, CLI and HTTP with the token served")
 
 
+def test_a_request_answered_before_the_token_lets_no_connection_in(env: Env, make_daemon, low_limit, record) -> None:  # type: ignore[no-untyped-def]
+    """Each connection sends, without the token, a request for a path the daemon does not serve (it
+    is answered 404 before the token is looked at), then keeps the connection: it is still a
+    connection without the token, bounded and closed within seconds."""
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    port, token = _port_and_token(daemon)
+    low_limit(daemon.pid)
+    started = time.monotonic()
+    flood = _open(port, 300)
+    answered = 0
+    for sock in flood:
+        try:
+            sock.sendall(f"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            answered += sock.recv(4096).startswith(b"HTTP/1.1 404")
+        except OSError:
+            pass  # closed for room already: what the bound does
+    try:
+        failures = _owner_is_served(daemon, port, token)
+        closed = _closed_within(flood, 12.0)
+        took = time.monotonic() - started
+    finally:
+        for sock in flood:
+            sock.close()
+    assert answered >= 1
+    assert failures == [], failures
+    assert closed == len(flood), f"{len(flood) - closed} connections answered 404 without the token were kept open"
+    record(f"{len(flood)} connections each answered 404 for a path without the token ({answered} read it), then "
+           f"kept: every one closed within {took:.1f} s; socket, CLI and HTTP with the token served")
+
+
 SLOW = '''
 import time
 
@@ -256,6 +286,29 @@ def test_abandoned_http_sessions_never_lock_out_the_socket(env: Env, make_daemon
     record(f"754 HTTP sessions left open by a client with the token under max_connections 50: at most "
            f"{info['sessions']} kept, {info['sessionsEnded']} idle ones ended oldest first (404, initialize again), "
            f"one with a call in flight kept; the socket's clients served throughout")
+
+
+def test_rest_sessions_left_behind_are_bounded_with_the_others(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """The tools REST API keeps a session for each query string it is asked with: a client with
+    the token asking with 600 different ones leaves them behind, bounded as MCP's are."""
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0", "ATOMICTOOLS_MAX_CONNECTIONS": "50"})
+    port, token = _port_and_token(daemon)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        for i in range(600):
+            connection.request("GET", f"/api/tools?n={i}", headers={"Authorization": f"Bearer {token}"})
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200, (i, response.status)
+    finally:
+        connection.close()
+    with RawConnection(env.socket, timeout=5) as raw:
+        assert "result" in raw.request("ping")
+    held = len(_sessions(daemon))
+    info = _http(daemon)
+    assert held <= 256 + 8, f"{held} sessions held after 600 REST queries"
+    record(f"600 REST queries, each with a query string of its own, left behind by a client with the token under "
+           f"max_connections 50: {held} sessions kept ({info['sessionsEnded']} idle ones ended); the socket served")
 
 
 def _sessions(daemon: Daemon) -> list[dict[str, Any]]:

@@ -178,3 +178,84 @@ def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make
     record(f"{walks} spill housekeeping walks while a confined worker swapped a dir of its spill dir with a link "
            f"to a victim dir (renameat2 RENAME_EXCHANGE): the victim's 40 old files kept, the worker's old file removed")
 
+
+
+# A module whose load report names, as the site-packages dirs it imported from, 400,000 paths with
+# a package entry each: the daemon looks at the site dirs modules imported from every second.
+SITE_LIAR = '''
+import atomictoolsd.worker.main as _main
+from atomictools import tool
+
+def _lie(failed):
+    return [(f"/nowhere/{i}", 0, [(f"/nowhere/{i}/p", 1, 0)]) for i in range(COUNT)]
+
+_main.site_report = _lie
+
+if FAIL:
+    raise RuntimeError("failing, with the report")
+
+@tool
+def site_liar() -> str:
+    return "lied"
+'''
+
+
+def test_a_load_report_naming_400000_site_dirs_stalls_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    count = 400_000
+    env.write_tool(env.local_tools, "site_liar.py", SITE_LIAR.replace("COUNT", str(count)).replace("FAIL", "False"))
+    # A module that fails reports its site dirs too (anything installed may be what it lacked).
+    env.write_tool(env.local_tools, "site_failer.py", SITE_LIAR.replace("COUNT", str(count)).replace("FAIL", "True"))
+    env.write_tool(env.local_tools, "good.py", GOOD)
+    daemon = make_daemon()
+    with RawConnection(env.socket, timeout=30) as project, RawConnection(env.socket, timeout=30) as bystander:
+        assert "result" in _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 15)
+        lied = _answered_within(project, "tools/call", {"name": "site_liar", "arguments": {}}, 15)
+        assert lied["result"]["content"][0]["text"] == "lied", lied
+        # The site dirs are looked at every second: pings for 4 s, each answered at once.
+        slowest = 0.0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            assert "result" in bystander.request("ping", {})
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.02)
+        assert slowest < 0.25, f"a ping took {slowest:.2f} s while the daemon looked at the named site dirs"
+    assert daemon.proc.poll() is None
+    record(f"a load report and a load failure naming {count:,} site-packages dirs with an entry each: pings "
+           f"answered within {slowest * 1000:.0f} ms for 4 s")
+
+
+def test_reading_a_spilled_output_follows_no_link_a_worker_swaps_in(env: Env, make_daemon, monkeypatch, record) -> None:  # type: ignore[no-untyped-def]
+    """``atomictoolsd call`` prints the whole of a truncated result from the path its worker names in
+    the spill dir: while the worker swaps a dir there with a link to a victim dir, it never reads the
+    victim's files."""
+    from types import SimpleNamespace
+
+    from atomictoolsd.cli.tools import _full_output
+    from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
+
+    if kernel_abi() < REQUIRED_ABI:
+        pytest.skip(f"this kernel offers Landlock ABI {kernel_abi()}; confining workers needs {REQUIRED_ABI}")
+    victim = env.root / "victim"
+    victim.mkdir()
+    for i in range(40):
+        (victim / f"file{i}").write_text("the user's")
+    env.write_tool(env.global_tools, "swapper.py", SWAPPER)
+    env.write_config(sandbox_global=True)
+    daemon = make_daemon()
+    for name, value in env.vars.items():
+        if name.startswith(("ATOMICTOOLS_", "XDG_")) or name == "HOME":
+            monkeypatch.setenv(name, value)
+    with daemon.client() as client:
+        spill_dir = os.path.dirname(client.call("swapper", what="spill").meta["atomic/fullOutput"])
+        assert client.call("swapper", what="race", spill_dir=spill_dir, victim=str(victim), seconds=6.0).text == "swapping"
+        # What the worker names: a file of the victim's, through the dir it swaps with the link.
+        named = SimpleNamespace(meta={"atomic/fullOutput": os.path.join(spill_dir, "sandbox-real", "file0")})
+        reads = leaked = 0
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            leaked += _full_output(named) == "the user's"
+            reads += 1
+    assert leaked == 0, f"{leaked} of {reads} reads printed a file of the victim dir through the worker's link"
+    record(f"{reads} reads of a spilled output while a confined worker swapped a dir of its spill dir with a link to a "
+           f"victim dir (renameat2 RENAME_EXCHANGE): none read the victim's file")

@@ -565,6 +565,8 @@ FLOODER = '''
                     n += 1
                     if kind == "ask":
                         frame = _frame(["ask", me, n, "elicitation/create", msgspec.json.encode({{"message": text, "requestedSchema": {{"type": "object", "properties": {{}}}}}})])
+                    elif kind == "dropped":  # the runtime sends one, before its result, naming the client's keys
+                        frame = _frame(["dropped", me, [f"k{{n}}-{{i}}" for i in range(2048)]])
                     else:
                         frame = _frame(["output", 2, b"y" * 8192, 0])
                     os.write(fd, frame)
@@ -665,3 +667,72 @@ def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_da
     assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
     record(f"a child writing output frames past the runtime's rate limit for 3 s: {logged:,} bytes logged, "
            f"{dropped:,} counted as dropped; the daemon grew {grown:.1f} MiB")
+
+
+def test_undeclared_arguments_reported_past_the_runtime_are_logged_once(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A child writes, for 3 s, reports of undeclared arguments the call ran without (the frame the
+    runtime sends once, before its result): the daemon logs one, bounded, and the log keeps its start."""
+    mark = env.root / "flood.pids"
+    env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
+    env.write_config(log_max_bytes=4 * 1024 * 1024)
+    daemon: Daemon = make_daemon()
+    with RawConnection(env.socket, timeout=60) as raw:
+        raw.request("atomic/attach", {"directory": str(env.project)})
+        log_file = Path(raw.result("atomic/status")["log"]["file"])
+        response, grown, _ = _flood(env, daemon, raw, "dropped", mark)
+        assert _text(response) == "survived", response
+        assert _text(_call(raw, "echo", "flooder_echo", {"text": "flushed"})[0]) == "flushed"
+
+    def logged_through_the_echo() -> list[dict[str, Any]]:
+        events = [json.loads(line) for line in log_file.read_text().splitlines()]
+        ended = any(e.get("event") == "tool.complete" and e.get("tool") == "flooder_echo" for e in events)
+        return events if ended else []
+
+    events = wait_for(logged_through_the_echo, message="the echo's end in the event log")
+    assert any(e.get("event") == "daemon.start" for e in events), "the reports rotated the log away"
+    reports = [e for e in events if e.get("event") == "tool.arguments_dropped"]
+    assert len(reports) <= 1, f"{len(reports)} reports of dropped arguments logged for one call"
+    assert all(len(json.dumps(e["dropped"])) <= 8192 for e in reports), "a report logged unbounded"
+    assert grown < 32, f"the daemon's peak RSS grew by {grown:.0f} MiB"
+    record(f"a child writing reports of undeclared arguments for 3 s: {len(reports)} logged for the call, the log "
+           f"kept its start; the daemon grew {grown:.1f} MiB")
+
+
+# A tool that sends, for its own call, a result whose blocks are of the right shape for the frame
+# but hold values of the wrong type where a client of an older revision needs them read (an audio
+# block becomes a text describing it; a resource link's title is taken as text).
+ODD_BLOCKS = '''
+    import gc, struct
+    import msgspec
+    from atomictools import Context, tool
+
+    @tool
+    def odd(block: str, ctx: Context) -> str:
+        rt = next(o for o in gc.get_objects() if type(o).__name__ == "Runtime" and hasattr(o, "sock"))
+        body = msgspec.msgpack.encode(["result", max(rt.calls), ('{"content":[' + block + ']}').encode()])
+        rt._sender.send(struct.pack(">I", len(body)) + body)
+        return "after"
+
+    @tool
+    def echo(text: str) -> str:
+        return text
+'''
+ODD = ['{"type":"audio","data":5,"mimeType":"audio/wav"}', '{"type":"audio","data":null}',
+       '{"type":"resource_link","uri":"file:///x","name":"n","title":["a"],"description":{"b":1}}',
+       '{"type":"resource_link","uri":"file:///x","name":"n","mimeType":"text/plain","size":[1]}']
+
+
+def test_a_result_of_odd_blocks_for_an_older_client_is_answered(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.global_tools, "odd.py", ODD_BLOCKS)
+    make_daemon()
+    answers = []
+    with RawConnection(env.socket, timeout=15) as raw:
+        # A client of the first revision: no audio and no resource links, so the daemon rewrites them.
+        raw.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old"}})
+        for index, block in enumerate(ODD):
+            response, _ = _call(raw, f"odd-{index}", "odd", {"block": block})
+            assert "result" in response, response
+            answers.append(_text(response))
+            assert _text(_call(raw, f"echo-{index}", "odd_echo", {"text": "again"})[0]) == "again"
+    record(f"{len(ODD)} results whose audio and resource-link blocks hold values of the wrong type, to a client of "
+           f"2024-11-05: each answered ({answers[0][:60]!r}), the module served on")

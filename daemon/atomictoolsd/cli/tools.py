@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import stat
@@ -262,15 +263,19 @@ def _full_output(result: Any) -> str | None:
     path = (result.meta or {}).get("atomic/fullOutput")
     if not isinstance(path, str):
         return None
-    spill_dir = os.path.realpath(Paths.from_env().spill_dir)
-    if os.path.commonpath([spill_dir, os.path.realpath(os.path.dirname(path))]) != spill_dir:
+    spill_dir = str(Paths.from_env().spill_dir)
+    parts = _below(spill_dir, path) or _below(os.path.realpath(spill_dir), path)
+    if parts is None:
         print(f"atomictoolsd: not reading {path!r}: not in the spill dir {spill_dir}", file=sys.stderr)
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = _open_below(spill_dir, parts)
     except OSError as exc:
-        print(f"atomictoolsd: the full output is gone ({exc.strerror}: {path}); it is kept for spill_max_age",
-              file=sys.stderr)
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            print(f"atomictoolsd: not reading {path!r}: a link or a file on its way in the spill dir", file=sys.stderr)
+        else:
+            print(f"atomictoolsd: the full output is gone ({exc.strerror}: {path}); it is kept for spill_max_age",
+                  file=sys.stderr)
         return None
     with open(fd, "rb") as spilled:
         info = os.fstat(spilled.fileno())
@@ -278,6 +283,28 @@ def _full_output(result: Any) -> str | None:
             print(f"atomictoolsd: not reading {path!r}: not a regular file of yours", file=sys.stderr)
             return None
         return spilled.read().decode("utf-8", "replace")
+
+
+def _below(directory: str, path: str) -> list[str] | None:
+    """The names leading from ``directory`` to ``path`` (absolute, normalized), or None when it is not below it."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path or "\0" in path:
+        return None
+    prefix = directory.rstrip(os.sep) + os.sep
+    return path[len(prefix):].split(os.sep) if path.startswith(prefix) else None
+
+
+def _open_below(directory: str, parts: list[str]) -> int:
+    """The file ``parts`` names below ``directory``, opened from it one name at a time by descriptors,
+    following no link and without blocking (a worker may swap its dirs for links meanwhile)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _call_arguments(args: argparse.Namespace, schema: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from atomictoolsd.protocol import (
     Progress,
     Result,
     WorkerMessage,
+    bounded_site,
     encode_frame,
     error_result,
     read_site,
@@ -104,6 +105,8 @@ def _unreadable(exc: Exception) -> str:
 # asks and waits for each answer, so more means a worker that writes without reading. Past either,
 # the call fails and the worker is recycled.
 MAX_QUESTIONS = 16
+# Of a call's undeclared arguments, the keys logged and the characters of each.
+MAX_DROPPED_KEYS, MAX_DROPPED_KEY = 64, 64
 
 
 def _too_large(what: str, size: int, limit: int) -> str:
@@ -175,6 +178,7 @@ class Call(msgspec.Struct, eq=False):
     worker: Worker | None = None
     asking: int = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
     left: float = 0.0  # of the timeout, while they wait
+    dropped_logged: bool = False  # its undeclared arguments were logged (once: see ``Worker._on_dropped``)
 
     def finish(self, result: bytes) -> None:
         """Answer the call (once; later answers are dropped)."""
@@ -377,12 +381,7 @@ class Worker(asyncio.Protocol):
             elif kind is Ask:
                 self._on_ask(message)
             elif kind is Dropped:
-                call = self.pending.get(message.call_id)
-                if call is not None:
-                    self.runner.events.arguments_dropped(
-                        call.tool, self.runner.spec.path, call.id, call.context.session_id, call.context.agent,
-                        message.keys,
-                    )
+                self._on_dropped(message)
             elif kind is Output:
                 self._on_output(message.fd, message.data, message.dropped)
             elif self.loaded.done():  # a load report, and the worker has made its one already
@@ -396,7 +395,7 @@ class Worker(asyncio.Protocol):
                 self.deps = files_in(directory, message.deps)
                 self.fingerprint = message.fingerprint
                 self.helpers = files_in(directory, message.helpers)
-                self.runner.site = message.site
+                self.runner.site = bounded_site(message.site)
                 self.loaded.set_result((definitions, message.load_ms))
             elif kind is Failed:
                 self.runner.site = read_site(message.info.get("site"))
@@ -406,9 +405,11 @@ class Worker(asyncio.Protocol):
                     self._own_files(message.info), by_module=not message.info.get("outside")))
 
     def _own_files(self, info: dict[str, Any]) -> dict[str, Any]:
-        """A failure report with only the files of the module's tools dir (see ``files_in``)."""
+        """A failure report with only the files of the module's tools dir (see ``files_in``), and
+        the site dirs the daemon looks at (``read_site``): the module's failure keeps it."""
         directory = os.path.dirname(self.runner.spec.path)
-        return {**info, "deps": files_in(directory, info.get("deps")), "helpers": files_in(directory, info.get("helpers"))}
+        return {**info, "deps": files_in(directory, info.get("deps")), "helpers": files_in(directory, info.get("helpers")),
+                "site": list(self.runner.site)}
 
     def _distrust(self, cause: str) -> None:
         """The worker sent what its runtime never sends: read nothing more from it, and kill it."""
@@ -598,6 +599,19 @@ class Worker(asyncio.Protocol):
             call.fail(f"Tool {call.tool!r} sent a malformed log message ({_unreadable(exc)}); it was not relayed")
             return
         call.owner.call_log(call, message.level, data)
+
+    def _on_dropped(self, message: Dropped) -> None:
+        """The call's undeclared arguments, logged once per call and bounded: the runtime sends one
+        such report, before its result; more are a tool writing its channel itself (it rotated the
+        log away)."""
+        call = self.pending.get(message.call_id)
+        if call is None or call.done or call.dropped_logged:
+            return
+        call.dropped_logged = True
+        keys = [key[:MAX_DROPPED_KEY] for key in message.keys[:MAX_DROPPED_KEYS]]
+        self.runner.events.arguments_dropped(
+            call.tool, self.runner.spec.path, call.id, call.context.session_id, call.context.agent, keys,
+        )
 
     def _on_ask(self, message: Ask) -> None:
         call = self.pending.get(message.call_id)

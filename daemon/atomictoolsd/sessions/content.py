@@ -42,8 +42,9 @@ def _nearest(block: dict[str, Any], revision: Revision) -> dict[str, Any]:
     if not isinstance(kind, str) or kind in revision.blocks:
         return block
     version = revision.version
-    if kind == "audio":
-        size = len(block.get("data", "")) * 3 // 4
+    if kind == "audio":  # a tool may write any value in any field (its blocks are only shaped as dicts)
+        data = block.get("data")
+        size = len(data) * 3 // 4 if isinstance(data, str) else 0
         text = (
             f"[audio ({block.get('mimeType', 'unknown type')}, about {size:,} bytes) not shown: this client's "
             f"MCP revision ({version}) has no audio content]"

@@ -27,8 +27,8 @@ request it belongs to. What this module owns is what HTTP adds:
   shares, it gets an id of the daemon's own (``"h<n>"``), so two clients' ids never collide, and
   the client's id is put back in the answer. A call's progress, logs and questions go to its own
   exchange (``about``, see ``sessions/output.py``). The answer is written to the request's connection
-  when it comes (no task or future waits for it). At most ``MAX_SESSIONS`` live at once, stateful
-  and stateless together: to make a new one, the one idle the longest (no request in flight, no
+  when it comes (no task or future waits for it). At most ``MAX_SESSIONS`` live at once, stateful,
+  stateless and the REST API's together: to make a new one, the one idle the longest (no request in flight, no
   stream open) is ended; when none is idle, the new one is refused.
 - **The project.** The URL picks it as the shim's ``--directory`` does:
   ``/mcp?directory=/abs/path&allow=glob&deny=glob&dispatcher=1``; the session is locked to it.
@@ -702,6 +702,8 @@ class HttpTransport:
             rest = self.rest.serves(path)
             if not rest:
                 # Before the token: a 401 for /.well-known/oauth-* would send a client into OAuth discovery.
+                # Without the token, the connection is not let in all the same.
+                request.shut_out = self._refuse(headers) is not None
                 return _refusal(404, INVALID_REQUEST, f"Not found: the MCP endpoint is {ENDPOINT}, the tools REST API under /api/tools")
         refusal = self._refuse(headers)
         if refusal is not None:
@@ -992,12 +994,14 @@ class HttpTransport:
         return session
 
     def _make_room(self) -> bool:
-        """Whether a new session fits, once the one idle the longest has ended if need be."""
-        if len(self.sessions) + len(self.stateless) < MAX_SESSIONS:
+        """Whether a new session fits, once the one idle the longest has ended if need be (MCP's and
+        the REST API's alike)."""
+        tables = (self.sessions, self.stateless, self.rest.sessions)
+        if sum(map(len, tables)) < MAX_SESSIONS:
             return True
         idle = [
             (session.used, table, key)
-            for table in (self.sessions, self.stateless)
+            for table in tables
             for key, session in table.items()
             if not session.exchanges and session.stream is None
         ]

@@ -16,7 +16,8 @@ it refuses. What this module adds is small and has no MCP in it:
   answers stops being read;
 - who waits at the door: the handler may refuse a connection as it comes (``admit``), before
   anything is read; and a connection is *waiting* until the handler lets a request of it in (judges
-  its head with no 401 or 403): one still waiting ``WAITING`` seconds after it came is closed. The
+  its head with no 401 or 403, and does not mark it ``shut_out``): one still waiting ``WAITING``
+  seconds after it came is closed. The
   waiting ones are kept in arrival order (``Waiting``), so the handler can bound them (``drop``
   closes one at once);
 - a client that goes away before its answer is told to the handler (``Response.on_gone``).
@@ -67,7 +68,7 @@ class Request:
     ``Origin`` or ``Authorization`` cannot slip past a check that reads one of them.
     """
 
-    __slots__ = ("answered", "body", "headers", "keep_alive", "method", "path", "query", "refusal", "too_large")
+    __slots__ = ("answered", "body", "headers", "keep_alive", "method", "path", "query", "refusal", "shut_out", "too_large")
 
     def __init__(self, method: bytes, target: bytes, headers: dict[bytes, bytes], keep_alive: bool) -> None:
         self.method = method
@@ -86,6 +87,7 @@ class Request:
         self.refusal: Refusal | None = None
         self.answered = False  # refused before its body came: the body is read past, not answered again
         self.too_large = False  # the body passed the handler's max_body; what came is not kept
+        self.shut_out = False  # refused by the handler with what it would not let in (a 404 without the token)
 
 
 class Handler(Protocol):
@@ -323,7 +325,7 @@ class Http1Connection(asyncio.Protocol):
                 log.exception("http: a request failed")
                 request.keep_alive = False
                 request.refusal = (500, b"content-type: text/plain\r\n", b"Internal Server Error")
-            if request.refusal is None or request.refusal[0] not in _NOT_LET_IN:
+            if request.refusal is None or (request.refusal[0] not in _NOT_LET_IN and not request.shut_out):
                 self._let_in()
         self._head_size = 0
         expects = headers.get(b"expect", b"").lower() == b"100-continue"

@@ -33,14 +33,13 @@ import os
 import shlex
 import sys
 
-from atomictoolsd.protocol import EnvSpec, WorkerSpec
+from atomictoolsd.protocol import MAX_SITE_ENTRIES, SITE_NAMES, EnvSpec, WorkerSpec
 
 __all__ = ["activate", "distribution_of", "missing_module_hint", "site_report"]
 
 _current: list[WorkerSpec] = []  # the spec of the module this worker serves (``activate``)
-_SITE_NAMES = ("site-packages", "dist-packages")
 _VENV_NAMES = (".venv", "venv")  # a project's own environment, as environments/project.py looks for it
-_MOST_ENTRIES = 256  # a module importing more is watched by its first 256 (the report stays small)
+_MOST_ENTRIES = MAX_SITE_ENTRIES  # a module importing more is watched by its first 256 (the report stays small)
 
 
 class _Recorder:
@@ -81,7 +80,7 @@ def site_report(failed: bool) -> list[tuple[str, int, list[tuple[str, int, int]]
     """The site-packages dirs the module imported from: ``(dir, mtime_ns, [(entry, inode, mtime_ns)])``
     (``protocol.SiteDir``). A module that ``failed`` reports every site dir on its path, whatever it
     imported: installing anything there may be what it lacks."""
-    dirs = [entry for entry in sys.path if os.path.basename(entry) in _SITE_NAMES]
+    dirs = [entry for entry in sys.path if os.path.basename(entry) in SITE_NAMES]
     used: dict[str, list[tuple[str, int, int]]] = {d: [] for d in dirs} if failed else {}
     for name in _recorder.names[:_MOST_ENTRIES]:
         found = _entry_of(sys.modules.get(name), dirs)

@@ -12,7 +12,10 @@ wrappers in front of wrappers) and, for each placeholder:
 - raises ``Unsafe`` where no value may go, whatever its schema: the program (``{{prog}} …``, also as
   the command of a wrapper), the script or module an interpreter loads, the code an interpreter or
   shell runs, a command line something hands to a shell, the argument of an interpreter's or
-  wrapper's own option, inside an option word (``-{{v}}``), the name of a variable ``env`` sets;
+  wrapper's own option, inside an option word (``-{{v}}``), the name of a variable ``env`` sets,
+  and the value of one that the dynamic loader, a shell or a language runtime reads as code, as
+  options, or as what to load or run (``LD_PRELOAD``, ``BASH_ENV``, ``NODE_OPTIONS``, ``GIT_PAGER``:
+  ``RUNS_VARIABLE``);
 - lets it be (free text) where it is data by the program's own definition: an argument of a
   program in the table of programs whose arguments are data (``grep``, ``ls``, ``git log`` …, each
   read as it reads them: after ``--``, or as the argument of an option that takes data), or an
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from atomictoolsd.worker.declarative.templates import PLACEHOLDER
 
-__all__ = ["Guard", "Reading", "Unsafe", "check", "program_name"]
+__all__ = ["RUNS_VARIABLE", "Guard", "Reading", "Unsafe", "check", "program_name"]
 
 # The roles a word can have. "data" takes free text, "guard" a value its schema constrains, the rest nothing.
 DATA = "data"
@@ -51,6 +54,19 @@ VARIABLE = "variable"  # the name of an environment variable (``env NAME=VALUE``
 MAIN = "main"  # in the option table: a script or code that is the program's main program (``python -m``)
 GUARD = "guard"  # data the program may read as more than data: a value there must be constrained
 ASSIGN = "assign"  # in the option table: NAME=VALUE, whose VALUE is data (``awk -v``)
+SETTING = "setting"  # the value of an environment variable that something runs or loads (``RUNS_VARIABLE``)
+
+# The names of environment variables whose value the dynamic loader, a shell or a language runtime
+# (or git, a pager's user) reads as code, as its own options, as what to load or run, or as where
+# its configuration is (a config may run code: git's ``core.pager``): the families, not each name
+# (``LD_*``, ``PYTHON*``, ``*PATH``, ``*_OPTIONS``, ``*_COMMAND``, ``HOME``, ``*CONFIG*`` …).
+RUNS_VARIABLE = re.compile(
+    r"(?:LD|DYLD|BASH_FUNC|NODE|NPM_CONFIG|JAVA|_JAVA|JDK_JAVA|GCONV|LUA|DENO|BUN|MALLOC|GLIBC)_.*|(?:PYTHON|PERL|RUBY).*"
+    r"|GIT_(?!(?:AUTHOR|COMMITTER)_(?:NAME|EMAIL|DATE)$).*"
+    r"|BASH_ENV|ENV|PS4|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|IFS|SHELL|EDITOR|VISUAL|BROWSER|TERMINFO|HOSTALIASES"
+    r"|LESSOPEN|LESSCLOSE|.*PAGER|.*PATH|.*LIB|.*OPTS?|.*OPTIONS|.*_COMMAND|.*_CMD|.*ASKPASS|.*_EDITOR|.*_SSH"
+    r"|.*_PROGRAM|.*_HOOKS?|.*_SHELL|ZDOTDIR|XDG_.*|BUNDLE_.*|.*HOME|.*CONFIG.*|.*RC|.*_DIRS?"  # where configs are found
+)
 
 
 class Unsafe(Exception):
@@ -84,6 +100,11 @@ class Unsafe(Exception):
             return (f"handler.command lets {p} choose the script or module that {prog}{run_by} runs ({word!r}): "
                     f"a value there picks the code. Name the script in the template and pass the value after it "
                     f"(e.g. {prog} tool-script {p})")
+        if self.role == SETTING:
+            name = word.partition("=")[0]
+            return (f"handler.command puts {p} in {name}, a variable whose value is run or loaded (as code, options, "
+                    f"or a program or library to run) ({word!r}): a value there would run. Pass it in a variable of "
+                    f"a name of your own, e.g. env P={p} …")
         if self.role == VARIABLE:
             return (f"handler.command lets {p} name an environment variable that {prog} sets ({word!r}): a "
                     f"variable such as PERL5OPT or LD_PRELOAD runs code. Write the name in the template: NAME={p}")
@@ -673,9 +694,12 @@ class _Walk:
         while i < len(words):
             word = words[i]
             if spec.assign and "=" in word[1:]:
-                if _holds(word.partition("=")[0]):
+                name, _, value = word.partition("=")
+                if _holds(name):
                     raise Unsafe(word, VARIABLE, self.name, self.via)
-                i += 1  # env NAME=VALUE: the value is data
+                if _holds(value) and RUNS_VARIABLE.fullmatch(name):
+                    raise Unsafe(word, SETTING, self.name, self.via)
+                i += 1  # env NAME=VALUE: the value is data to env, and to what it runs
                 continue
             if st.lead < spec.lead:
                 self._not_an_option(word, st)
