@@ -11,6 +11,7 @@ touch any entry but the one named, or import tomlkit unless a TOML file is being
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import stat
@@ -644,19 +645,34 @@ def _plain(value: Any) -> Any:
     return unwrap() if unwrap is not None else value
 
 
+def _back_up(path: Path, text: str, backup_dir: Path) -> Path:
+    """Keep ``text``, the content of ``path`` before a change, in a new file of ``backup_dir``:
+    named by the time, the path's hash and its name, and never one that exists (two changes in
+    the same second keep both contents)."""
+    make_private_dirs(backup_dir)
+    tag = hashlib.sha256(str(path).encode()).hexdigest()[:8]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for number in itertools.count(1):
+        backup = backup_dir / (f"{stamp}-{tag}-{path.name}" if number == 1 else f"{stamp}-{tag}-{number}-{path.name}")
+        try:
+            fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "wb") as file:
+            file.write(text.encode("utf-8"))
+            file.flush()
+            os.fsync(file.fileno())
+        return backup
+    raise AssertionError("unreachable")
+
+
 def _write(path: Path, old_text: str | None, new_text: str, backup_dir: Path) -> Path | None:
     """Write ``new_text`` atomically, keeping the file's mode; back up ``old_text`` first.
 
     A config that is a symlink (``~/.claude.json`` kept in a dotfiles repository) is written where it
     points and stays a link: replacing the link itself would cut it off from the file it shares.
     """
-    backup = None
-    if old_text is not None:
-        make_private_dirs(backup_dir)
-        tag = hashlib.sha256(str(path).encode()).hexdigest()[:8]
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = backup_dir / f"{stamp}-{tag}-{path.name}"
-        write_atomic(backup, old_text.encode("utf-8"), 0o600)
+    backup = None if old_text is None else _back_up(path, old_text, backup_dir)
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
