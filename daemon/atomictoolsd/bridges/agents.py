@@ -25,7 +25,7 @@ from typing import Any, Literal
 from atomictools._launch import SEALED_FLAGS
 from atomictools._paths import login_runtime_dir, runtime_dir
 from atomictoolsd.config.paths import make_private_dirs
-from atomictoolsd.config.statefile import write_atomic
+from atomictoolsd.config.statefile import StateWriteError, explain_write_error, write_atomic
 
 __all__ = [
     "AGENTS",
@@ -658,10 +658,14 @@ def _back_up(path: Path, text: str, backup_dir: Path) -> Path:
             fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except FileExistsError:
             continue
-        with os.fdopen(fd, "wb") as file:
-            file.write(text.encode("utf-8"))
-            file.flush()
-            os.fsync(file.fileno())
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(text.encode("utf-8"))
+                file.flush()
+                os.fsync(file.fileno())
+        except OSError as exc:  # the disk is full: no backup half written, and the config untouched
+            backup.unlink(missing_ok=True)
+            raise StateWriteError(exc.errno, explain_write_error(backup, exc)) from exc
         return backup
     raise AssertionError("unreachable")
 
