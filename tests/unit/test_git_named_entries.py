@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 from atomictoolsd.registry.confinement import git_named_entries
@@ -53,3 +55,29 @@ def test_a_directory_of_a_larger_repository_gets_what_lies_in_it(tmp_path: Path)
 
 def test_no_repository_names_nothing(tmp_path: Path) -> None:
     assert git_named_entries(tmp_path, tmp_path / "home") == []
+
+
+def test_what_a_hostile_config_includes_is_read_bounded(tmp_path: Path) -> None:
+    """A repository's config may include any file, and a policy is made on the event loop: sparse
+    files of gigabytes (git read each until its 10 s timeout, 40 s for four) and a FIFO are not
+    read, and what the rest names is still found at once."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "core.hooksPath", "scripts/hooks")
+    includes = [f"../huge{i}.gitconfig" for i in range(4)] + ["../fifo.gitconfig", "../small.gitconfig"]
+    with open(repo / ".git" / "config", "a") as config:  # git config --add would read the includes itself
+        config.write("[include]\n" + "".join(f"\tpath = {path}\n" for path in includes))
+    for i in range(4):
+        with open(repo / f"huge{i}.gitconfig", "wb") as huge:  # a comment of 4 GiB, on no disk
+            huge.write(b"#")
+            huge.seek(4 << 30)
+            huge.write(b"\n[core]\n\tfsmonitor = tools/watch\n")
+    os.mkfifo(repo / "fifo.gitconfig")
+    (repo / "small.gitconfig").write_text("[alias]\n\tup = !scripts/up.sh\n")
+    started = time.monotonic()
+    named = git_named_entries(repo, tmp_path / "home")
+    took = time.monotonic() - started
+    assert "scripts/hooks" in named and "scripts/up.sh" in named, named
+    assert "tools/watch" not in named  # past the bound: the huge files were not read
+    assert took < 5.0, f"reading the config took {took:.1f} s"  # a few git runs of small files; unbounded: 40 s

@@ -304,6 +304,7 @@ def _plain_file(path: Path) -> bool:
 
 
 _MAX_CONFIG_FILES = 80  # includes of includes: git stops at a depth of 10
+_MAX_CONFIG_BYTES = 1024 * 1024  # of one config file; of a repository's, of all its files
 
 
 def git_config_paths(home: Path) -> list[str]:
@@ -313,8 +314,9 @@ def git_config_paths(home: Path) -> list[str]:
     never run here), the files they name for status and diff (``GIT_PATH_KEYS``), and
     ``$XDG_CONFIG_HOME/git`` (the default ignore and attributes files).
 
-    Each config file is read by git itself (``git config --file F --no-includes --list``), in the
-    built-ins' environment: only your ``GIT_CONFIG_*`` choices, no repository.
+    Each config file is read by git itself (``git config --file - --no-includes --list``, given its
+    content: a regular file of at most ``_MAX_CONFIG_BYTES``), in the built-ins' environment: only
+    your ``GIT_CONFIG_*`` choices, no repository.
     """
     env = _git_environ(home)
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
@@ -356,7 +358,8 @@ def git_named_entries(project: Path, home: Path) -> list[str]:
     (``core.fsmonitor = scripts/watch``) — or to read as config (an include: ``../.gitconfig``):
     a confined tool that wrote one would have your next ``git`` run it. Read with ``git config
     --file``, which runs nothing, once per content of those files (a policy is made on the event
-    loop, at each load); an unreadable repository names none."""
+    loop, at each load), and bounded: regular files only, ``_MAX_CONFIG_BYTES`` in all (a
+    repository's config may name any file); an unreadable repository names none."""
     try:
         repository = locate_repository(project)
     except (RepositoryRefused, OSError):
@@ -396,12 +399,15 @@ def _git_named_paths(repository: Any, home: Path) -> tuple[list[Path], list[Path
     seen: list[Path] = []
     named: list[Path] = []
     env = _git_environ(home)
+    left = _MAX_CONFIG_BYTES  # for all of them: their reading holds up the event loop
     while configs and len(seen) < _MAX_CONFIG_FILES:
         config = configs.pop(0)
         if config in seen:
             continue
         seen.append(config)
-        for key, value in _config_entries(config, env):
+        data = _config_bytes(config, left)
+        left -= len(data)
+        for key, value in _listed_entries(data, env):
             if GIT_INCLUDE_KEYS.match(key) and value:
                 configs.append(git_config_path(value, config.parent, home))
                 named.append(configs[-1])
@@ -429,17 +435,47 @@ def _git_environ(home: Path) -> dict[str, str]:
 
 
 def _config_entries(config: Path, env: dict[str, str]) -> list[tuple[str, str]]:
-    if not os.path.isfile(config):
+    return _listed_entries(_config_bytes(config, _MAX_CONFIG_BYTES), env)
+
+
+def _config_bytes(config: Path, limit: int) -> bytes:
+    """The content of the config file ``config`` when it is a regular file of at most ``limit``
+    bytes; else nothing (a repository's config names what it likes: a FIFO, a device, a sparse file
+    of terabytes or ``/proc/kmsg`` would hold git, and the event loop, for as long as it reads)."""
+    try:
+        if not stat.S_ISREG(os.stat(config).st_mode):
+            return b""
+        fd = os.open(config, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        info = os.fstat(fd)
+        # A file of the kernel's says it is empty whatever it holds: read as what it says.
+        if not stat.S_ISREG(info.st_mode) or not 0 < info.st_size <= limit:
+            return b""
+        data = b""
+        while len(data) <= limit and (chunk := os.read(fd, limit + 1 - len(data))):
+            data += chunk
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else b""
+
+
+def _listed_entries(data: bytes, env: dict[str, str]) -> list[tuple[str, str]]:
+    """The ``(key, value)`` entries of a config file's content ``data``, as git reads them."""
+    if not data:
         return []
     try:
         done = subprocess.run(
-            ["git", "config", "--file", str(config), "--no-includes", "-z", "--list"], cwd="/", env=env,
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="surrogateescape", timeout=10,
+            ["git", "config", "--file", "-", "--no-includes", "-z", "--list"], cwd="/", env=env,
+            input=data, capture_output=True, timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
     entries = []
-    for item in done.stdout.split("\0") if done.returncode == 0 else []:
+    for item in done.stdout.decode("utf-8", "surrogateescape").split("\0") if done.returncode == 0 else []:
         key, _, value = item.partition("\n")
         if key:
             entries.append((key, value))
