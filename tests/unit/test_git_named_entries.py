@@ -9,6 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
+from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
 from atomictoolsd.registry.confinement import git_named_entries
 
 
@@ -81,3 +84,22 @@ def test_what_a_hostile_config_includes_is_read_bounded(tmp_path: Path) -> None:
     assert "scripts/hooks" in named and "scripts/up.sh" in named, named
     assert "tools/watch" not in named  # past the bound: the huge files were not read
     assert took < 5.0, f"reading the config took {took:.1f} s"  # a few git runs of small files; unbounded: 40 s
+
+
+def test_a_symlink_loop_the_repository_names_is_what_does_not_exist(tmp_path: Path) -> None:
+    """A config including a symlink loop, or a ``.git`` file naming one: Path.resolve raised
+    RuntimeError (no client could attach to the project) where an absent path names nothing."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "loop").symlink_to("loop")
+    with open(repo / ".git" / "config", "a") as config:
+        config.write("[include]\n\tpath = ../loop\n[core]\n\thooksPath = scripts/hooks\n")
+    assert git_named_entries(repo, tmp_path / "home") == ["loop", "scripts/hooks"]
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "loop").symlink_to("loop")
+    (linked / ".git").write_text("gitdir: loop\n")
+    with pytest.raises(RepositoryRefused, match="not a directory"):
+        locate_repository(linked)
+    assert git_named_entries(linked, tmp_path / "home") == []
