@@ -103,3 +103,37 @@ def test_a_symlink_loop_the_repository_names_is_what_does_not_exist(tmp_path: Pa
     with pytest.raises(RepositoryRefused, match="not a directory"):
         locate_repository(linked)
     assert git_named_entries(linked, tmp_path / "home") == []
+
+
+def test_the_scripts_an_interpreter_runs_for_git_are_named(tmp_path: Path) -> None:
+    """A command git runs is often an interpreter and a script of the repository's: the script is
+    what a confined tool would rewrite. A plain alias is git's own command: its paths are data."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "build.sh").write_text("make\n")
+    for key, value in {
+        "sequence.editor": "python3 tools/rebase-editor.py",
+        "diff.x.textconv": "sh -c 'tools/conv --plain'",
+        "alias.b": "!sh build.sh --fast",  # a file at the top of the work tree, by its bare name
+        "merge.ours.driver": "python3 tools/merge.py %O %A %B",
+        "credential.helper": "store --file=.secrets/creds",
+        "alias.l": "log -- src/app",  # git log's paths: not run
+        "core.pager": "less -R",  # on PATH
+    }.items():
+        git(repo, "config", key, value)
+    assert git_named_entries(repo, tmp_path / "home") == [
+        ".secrets/creds", "build.sh", "tools/conv", "tools/merge.py", "tools/rebase-editor.py",
+    ]
+
+
+def test_a_config_naming_thousands_of_paths_names_a_bounded_few(tmp_path: Path) -> None:
+    """Each named path becomes an entry the sandbox keeps read-only: a config naming 20,000 (in an
+    alias each) gives at most 256, whatever their order."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    with open(repo / ".git" / "config", "a") as config:
+        config.write("[alias]\n" + "".join(f"\ta{i} = !scripts/s{i}.sh\n" for i in range(20_000)))
+    named = git_named_entries(repo, tmp_path / "home")
+    assert 0 < len(named) <= 256, len(named)

@@ -400,7 +400,7 @@ def _git_named_paths(repository: Any, home: Path) -> tuple[list[Path], list[Path
     named: list[Path] = []
     env = _git_environ(home)
     left = _MAX_CONFIG_BYTES  # for all of them: their reading holds up the event loop
-    while configs and len(seen) < _MAX_CONFIG_FILES:
+    while configs and len(seen) < _MAX_CONFIG_FILES and len(named) < _MAX_NAMED:
         config = configs.pop(0)
         if config in seen:
             continue
@@ -408,22 +408,41 @@ def _git_named_paths(repository: Any, home: Path) -> tuple[list[Path], list[Path
         data = _config_bytes(config, left)
         left -= len(data)
         for key, value in _listed_entries(data, env):
+            if len(named) >= _MAX_NAMED:
+                break
             if GIT_INCLUDE_KEYS.match(key) and value:
                 configs.append(git_config_path(value, config.parent, home))
                 named.append(configs[-1])
             elif key == "core.hookspath" and value:
                 named.append(git_config_path(value, repository.worktree, home))
             elif _GIT_PROGRAM_KEYS.match(key) and value:
-                named.extend(_program_of(value.removeprefix("!"), repository.worktree, home))
-    return seen, named
+                # An alias without '!' is git's own command: only a program's path counts there.
+                command = key.startswith("alias.") and not value.startswith("!")
+                named.extend(_programs_of(value.removeprefix("!"), repository.worktree, home, not command))
+    return seen, named[:_MAX_NAMED]
 
 
-def _program_of(command: str, worktree: Path, home: Path) -> list[Path]:
-    """The file a command's first word names, as git finds it from the top of the work tree (a bare
-    name is looked up on PATH: none of the repository's)."""
-    first = command.strip().split(maxsplit=1)[0] if command.strip() else ""
-    first = first.strip("'\"")
-    return [git_config_path(first, worktree, home)] if "/" in first or first.startswith("~") else []
+_MAX_NAMED = 256  # paths one repository's config names (each is a protected entry); the rest are not
+_MAX_COMMAND_WORDS = 32
+# A command's words, as crudely as a shell splits them: between spaces, quotes, operators, and '='
+# (``--file=tools/x``).
+_COMMAND_WORD = re.compile(r"[^\s;&|()<>'\"`=]+")
+
+
+def _programs_of(command: str, worktree: Path, home: Path, arguments: bool) -> list[Path]:
+    """The files a command git runs names, as git runs it from the top of the work tree: its program
+    (the first word; a bare name is looked up on PATH, none of the repository's) and, with
+    ``arguments``, the scripts and files the words after it name (``python3 tools/conv.py``,
+    ``sh up.sh``): a word with a '/' or a '~', or the name of a file at the top of the work tree."""
+    named = []
+    for position, word in enumerate(_COMMAND_WORD.findall(command)[:_MAX_COMMAND_WORDS]):
+        if position and not arguments:
+            break
+        if word.startswith(("-", "$", "%")) or "://" in word:
+            continue  # an option, a variable, git's placeholder (%f), a URL
+        if "/" in word or word.startswith("~") or (position and os.path.isfile(worktree / word)):
+            named.append(git_config_path(word, worktree, home))
+    return named
 
 
 def _git_environ(home: Path) -> dict[str, str]:
