@@ -358,6 +358,21 @@ def test_a_client_that_disconnects_mid_call_cancels_it(served: tuple[Any, Http],
     assert not (env.project / marker).exists()
 
 
+@pytest.mark.parametrize("accept", ["Text/Event-Stream", "*/*", "text/*", None], ids=["mixed-case", "any", "any-text", "absent"])
+def test_a_get_whose_accept_takes_sse_in_any_form_opens_the_stream(served: tuple[Any, Http], accept: str | None) -> None:
+    """Media types are case-insensitive, ``*/*`` takes an SSE stream (curl's default), so does
+    ``text/*``, and no Accept takes anything, as for a POST: each opens the session's stream rather
+    than a 406."""
+    daemon, endpoint = served
+    session = endpoint.initialize(_project_path(daemon.env))
+    sent = "" if accept is None else f"Accept: {accept}\r\n"
+    with socket.create_connection((endpoint.host, endpoint.port), timeout=10) as sock:
+        sock.sendall(f"GET {_project_path(daemon.env)} HTTP/1.1\r\nHost: 127.0.0.1:{endpoint.port}\r\n"
+                     f"Authorization: Bearer {endpoint.token}\r\n{sent}Mcp-Session-Id: {session}\r\n\r\n".encode())
+        head = sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head, head
+
+
 def test_the_token_rotates_and_the_old_one_stops_working(env: Env, own_served: tuple[Any, Http]) -> None:
     _, endpoint = own_served
     cli = [sys.executable, "-m", "atomictoolsd", "http", "token"]

@@ -522,7 +522,12 @@ RUN_BY_VARIABLE = ["env LD_PRELOAD={{v}} cat f", "env BASH_ENV={{v}} bash -c 'ec
                    "env PYTHONPATH={{v}} python3 s.py", "env JAVA_TOOL_OPTIONS={{v}} java -jar a.jar",
                    "env EDITOR={{v}} crontab -e", "env HOME={{v}} git log", "env GIT_DIR={{v}} git status",
                    "env KUBECONFIG={{v}} kubectl get pods", "nice env LD_PRELOAD={{v}} cat f",
-                   "env -i LD_LIBRARY_PATH={{v}} ./tool", "timeout 5 env PROMPT_COMMAND={{v}} bash -i"]
+                   "env -i LD_LIBRARY_PATH={{v}} ./tool", "timeout 5 env PROMPT_COMMAND={{v}} bash -i",
+                   # Build tools' programs and options, configs that load code, npm's settings in the case npm writes:
+                   "env CC={{v}} make", "env CFLAGS={{v}} make", "env RUSTFLAGS={{v}} cargo build",
+                   "env RUSTC_WRAPPER={{v}} cargo build", "env OPENSSL_CONF={{v}} openssl version",
+                   "env npm_config_script_shell={{v}} npm run build", "env PIP_INDEX_URL={{v}} pip install x",
+                   "env LESS={{v}} less f"]
 DATA_BY_VARIABLE = ["env P={{v}} sh -c 'printf \"[%s]\\n\" \"$P\"'", "env QUERY={{v}} ./search.sh",
                     "env GIT_AUTHOR_NAME={{v}} git log -1", "env LC_ALL=C TZ={{v}} date"]
 

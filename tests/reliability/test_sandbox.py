@@ -949,6 +949,21 @@ def test_an_entry_made_at_the_root_is_writable_by_the_next_call(env: Env, world:
     assert (build / "out.o").exists()
 
 
+
+def test_a_repository_naming_a_symlink_loop_in_its_git_config_is_served(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """The repository's config includes ``../loop``, a symlink to itself: the project's policy is
+    made all the same (every attach failed with 'Internal error: RuntimeError: Symlink loop')."""
+    git(env.project, "init", "-q")
+    (env.project / "loop").symlink_to("loop")
+    with open(env.project / ".git" / "config", "a") as config:
+        config.write("[include]\n\tpath = ../loop\n")
+    (env.project / "src").mkdir()
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        assert call(client, "fs", {"op": "create", "path": str(env.project / "src" / "made")}) == "done: create"
+
+
 # -- the environment: an allowlist, and what the user allows by name ----------------------------------
 
 SECRETS = {"GITHUB_TOKEN": "ghp_daemon_secret", "AWS_SECRET_ACCESS_KEY": "aws-daemon-secret",

@@ -68,9 +68,15 @@ def git_config_path(value: str, base: Path, home: Path) -> Path:
     """A path as git reads it from a config file: ``~`` is your home, a relative one is relative
     to ``base``."""
     if value == "~" or value.startswith("~/"):
-        return (home / value[2:]).resolve()
+        return _real(home / value[2:])
     path = Path(os.path.expanduser(value))
-    return (base / path).resolve() if not path.is_absolute() else path.resolve()
+    return _real(base / path if not path.is_absolute() else path)
+
+
+def _real(path: Path) -> Path:
+    """``path`` with its symlinks followed, as far as they lead: a loop of them (a repository's
+    choice) is what does not exist, where ``Path.resolve`` raises ``RuntimeError``."""
+    return Path(os.path.realpath(path))
 
 
 def global_tools_dir(home: Path) -> Path:
@@ -379,15 +385,15 @@ def _linked_dir(top: Path, dot_git: Path) -> Path:
     if not text.startswith("gitdir:"):
         raise RepositoryRefused(f"Refused: {dot_git} is not a .git file git wrote (no 'gitdir:' line)")
     target = Path(text[len("gitdir:"):].strip())
-    git_dir = (top / target).resolve() if not target.is_absolute() else target.resolve()
+    git_dir = _real(top / target) if not target.is_absolute() else _real(target)
     if within(git_dir, top):
         return git_dir
     back = git_dir / "gitdir"
-    if regular_file(back, "the worktree's gitdir file") and Path(_read_small(back, "the gitdir file").strip()).resolve() == dot_git.resolve():
+    if regular_file(back, "the worktree's gitdir file") and _real(Path(_read_small(back, "the gitdir file").strip())) == _real(dot_git):
         return git_dir
     for enclosing in top.parents:
         modules = enclosing / ".git" / "modules"
-        if (enclosing / ".git").is_dir() and within(git_dir, modules.resolve()) and _core_worktree(git_dir) == top.resolve():
+        if (enclosing / ".git").is_dir() and within(git_dir, _real(modules)) and _core_worktree(git_dir) == _real(top):
             return git_dir
     raise RepositoryRefused(
         f"Refused: {dot_git} points git at {git_dir}, outside the project, and that is neither a "
@@ -416,7 +422,7 @@ def _core_worktree(git_dir: Path) -> Path | None:
                 value = value.strip()
                 if len(value) > 1 and value[0] == value[-1] == '"':
                     value = value[1:-1]
-                return (git_dir / value).resolve() if value else None
+                return _real(git_dir / value) if value else None
     return None
 
 
@@ -434,7 +440,7 @@ def locate_repository(root: Path) -> Repository | None:
     dot_git = top / ".git"
     info = os.lstat(dot_git)
     if stat.S_ISLNK(info.st_mode):
-        git_dir = dot_git.resolve()
+        git_dir = _real(dot_git)
         if not within(git_dir, top):
             raise RepositoryRefused(f"Refused: {dot_git} is a symlink to {git_dir}, outside the project")
         info = os.stat(git_dir)
@@ -449,12 +455,12 @@ def locate_repository(root: Path) -> Repository | None:
     common_dir = git_dir
     if regular_file(git_dir / "commondir", "the commondir file"):
         named = Path(_read_small(git_dir / "commondir", "the commondir file").strip())
-        common_dir = (git_dir / named).resolve()
+        common_dir = _real(git_dir / named)
         # Git's own layout (COMMON/worktrees/NAME), by the resolved path: a symlink at
         # COMMON/worktrees/NAME back to this git dir would prove nothing about COMMON.
-        resolved = git_dir.resolve()
+        resolved = _real(git_dir)
         if not within(common_dir, top) and (resolved.parent.name != "worktrees" or resolved.parent.parent != common_dir):
             raise RepositoryRefused(
                 f"Refused: {git_dir}/commondir points git at {common_dir}, a repository this one is not a worktree of"
             )
-    return Repository(top.resolve(), git_dir.resolve(), common_dir.resolve())
+    return Repository(_real(top), _real(git_dir), _real(common_dir))

@@ -304,6 +304,7 @@ def _plain_file(path: Path) -> bool:
 
 
 _MAX_CONFIG_FILES = 80  # includes of includes: git stops at a depth of 10
+_MAX_CONFIG_BYTES = 1024 * 1024  # of one config file; of a repository's, of all its files
 
 
 def git_config_paths(home: Path) -> list[str]:
@@ -313,8 +314,9 @@ def git_config_paths(home: Path) -> list[str]:
     never run here), the files they name for status and diff (``GIT_PATH_KEYS``), and
     ``$XDG_CONFIG_HOME/git`` (the default ignore and attributes files).
 
-    Each config file is read by git itself (``git config --file F --no-includes --list``), in the
-    built-ins' environment: only your ``GIT_CONFIG_*`` choices, no repository.
+    Each config file is read by git itself (``git config --file - --no-includes --list``, given its
+    content: a regular file of at most ``_MAX_CONFIG_BYTES``), in the built-ins' environment: only
+    your ``GIT_CONFIG_*`` choices, no repository.
     """
     env = _git_environ(home)
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
@@ -356,7 +358,8 @@ def git_named_entries(project: Path, home: Path) -> list[str]:
     (``core.fsmonitor = scripts/watch``) — or to read as config (an include: ``../.gitconfig``):
     a confined tool that wrote one would have your next ``git`` run it. Read with ``git config
     --file``, which runs nothing, once per content of those files (a policy is made on the event
-    loop, at each load); an unreadable repository names none."""
+    loop, at each load), and bounded: regular files only, ``_MAX_CONFIG_BYTES`` in all (a
+    repository's config may name any file); an unreadable repository names none."""
     try:
         repository = locate_repository(project)
     except (RepositoryRefused, OSError):
@@ -396,28 +399,50 @@ def _git_named_paths(repository: Any, home: Path) -> tuple[list[Path], list[Path
     seen: list[Path] = []
     named: list[Path] = []
     env = _git_environ(home)
-    while configs and len(seen) < _MAX_CONFIG_FILES:
+    left = _MAX_CONFIG_BYTES  # for all of them: their reading holds up the event loop
+    while configs and len(seen) < _MAX_CONFIG_FILES and len(named) < _MAX_NAMED:
         config = configs.pop(0)
         if config in seen:
             continue
         seen.append(config)
-        for key, value in _config_entries(config, env):
+        data = _config_bytes(config, left)
+        left -= len(data)
+        for key, value in _listed_entries(data, env):
+            if len(named) >= _MAX_NAMED:
+                break
             if GIT_INCLUDE_KEYS.match(key) and value:
                 configs.append(git_config_path(value, config.parent, home))
                 named.append(configs[-1])
             elif key == "core.hookspath" and value:
                 named.append(git_config_path(value, repository.worktree, home))
             elif _GIT_PROGRAM_KEYS.match(key) and value:
-                named.extend(_program_of(value.removeprefix("!"), repository.worktree, home))
-    return seen, named
+                # An alias without '!' is git's own command: only a program's path counts there.
+                command = key.startswith("alias.") and not value.startswith("!")
+                named.extend(_programs_of(value.removeprefix("!"), repository.worktree, home, not command))
+    return seen, named[:_MAX_NAMED]
 
 
-def _program_of(command: str, worktree: Path, home: Path) -> list[Path]:
-    """The file a command's first word names, as git finds it from the top of the work tree (a bare
-    name is looked up on PATH: none of the repository's)."""
-    first = command.strip().split(maxsplit=1)[0] if command.strip() else ""
-    first = first.strip("'\"")
-    return [git_config_path(first, worktree, home)] if "/" in first or first.startswith("~") else []
+_MAX_NAMED = 256  # paths one repository's config names (each is a protected entry); the rest are not
+_MAX_COMMAND_WORDS = 32
+# A command's words, as crudely as a shell splits them: between spaces, quotes, operators, and '='
+# (``--file=tools/x``).
+_COMMAND_WORD = re.compile(r"[^\s;&|()<>'\"`=]+")
+
+
+def _programs_of(command: str, worktree: Path, home: Path, arguments: bool) -> list[Path]:
+    """The files a command git runs names, as git runs it from the top of the work tree: its program
+    (the first word; a bare name is looked up on PATH, none of the repository's) and, with
+    ``arguments``, the scripts and files the words after it name (``python3 tools/conv.py``,
+    ``sh up.sh``): a word with a '/' or a '~', or the name of a file at the top of the work tree."""
+    named = []
+    for position, word in enumerate(_COMMAND_WORD.findall(command)[:_MAX_COMMAND_WORDS]):
+        if position and not arguments:
+            break
+        if word.startswith(("-", "$", "%")) or "://" in word:
+            continue  # an option, a variable, git's placeholder (%f), a URL
+        if "/" in word or word.startswith("~") or (position and os.path.isfile(worktree / word)):
+            named.append(git_config_path(word, worktree, home))
+    return named
 
 
 def _git_environ(home: Path) -> dict[str, str]:
@@ -429,17 +454,47 @@ def _git_environ(home: Path) -> dict[str, str]:
 
 
 def _config_entries(config: Path, env: dict[str, str]) -> list[tuple[str, str]]:
-    if not os.path.isfile(config):
+    return _listed_entries(_config_bytes(config, _MAX_CONFIG_BYTES), env)
+
+
+def _config_bytes(config: Path, limit: int) -> bytes:
+    """The content of the config file ``config`` when it is a regular file of at most ``limit``
+    bytes; else nothing (a repository's config names what it likes: a FIFO, a device, a sparse file
+    of terabytes or ``/proc/kmsg`` would hold git, and the event loop, for as long as it reads)."""
+    try:
+        if not stat.S_ISREG(os.stat(config).st_mode):
+            return b""
+        fd = os.open(config, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        info = os.fstat(fd)
+        # A file of the kernel's says it is empty whatever it holds: read as what it says.
+        if not stat.S_ISREG(info.st_mode) or not 0 < info.st_size <= limit:
+            return b""
+        data = b""
+        while len(data) <= limit and (chunk := os.read(fd, limit + 1 - len(data))):
+            data += chunk
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+    return data if len(data) <= limit else b""
+
+
+def _listed_entries(data: bytes, env: dict[str, str]) -> list[tuple[str, str]]:
+    """The ``(key, value)`` entries of a config file's content ``data``, as git reads them."""
+    if not data:
         return []
     try:
         done = subprocess.run(
-            ["git", "config", "--file", str(config), "--no-includes", "-z", "--list"], cwd="/", env=env,
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="surrogateescape", timeout=10,
+            ["git", "config", "--file", "-", "--no-includes", "-z", "--list"], cwd="/", env=env,
+            input=data, capture_output=True, timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
     entries = []
-    for item in done.stdout.split("\0") if done.returncode == 0 else []:
+    for item in done.stdout.decode("utf-8", "surrogateescape").split("\0") if done.returncode == 0 else []:
         key, _, value = item.partition("\n")
         if key:
             entries.append((key, value))

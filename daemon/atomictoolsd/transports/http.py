@@ -470,7 +470,7 @@ def _takes_sse(accept: bytes | None) -> bool:
     if accept is None:
         return True
     lowered = accept.lower()  # media types are case-insensitive
-    return b"text/event-stream" in lowered or b"*/*" in lowered
+    return any(kind in lowered for kind in (b"text/event-stream", b"text/*", b"*/*"))
 
 
 def _acceptable(accept: bytes | None) -> bool:
@@ -478,7 +478,7 @@ def _acceptable(accept: bytes | None) -> bool:
     if accept is None:
         return True
     lowered = accept.lower()
-    return any(kind in lowered for kind in (b"application/json", b"application/*", b"text/event-stream", b"*/*"))
+    return any(kind in lowered for kind in (b"application/json", b"application/*", b"text/event-stream", b"text/*", b"*/*"))
 
 
 def _sse(message: bytes) -> bytes:

@@ -56,16 +56,19 @@ GUARD = "guard"  # data the program may read as more than data: a value there mu
 ASSIGN = "assign"  # in the option table: NAME=VALUE, whose VALUE is data (``awk -v``)
 SETTING = "setting"  # the value of an environment variable that something runs or loads (``RUNS_VARIABLE``)
 
-# The names of environment variables whose value the dynamic loader, a shell or a language runtime
-# (or git, a pager's user) reads as code, as its own options, as what to load or run, or as where
-# its configuration is (a config may run code: git's ``core.pager``): the families, not each name
-# (``LD_*``, ``PYTHON*``, ``*PATH``, ``*_OPTIONS``, ``*_COMMAND``, ``HOME``, ``*CONFIG*`` …).
+# The names of environment variables whose value the dynamic loader, a shell, a language runtime or
+# a build tool (or git, a pager's user) reads as code, as its own options, as what to load or run,
+# or as where its configuration is (a config may run code: git's ``core.pager``, OpenSSL's engines):
+# the families, not each name (``LD_*``, ``PYTHON*``, ``*PATH``, ``*_OPTIONS``, ``*FLAGS``,
+# ``*_COMMAND``, the compiler ``make`` runs (``CC``), ``HOME``, ``*CONF*`` …).
 RUNS_VARIABLE = re.compile(
-    r"(?:LD|DYLD|BASH_FUNC|NODE|NPM_CONFIG|JAVA|_JAVA|JDK_JAVA|GCONV|LUA|DENO|BUN|MALLOC|GLIBC)_.*|(?:PYTHON|PERL|RUBY).*"
-    r"|GIT_(?!(?:AUTHOR|COMMITTER)_(?:NAME|EMAIL|DATE)$).*"
+    r"(?:LD|DYLD|BASH_FUNC|NODE|(?i:npm_config)|JAVA|_JAVA|JDK_JAVA|GCONV|LUA|DENO|BUN|MALLOC|GLIBC|CARGO|PIP|UV)_.*"
+    r"|(?:PYTHON|PERL|RUBY|RUSTC|RUSTDOC).*|GIT_(?!(?:AUTHOR|COMMITTER)_(?:NAME|EMAIL|DATE)$).*"
     r"|BASH_ENV|ENV|PS4|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|IFS|SHELL|EDITOR|VISUAL|BROWSER|TERMINFO|HOSTALIASES"
-    r"|LESSOPEN|LESSCLOSE|.*PAGER|.*PATH|.*LIB|.*OPTS?|.*OPTIONS|.*_COMMAND|.*_CMD|.*ASKPASS|.*_EDITOR|.*_SSH"
-    r"|.*_PROGRAM|.*_HOOKS?|.*_SHELL|ZDOTDIR|XDG_.*|BUNDLE_.*|.*HOME|.*CONFIG.*|.*RC|.*_DIRS?"  # where configs are found
+    r"|LESSOPEN|LESSCLOSE|LESS|MORE|.*PAGER|.*PATH|.*LIB|.*OPTS?|.*OPTIONS|.*FLAGS|.*_COMMAND|.*_CMD|.*ASKPASS"
+    r"|.*_EDITOR|.*_SSH|.*_PROGRAM|.*_HOOKS?|.*_SHELL|.*_WRAPPER|.*_LAUNCHER|.*_RUNNER"
+    r"|CC|CXX|CPP|FC|F77|AR|AS|LD|NM|RANLIB|STRIP|OBJCOPY|OBJDUMP|MAKE|AWK|M4|YACC|LEX"  # what make and configure run
+    r"|ZDOTDIR|XDG_.*|BUNDLE_.*|.*HOME|.*CONF.*|.*RC|.*_DIRS?"  # where configs are found
 )
 
 
