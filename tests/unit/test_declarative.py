@@ -279,3 +279,24 @@ def test_definitions_are_valid_mcp_tools(tmp_path: Path) -> None:
         definition.pop("timeout", None)  # the daemon's own field, never sent to clients
         tool_model = Tool.model_validate(definition)
         assert tool_model.input_schema["type"] == "object"
+
+
+@pytest.mark.parametrize(("schema", "sent", "received"), [
+    ({"type": "object", "properties": {"n": {"type": "integer"}}}, {"n": 2.0}, {"n": 2}),
+    ({"type": "object", "additionalProperties": {"type": "integer"}}, {"a": 2.0, "b": 3.0}, {"a": 2, "b": 3}),
+    ({"type": "object", "patternProperties": {"^n_": {"type": "integer"}}}, {"n_x": 2.0, "y": 2.0}, {"n_x": 2, "y": 2.0}),
+    ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]}, ["a", 2.0, 3.0], ["a", 2, 3.0]),
+    ({"type": "array", "items": [{"type": "integer"}], "additionalItems": {"type": "integer"}}, [1.0, 2.0], [1, 2]),
+    ({"allOf": [{"type": "object"}, {"properties": {"n": {"type": "integer"}}}]}, {"n": 4.0}, {"n": 4}),
+    ({"type": "object", "properties": {"n": {"type": "number"}}}, {"n": 2.0}, {"n": 2.0}),
+])
+def test_an_integral_float_reaches_the_template_as_an_integer_wherever_the_schema_declares_one(
+    schema: dict[str, Any], sent: Any, received: Any
+) -> None:
+    from atomictoolsd.worker.declarative.validation import compile_schema  # lazy: only this test
+
+    result = compile_schema(schema)(sent)
+    assert result == received
+    assert [type(v) for v in (result.values() if isinstance(result, dict) else result)] == [
+        type(v) for v in (received.values() if isinstance(received, dict) else received)
+    ]

@@ -10,6 +10,7 @@ A ``$ref`` to another document is never fetched: schemas stay self-contained.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -67,21 +68,64 @@ def compile_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
 
 def _integers(schema: Any, value: Any, root: dict[str, Any]) -> Any:
     """``value`` with each integral float that ``schema`` declares an ``integer`` made an ``int``,
-    through ``properties``, ``items``, a local ``$ref`` and a union's options: ``2.0`` is a JSON
-    Schema integer (Python clients send it), and a template must write it ``2`` (``head -n 2.0``
-    fails)."""
+    wherever the schema places it (``properties``, ``patternProperties``, ``additionalProperties``,
+    ``items``, ``prefixItems``, ``additionalItems``, a local ``$ref``, a union's options, ``allOf``):
+    ``2.0`` is a JSON Schema integer (Python clients send it), and a template must write it ``2``
+    (``head -n 2.0`` fails)."""
     schema = _resolved(schema, root)
     if not isinstance(schema, dict):
         return value
     if type(value) is float:
         return int(value) if value.is_integer() and _integer_only(schema, root) else value
-    properties = schema.get("properties")
-    if type(value) is dict and isinstance(properties, dict):
-        return {key: _integers(properties.get(key), item, root) for key, item in value.items()}
-    items = schema.get("items")
-    if type(value) is list and isinstance(items, dict):
-        return [_integers(items, item, root) for item in value]
+    if type(value) is dict:
+        return {key: _integers(_member_schema(schema, key, root), item, root) for key, item in value.items()}
+    if type(value) is list:
+        return [_integers(_item_schema(schema, index, root), item, root) for index, item in enumerate(value)]
     return value
+
+
+def _member_schema(schema: dict[str, Any], key: str, root: dict[str, Any]) -> Any:
+    """The schema that applies to an object's member ``key`` (the first that says so)."""
+    for part in _parts(schema, root):
+        properties = part.get("properties")
+        if isinstance(properties, dict) and key in properties:
+            return properties[key]
+        patterns = part.get("patternProperties")
+        for pattern, member in patterns.items() if isinstance(patterns, dict) else ():
+            try:
+                if re.search(pattern, key):
+                    return member
+            except re.error:
+                continue
+        if isinstance(part.get("additionalProperties"), dict):
+            return part["additionalProperties"]
+    return None
+
+
+def _item_schema(schema: dict[str, Any], index: int, root: dict[str, Any]) -> Any:
+    """The schema that applies to an array's item ``index``: a tuple's place (``prefixItems``, or
+    ``items`` as a list), else what applies to the rest (``items``, ``additionalItems``)."""
+    for part in _parts(schema, root):
+        places = part.get("prefixItems")
+        if not isinstance(places, list) and isinstance(part.get("items"), list):
+            places, rest = part["items"], part.get("additionalItems")
+        else:
+            rest = part.get("items")
+        if isinstance(places, list) and index < len(places):
+            return places[index]
+        if isinstance(rest, dict):
+            return rest
+    return None
+
+
+def _parts(schema: dict[str, Any], root: dict[str, Any]) -> list[dict[str, Any]]:
+    """``schema`` and what ``allOf`` adds to it, local references followed."""
+    parts = [schema]
+    for extra in schema.get("allOf") or []:
+        extra = _resolved(extra, root)
+        if isinstance(extra, dict):
+            parts.append(extra)
+    return parts
 
 
 def _integer_only(schema: dict[str, Any], root: dict[str, Any]) -> bool:
