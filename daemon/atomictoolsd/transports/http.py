@@ -465,20 +465,43 @@ def _refusal(status: int, code: int, message: str, headers: bytes = b"") -> Refu
     return status, _JSON_HEAD + headers, _jsonrpc_error(code, message)
 
 
-def _takes_sse(accept: bytes | None) -> bool:
-    """Whether a POST's ``Accept`` takes an SSE stream for its answer (no ``Accept`` takes anything)."""
+def accepts(accept: bytes | None, media: bytes) -> bool:
+    """Whether an ``Accept`` header takes the media type ``media`` (``b"text/event-stream"``): the
+    most specific of its ranges that matches (the type itself, ``text/*``, ``*/*``) decides, and a
+    range of ``q=0`` refuses. No header takes anything; media types are case-insensitive."""
     if accept is None:
         return True
-    lowered = accept.lower()  # media types are case-insensitive
-    return any(kind in lowered for kind in (b"text/event-stream", b"text/*", b"*/*"))
+    family = media.split(b"/")[0] + b"/*"
+    best = (-1, 0.0)  # (how specific the matching range is, its q)
+    for item in accept.lower().split(b","):
+        kind, *params = item.split(b";")
+        kind = kind.strip()
+        specific = 2 if kind == media else 1 if kind == family else 0 if kind == b"*/*" else -1
+        if specific > best[0]:
+            best = (specific, _quality(params))
+    return best[1] > 0
+
+
+def _quality(params: list[bytes]) -> float:
+    """A media range's ``q`` (1 when it has none or one that is no number)."""
+    for param in params:
+        name, _, value = param.partition(b"=")
+        if name.strip() == b"q":
+            try:
+                return float(value.strip())
+            except ValueError:
+                return 1.0
+    return 1.0
+
+
+def _takes_sse(accept: bytes | None) -> bool:
+    """Whether a request's ``Accept`` takes an SSE stream (for a POST: its answer's form)."""
+    return accepts(accept, b"text/event-stream")
 
 
 def _acceptable(accept: bytes | None) -> bool:
     """Whether a POST's ``Accept`` takes JSON or SSE, the two forms an answer comes in."""
-    if accept is None:
-        return True
-    lowered = accept.lower()
-    return any(kind in lowered for kind in (b"application/json", b"application/*", b"text/event-stream", b"text/*", b"*/*"))
+    return accepts(accept, b"application/json") or accepts(accept, b"text/event-stream")
 
 
 def _sse(message: bytes) -> bytes:
