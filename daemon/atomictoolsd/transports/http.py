@@ -471,9 +471,12 @@ def accepts(accept: bytes | None, media: bytes) -> bool:
     range of ``q=0`` refuses. No header takes anything; media types are case-insensitive."""
     if accept is None:
         return True
+    lowered = accept.lower()
     family = media.split(b"/")[0] + b"/*"
+    if b"q=" not in lowered.replace(b" ", b""):  # every range takes what it matches (the usual header)
+        return media in lowered or family in lowered or b"*/*" in lowered
     best = (-1, 0.0)  # (how specific the matching range is, its q)
-    for item in accept.lower().split(b","):
+    for item in lowered.split(b","):
         kind, *params = item.split(b";")
         kind = kind.strip()
         specific = 2 if kind == media else 1 if kind == family else 0 if kind == b"*/*" else -1
