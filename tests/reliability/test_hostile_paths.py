@@ -263,3 +263,26 @@ def test_reading_a_spilled_output_follows_no_link_a_worker_swaps_in(env: Env, ma
     assert leaked == 0, f"{leaked} of {reads} reads printed a file of the victim dir through the worker's link"
     record(f"{reads} reads of a spilled output while a confined worker swapped a dir of its spill dir with a link to a "
            f"victim dir (renameat2 RENAME_EXCHANGE): none read the victim's file")
+
+
+def test_a_spilled_output_too_large_to_print_is_named_not_read(env: Env, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A worker writes its spill files as it likes, sparse ones included: ``call --full`` prints one
+    only up to its bound, and names a larger one's path instead of reading it into memory."""
+    from types import SimpleNamespace
+
+    from atomictoolsd.cli.tools import FULL_OUTPUT_MAX, _full_output
+    from atomictoolsd.config.paths import Paths
+
+    for name, value in env.vars.items():
+        if name.startswith(("ATOMICTOOLS_", "XDG_")) or name == "HOME":
+            monkeypatch.setenv(name, value)
+    worker_dir = Paths.from_env().spill_dir / "worker-1"
+    worker_dir.mkdir(parents=True)
+    small, huge = worker_dir / "small.txt", worker_dir / "huge.txt"
+    small.write_text("all of it\n")
+    with open(huge, "wb") as file:
+        file.truncate(FULL_OUTPUT_MAX + 1)  # sparse: no disk taken, but read whole it would be in memory
+    assert _full_output(SimpleNamespace(meta={"atomic/fullOutput": str(small)})) == "all of it\n"
+    assert _full_output(SimpleNamespace(meta={"atomic/fullOutput": str(huge)})) is None
+    said = capsys.readouterr().err
+    assert "more than --full prints" in said and str(huge) in said, said

@@ -252,6 +252,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
     return 0 if result["success"] else EXIT_FAILED
 
 
+FULL_OUTPUT_MAX = 256 * 1024 * 1024  # bytes of a spilled output ``call --full`` prints at most
+
+
 def _full_output(result: Any) -> str | None:
     """The whole output of a truncated result, from the spill file the daemon's worker wrote.
 
@@ -282,7 +285,11 @@ def _full_output(result: Any) -> str | None:
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
             print(f"atomictoolsd: not reading {path!r}: not a regular file of yours", file=sys.stderr)
             return None
-        return spilled.read().decode("utf-8", "replace")
+        if info.st_size > FULL_OUTPUT_MAX:  # a worker's file, perhaps sparse: never read whole into memory
+            print(f"atomictoolsd: the full output is {info.st_size:,} bytes, more than --full prints "
+                  f"({FULL_OUTPUT_MAX:,}); it is kept in {path} for spill_max_age", file=sys.stderr)
+            return None
+        return spilled.read(FULL_OUTPUT_MAX).decode("utf-8", "replace")
 
 
 def _below(directory: str, path: str) -> list[str] | None:
