@@ -311,6 +311,45 @@ def test_rest_sessions_left_behind_are_bounded_with_the_others(env: Env, make_da
            f"max_connections 50: {held} sessions kept ({info['sessionsEnded']} idle ones ended); the socket served")
 
 
+def test_sessions_opened_at_the_same_moment_stay_within_the_bound(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """Sessions that attach to a project at the same moment are counted while they attach: a burst
+    of new REST queries arriving at a nearly full table keeps the HTTP sessions within their bound."""
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0", "ATOMICTOOLS_MAX_CONNECTIONS": "200"})
+    port, token = _port_and_token(daemon)
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def ask(query: str, directory: Path = env.project) -> int:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            connection.request("GET", f"/api/tools?directory={directory}&{query}", headers=headers)
+            response = connection.getresponse()
+            response.read()
+            return response.status
+        finally:
+            connection.close()
+
+    for i in range(240):
+        assert ask(f"n={i}") == 200
+    burst = 60
+    # Each to a project of its own, opened for the first time: its session attaches while the others do.
+    projects = [env.root / f"burst-{i}" for i in range(burst)]
+    for project_dir in projects:
+        project_dir.mkdir()
+    statuses: list[int] = []
+    gate = threading.Barrier(burst)
+    threads = [threading.Thread(target=lambda i=i: (gate.wait(), statuses.append(ask(f"burst={i}", projects[i]))))
+               for i in range(burst)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(statuses) == burst and set(statuses) <= {200, 400}, statuses
+    held = [s for s in _sessions(daemon) if s.get("agent") == "http"]
+    assert len(held) <= 256, f"{len(held)} HTTP sessions held after a burst of {burst} at 240"
+    record(f"a burst of {burst} new REST queries at once on top of 240 sessions: {len(held)} HTTP sessions held "
+           f"({statuses.count(200)} answered, {statuses.count(400)} told to try again)")
+
+
 def _sessions(daemon: Daemon) -> list[dict[str, Any]]:
     with daemon.raw() as raw:
         return raw.request("atomic/status")["result"]["sessions"]

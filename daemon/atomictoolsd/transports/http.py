@@ -550,6 +550,9 @@ class HttpTransport:
         self._closed_told = self._closed_counts()  # what the log has said so far
         self._other_users: set[int] = set()  # uids refused since the log last said so
         self.sessions_ended = 0  # idle sessions ended to make room for new ones
+        # Sessions given room and still attaching: counted with the tables, so sessions opened at
+        # the same moment (each attaching, none in a table yet) cannot pass the bound together.
+        self._opening = 0
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -991,6 +994,16 @@ class HttpTransport:
         if not self._make_room():
             return (f"Too many HTTP sessions: {MAX_SESSIONS} are open and each has a request in flight or a "
                     f"stream open; end one (DELETE) or try again when one is done")
+        self._opening += 1
+        try:
+            # The caller puts the session in its table as soon as this returns, with no await between.
+            return await self._attached_session(query_text, stateful)
+        finally:
+            self._opening -= 1
+
+    async def _attached_session(self, query_text: str, stateful: bool) -> HttpSession | str:
+        """A new session, attached to the project the URL's query names (``_new_session``)."""
+        assert self.server is not None
         session = HttpSession(self.server, secrets.token_urlsafe(24) if stateful else query_text, stateful)
         core = session.core
         if not self.server.accept(core, None):
@@ -1023,7 +1036,7 @@ class HttpTransport:
         """Whether a new session fits, once the one idle the longest has ended if need be (MCP's and
         the REST API's alike)."""
         tables = (self.sessions, self.stateless, self.rest.sessions)
-        if sum(map(len, tables)) < MAX_SESSIONS:
+        if sum(map(len, tables)) + self._opening < MAX_SESSIONS:
             return True
         idle = [
             (session.used, table, key)
