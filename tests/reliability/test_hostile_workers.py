@@ -637,16 +637,16 @@ def test_a_stopped_worker_flooding_questions_is_recycled_and_the_daemon_does_not
         for name, (text, grown) in outcomes.items()))
 
 
-def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
-    """A child writes output frames on its worker's channel for 3 s, past the runtime's own rate
-    limit: the daemon logs what the runtime would have sent, and counts the rest."""
+def _flooded(env: Env, make_daemon, kind: str) -> tuple[list[dict[str, Any]], float]:  # type: ignore[no-untyped-def]
+    """Run the flooder's ``kind`` flood for 3 s, then an echo: the event log through the echo's end,
+    and how much the daemon's peak RSS grew (MiB)."""
     mark = env.root / "flood.pids"
     env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
     daemon: Daemon = make_daemon()
     with RawConnection(env.socket, timeout=60) as raw:
         raw.request("atomic/attach", {"directory": str(env.project)})
         log_file = Path(raw.result("atomic/status")["log"]["file"])
-        response, grown, _ = _flood(env, daemon, raw, "output", mark)
+        response, grown, _ = _flood(env, daemon, raw, kind, mark)
         assert _text(response) == "survived", response
         assert _text(_call(raw, "echo", "flooder_echo", {"text": "flushed"})[0]) == "flushed"
 
@@ -657,7 +657,14 @@ def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_da
         return events if ended else []
 
     events = wait_for(logged_through_the_echo, message="the echo's end in the event log")
-    assert any(e.get("event") == "daemon.start" for e in events), "the flood rotated the log away"
+    assert any(e.get("event") == "daemon.start" for e in events), f"the {kind} flood rotated the log away"
+    return events, grown
+
+
+def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    """A child writes output frames on its worker's channel for 3 s, past the runtime's own rate
+    limit: the daemon logs what the runtime would have sent, and counts the rest."""
+    events, grown = _flooded(env, make_daemon, "output")
     output = [e for e in events if e.get("event") == "tool.output" and e.get("module", "").endswith("flooder.py")]
     logged = sum(len(e["message"]) for e in output)
     dropped = sum(e.get("dropped", 0) for e in output)
@@ -672,24 +679,8 @@ def test_output_written_past_the_runtime_is_still_rate_limited(env: Env, make_da
 def test_undeclared_arguments_reported_past_the_runtime_are_logged_once(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
     """A child writes, for 3 s, reports of undeclared arguments the call ran without (the frame the
     runtime sends once, before its result): the daemon logs one, bounded, and the log keeps its start."""
-    mark = env.root / "flood.pids"
-    env.write_tool(env.global_tools, "flooder.py", FLOODER.format(mark=str(mark)))
     env.write_config(log_max_bytes=4 * 1024 * 1024)
-    daemon: Daemon = make_daemon()
-    with RawConnection(env.socket, timeout=60) as raw:
-        raw.request("atomic/attach", {"directory": str(env.project)})
-        log_file = Path(raw.result("atomic/status")["log"]["file"])
-        response, grown, _ = _flood(env, daemon, raw, "dropped", mark)
-        assert _text(response) == "survived", response
-        assert _text(_call(raw, "echo", "flooder_echo", {"text": "flushed"})[0]) == "flushed"
-
-    def logged_through_the_echo() -> list[dict[str, Any]]:
-        events = [json.loads(line) for line in log_file.read_text().splitlines()]
-        ended = any(e.get("event") == "tool.complete" and e.get("tool") == "flooder_echo" for e in events)
-        return events if ended else []
-
-    events = wait_for(logged_through_the_echo, message="the echo's end in the event log")
-    assert any(e.get("event") == "daemon.start" for e in events), "the reports rotated the log away"
+    events, grown = _flooded(env, make_daemon, "dropped")
     reports = [e for e in events if e.get("event") == "tool.arguments_dropped"]
     assert len(reports) <= 1, f"{len(reports)} reports of dropped arguments logged for one call"
     assert all(len(json.dumps(e["dropped"])) <= 8192 for e in reports), "a report logged unbounded"
