@@ -13,9 +13,8 @@ daemon's life), and ``stop`` ends the job and waits for a tick under way.
 A tick that is a coroutine runs in a task of its own, so a slow one (a scan) holds up no other job;
 its next wait begins when it is done. A plain function runs in the scheduler's loop.
 
-Lives in the workers layer because that is the lowest daemon-side layer that runs timers (the
-monitor, the call deadlines); the registry and the server above use it from here. Never imported by
-a worker.
+Lives in ``util/``, below every daemon-side layer that runs timers: the pool (the monitor, the call
+deadlines), the registry and the server. Never imported by a worker.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ A ``$ref`` to another document is never fetched: schemas stay self-contained.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -54,9 +55,13 @@ def compile_schema(schema: dict[str, Any]) -> Callable[[Any], Any]:
     except Exception as exc:  # a bad regex, an unhashable enum: anything the generator chokes on
         raise SchemaProblem(f"inputSchema is not a valid JSON Schema: {type(exc).__name__}: {exc}") from None
 
+    # Only a schema that says "integer" somewhere can have an integral float to turn into an int.
+    integers = "integer" in json.dumps(schema)
+
     def validate(arguments: Any) -> Any:
         try:
-            return _integers(schema, check(arguments), schema)
+            checked = check(arguments)
+            return _integers(schema, checked, schema) if integers else checked
         except fastjsonschema.JsonSchemaValueException as exc:
             message = exc.message
             if message.startswith("data"):
