@@ -25,11 +25,12 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod",
-    "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "ForkServerMessage",
-    "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output",
-    "Pid", "Ping", "Pong", "Progress", "Ready", "Result", "SiteDir", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage",
-    "WorkerSpec", "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "SITE_NAMES", "bounded_site", "encode_frame", "error_result",
+    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "MAX_REPORTED_FILES", "MAX_SITE_DIRS",
+    "MAX_SITE_ENTRIES", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool",
+    "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "FailureReport", "FileReport", "Fingerprint",
+    "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure",
+    "Loaded", "Log", "Output", "Pid", "Ping", "Pong", "Progress", "Ready", "Result", "SiteDir", "SiteReport", "Spawn",
+    "SpawnFailed", "Spawned", "WorkerMessage", "WorkerSpec", "bounded_site", "encode_frame", "error_result",
     "read_site",
 ]
 
@@ -147,19 +148,28 @@ class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, froz
     pass
 
 
-# A site-packages dir a module imported from: ``[dir, dir's mtime_ns, [[entry, inode, mtime_ns], ...]]``,
-# each entry the top-level file or directory of a package it imported from there (``worker/environment.py``).
-SiteDir = tuple[str, int, list[tuple[str, int, int]]]
-SITE_NAMES = ("site-packages", "dist-packages")
+# What a load report may name, as the runtimes report it (``worker/main.py``, ``worker/js/worker.mjs``):
+# the types below carry these bounds, so a report naming more is refused from the lengths msgpack
+# announces, before anything of it is built (a worker's word costs the daemon no more than this).
+MAX_REPORTED_FILES = 4096  # files of the tools dir one load report names (deps, helpers, refused)
 MAX_SITE_DIRS = 16  # site dirs one load report may name
 MAX_SITE_ENTRIES = 256  # their entries, in all (the runtime reports a module's first 256 imports)
+
+# A file a module loaded: ``[path, size, mtime_ns]`` (deps) or ``[path, size, crc32]`` (helpers).
+FileReport = Annotated[list[tuple[str, int, int]], msgspec.Meta(max_length=MAX_REPORTED_FILES)]
+Fingerprint = Annotated[list[int], msgspec.Meta(max_length=2)]  # ``[size, crc32]`` of the module's file
+# A site-packages dir a module imported from: ``[dir, dir's mtime_ns, [[entry, inode, mtime_ns], ...]]``,
+# each entry the top-level file or directory of a package it imported from there (``worker/environment.py``).
+SiteDir = tuple[str, int, Annotated[list[tuple[str, int, int]], msgspec.Meta(max_length=MAX_SITE_ENTRIES)]]
+SiteReport = Annotated[list[SiteDir], msgspec.Meta(max_length=MAX_SITE_DIRS)]
+SITE_NAMES = ("site-packages", "dist-packages")
 
 
 def read_site(value: Any) -> list[SiteDir]:
     """``value`` (a failed load's ``site``, as a worker sent it or the cache kept it) as ``SiteDir``s,
     bounded as ``bounded_site`` keeps them; empty when it is not a list of them."""
     try:
-        return bounded_site(msgspec.convert(value or [], list[SiteDir]))
+        return bounded_site(msgspec.convert(value or [], SiteReport))
     except msgspec.ValidationError:
         return []
 
@@ -187,14 +197,30 @@ class Loaded(_Message, tag="loaded"):
     definitions: list[dict[str, Any]]
     load_ms: float
     problems: list[dict[str, Any]] = []
-    deps: list[list[Any]] = []
-    fingerprint: list[Any] | None = None
-    helpers: list[list[Any]] = []
-    site: list[SiteDir] = []
+    deps: FileReport = []
+    fingerprint: Fingerprint | None = None
+    helpers: FileReport = []
+    site: SiteReport = []
+
+
+class FailureReport(msgspec.Struct, kw_only=True):
+    """Why a module did not load, as its worker reports it (``LoadFailure.info``; on the wire a map).
+    A key the daemon does not read is skipped unread."""
+
+    file: str = ""
+    line: int | None = None
+    message: str = "load failed"
+    traceback: str = ""
+    deps: FileReport = []
+    fingerprint: Fingerprint | None = None
+    helpers: FileReport = []
+    site: SiteReport = []
+    refused: Annotated[list[str], msgspec.Meta(max_length=MAX_REPORTED_FILES)] = []  # files not judged trusted
+    outside: bool = False  # the module's environment, not its code (tried again on the next scan)
 
 
 class Failed(_Message, tag="failed"):
-    info: dict[str, Any]
+    info: FailureReport
 
 
 class Result(_Message, tag="result"):

@@ -337,3 +337,26 @@ def test_a_reload_whose_client_hangs_up_still_commits_and_leaves_no_worker(env: 
         assert client.call("slow").text == "loaded"
         serving = module_status(client, "slow.py")["worker"]
     assert [p.pid for p in daemon.workers()] == [serving], "no worker is left over from the reload"
+
+
+def test_a_module_importing_more_helpers_than_a_load_report_names_loads_and_fails_as_any(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A load report names at most ``MAX_REPORTED_FILES`` helpers, and the daemon refuses a report
+    naming more: the runtime itself reports no more, so a module that imports more loads (and one that
+    fails after importing them fails with its own error, not the daemon's refusal)."""
+    from atomictoolsd.protocol import MAX_REPORTED_FILES
+
+    count = MAX_REPORTED_FILES + 100
+    package = env.local_tools / "_many"
+    package.mkdir(parents=True)
+    for i in range(count):
+        (package / f"m{i}.py").write_text(f"VALUE = {i}\n")
+    (package / "__init__.py").write_text(
+        f"import importlib\n\nTOTAL = sum(importlib.import_module(f'_many.m{{i}}').VALUE for i in range({count}))\n"
+    )
+    env.write_tool(env.local_tools, "many.py", "from _many import TOTAL\n\ndef many() -> str:\n    return str(TOTAL)\n")
+    env.write_tool(env.local_tools, "many_failing.py", "from _many import TOTAL\n\nraise RuntimeError(f'own error after {TOTAL}')\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("many").text == str(sum(range(count)))
+        errors = client.request("atomic/list")["errors"]
+        assert [e["message"] for e in errors] == [f"RuntimeError: own error after {sum(range(count))}"], errors

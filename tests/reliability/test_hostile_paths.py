@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -180,53 +181,92 @@ def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make
 
 
 
-# A module whose load report names, as the site-packages dirs it imported from, 400,000 paths with
-# a package entry each: the daemon looks at the site dirs modules imported from every second.
-SITE_LIAR = '''
+# Modules that lie in their load reports, naming hundreds of thousands of what the runtime names at
+# most a few thousand of: the site-packages dirs they imported from (which the daemon looks at every second),
+# the files they read (deps, helpers), the files they were refused. A lie in a module that loads and
+# in one whose import fails (its failure report names the same lists).
+HUGE_LIAR = """
 import atomictoolsd.worker.main as _main
+import atomictoolsd.worker.sourceload as _sourceload
 from atomictools import tool
 
-def _lie(failed):
-    return [(f"/nowhere/{i}", 0, [(f"/nowhere/{i}/p", 1, 0)]) for i in range(COUNT)]
+# As many as fit in one message (max_message_bytes, 16 MiB).
+def _sites(failed):
+    return [(f"/n/{i}/site-packages", 0, [(f"/n/{i}/site-packages/p", 1, 0)]) for i in range(300_000)]
 
-_main.site_report = _lie
+def _files(directory, exclude):
+    return [[f"{directory}/{i}", 1, 0] for i in range(60_000)]
+
+if WHAT == "site":
+    _main.site_report = _sites
+elif WHAT == "files":
+    _main.fingerprints = _main.imported_from = _files
+else:
+    _main.refused = lambda: [f"/n/{i}" for i in range(1_000_000)]
 
 if FAIL:
     raise RuntimeError("failing, with the report")
 
 @tool
-def site_liar() -> str:
+def NAME() -> str:
     return "lied"
-'''
+"""
 
 
-def test_a_load_report_naming_400000_site_dirs_stalls_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
-    count = 400_000
-    env.write_tool(env.local_tools, "site_liar.py", SITE_LIAR.replace("COUNT", str(count)).replace("FAIL", "False"))
-    # A module that fails reports its site dirs too (anything installed may be what it lacked).
-    env.write_tool(env.local_tools, "site_failer.py", SITE_LIAR.replace("COUNT", str(count)).replace("FAIL", "True"))
+def test_load_reports_naming_hundreds_of_thousands_of_entries_stall_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    liars = {}
+    for what in ("site", "files", "refused"):
+        for fail in (False, True):
+            if what == "refused" and not fail:
+                continue  # the runtime sends the refused files with a failure only
+            name = f"{what}_{'failer' if fail else 'liar'}"
+            liars[name] = what
+            source = HUGE_LIAR.replace("WHAT", repr(what)).replace("FAIL", str(fail)).replace("NAME", name)
+            env.write_tool(env.local_tools, f"{name}.py", source)
     env.write_tool(env.local_tools, "good.py", GOOD)
-    daemon = make_daemon()
-    with RawConnection(env.socket, timeout=30) as project, RawConnection(env.socket, timeout=30) as bystander:
-        assert "result" in _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 15)
-        lied = _answered_within(project, "tools/call", {"name": "site_liar", "arguments": {}}, 15)
-        assert lied["result"]["content"][0]["text"] == "lied", lied
-        # The site dirs are looked at every second: pings for 6 s, answered at once. Looking at all
-        # the named dirs stalled the loop 0.7 s of each second for the module that loads, 2.9 s for
-        # the failing one: the pings waited seconds in all. What a loaded machine's scheduling adds
-        # (one ping late by a second) stays well below.
-        slowest = waited = 0.0
-        deadline = time.monotonic() + 6.0
-        while time.monotonic() < deadline:
-            started = time.monotonic()
-            assert "result" in bystander.request("ping", {})
-            took = time.monotonic() - started
-            slowest, waited = max(slowest, took), waited + max(0.0, took - 0.1)
-            time.sleep(0.02)
-        assert waited < 1.5, f"pings waited {waited:.2f} s in 6 s (the slowest {slowest:.2f} s) while the daemon looked at the named site dirs"
-    assert daemon.proc.poll() is None
-    record(f"a load report and a load failure naming {count:,} site-packages dirs with an entry each: pings "
-           f"answered within {slowest * 1000:.0f} ms for 6 s, {waited:.2f} s late in all")
+    make_daemon()
+    pings: list[float] = []
+    stop = threading.Event()
+
+    def ping() -> None:
+        with RawConnection(env.socket, timeout=30) as bystander:
+            while not stop.is_set():
+                started = time.monotonic()
+                assert "result" in bystander.request("ping", {})
+                pings.append(time.monotonic() - started)
+                time.sleep(0.02)
+
+    pinger = threading.Thread(target=ping)
+    pinger.start()
+    try:
+        with RawConnection(env.socket, timeout=30) as project:
+            # The modules load while the pings go on, until every liar's load has failed (a loaded
+            # machine may take longer than the attach waits); then 4 s more, the site dirs looked at
+            # each second.
+            _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 20)
+            deadline = time.monotonic() + 60
+            while True:
+                listed = _answered_within(project, "atomic/list", {}, 5)["result"]
+                if {os.path.basename(e["file"])[:-3] for e in listed["errors"]} >= set(liars) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            time.sleep(4.0)
+            served = _answered_within(project, "tools/call", {"name": "good", "arguments": {}}, 5)
+    finally:
+        stop.set()
+        pinger.join(timeout=30)
+    assert served["result"]["content"][0]["text"] == "served", served
+    # Decoding them took the event loop seconds; refused from the lengths, none of it is built. What a loaded machine's scheduling adds (one ping late by a second) stays below.
+    waited = sum(max(0.0, took - 0.1) for took in pings)
+    assert pings and waited < 1.5, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) while the reports came"
+    # Each report is refused from the lengths its header announces: the module did not load, and its
+    # error says what its worker sent.
+    errors = {os.path.basename(e["file"])[:-3]: e["message"] for e in listed["errors"]}
+    assert set(errors) == set(liars), listed["errors"]
+    for name, message in errors.items():
+        assert "length <= " in message, (name, message)
+    record(f"{len(liars)} load reports naming 60,000 to 1,000,000 site dirs, files or refused files: refused unread, "
+           f"{len(pings)} pings meanwhile answered within {max(pings) * 1000:.0f} ms, {waited:.2f} s late in all")
 
 
 def test_reading_a_spilled_output_follows_no_link_a_worker_swaps_in(env: Env, make_daemon, monkeypatch, record) -> None:  # type: ignore[no-untyped-def]

@@ -45,6 +45,7 @@ from atomictoolsd.protocol import (
     Cancel,
     Dropped,
     Failed,
+    FailureReport,
     FrameError,
     FrameReader,
     FrameTooLarge,
@@ -58,7 +59,6 @@ from atomictoolsd.protocol import (
     bounded_site,
     encode_frame,
     error_result,
-    read_site,
 )
 from atomictoolsd.worker.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 
@@ -240,9 +240,6 @@ class Call(msgspec.Struct, eq=False):
         self.runner.stop_call(self)
 
 
-MAX_REPORTED_FILES = 4096  # helpers one load report may name; the rest are not looked at
-
-
 class _OutputBudget:
     """The runtime's rate limit on what a worker prints (``worker/output``), held again on the
     daemon's side: a tool can write output frames on its channel itself, past the runtime's. Twice
@@ -271,21 +268,14 @@ class _OutputBudget:
         return dropped
 
 
-def files_in(directory: str, entries: Any) -> list[list[Any]]:
+def files_in(directory: str, entries: list[tuple[str, int, int]]) -> list[list[Any]]:
     """The ``[path, int, int]`` entries of a load report whose path is a file below ``directory``,
     written as the runtime writes it (absolute, normalized): every other entry is dropped."""
-    if not isinstance(entries, list):
-        return []
     prefix = directory.rstrip(os.sep) + os.sep
-    kept = []
-    for entry in entries[:MAX_REPORTED_FILES]:
-        if (
-            isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-            and type(entry[1]) is int and type(entry[2]) is int
-            and entry[0].startswith(prefix) and "\0" not in entry[0] and os.path.normpath(entry[0]) == entry[0]
-        ):
-            kept.append(list(entry))
-    return kept
+    return [
+        list(entry) for entry in entries
+        if entry[0].startswith(prefix) and "\0" not in entry[0] and os.path.normpath(entry[0]) == entry[0]
+    ]
 
 
 class Worker(asyncio.Protocol):
@@ -398,17 +388,19 @@ class Worker(asyncio.Protocol):
                 self.runner.site = bounded_site(message.site)
                 self.loaded.set_result((definitions, message.load_ms))
             elif kind is Failed:
-                self.runner.site = read_site(message.info.get("site"))
+                report = message.info
+                self.runner.site = bounded_site(report.site)
                 # "outside": not the module's doing (no runtime, a package not installed): not kept
                 # as the module's failure, and tried again on the next scan.
-                self.loaded.set_exception(LoadFailure.from_info(
-                    self._own_files(message.info), by_module=not message.info.get("outside")))
+                self.loaded.set_exception(LoadFailure.from_info(self._own_files(report), by_module=not report.outside))
 
-    def _own_files(self, info: dict[str, Any]) -> dict[str, Any]:
-        """A failure report with only the files of the module's tools dir (see ``files_in``), and
-        the site dirs the daemon looks at (``read_site``): the module's failure keeps it."""
+    def _own_files(self, report: FailureReport) -> dict[str, Any]:
+        """A failure report as the registry keeps it (the keys the worker sent), with only the files
+        of the module's tools dir (see ``files_in``) and the site dirs the daemon looks at
+        (``bounded_site``): the module's failure keeps it."""
         directory = os.path.dirname(self.runner.spec.path)
-        return {**info, "deps": files_in(directory, info.get("deps")), "helpers": files_in(directory, info.get("helpers")),
+        info: dict[str, Any] = msgspec.to_builtins(report)
+        return {**info, "deps": files_in(directory, report.deps), "helpers": files_in(directory, report.helpers),
                 "site": list(self.runner.site)}
 
     def _distrust(self, cause: str) -> None:

@@ -33,7 +33,7 @@ import os
 import shlex
 import sys
 
-from atomictoolsd.protocol import MAX_SITE_ENTRIES, SITE_NAMES, EnvSpec, WorkerSpec
+from atomictoolsd.protocol import MAX_SITE_DIRS, MAX_SITE_ENTRIES, SITE_NAMES, EnvSpec, WorkerSpec
 
 __all__ = ["activate", "distribution_of", "missing_module_hint", "site_report"]
 
@@ -78,9 +78,9 @@ def activate(spec: WorkerSpec) -> None:
 
 def site_report(failed: bool) -> list[tuple[str, int, list[tuple[str, int, int]]]]:
     """The site-packages dirs the module imported from: ``(dir, mtime_ns, [(entry, inode, mtime_ns)])``
-    (``protocol.SiteDir``). A module that ``failed`` reports every site dir on its path, whatever it
-    imported: installing anything there may be what it lacks."""
-    dirs = [entry for entry in sys.path if os.path.basename(entry) in SITE_NAMES]
+    (``protocol.SiteDir``). A module that ``failed`` reports every site dir on its path (the first
+    ``MAX_SITE_DIRS``), whatever it imported: installing anything there may be what it lacks."""
+    dirs = [entry for entry in sys.path if os.path.basename(entry) in SITE_NAMES][:MAX_SITE_DIRS]
     used: dict[str, list[tuple[str, int, int]]] = {d: [] for d in dirs} if failed else {}
     for name in _recorder.names[:_MOST_ENTRIES]:
         found = _entry_of(sys.modules.get(name), dirs)

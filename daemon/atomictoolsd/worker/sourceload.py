@@ -37,6 +37,8 @@ import sys
 import zlib
 from typing import Any
 
+from atomictoolsd.protocol import MAX_REPORTED_FILES
+
 __all__ = [
     "ContentRefused", "SourceOnlyLoader", "check_writers", "fingerprint", "fingerprints", "follow_content",
     "imported_from", "install_source_only_finder", "note_read", "refused",
@@ -61,7 +63,7 @@ def follow_content(directory: str, allowed: dict[str, str]) -> None:
 
 def refused() -> list[str]:
     """The files of the followed tools dir that this worker refused to load."""
-    return list(_refused)
+    return list(_refused)[:MAX_REPORTED_FILES]
 
 
 def _check_content(path: str, data: bytes) -> None:
@@ -121,7 +123,7 @@ def fingerprints(directory: str, exclude: str) -> list[list[Any]]:
     (the helpers a module imported: ``_shared.py``, a ``_lib/`` package's files)."""
     prefix = os.path.abspath(directory) + os.sep
     exclude = os.path.abspath(exclude)
-    return [[path, *read] for path, read in sorted(_read.items()) if path.startswith(prefix) and path != exclude]
+    return [[path, *read] for path, read in sorted(_read.items()) if path.startswith(prefix) and path != exclude][:MAX_REPORTED_FILES]
 
 
 class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -189,4 +191,6 @@ def imported_from(directory: str, exclude: str) -> list[list[Any]]:
         except OSError:
             continue
         found.append([path, st.st_size, st.st_mtime_ns])
+        if len(found) == MAX_REPORTED_FILES:
+            break
     return found

@@ -239,8 +239,11 @@ async function load() {
   }
 }
 
-const deps = () => [...loaded].map(([path, [size, mtime]]) => [path, size, mtime])
-const helpers = () => [...loaded].map(([path, [size, , crc]]) => [path, size, crc])
+// The files a load report names: at most MAX_REPORTED_FILES (protocol.py), the daemon refuses more.
+const MAX_REPORTED_FILES = 4096
+const reported = () => [...loaded].slice(0, MAX_REPORTED_FILES)
+const deps = () => reported().map(([path, [size, mtime]]) => [path, size, mtime])
+const helpers = () => reported().map(([path, [size, , crc]]) => [path, size, crc])
 
 // -- calls --------------------------------------------------------------------------------------
 
