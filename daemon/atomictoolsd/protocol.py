@@ -25,13 +25,13 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "MAX_REPORTED_FILES", "MAX_SITE_DIRS",
-    "MAX_SITE_ENTRIES", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod", "CallContext", "CallTool",
-    "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "FailureReport", "FileReport", "Fingerprint",
-    "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge", "JsRuntime", "LoadFailure",
-    "Loaded", "Log", "Output", "Pid", "Ping", "Pong", "Progress", "Ready", "Result", "SiteDir", "SiteReport", "Spawn",
-    "SpawnFailed", "Spawned", "WorkerMessage", "WorkerSpec", "bounded_site", "encode_frame", "error_result",
-    "read_site",
+    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "MAX_LOAD_REPORT", "MAX_REPORTED_FILES",
+    "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod",
+    "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "FailureReport",
+    "FileReport", "Fingerprint", "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge",
+    "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Pid", "Ping", "Pong", "Progress", "Ready", "Result",
+    "SiteDir", "SiteReport", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage", "WorkerSpec", "bounded_site",
+    "encode_frame", "error_result", "read_site",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -151,6 +151,7 @@ class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True, froz
 # What a load report may name, as the runtimes report it (``worker/main.py``, ``worker/js/worker.mjs``):
 # the types below carry these bounds, so a report naming more is refused from the lengths msgpack
 # announces, before anything of it is built (a worker's word costs the daemon no more than this).
+MAX_LOAD_REPORT = 4 << 20  # bytes of one load report (its tools' definitions, mostly); the runtimes fail a larger load
 MAX_REPORTED_FILES = 4096  # files of the tools dir one load report names (deps, helpers, refused)
 MAX_SITE_DIRS = 16  # site dirs one load report may name
 MAX_SITE_ENTRIES = 256  # their entries, in all (the runtime reports a module's first 256 imports)

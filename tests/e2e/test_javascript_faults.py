@@ -170,6 +170,17 @@ def test_an_import_of_a_package_nobody_installed_says_what_to_install(served: tu
     (env.local_tools / "needs.ts").unlink()
 
 
+def test_definitions_larger_than_a_load_report_may_take_fail_the_module_saying_so(served: tuple[Env, Daemon]) -> None:
+    env, daemon = served
+    env.write_tool(env.local_tools, "wordy.ts", '''
+        import { tool } from "@atomic/plugin"
+        export default tool({ description: "w".repeat(5 * 1024 * 1024), args: {}, execute: () => "said" })
+    ''')
+    error = wait_for(lambda: errors_of(daemon, env, "wordy.ts"), message="the module's error")[0]
+    assert "take 5.0 MiB, more than the 4 MiB a module's load report may take: split the module" in error["message"], error
+    (env.local_tools / "wordy.ts").unlink()
+
+
 def test_cancel_and_timeout_fire_the_abort_signal(served: tuple[Env, Daemon], tmp_path: Path) -> None:
     env, daemon = served
     marker = tmp_path / "cancelled"

@@ -360,3 +360,14 @@ def test_a_module_importing_more_helpers_than_a_load_report_names_loads_and_fail
         assert client.call("many").text == str(sum(range(count)))
         errors = client.request("atomic/list")["errors"]
         assert [e["message"] for e in errors] == [f"RuntimeError: own error after {sum(range(count))}"], errors
+
+
+def test_definitions_larger_than_a_load_report_may_take_fail_the_module_saying_so(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "wordy.py", "def wordy() -> str:\n    return 'said'\n\nwordy.__doc__ = 'w' * (5 << 20)\n")
+    env.write_tool(env.local_tools, "good.py", "def good() -> str:\n    return 'served'\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        assert client.call("good").text == "served"
+        [error] = client.request("atomic/list")["errors"]
+        assert error["file"].endswith("wordy.py")
+        assert "the definitions of the module's 1 tool(s) take 5.0 MiB, more than the 4 MiB a module's load report may take" in error["message"], error

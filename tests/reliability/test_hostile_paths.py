@@ -181,8 +181,8 @@ def test_the_spill_housekeeping_follows_no_link_a_worker_swaps_in(env: Env, make
 
 
 
-# Modules that lie in their load reports, naming hundreds of thousands of what the runtime names at
-# most a few thousand of: the site-packages dirs they imported from (which the daemon looks at every second),
+# Modules that lie in their load reports, naming tens of thousands of what the runtime names at most
+# a few thousand of: the site-packages dirs they imported from (which the daemon looks at every second),
 # the files they read (deps, helpers), the files they were refused. A lie in a module that loads and
 # in one whose import fails (its failure report names the same lists).
 HUGE_LIAR = """
@@ -190,19 +190,19 @@ import atomictoolsd.worker.main as _main
 import atomictoolsd.worker.sourceload as _sourceload
 from atomictools import tool
 
-# As many as fit in one message (max_message_bytes, 16 MiB).
+# Many times what the runtime names, yet within what a load report may take (4 MiB).
 def _sites(failed):
-    return [(f"/n/{i}/site-packages", 0, [(f"/n/{i}/site-packages/p", 1, 0)]) for i in range(300_000)]
+    return [(f"/n/{i}/site-packages", 0, [(f"/n/{i}/site-packages/p", 1, 0)]) for i in range(60_000)]
 
 def _files(directory, exclude):
-    return [[f"{directory}/{i}", 1, 0] for i in range(60_000)]
+    return [[f"{directory}/{i}", 1, 0] for i in range(12_000)]
 
 if WHAT == "site":
     _main.site_report = _sites
 elif WHAT == "files":
     _main.fingerprints = _main.imported_from = _files
 else:
-    _main.refused = lambda: [f"/n/{i}" for i in range(1_000_000)]
+    _main.refused = lambda: [f"/n/{i}" for i in range(250_000)]
 
 if FAIL:
     raise RuntimeError("failing, with the report")
@@ -213,7 +213,41 @@ def NAME() -> str:
 """
 
 
-def test_load_reports_naming_hundreds_of_thousands_of_entries_stall_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+def _attached_while_pinged(env: Env, failing: set[str], settle: float) -> tuple[dict, dict, list[float]]:  # type: ignore[type-arg]
+    """Attach to the project, wait until its modules ``failing`` have failed to load (a loaded machine
+    may take longer than the attach waits), ``settle`` seconds more, then call ``good``, while a
+    bystander pings the daemon every 20 ms: the listing, the call's answer, and each ping's time."""
+    pings: list[float] = []
+    stop = threading.Event()
+
+    def ping() -> None:
+        with RawConnection(env.socket, timeout=30) as bystander:
+            while not stop.is_set():
+                started = time.monotonic()
+                bystander.request("ping", {})
+                pings.append(time.monotonic() - started)
+                time.sleep(0.02)
+
+    pinger = threading.Thread(target=ping)
+    pinger.start()
+    try:
+        with RawConnection(env.socket, timeout=30) as project:
+            _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 20)
+            deadline = time.monotonic() + 60
+            while True:
+                listed = _answered_within(project, "atomic/list", {}, 5)["result"]
+                if {os.path.basename(e["file"])[:-3] for e in listed["errors"]} >= failing or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            time.sleep(settle)
+            served = _answered_within(project, "tools/call", {"name": "good", "arguments": {}}, 5)
+    finally:
+        stop.set()
+        pinger.join(timeout=30)
+    return listed, served, pings
+
+
+def test_load_reports_naming_tens_of_thousands_of_entries_stall_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
     liars = {}
     for what in ("site", "files", "refused"):
         for fail in (False, True):
@@ -225,38 +259,11 @@ def test_load_reports_naming_hundreds_of_thousands_of_entries_stall_nothing(env:
             env.write_tool(env.local_tools, f"{name}.py", source)
     env.write_tool(env.local_tools, "good.py", GOOD)
     make_daemon()
-    pings: list[float] = []
-    stop = threading.Event()
-
-    def ping() -> None:
-        with RawConnection(env.socket, timeout=30) as bystander:
-            while not stop.is_set():
-                started = time.monotonic()
-                assert "result" in bystander.request("ping", {})
-                pings.append(time.monotonic() - started)
-                time.sleep(0.02)
-
-    pinger = threading.Thread(target=ping)
-    pinger.start()
-    try:
-        with RawConnection(env.socket, timeout=30) as project:
-            # The modules load while the pings go on, until every liar's load has failed (a loaded
-            # machine may take longer than the attach waits); then 4 s more, the site dirs looked at
-            # each second.
-            _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 20)
-            deadline = time.monotonic() + 60
-            while True:
-                listed = _answered_within(project, "atomic/list", {}, 5)["result"]
-                if {os.path.basename(e["file"])[:-3] for e in listed["errors"]} >= set(liars) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-            time.sleep(4.0)
-            served = _answered_within(project, "tools/call", {"name": "good", "arguments": {}}, 5)
-    finally:
-        stop.set()
-        pinger.join(timeout=30)
+    # The modules load while the pings go on; then 4 s more, the site dirs looked at each second.
+    listed, served, pings = _attached_while_pinged(env, set(liars), settle=4.0)
     assert served["result"]["content"][0]["text"] == "served", served
-    # Decoding them took the event loop seconds; refused from the lengths, none of it is built. What a loaded machine's scheduling adds (one ping late by a second) stays below.
+    # Refused from the lengths, none of it is built (decoding them held the event loop). What a loaded
+    # machine's scheduling adds (one ping late by a second) stays below.
     waited = sum(max(0.0, took - 0.1) for took in pings)
     assert pings and waited < 1.5, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) while the reports came"
     # Each report is refused from the lengths its header announces: the module did not load, and its
@@ -265,8 +272,48 @@ def test_load_reports_naming_hundreds_of_thousands_of_entries_stall_nothing(env:
     assert set(errors) == set(liars), listed["errors"]
     for name, message in errors.items():
         assert "length <= " in message, (name, message)
-    record(f"{len(liars)} load reports naming 60,000 to 1,000,000 site dirs, files or refused files: refused unread, "
+    record(f"{len(liars)} load reports naming 12,000 to 250,000 site dirs, files or refused files: refused unread, "
            f"{len(pings)} pings meanwhile answered within {max(pings) * 1000:.0f} ms, {waited:.2f} s late in all")
+
+
+# A module that sends, as its tools' definitions, 11 MB of tiny values (a schema the runtime never
+# makes: its own report is bounded, and a module that defines that much fails with the reason).
+FAT_REPORT = """
+import atomictoolsd.worker.main as _main
+from atomictoolsd.protocol import encode_frame
+from atomictools import tool
+
+_encode = _main.encode_frame
+
+def _fat(message):
+    if type(message).__name__ == "Loaded":
+        junk = [[0] * 16 for _ in range(600_000)]
+        message.definitions[0]["inputSchema"]["junk"] = junk
+    return _encode(message)
+
+_main.encode_frame = _fat
+_main.MAX_LOAD_REPORT = 1 << 30  # past the runtime's own check
+
+@tool
+def fat() -> str:
+    return "fat"
+"""
+
+
+def test_a_load_report_of_megabytes_of_definitions_is_refused_from_its_header(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
+    env.write_tool(env.local_tools, "fat.py", FAT_REPORT)
+    env.write_tool(env.local_tools, "good.py", GOOD)
+    make_daemon()
+    listed, served, pings = _attached_while_pinged(env, {"fat"}, settle=0.0)
+    assert served["result"]["content"][0]["text"] == "served", served
+    waited = sum(max(0.0, took - 0.1) for took in pings)
+    # Decoding it took the event loop 0.7 s, and every tools/list sent it again after.
+    assert pings and waited < 0.5, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) while the report came"
+    [error] = listed["errors"]
+    assert error["file"].endswith("fat.py") and "a load report of" in error["message"] and "more than the 4,194,304 bytes" in error["message"], error
+    assert "fat" not in {t["name"] for t in listed["tools"]}
+    record(f"a load report of 11 MB of definitions: refused from its header, the module failed saying so; "
+           f"{len(pings)} pings answered within {max(pings) * 1000:.0f} ms")
 
 
 def test_reading_a_spilled_output_follows_no_link_a_worker_swaps_in(env: Env, make_daemon, monkeypatch, record) -> None:  # type: ignore[no-untyped-def]

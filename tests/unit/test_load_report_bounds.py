@@ -12,16 +12,20 @@ import msgspec
 import pytest
 
 from atomictoolsd import protocol
-from atomictoolsd.protocol import MAX_REPORTED_FILES, MAX_SITE_DIRS, Failed, FrameReader, encode_frame
+from atomictoolsd.protocol import MAX_LOAD_REPORT, MAX_REPORTED_FILES, MAX_SITE_DIRS, Failed, FrameReader, encode_frame
 from atomictoolsd.worker import environment
 
 WORKER_JS = Path(protocol.__file__).parent / "worker" / "js" / "worker.mjs"
 
 
-def test_the_javascript_runtime_reports_no_more_files_than_the_daemon_accepts() -> None:
-    found = re.search(r"^const MAX_REPORTED_FILES = (\d+)$", WORKER_JS.read_text(), re.MULTILINE)
-    assert found is not None, "worker.mjs bounds the files its load report names"
-    assert int(found.group(1)) == MAX_REPORTED_FILES
+def test_the_javascript_runtime_reports_no_more_than_the_daemon_accepts() -> None:
+    source = WORKER_JS.read_text()
+    files = re.search(r"^const MAX_REPORTED_FILES = (\d+)$", source, re.MULTILINE)
+    assert files is not None, "worker.mjs bounds the files its load report names"
+    assert int(files.group(1)) == MAX_REPORTED_FILES
+    size = re.search(r"^const MAX_LOAD_REPORT = (\d+) << (\d+)$", source, re.MULTILINE)
+    assert size is not None, "worker.mjs bounds the size of its load report"
+    assert int(size.group(1)) << int(size.group(2)) == MAX_LOAD_REPORT
 
 
 def test_a_failed_load_on_a_path_of_many_site_dirs_reports_what_the_daemon_accepts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

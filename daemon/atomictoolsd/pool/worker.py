@@ -36,6 +36,7 @@ from atomictoolsd.pool.javascript.definitions import served_definitions
 from atomictoolsd.pool.spawner import FORKSERVER_GONE, Spawner, SpawnError, describe_status
 from atomictoolsd.protocol import (
     FRAME_OVERHEAD,
+    MAX_LOAD_REPORT,
     TEXT_HEAD,
     TEXT_TAIL,
     Answer,
@@ -300,7 +301,8 @@ class Worker(asyncio.Protocol):
         self.fingerprint: list[int] | None = None  # [size, crc32] of the module file's bytes it loaded
         self.helpers: list[list[Any]] = []  # [path, size, crc32] of the bytes it loaded from each helper
         self.max_message = runner.pool.settings.max_result_bytes
-        self._reader = FrameReader(self.max_message + FRAME_OVERHEAD, WorkerMessage)
+        # Until its load report came, a worker's frames are bounded by what a load report may take.
+        self._reader = FrameReader(min(self.max_message + FRAME_OVERHEAD, MAX_LOAD_REPORT), WorkerMessage)
         self._trusted = True  # until it sends what no worker runtime sends
         self.results_for_unknown_calls = 0
         self._output: _OutputBudget | None = None  # made with its first output
@@ -341,12 +343,17 @@ class Worker(asyncio.Protocol):
                 messages = [message] if message is not None else self._reader.feed(data)
             except FrameError as exc:
                 self._handle(exc.messages)  # what came whole before it is as good as ever
-                what = _too_large("a message", exc.length, self.max_message) if isinstance(exc, FrameTooLarge) else exc
+                what = self._oversize_cause(exc) if isinstance(exc, FrameTooLarge) else exc
                 self._distrust(f"sent {what}")
                 return
             self._handle(messages)
         except Exception as exc:  # noqa: BLE001 - whatever failed, this channel cannot be read on
             self._failed(exc)
+
+    def _oversize_cause(self, exc: FrameTooLarge) -> str:
+        if not self.loaded.done() and exc.limit < self.max_message + FRAME_OVERHEAD:
+            return f"a load report of {exc.length:,} bytes, more than the {exc.limit:,} bytes one may take"
+        return _too_large("a message", exc.length, self.max_message)
 
     def _failed(self, exc: Exception) -> None:
         """Reading the worker's channel failed on the daemon's side: the worker is killed with its
@@ -378,6 +385,7 @@ class Worker(asyncio.Protocol):
                 self._distrust(f"sent a second load report ({message.__struct_config__.tag!r})")
             elif kind is Loaded:
                 self.state = "ready"
+                self._reader.limit = self.max_message + FRAME_OVERHEAD
                 definitions, self.problems = message.definitions, message.problems
                 if self.runner.spec.kind == "javascript":
                     definitions, self.problems = served_definitions(definitions, self.problems)

@@ -61,7 +61,6 @@ from atomictoolsd.protocol import (
     ForkServerMessage,
     ForkServerRequest,
     FrameReader,
-    Loaded,
     Ping,
     Pong,
     Ready,
@@ -508,7 +507,7 @@ def _time_workers(path: str) -> None:
 
     clock = time.perf_counter_ns
     record: list[int] = []
-    become, exec_module, send = _Server._become_worker, SourceOnlyLoader.exec_module, runtime.Runtime.send
+    become, exec_module, send_loaded = _Server._become_worker, SourceOnlyLoader.exec_module, runtime.send_loaded
 
     def timed_become(self: _Server, channel_fd: int, spec: runtime.WorkerSpec) -> NoReturn:
         record[:] = [clock(), cpu(), faults()]
@@ -523,13 +522,13 @@ def _time_workers(path: str) -> None:
         finally:
             record.extend((clock() - started, faults() - faulted))
 
-    def timed_send(self: runtime.Runtime, message: Any) -> None:
-        if not isinstance(message, Loaded) or len(record) not in (3, 5):
-            return send(self, message)
+    def timed_send_loaded(sender: Any, report: bytes) -> None:
+        if len(record) not in (3, 5):
+            return send_loaded(sender, report)
         if len(record) == 3:
             record.extend((0, 0))  # nothing imported (a declarative module)
         record.extend((clock(), cpu(), faults()))
-        send(self, message)
+        send_loaded(sender, report)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, (" ".join(map(str, record)) + "\n").encode())
@@ -538,7 +537,7 @@ def _time_workers(path: str) -> None:
 
     _Server._become_worker = timed_become  # type: ignore[method-assign]
     SourceOnlyLoader.exec_module = timed_exec_module  # type: ignore[method-assign]
-    runtime.Runtime.send = timed_send  # type: ignore[method-assign]
+    runtime.send_loaded = timed_send_loaded
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

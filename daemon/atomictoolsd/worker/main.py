@@ -57,7 +57,7 @@ from typing import Any
 
 import msgspec
 
-from atomictoolsd.protocol import Failed, Loaded, LoadFailure, Trusted, WorkerSpec, encode_frame
+from atomictoolsd.protocol import MAX_LOAD_REPORT, Failed, Loaded, LoadFailure, Trusted, WorkerSpec, encode_frame
 from atomictoolsd.worker.environment import site_report
 from atomictoolsd.worker.limits import apply_memory_limit, describe_limit
 from atomictoolsd.worker.loading import LOADERS, declared, load_module, prepare, warm_up
@@ -67,7 +67,7 @@ from atomictoolsd.worker.scheduling import Runtime
 from atomictoolsd.worker.sender import Sender, exit_worker
 from atomictoolsd.worker.sourceload import fingerprint, fingerprints, follow_content, imported_from, refused
 
-__all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "serve", "warm_up"]
+__all__ = ["LOADERS", "LoadFailure", "WorkerSpec", "load_module", "main", "make_result", "prepare", "send_loaded", "serve", "warm_up"]
 
 
 def serve(fd: int, spec: WorkerSpec) -> None:
@@ -138,16 +138,34 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             send(Failed({"file": spec.path, "line": None, "traceback": "", "message": str(exc)}))
             exit_worker()
     load_ms = (time.perf_counter() - started) * 1000
-    runtime = Runtime(sock, tools, spec, sender)
-    deps = imported_from(directory, spec.path)
-    runtime.send(Loaded(
-        [t.definition() for t in tools.values()], load_ms, problems, deps, fingerprint(spec.path),
-        fingerprints(directory, spec.path), site_report(failed=False),
+    report = encode_frame(Loaded(
+        [t.definition() for t in tools.values()], load_ms, problems, imported_from(directory, spec.path),
+        fingerprint(spec.path), fingerprints(directory, spec.path), site_report(failed=False),
     ))
+    if len(report) - 4 > MAX_LOAD_REPORT:  # the daemon would refuse it: say why instead
+        send(Failed({"file": spec.path, "line": None, "traceback": "", "message": _report_too_large(len(report) - 4, len(tools))}))
+        exit_worker()
+    runtime = Runtime(sock, tools, spec, sender)
+    send_loaded(sender, report)
     runtime.run()
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.
     threading.Event().wait()
+
+
+def send_loaded(sender: Sender, report: bytes) -> None:
+    """Send the module's load report (``report``: a ``Loaded`` frame), once."""
+    try:
+        sender.send(report)
+    except OSError:
+        exit_worker()  # the daemon is gone
+
+
+def _report_too_large(size: int, tools: int) -> str:
+    return (
+        f"the definitions of the module's {tools} tool(s) take {size / (1 << 20):.1f} MiB, more than the "
+        f"{MAX_LOAD_REPORT >> 20} MiB a module's load report may take: split the module, or shorten its schemas and descriptions"
+    )
 
 
 def _isolate_network(spec: WorkerSpec) -> None:

@@ -18,7 +18,7 @@ import { pathToFileURL, fileURLToPath } from "node:url"
 import { crc32 } from "./crc32.mjs"
 
 import { openChannel, relayOutput } from "./channel.mjs"
-import { float64 } from "./msgpack.mjs"
+import { encodeFrame, float64 } from "./msgpack.mjs"
 import { errorResult, exceptionText, makeResult } from "./results.mjs"
 import { ToolProblem, collectTools, definition, splitUndeclared } from "./tools.mjs"
 import { checkContent } from "./content.mjs"
@@ -49,6 +49,10 @@ process.on("unhandledRejection", (reason) => console.error("Unhandled promise re
 
 // -- loading ------------------------------------------------------------------------------------
 
+// What a load report may hold (protocol.py's MAX_REPORTED_FILES and MAX_LOAD_REPORT): the daemon
+// refuses more.
+const MAX_REPORTED_FILES = 4096
+const MAX_LOAD_REPORT = 4 << 20
 const loaded = new Map() // path of a file of the tools dir → [size, mtime_ns, crc32] as it was loaded
 
 function noteLoaded(path, bytes) {
@@ -219,7 +223,7 @@ async function load() {
     tools = collected.tools
     await flushLoaded()
     const runtime = `${spec.runtime} ${spec.version}`
-    channel.send([
+    const report = encodeFrame([
       "loaded",
       [...tools.values()].map((tool) => definition(tool, runtime)),
       float64(performance.now() - started),
@@ -228,6 +232,13 @@ async function load() {
       fingerprint,
       helpers(),
     ])
+    if (report.length - 4 > MAX_LOAD_REPORT) {
+      const size = ((report.length - 4) / (1 << 20)).toFixed(1)
+      throw new ToolProblem(
+        `the definitions of the module's ${tools.size} tool(s) take ${size} MiB, more than the ${MAX_LOAD_REPORT >> 20} MiB a module's load report may take: split the module, or shorten its schemas and descriptions`,
+      )
+    }
+    channel.sendFrame(report)
     // What loading left behind (the module graph's source, the compiler's garbage) is collected
     // now, while the worker is idle: its resident memory is what the limit and the monitor watch.
     setTimeout(() => (typeof Bun !== "undefined" ? Bun.gc(true) : globalThis.gc?.()), 0)
@@ -239,8 +250,6 @@ async function load() {
   }
 }
 
-// The files a load report names: at most MAX_REPORTED_FILES (protocol.py), the daemon refuses more.
-const MAX_REPORTED_FILES = 4096
 const reported = () => [...loaded].slice(0, MAX_REPORTED_FILES)
 const deps = () => reported().map(([path, [size, mtime]]) => [path, size, mtime])
 const helpers = () => reported().map(([path, [size, , crc]]) => [path, size, crc])
