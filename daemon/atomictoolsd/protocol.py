@@ -25,12 +25,12 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_FRAME", "MAX_LOAD_REPORT", "MAX_REPORTED_FILES",
-    "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask", "AskMethod",
-    "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed", "FailureReport",
-    "FileReport", "Fingerprint", "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader", "FrameTooLarge",
-    "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Pid", "Ping", "Pong", "Progress", "Ready", "Result",
-    "SiteDir", "SiteReport", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage", "WorkerSpec", "bounded_site",
+    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_DROPPED_KEYS", "MAX_FRAME", "MAX_LOAD_REPORT",
+    "MAX_REPORTED_FILES", "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask",
+    "AskMethod", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed",
+    "FailureReport", "FileReport", "Fingerprint", "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader",
+    "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Pid", "Ping", "Pong", "Progress", "Ready",
+    "Result", "SiteDir", "SiteReport", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage", "WorkerSpec", "bounded_site",
     "encode_frame", "error_result", "read_site",
 ]
 
@@ -242,12 +242,15 @@ class Log(_Message, tag="log"):
     data: bytes
 
 
+MAX_DROPPED_KEYS = 64  # undeclared arguments one report names (the runtimes send the first ones)
+
+
 class Dropped(_Message, tag="dropped"):
     """The call's undeclared arguments the worker dropped (a client's own, e.g. Gemini's
     ``wait_for_previous``), sent before its result so the daemon can log them."""
 
     call_id: int
-    keys: list[str]
+    keys: Annotated[list[str], msgspec.Meta(max_length=MAX_DROPPED_KEYS)]
 
 
 class Output(_Message, tag="output"):

@@ -114,6 +114,8 @@ def test_every_example_is_called_through_the_shim(served: tuple[str, Env, Daemon
                 "status_bad": ("squad_status", {"verbose": True}),
                 "typo": ("weather_getTemp", {"cty": "Oslo"}),
                 "extra": ("weather_getTemp", {"city": "Rome", "wait_for_previous": True}),
+                # More than a report of undeclared arguments names (the daemon refuses a longer one).
+                "many_extra": ("weather_getTemp", {"city": "Rome", **{f"zz_extra_{i:03d}": i for i in range(200)}}),
             }
             if runtime == "bun":
                 calls["lint"] = ("lint", {"filePath": "a.py"})
@@ -142,6 +144,7 @@ def test_every_example_is_called_through_the_shim(served: tuple[str, Env, Daemon
     assert results["status_bad"].is_error and "`$.agent`" in _text(results["status_bad"])
     assert results["typo"].is_error and "did you mean 'city'?" in _text(results["typo"])
     assert _text(results["extra"]) == "Rome: 21°C"  # a client's own argument is dropped, not refused
+    assert _text(results["many_extra"]) == "Rome: 21°C"
     if runtime == "bun":
         assert _text(results["lint"]).strip() == "lint-ok a.py"
 

@@ -65,6 +65,21 @@ def test_an_injected_argument_is_dropped_and_a_misspelling_names_the_parameter(t
     }
 
 
+def test_a_call_with_more_undeclared_arguments_than_a_report_names_runs(tools_daemon: Daemon, env: Env) -> None:
+    """The runtime reports the first ``MAX_DROPPED_KEYS`` undeclared arguments (the daemon refuses a
+    report naming more): a client sending 200 has its call run, and the log names the first 64."""
+    from atomictoolsd.protocol import MAX_DROPPED_KEYS
+
+    extra = {f"zz_extra_{i:03d}": i for i in range(200)}
+    with tools_daemon.client() as client:
+        assert client.call("read", path="a.txt", **extra).text == "a.txt:10"
+        assert client.call("echo", word="hi", **extra).text == "hi"
+    dropped = wait_for(lambda: [e for e in read_events(env.state_dir / "log") if e["event"] == "tool.arguments_dropped"]
+                       if len([e for e in read_events(env.state_dir / "log")
+                               if e["event"] == "tool.arguments_dropped"]) >= 2 else None)
+    assert [len(e["dropped"]) for e in dropped] == [MAX_DROPPED_KEYS] * 2, dropped
+
+
 @pytest.mark.parametrize(("key", "declared", "meant"), [
     ("pth", ["path", "limit"], "path"),
     ("Path", ["path"], "path"),

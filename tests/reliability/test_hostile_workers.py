@@ -108,6 +108,7 @@ HOSTILE = '''
             "ask not an object": ["ask", me, 1, "sampling/createMessage", b'[1]'],
             "ask a method not relayed": ["ask", me, 1, "roots/list", b"{}"],
             "ask for an unknown call": ["ask", 10**9, 1, "elicitation/create", b"{}"],
+            "undeclared arguments, 100,000 named": ["dropped", me, [f"k{i}" for i in range(100_000)]],
             "unknown kind": ["ghost", me, b"{}"],
             "not an array": {"id": "ghost"},
             "a bare number": 42,
@@ -180,6 +181,7 @@ EXPECTED = {
     "ask not an object": "sent a malformed sampling/createMessage request",
     "ask a method not relayed": MALFORMED,
     "ask for an unknown call": "survived",
+    "undeclared arguments, 100,000 named": MALFORMED,
     "unknown kind": MALFORMED,
     "not an array": MALFORMED,
     "a bare number": MALFORMED,
@@ -566,7 +568,7 @@ FLOODER = '''
                     if kind == "ask":
                         frame = _frame(["ask", me, n, "elicitation/create", msgspec.json.encode({{"message": text, "requestedSchema": {{"type": "object", "properties": {{}}}}}})])
                     elif kind == "dropped":  # the runtime sends one, before its result, naming the client's keys
-                        frame = _frame(["dropped", me, [f"k{{n}}-{{i}}" for i in range(2048)]])
+                        frame = _frame(["dropped", me, [f"k{{n}}-{{i}}" * 100 for i in range(64)]])
                     else:
                         frame = _frame(["output", 2, b"y" * 8192, 0])
                     os.write(fd, frame)

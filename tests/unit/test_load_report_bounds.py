@@ -26,6 +26,9 @@ def test_the_javascript_runtime_reports_no_more_than_the_daemon_accepts() -> Non
     size = re.search(r"^const MAX_LOAD_REPORT = (\d+) << (\d+)$", source, re.MULTILINE)
     assert size is not None, "worker.mjs bounds the size of its load report"
     assert int(size.group(1)) << int(size.group(2)) == MAX_LOAD_REPORT
+    dropped = re.search(r"^const MAX_DROPPED_KEYS = (\d+) ", source, re.MULTILINE)
+    assert dropped is not None, "worker.mjs bounds the undeclared arguments it reports"
+    assert int(dropped.group(1)) == protocol.MAX_DROPPED_KEYS
 
 
 def test_a_failed_load_on_a_path_of_many_site_dirs_reports_what_the_daemon_accepts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

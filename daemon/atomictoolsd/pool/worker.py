@@ -107,7 +107,7 @@ def _unreadable(exc: Exception) -> str:
 # the call fails and the worker is recycled.
 MAX_QUESTIONS = 16
 # Of a call's undeclared arguments, the keys logged and the characters of each.
-MAX_DROPPED_KEYS, MAX_DROPPED_KEY = 64, 64
+MAX_DROPPED_KEY = 64  # characters of an undeclared argument's name logged
 
 
 def _too_large(what: str, size: int, limit: int) -> str:
@@ -608,7 +608,7 @@ class Worker(asyncio.Protocol):
         if call is None or call.done or call.dropped_logged:
             return
         call.dropped_logged = True
-        keys = [key[:MAX_DROPPED_KEY] for key in message.keys[:MAX_DROPPED_KEYS]]
+        keys = [key[:MAX_DROPPED_KEY] for key in message.keys]  # at most MAX_DROPPED_KEYS: its type says
         self.runner.events.arguments_dropped(
             call.tool, self.runner.spec.path, call.id, call.context.session_id, call.context.agent, keys,
         )

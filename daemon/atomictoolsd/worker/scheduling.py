@@ -25,6 +25,7 @@ from atomictools._authoring import Context
 from atomictools._errors import AskError
 from atomictoolsd.protocol import (
     INVALID_ARGUMENTS,
+    MAX_DROPPED_KEYS,
     Answer,
     Ask,
     CallTool,
@@ -378,7 +379,7 @@ class Runtime:
             self.send(Result(call_id, error_result(f"{INVALID_ARGUMENTS} {spec.name!r}: {explained}")))
             return None
         if dropped:
-            self.send(Dropped(call_id, dropped))
+            self.send(Dropped(call_id, dropped[:MAX_DROPPED_KEYS]))
         return kwargs
 
     def finish_call(self, call_id: int, result: bytes | None) -> None:

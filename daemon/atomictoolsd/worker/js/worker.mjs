@@ -53,6 +53,7 @@ process.on("unhandledRejection", (reason) => console.error("Unhandled promise re
 // refuses more.
 const MAX_REPORTED_FILES = 4096
 const MAX_LOAD_REPORT = 4 << 20
+const MAX_DROPPED_KEYS = 64 // undeclared arguments one report names (protocol.py)
 const loaded = new Map() // path of a file of the tools dir → [size, mtime_ns, crc32] as it was loaded
 
 function noteLoaded(path, bytes) {
@@ -322,7 +323,7 @@ async function startCall(callId, name, argumentsJson, context, progress) {
       answer(callId, errorResult(`Invalid arguments for tool '${name}': ${split.error}`))
       return
     }
-    if (split.dropped.length) channel.send(["dropped", callId, split.dropped])
+    if (split.dropped.length) channel.send(["dropped", callId, split.dropped.slice(0, MAX_DROPPED_KEYS)])
     values = split.kept
   }
   let result
