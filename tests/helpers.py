@@ -59,6 +59,32 @@ def command_line(process: psutil.Process) -> str:
         return ""
 
 
+@contextmanager
+def pinging(socket_path: Path | str, every: float = 0.01) -> Iterator[list[float]]:
+    """A bystander on its own connection pings the daemon every ``every`` seconds while the block
+    runs: the list of how long each ping took to be answered (filled as they come)."""
+    import threading  # lazy: the tests that watch for stalls only
+
+    pings: list[float] = []
+    done = threading.Event()
+
+    def ping() -> None:
+        with RawConnection(socket_path, timeout=30) as bystander:
+            while not done.is_set():
+                started = time.monotonic()
+                bystander.request("ping", {})
+                pings.append(time.monotonic() - started)
+                time.sleep(every)
+
+    pinger = threading.Thread(target=ping)
+    pinger.start()
+    try:
+        yield pings
+    finally:
+        done.set()
+        pinger.join(timeout=30)
+
+
 def wait_for(
     predicate: Any, timeout: float = 10.0, interval: float = 0.01, message: str | Callable[[], str] = "condition",
 ) -> Any:

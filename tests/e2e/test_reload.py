@@ -177,11 +177,14 @@ def test_a_vanished_file_holds_back_only_itself(env: Env, make_daemon) -> None: 
 
 
 def test_a_slow_call_across_a_reload_returns_the_old_generations_answer(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    source = '''
+    release = env.root / "release"  # the slow call ends once it exists (or after 30 s)
+    source = f'''
         import os, time
         def slow(seconds: float) -> str:
-            time.sleep(seconds)
-            return f"{VERSION} from {os.getpid()}"
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and not os.path.exists({str(release)!r}):
+                time.sleep(0.01)
+            return f"{{VERSION}} from {{os.getpid()}}"
     '''
     path = env.write_tool(env.local_tools, "slow.py", "VERSION = 'old'\n" + textwrap.dedent(source))
     daemon = make_daemon()
@@ -190,7 +193,7 @@ def test_a_slow_call_across_a_reload_returns_the_old_generations_answer(env: Env
         old_pid = int(client.call("slow", seconds=0).text.split()[-1])
 
         def slow_call() -> None:
-            answers.append(other.call("slow", seconds=2.0).text)
+            answers.append(other.call("slow", seconds=30.0).text)
 
         thread = threading.Thread(target=slow_call)
         thread.start()
@@ -198,6 +201,7 @@ def test_a_slow_call_across_a_reload_returns_the_old_generations_answer(env: Env
         path.write_text("VERSION = 'new'\n" + textwrap.dedent(source))
         wait_for(lambda: client.call("slow", seconds=0).text.startswith("new"), message="the new generation")
         assert old_pid in {p.pid for p in daemon.workers()}, "the old generation still serves its call"
+        release.touch()
         thread.join(15)
         assert answers == [f"old from {old_pid}"]
         wait_for(lambda: old_pid not in {p.pid for p in daemon.workers()}, message="the old generation to stop")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from helpers import Daemon, Env, RawConnection, wait_for
+from helpers import Daemon, Env, RawConnection, pinging, wait_for
 
 NOBODY = 65534
 SOFT = 256  # the daemon's open-file limit during the floods: 128 kept for workers, 32 for HTTP
@@ -411,3 +411,31 @@ def test_progress_and_logs_for_an_http_client_that_reads_nothing_are_dropped(env
     relayed = stream.count(b'"notifications/progress"') + stream.count(b'"notifications/message"')
     record(f"a tool sent {int(sent.group(1)) * 2:,} progress and log notifications of 64 KiB in 5 s to an HTTP client "
            f"reading nothing: {relayed} relayed, the rest dropped; the daemon grew {grown:.1f} MiB; the answer came")
+
+
+def test_millions_of_elements_in_a_field_only_looked_at_stall_no_one(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Over HTTP, a request's ``jsonrpc``, its params' ``name`` and ``_meta`` are only looked at:
+    decoded whole, millions of elements there held the event loop about a second a request."""
+    daemon: Daemon = make_daemon({"ATOMICTOOLS_HTTP": "127.0.0.1:0"})
+    port, token = _port_and_token(daemon)
+    many = b"[" + b",".join([b"[]"] * 2_000_000) + b"]"
+    bodies = [
+        b'{"jsonrpc":' + many + b',"id":1,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":' + many + b',"arguments":{},'
+        b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","x":' + many + b'}}}',
+    ]
+    with pinging(env.socket) as pings:
+        for body in bodies * 2:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                connection.request("POST", "/mcp", body=body, headers={
+                    "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                    "Authorization": f"Bearer {token}", "Mcp-Method": "tools/call", "Mcp-Name": "echo",
+                    "MCP-Protocol-Version": "2026-07-28"})
+                response = connection.getresponse()
+                answer = json.loads(response.read())  # whatever it says: one JSON-RPC answer
+                assert response.status in (200, 400) and ("result" in answer or "error" in answer), (response.status, answer)
+            finally:
+                connection.close()
+    waited = sum(max(0.0, took - 0.1) for took in pings)
+    assert waited < 1.0, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) while four such requests came"

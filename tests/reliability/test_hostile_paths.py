@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 
 import pytest
 
-from helpers import Env, RawConnection
+from helpers import Env, RawConnection, pinging
 
 # A module that lies in its load report: the runtime's own function that lists the helpers a
 # module read is replaced, at import, by one naming what the test planted.
@@ -217,33 +216,16 @@ def _attached_while_pinged(env: Env, failing: set[str], settle: float) -> tuple[
     """Attach to the project, wait until its modules ``failing`` have failed to load (a loaded machine
     may take longer than the attach waits), ``settle`` seconds more, then call ``good``, while a
     bystander pings the daemon every 20 ms: the listing, the call's answer, and each ping's time."""
-    pings: list[float] = []
-    stop = threading.Event()
-
-    def ping() -> None:
-        with RawConnection(env.socket, timeout=30) as bystander:
-            while not stop.is_set():
-                started = time.monotonic()
-                bystander.request("ping", {})
-                pings.append(time.monotonic() - started)
-                time.sleep(0.02)
-
-    pinger = threading.Thread(target=ping)
-    pinger.start()
-    try:
-        with RawConnection(env.socket, timeout=30) as project:
-            _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 20)
-            deadline = time.monotonic() + 60
-            while True:
-                listed = _answered_within(project, "atomic/list", {}, 5)["result"]
-                if {os.path.basename(e["file"])[:-3] for e in listed["errors"]} >= failing or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-            time.sleep(settle)
-            served = _answered_within(project, "tools/call", {"name": "good", "arguments": {}}, 5)
-    finally:
-        stop.set()
-        pinger.join(timeout=30)
+    with pinging(env.socket, every=0.02) as pings, RawConnection(env.socket, timeout=30) as project:
+        _answered_within(project, "atomic/attach", {"directory": str(env.project)}, 20)
+        deadline = time.monotonic() + 60
+        while True:
+            listed = _answered_within(project, "atomic/list", {}, 5)["result"]
+            if {os.path.basename(e["file"])[:-3] for e in listed["errors"]} >= failing or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        time.sleep(settle)
+        served = _answered_within(project, "tools/call", {"name": "good", "arguments": {}}, 5)
     return listed, served, pings
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
-from helpers import Daemon, Env, RawConnection, wait_for
+from helpers import Daemon, Env, RawConnection, pinging, wait_for
 from shim_helpers import SHIM
 
 SLOW = "import time\n\ndef slow(seconds: float) -> str:\n    time.sleep(seconds)\n    return 'slept'\n"
@@ -158,6 +158,51 @@ FIELDS = {
     "atomic/bridges/remove": ["id"],
 }
 META = ["atomic/timeout", "atomic/messageId", "atomic/toolUseId", "progressToken"]
+
+
+# Millions of elements where the daemon only looks at a key's presence or a short string: decoded
+# whole, each line held the event loop 1 to 2 s (every client of every project waited).
+_MANY = b"[" + b",".join([b"[]"] * 2_000_000) + b"]"
+_V, _C = b'"io.modelcontextprotocol/protocolVersion"', b'"io.modelcontextprotocol/clientCapabilities"'
+ELEMENTS = {
+    "initialize capabilities": (b'{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+                                b'"capabilities":{"x":' + _MANY + b'},"clientInfo":{"name":"n","version":"1"}}}', "result"),
+    "initialize clientInfo": (b'{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+                              b'"capabilities":{},"clientInfo":{"name":' + _MANY + b'}}}', "result"),
+    "tools/call _meta values": (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"t"},'
+                                b'"_meta":{"progressToken":' + _MANY + b',"atomic/timeout":' + _MANY + b'}}}', "result"),
+    "tools/call _meta capabilities": (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo",'
+                                      b'"arguments":{"text":"t"},"_meta":{' + _C + b':{"x":' + _MANY + b'}}}}', "result"),
+    "tools/list _meta": (b'{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"x":' + _MANY + b'}}}', "result"),
+    "an id": (b'{"jsonrpc":"2.0","id":' + _MANY + b',"method":"ping"}', "error"),
+    "a batch's method": (b'[{"jsonrpc":"2.0","id":1,"method":' + _MANY + b'},{"jsonrpc":"2.0","id":2,"method":"ping"}]', "batch"),
+    "a stateless request's _meta": (b'{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{' + _V + b':"2026-07-28",'
+                                    + _C + b':{"x":' + _MANY + b'}}}}', "result"),
+}
+
+
+@pytest.mark.parametrize("where", list(ELEMENTS))
+def test_millions_of_elements_in_a_field_only_looked_at_stall_no_one(hostile_daemon: Daemon, env: Env, where: str) -> None:
+    line, answer = ELEMENTS[where]
+    with pinging(env.socket) as pings, RawConnection(env.socket, timeout=30) as raw:
+        if not where.startswith(("initialize", "a stateless")):
+            revision = "2025-03-26" if answer == "batch" else "2025-06-18"  # the one revision with batches
+            raw.request("initialize", {"protocolVersion": revision, "capabilities": {}, "clientInfo": {"name": "c", "version": "1"}})
+            raw.request("atomic/attach", {"directory": str(env.project)})
+        for _ in range(3):
+            raw.sock.sendall(line + b"\n")
+            reply = json.loads(raw.file.readline())
+            if answer == "batch":  # the bad method's error and the ping's result, in one array
+                assert sorted("result" in part for part in reply) == [False, True], reply
+                continue
+            assert answer in reply, (where, str(reply)[:300])
+        if answer == "error":
+            assert reply["id"] is None and reply["error"]["code"] == -32600, reply
+        after = raw.request("ping", {})  # a stateless session answers a ping without _meta with -32602
+        assert "result" in after or where.startswith("a stateless"), ("the connection still serves", after)
+    # What a loaded machine's scheduling adds (one ping late by a second) stays below.
+    waited = sum(max(0.0, took - 0.1) for took in pings)
+    assert waited < 1.0, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) while three such lines came"
 
 
 def test_odd_values_in_every_field_are_32602_never_32603(hostile_daemon: Daemon, env: Env, record) -> None:  # type: ignore[no-untyped-def]

@@ -150,8 +150,8 @@ class Asking:
             + _encode(method) + b',"params":' + params + b'}},"requestState":' + _encode(state) + b"}"
         ))
 
-    def resume(self, id_json: bytes, name: str | None, state: str, responses: dict[str, Any] | None,
-               capabilities: dict[str, Any]) -> str | None:
+    def resume(self, id_json: bytes, name: str | None, state: str, responses: dict[str, msgspec.Raw] | None,
+               capabilities: dict[str, msgspec.Raw]) -> str | None:
         """The client's retry (request ``id_json`` calling ``name``, declaring ``capabilities``) of a
         call it was answered ``input_required``: the call now answers this request and its tool gets
         the response. The reason it cannot be resumed, or None."""
@@ -171,11 +171,11 @@ class Asking:
         session.calls[id_json] = call
         session.call_capabilities[id_json] = capabilities
         call.release()
-        response = (responses or {}).get(_INPUT_KEY)
-        if response is None:
+        response = (responses or {}).get(_INPUT_KEY)  # its JSON, as the client sent it
+        if response is None or bytes(response).strip() == b"null":
             call.answer(ask_id, None, f"the client retried without answering {method}")
         else:
-            call.answer(ask_id, _encode(response))
+            call.answer(ask_id, bytes(response))
         return None
 
     def response(self, id_json: bytes, result: Any, error: Any) -> bool:

@@ -21,6 +21,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
+from atomictoolsd.sessions.loose import scalar
 from atomictoolsd.sessions.messages import TOO_DEEP, clip
 from atomictoolsd.sessions.output import encode_error
 
@@ -85,7 +86,7 @@ class _Head(msgspec.Struct):
     """What ``serve`` reads of a message before handing it on: its id and whether it is a request."""
 
     id: int | str | None | UnsetType = UNSET
-    method: Any = UNSET
+    method: msgspec.Raw | UnsetType = UNSET  # read with loose.scalar
 
 
 _decode_batch = msgspec.json.Decoder(list[msgspec.Raw]).decode
@@ -150,7 +151,7 @@ def _read(host: BatchHost, batch: Batch, message: bytes) -> None:
         return
     id_json = _encode(head.id)
     if head.method is not UNSET:
-        why = refusal(id_json, head.method)
+        why = refusal(id_json, scalar(head.method))
         if not why and (id_json in host.batched or host.in_flight(id_json)):
             why = reused(id_json)
         if why:

@@ -27,6 +27,7 @@ import msgspec
 
 from atomictools._protocol import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.sessions import batches, revisions
+from atomictoolsd.sessions.loose import NULL, scalar
 from atomictoolsd.sessions.messages import TOO_DEEP, decode_call, decode_message
 from atomictoolsd.sessions.output import encode_error
 from atomictoolsd.sessions.session import Session
@@ -329,16 +330,23 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
 
+class _IdOnly(msgspec.Struct):
+    id: msgspec.Raw = NULL  # the rest of the line is skipped unread
+
+
+_decode_id_only = msgspec.json.Decoder(_IdOnly).decode
+
+
 def _salvage_id(line: bytes) -> bytes:
     """The id of a line that is no valid message, when it has a usable one, as JSON; else ``null``."""
     try:
-        value = msgspec.json.decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+        value = scalar(_decode_id_only(line).id)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return b"null"
     except RecursionError:
         return _scan_envelope(line)[0]
-    if isinstance(value, dict) and isinstance(value.get("id"), (int, str)) and not isinstance(value["id"], bool):
-        return _encode(value["id"])
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return _encode(value)
     return b"null"
 
 

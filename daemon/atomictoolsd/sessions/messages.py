@@ -17,6 +17,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import LATEST_PROTOCOL_VERSION
+from atomictoolsd.sessions.loose import NULL
 from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
 
 __all__ = [
@@ -37,16 +38,16 @@ class Message(msgspec.Struct):
 
 class CallMeta(msgspec.Struct):
     """The keys of a ``tools/call``'s ``_meta`` the daemon reads, decoded with the call (the rest are
-    skipped unread). Each is ``Any``: a value of the wrong type is ignored where it is used, never
-    an error, as a key the daemon does not know would be."""
+    skipped unread). Each is raw, read where it is used (``loose``): a value of the wrong type is
+    ignored there, never an error, as a key the daemon does not know would be."""
 
-    progressToken: Any = None  # noqa: N815 - the wire name
-    timeout: Any = msgspec.field(default=None, name="atomic/timeout")
-    message_id: Any = msgspec.field(default=None, name="atomic/messageId")
-    tool_use_id: Any = msgspec.field(default=None, name="atomic/toolUseId")
-    claude_tool_use_id: Any = msgspec.field(default=None, name="claudecode/toolUseId")
-    log_level: Any = msgspec.field(default=None, name=META_LOG_LEVEL)  # 2026-07-28
-    capabilities: Any = msgspec.field(default=None, name=META_CAPABILITIES)  # 2026-07-28: this call's
+    progressToken: msgspec.Raw = NULL  # noqa: N815 - the wire name
+    timeout: msgspec.Raw = msgspec.field(default=NULL, name="atomic/timeout")
+    message_id: msgspec.Raw = msgspec.field(default=NULL, name="atomic/messageId")
+    tool_use_id: msgspec.Raw = msgspec.field(default=NULL, name="atomic/toolUseId")
+    claude_tool_use_id: msgspec.Raw = msgspec.field(default=NULL, name="claudecode/toolUseId")
+    log_level: msgspec.Raw = msgspec.field(default=NULL, name=META_LOG_LEVEL)  # 2026-07-28
+    capabilities: msgspec.Raw = msgspec.field(default=NULL, name=META_CAPABILITIES)  # 2026-07-28: this call's
 
 
 class CallParams(msgspec.Struct):
@@ -54,7 +55,7 @@ class CallParams(msgspec.Struct):
     arguments: msgspec.Raw | UnsetType = UNSET  # Raw cannot share a union with None; null is Raw too
     meta: CallMeta | UnsetType = msgspec.field(default=UNSET, name="_meta")
     # 2026-07-28: the retry of a call answered input_required (see sessions.asking)
-    inputResponses: dict[str, Any] | UnsetType = UNSET  # noqa: N815 - the wire name
+    inputResponses: dict[str, msgspec.Raw] | UnsetType = UNSET  # noqa: N815 - the wire name; passed on as they are
     requestState: str | UnsetType = UNSET  # noqa: N815
 
 
@@ -71,15 +72,15 @@ class CallRequest(msgspec.Struct):
 
 class InitializeParams(msgspec.Struct):
     protocolVersion: str = LATEST_PROTOCOL_VERSION  # noqa: N815 - the wire name
-    capabilities: dict[str, Any] = {}
-    clientInfo: dict[str, Any] = {}  # noqa: N815
+    capabilities: dict[str, msgspec.Raw] = {}  # what the client can do: its keys are what counts
+    clientInfo: dict[str, msgspec.Raw] = {}  # noqa: N815 - its name read with loose.text_of
 
 
 class ListParams(msgspec.Struct):
     cursor: str | None = None
     # Read for the client it names (revisions.client_name): a shared stateless session lists each
-    # request's tools in the schema form its own client accepts. Any: a malformed one names nobody.
-    meta: Any = msgspec.field(default=None, name="_meta")
+    # request's tools in the schema form its own client accepts. Raw: a malformed one names nobody.
+    meta: msgspec.Raw = msgspec.field(default=NULL, name="_meta")
 
 
 class AttachParams(msgspec.Struct):

@@ -30,11 +30,10 @@ row in ``_SINCE`` and one more name in ``REVISIONS`` or ``STATELESS``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from atomictools._protocol import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
+from atomictoolsd.sessions.loose import keys_of, text_of
 
 __all__ = [
     "ALL", "BY_VERSION", "LATEST", "REMOVED", "REVISIONS", "STATELESS", "STATELESS_REVISION",
@@ -154,18 +153,17 @@ def missing_meta(keys: list[str]) -> str:
 
 
 class RequestMeta(msgspec.Struct):
-    meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
+    meta: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict, name="_meta")  # its values read with loose
 
 
-def client_name(meta: Any) -> str:
+def client_name(meta: dict[str, msgspec.Raw] | None) -> str:
     """The client a request's ``_meta`` names (``io.modelcontextprotocol/clientInfo``), or ""."""
-    client = meta.get(META_CLIENT) if isinstance(meta, dict) else None
-    name = client.get("name") if isinstance(client, dict) else None
-    return str(name) if name else ""
+    client = keys_of(meta.get(META_CLIENT)) if meta else None
+    return text_of(client.get("name")) if client else ""
 
 
 class ListenParams(msgspec.Struct):
-    notifications: dict[str, Any] = {}
+    notifications: dict[str, msgspec.Raw] = {}  # what the client listens for: true (or an object) for each
 
 
 def with_result_type(result: bytes) -> bytes:

@@ -53,6 +53,7 @@ from atomictoolsd.registry.model import Project, ToolDef, View
 from atomictoolsd.sessions import batches, dispatcher, revisions
 from atomictoolsd.sessions.asking import Asking
 from atomictoolsd.sessions.content import shape_result
+from atomictoolsd.sessions.loose import NULL, keys_of, scalar, text_of
 from atomictoolsd.sessions.messages import (
     AtomicListParams,
     AttachParams,
@@ -483,11 +484,12 @@ class Session:
         version = params.protocolVersion
         revision = self.adopt(revisions.negotiate(version))
         self.client_capabilities = params.capabilities
+        client = text_of(params.clientInfo.get("name"))
         if not self.agent:
-            self.agent = str(params.clientInfo.get("name", ""))
+            self.agent = client
             self._context = msgspec.structs.replace(self._context, agent=self.agent)
-        self.portable_schemas = portable_only(self.agent, str(params.clientInfo.get("name", "")))
-        self._loads_itself(self.agent, str(params.clientInfo.get("name", "")))
+        self.portable_schemas = portable_only(self.agent, client)
+        self._loads_itself(self.agent, client)
         instructions = self._instructions()
         result = {
             "protocolVersion": revision.version,
@@ -521,7 +523,7 @@ class Session:
                 return True  # the key's name in an argument, not in _meta: an ordinary request
             self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_VERSION]))
             return False
-        version = meta[revisions.META_VERSION]
+        version = scalar(meta[revisions.META_VERSION])
         if not isinstance(version, str):
             self.send_error(id_json, INVALID_PARAMS, f"Invalid params: _meta[{revisions.META_VERSION!r}] must be a string such as {revisions.STATELESS[-1]!r}")
             return False
@@ -533,8 +535,8 @@ class Session:
                 {"supported": list(revisions.ALL), "requested": str(version)},
             )
             return False
-        capabilities = meta.get(revisions.META_CAPABILITIES)
-        if not isinstance(capabilities, dict):
+        capabilities = keys_of(meta.get(revisions.META_CAPABILITIES))
+        if capabilities is None:
             self.send_error(id_json, INVALID_PARAMS, revisions.missing_meta([revisions.META_CAPABILITIES]))
             return False
         removed = revisions.REMOVED.get(method)
@@ -568,7 +570,8 @@ class Session:
         """``subscriptions/listen`` (2026-07-28): acknowledge what is honored (tool-list changes; this
         server has no prompts or resources), then keep the request open: each change is sent on it."""
         params = decode_params(raw, revisions.ListenParams)
-        honored = {"toolsListChanged": True} if params.notifications.get("toolsListChanged") else {}
+        asked = params.notifications.get("toolsListChanged", NULL)
+        honored = {"toolsListChanged": True} if scalar(asked) is True or keys_of(asked) is not None else {}
         request_id = self.output.request_id(id_json)
         if honored:
             self.listens[id_json] = request_id
@@ -625,7 +628,7 @@ class Session:
             if start is None or start > len(tools):
                 raise ParamsError(f"Invalid params: unknown cursor {clip(params.cursor)!r}; list again without one")
         page = tools[start : start + size]
-        written = not (self.portable_schemas or portable_only(revisions.client_name(params.meta)))
+        written = not (self.portable_schemas or portable_only(revisions.client_name(keys_of(params.meta))))
         dropped = self._tool_shape
         body = b'{"tools":[' + b",".join(
             t.encoded_for(dropped, written) if hasattr(t, "encoded_for") else t.encoded for t in page
@@ -656,9 +659,8 @@ class Session:
         if params.requestState is not UNSET:  # the retry of a call answered input_required
             name = None if self.dispatcher and params.name in dispatcher.META_NAMES else params.name
             responses = params.inputResponses if params.inputResponses is not UNSET else None
-            capabilities = params.meta.capabilities if params.meta is not UNSET else None
-            why = self.asking.resume(id_json, name, params.requestState, responses,
-                                     capabilities if isinstance(capabilities, dict) else {})
+            capabilities = keys_of(params.meta.capabilities) if params.meta is not UNSET else None
+            why = self.asking.resume(id_json, name, params.requestState, responses, capabilities or {})
             if why is not None:
                 raise ParamsError(why)
             return None
@@ -688,15 +690,15 @@ class Session:
         token = None
         meta = params.meta
         if meta is not UNSET:
-            timeout = _asked_timeout(meta.timeout, timeout, self.server.config.max_call_timeout)
-            token = meta.progressToken
+            timeout = _asked_timeout(scalar(meta.timeout), timeout, self.server.config.max_call_timeout)
+            token = scalar(meta.progressToken)
             if self.stateless:
-                if isinstance(meta.log_level, str) and meta.log_level in LEVEL_RANK:
-                    self.call_log_levels[id_json] = meta.log_level
-                capabilities = meta.capabilities
-                self.call_capabilities[id_json] = capabilities if isinstance(capabilities, dict) else {}
-            message_id = meta.message_id
-            tool_use_id = meta.tool_use_id or meta.claude_tool_use_id
+                log_level = scalar(meta.log_level)
+                if isinstance(log_level, str) and log_level in LEVEL_RANK:
+                    self.call_log_levels[id_json] = log_level
+                self.call_capabilities[id_json] = keys_of(meta.capabilities) or {}
+            message_id = scalar(meta.message_id)
+            tool_use_id = scalar(meta.tool_use_id) or scalar(meta.claude_tool_use_id)
             if message_id or tool_use_id:
                 context = msgspec.structs.replace(
                     context, message_id=str(message_id or ""), tool_use_id=str(tool_use_id or "")
@@ -722,7 +724,7 @@ class Session:
         config = self.server.config
         timeout = config.call_timeout
         if params.meta is not UNSET:
-            timeout = _asked_timeout(params.meta.timeout, timeout, config.max_call_timeout)
+            timeout = _asked_timeout(scalar(params.meta.timeout), timeout, config.max_call_timeout)
         deadline = asyncio.get_running_loop().time() + timeout
         while loads and params.name not in self.project.view().tools:  # each load may bring it
             left = deadline - asyncio.get_running_loop().time()

@@ -65,6 +65,7 @@ from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions import batches
+from atomictoolsd.sessions.loose import NULL, scalar
 from atomictoolsd.sessions.messages import AttachParams, ParamsError, decode_message
 from atomictoolsd.sessions.output import encode_error
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
@@ -184,7 +185,7 @@ class HttpHost(SessionHost, Protocol):
 
 
 class _Envelope(msgspec.Struct):
-    jsonrpc: Any = None
+    jsonrpc: msgspec.Raw = NULL  # read with loose.scalar
     id: msgspec.Raw | UnsetType = UNSET
     method: str | UnsetType = UNSET
     params: msgspec.Raw | UnsetType = UNSET
@@ -193,8 +194,8 @@ class _Envelope(msgspec.Struct):
 
 
 class _Name(msgspec.Struct):
-    name: Any = None
-    meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
+    name: msgspec.Raw = NULL  # read with loose.scalar
+    meta: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict, name="_meta")
 
 
 class _Cancelled(msgspec.Struct):
@@ -829,7 +830,7 @@ class HttpTransport:
             META_VERSION_BYTES in body
             and message.method is not UNSET
             and b"mcp-session-id" not in headers
-            and _params(message).meta.get(META_VERSION) is not None
+            and scalar(_params(message).meta.get(META_VERSION)) is not None
         )
         if version is not None and version.decode("latin-1") not in REVISIONS:
             text = f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"
@@ -905,7 +906,7 @@ class HttpTransport:
             # there ids are always the daemon's own.
             exchange = exchanges[client_id] = _Exchange(session, client_id, client_id, method, response, extra, streams)
             response.on_gone = exchange.gone
-            if message.jsonrpc != "2.0":
+            if scalar(message.jsonrpc) != "2.0":
                 session.error(client_id, encode_error(INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"'))
                 return
             session.core.handle_request(client_id, method, message.params)
@@ -965,7 +966,7 @@ class HttpTransport:
             return
         client_id = bytes(message.id)
         why = batches.refusal(client_id, method)
-        if not why and message.jsonrpc != "2.0":
+        if not why and scalar(message.jsonrpc) != "2.0":
             why = 'Invalid request: "jsonrpc" must be "2.0"'
         if why:
             batch.add(batches.error_answer(client_id, INVALID_REQUEST, why))
@@ -1126,13 +1127,14 @@ def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, stateless_
     name_header = headers.get(b"mcp-name")
     if (name_header is not None or stateless_request) and message.params is not UNSET:
         params = _params(message)
+        name = scalar(params.name)
         if name_header is None:
-            if message.method == "tools/call" and isinstance(params.name, str):
+            if message.method == "tools/call" and isinstance(name, str):
                 return "Mcp-Name header missing: a 2026-07-28 tools/call over HTTP names its tool in it"
-        elif name_header.decode("latin-1") != params.name:
-            return f"Mcp-Name header {name_header.decode('latin-1')!r} does not match the body's name {params.name!r}"
+        elif name_header.decode("latin-1") != name:
+            return f"Mcp-Name header {name_header.decode('latin-1')!r} does not match the body's name {name!r}"
         if stateless_request:
-            asked = params.meta.get(META_VERSION)
+            asked = scalar(params.meta.get(META_VERSION))
             version = headers.get(b"mcp-protocol-version")
             if version is None:
                 return f"MCP-Protocol-Version header missing: a 2026-07-28 request over HTTP repeats its _meta revision ({asked!r}) in it"
