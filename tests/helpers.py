@@ -59,30 +59,41 @@ def command_line(process: psutil.Process) -> str:
         return ""
 
 
+# The bystander of ``pinging``: a process of its own, so that what the test's own process does
+# meanwhile (decoding a large answer holds its GIL) is not taken for the daemon's stall.
+_PINGER = """
+import json, select, socket, sys, time
+sock = socket.socket(socket.AF_UNIX)
+sock.connect(sys.argv[1])
+reader, every, times, n = sock.makefile("rb"), float(sys.argv[2]), [], 0
+while not select.select([sys.stdin], [], [], 0)[0]:
+    n += 1
+    started = time.monotonic()
+    sock.sendall(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\\n' % n)
+    while json.loads(reader.readline()).get("id") != n:
+        pass
+    times.append(time.monotonic() - started)
+    time.sleep(every)
+print(json.dumps(times))
+"""
+
+
 @contextmanager
 def pinging(socket_path: Path | str, every: float = 0.01) -> Iterator[list[float]]:
-    """A bystander on its own connection pings the daemon every ``every`` seconds while the block
-    runs: the list of how long each ping took to be answered (filled as they come)."""
-    import threading  # lazy: the tests that watch for stalls only
-
+    """A bystander on its own connection, in a process of its own, pings the daemon every ``every``
+    seconds while the block runs: the list of how long each ping took to be answered (filled when
+    the block ends)."""
     pings: list[float] = []
-    done = threading.Event()
-
-    def ping() -> None:
-        with RawConnection(socket_path, timeout=30) as bystander:
-            while not done.is_set():
-                started = time.monotonic()
-                bystander.request("ping", {})
-                pings.append(time.monotonic() - started)
-                time.sleep(every)
-
-    pinger = threading.Thread(target=ping)
-    pinger.start()
+    pinger = subprocess.Popen(
+        [sys.executable, "-I", "-c", _PINGER, str(socket_path), str(every)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
     try:
+        time.sleep(0.2)  # connected and pinging before the block begins
         yield pings
     finally:
-        done.set()
-        pinger.join(timeout=30)
+        out, _ = pinger.communicate(b"stop", timeout=60)
+    pings.extend(json.loads(out))
 
 
 def wait_for(

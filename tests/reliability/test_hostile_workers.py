@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from atomictoolsd.worker.output import BURST_BYTES, RATE_BYTES
-from helpers import Daemon, Env, RawConnection, wait_for
+from helpers import Daemon, Env, RawConnection, pinging, wait_for
 
 LIMIT = 1 << 20  # max_message_bytes for the frame matrix: the attacks go far past it
 
@@ -729,3 +729,32 @@ def test_a_result_of_odd_blocks_for_an_older_client_is_answered(env: Env, make_d
             assert _text(_call(raw, f"echo-{index}", "odd_echo", {"text": "again"})[0]) == "again"
     record(f"{len(ODD)} results whose audio and resource-link blocks hold values of the wrong type, to a client of "
            f"2024-11-05: each answered ({answers[0][:60]!r}), the module served on")
+
+
+# A tool whose result and log message hold two million elements each (a big structured result is
+# ordinary; the log message is the tool's own value, as ctx.log takes any JSON).
+MILLION = '''
+    from atomictools import Context, tool
+
+    @tool
+    def million(ctx: Context) -> dict:
+        ctx.log("info", {"items": [[] for _ in range(2_000_000)]})
+        return {"items": [[] for _ in range(2_000_000)]}
+'''
+
+
+def test_a_result_and_a_log_message_of_millions_of_elements_stall_no_one(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """The daemon checks what it relays of a worker as JSON without building it: decoded whole and
+    encoded again, a result or a log message of two million elements held its event loop about a second."""
+    env.write_tool(env.global_tools, "million.py", MILLION)
+    make_daemon()
+    with pinging(env.socket) as pings, RawConnection(env.socket, timeout=60) as raw:
+        raw.request("logging/setLevel", {"level": "info"})
+        for n in range(3):
+            response, notes = _call(raw, f"m{n}", "million", {})
+            result = response["result"]
+            assert not result.get("isError") and len(result["structuredContent"]["items"]) == 2_000_000, str(result)[:300]
+            [log] = [note for note in notes if note["method"] == "notifications/message"]
+            assert len(log["params"]["data"]["items"]) == 2_000_000
+    waited = sum(max(0.0, took - 0.1) for took in pings)
+    assert waited < 0.6, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) while three such calls came"

@@ -73,22 +73,23 @@ log = logging.getLogger("atomictoolsd.workers")
 
 
 class _CallToolResult(msgspec.Struct, omit_defaults=True):
-    """The shape of a result the daemon relays; what a worker sent is decoded into it and re-encoded."""
+    """The shape of a result the daemon relays; what a worker sent is decoded into it and re-encoded
+    (``_relayable``). Its parts stay raw: checked as JSON, never built."""
 
-    content: list[dict[str, Any]]
-    structuredContent: Any = msgspec.UNSET  # noqa: N815 - MCP's name
-    meta: dict[str, Any] | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="_meta")
+    content: list[msgspec.Raw]  # each a JSON object (a content block)
+    structuredContent: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET  # noqa: N815 - MCP's name
+    meta: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="_meta")
     isError: bool = False  # noqa: N815 - last, as in error_result(): the pool reads an error from the end
 
 
 _decode_result = msgspec.json.Decoder(_CallToolResult).decode
+_decode_raw = msgspec.json.Decoder(msgspec.Raw).decode
 _decode_string = msgspec.json.Decoder(str).decode
 # A result relayed as it is (Worker._relayable): the JSON string between these two.
 _TEXT_HEAD_QUOTE = TEXT_HEAD + b'"'
 _QUOTE_TEXT_TAIL = b'"' + TEXT_TAIL
 _TEXT_START = len(TEXT_HEAD)
 _TEXT_END = -len(TEXT_TAIL)
-_decode_json = msgspec.json.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 
 
@@ -99,6 +100,31 @@ _UNREADABLE = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 def _unreadable(exc: Exception) -> str:
     return "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+
+
+def _one_line(json: bytes) -> bytes:
+    """``json`` (checked JSON: one value, its strings' escapes and characters valid) as the daemon
+    relays it: UTF-8, on one line. A raw newline can only be whitespace between its tokens (one in
+    a string is invalid JSON), so it becomes a space; the bytes are otherwise the worker's.
+
+    Raises:
+        UnicodeDecodeError: it is not UTF-8 (the JSON check does not read inside strings).
+    """
+    if not json.isascii():
+        json.decode("utf-8")
+    if b"\n" in json or b"\r" in json:
+        json = json.replace(b"\n", b" ").replace(b"\r", b" ")
+    return json
+
+
+def _relay_json(data: bytes) -> bytes:
+    """A worker's JSON ``data`` as the daemon relays it (``_one_line``), checked without building it:
+    a value of millions of elements costs what its bytes do.
+
+    Raises:
+        msgspec.DecodeError, UnicodeDecodeError, RecursionError: it is not one JSON value in UTF-8.
+    """
+    return _one_line(bytes(_decode_raw(data)))
 
 
 # Per call, at most this many questions (``ctx.elicit``, ``ctx.sample``) wait for the client, and at
@@ -531,7 +557,12 @@ class Worker(asyncio.Protocol):
         if self.abandoned:
             self.abandoned.discard(call_id)
         if call is not None and result is not None and not call.done:
-            call.finish(self._relayable(call.tool, result))  # the call path
+            try:
+                answer = self._relayable(call.tool, result)
+            except Exception:  # the daemon's bug: the call is answered all the same, then the channel fails
+                call.finish(error_result(f"Tool {call.tool!r}: the daemon failed to relay its result (see its log)"))
+                raise
+            call.finish(answer)  # the call path
         elif call is None:
             # The runtime answers each call it was given once: this one it was never given, or has
             # answered. A tool wrote it; it reaches no one (and the log hears of it once a worker).
@@ -571,7 +602,11 @@ class Worker(asyncio.Protocol):
             else:
                 return result
         try:
-            return _encode_json(_decode_result(result))
+            shaped = _decode_result(result)
+            for block in shaped.content:
+                if memoryview(block)[:1] != b"{":
+                    raise msgspec.DecodeError(f"Expected `object`, got `{bytes(block[:20]).decode(errors='replace')}` - at `$.content`")
+            return _one_line(_encode_json(shaped))
         except _UNREADABLE as exc:
             return error_result(f"Tool {tool!r} sent a malformed result ({_unreadable(exc)}); it was not relayed")
 
@@ -594,7 +629,7 @@ class Worker(asyncio.Protocol):
             call.fail(f"Tool {call.tool!r} sent {_too_large('a log message', len(message.data), self.max_message)}")
             return
         try:
-            data = _encode_json(_decode_json(message.data))
+            data = _relay_json(message.data)
         except _UNREADABLE as exc:
             call.fail(f"Tool {call.tool!r} sent a malformed log message ({_unreadable(exc)}); it was not relayed")
             return
@@ -627,13 +662,13 @@ class Worker(asyncio.Protocol):
         # Re-encoded, as results are: the params go into a line to the client, and a tool can write
         # anything to its channel.
         try:
-            params = _decode_json(message.params)
-        except _UNREADABLE as exc:
-            params = exc
-        if not isinstance(params, dict):
+            params = _relay_json(message.params)
+        except _UNREADABLE:
+            params = b""
+        if params[:1] != b"{":
             call.fail(f"Tool {call.tool!r} sent a malformed {message.method} request; it was not relayed")
             return
-        ask(call, message.ask_id, message.method, _encode_json(params), message.wait)
+        ask(call, message.ask_id, message.method, params, message.wait)
 
     def send_answer(self, call: Call, ask_id: int, result: bytes | None, error: str | None) -> None:
         if call.id in self.pending:
