@@ -25,7 +25,7 @@ from atomictoolsd.sessions.loose import scalar
 from atomictoolsd.sessions.messages import TOO_DEEP, clip
 from atomictoolsd.sessions.output import encode_error
 
-__all__ = ["MOST", "Batch", "BatchHost", "error_answer", "refusal", "reused", "serve", "too_many"]
+__all__ = ["MOST", "Batch", "BatchHost", "decode_batch", "error_answer", "refusal", "reused", "serve", "too_many"]
 
 MOST = 1000  # messages in one batch: their answers are held until the last is in
 
@@ -89,14 +89,35 @@ class _Head(msgspec.Struct):
     method: msgspec.Raw | UnsetType = UNSET  # read with loose.scalar
 
 
-_decode_batch = msgspec.json.Decoder(list[msgspec.Raw]).decode
+# A batch is read as at most MOST + 1 messages: into an array-like struct of that many raw fields,
+# the rest of a longer array skipped unread (a list would build an object for each of the millions
+# of elements a line may hold, holding the event loop a third of a second).
+_Messages = msgspec.defstruct(
+    "_Messages", [(f"m{i}", msgspec.Raw | UnsetType, UNSET) for i in range(MOST + 1)], array_like=True,
+)
+_decode_messages = msgspec.json.Decoder(_Messages).decode
+
+
+def decode_batch(line: bytes) -> list[msgspec.Raw]:
+    """The messages of the batch ``line`` (a JSON array), at most ``MOST + 1``: that many means
+    more than ``MOST`` (``too_many``).
+
+    Raises:
+        msgspec.DecodeError, UnicodeDecodeError, RecursionError: the line is no JSON array.
+    """
+    messages = []
+    for message in msgspec.structs.astuple(_decode_messages(line)):
+        if message is UNSET:
+            break
+        messages.append(message)
+    return messages
 _decode_head = msgspec.json.Decoder(_Head).decode
 
 
 def serve(host: BatchHost, line: bytes) -> None:
     """Handle the batch ``line`` (a JSON array) on ``host``, whose session takes batches."""
     try:
-        messages = _decode_batch(line)
+        messages = decode_batch(line)
     except RecursionError:
         host.error(b"null", encode_error(INVALID_REQUEST, f"Invalid request: {TOO_DEEP}"))
         return
@@ -122,7 +143,7 @@ def too_many(count: int) -> str:
     if not count:
         return "Invalid request: an empty batch; a batch holds at least one message"
     if count > MOST:
-        return (f"Invalid request: a batch of {count} messages; at most {MOST} go in one batch: "
+        return (f"Invalid request: a batch of more than {MOST} messages; at most {MOST} go in one batch: "
                 f"send the rest in another batch, or one message at a time")
     return ""
 

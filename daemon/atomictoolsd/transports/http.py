@@ -933,7 +933,7 @@ class HttpTransport:
                                     "text/event-stream; send Accept: application/json, text/event-stream"))
             return
         try:
-            messages = msgspec.json.decode(request.body, type=list[msgspec.Raw])
+            messages = batches.decode_batch(request.body)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
             response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
             return
