@@ -207,6 +207,31 @@ def test_millions_of_elements_in_a_field_only_looked_at_stall_no_one(hostile_dae
     assert waited < 1.0, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) while such lines came"
 
 
+def test_allow_and_deny_lists_are_bounded_before_they_are_read(hostile_daemon: Daemon, env: Env) -> None:
+    """Each glob of a session's allow and deny lists is matched against every tool of each view of
+    its project (and a bridge's go into its script's command line): a list of millions of globs held
+    the event loop minutes. They are refused by their size, before any is built."""
+    from atomictoolsd.sessions.messages import GLOB_MOST, MOST_GLOBS
+
+    many = b"[" + b",".join([b'"echo*"'] * 2_000_000) + b"]"
+    with pinging(env.socket) as pings, RawConnection(env.socket, timeout=30) as raw:
+        for method, extra in (("atomic/attach", b""), ("atomic/bridges/create", b'"agent":"generic",')):
+            for key in ("allow", "deny"):
+                line = (b'{"jsonrpc":"2.0","id":7,"method":"' + method.encode() + b'","params":{' + extra
+                        + b'"directory":' + json.dumps(str(env.project)).encode() + b',"' + key.encode() + b'":' + many + b"}}\n")
+                raw.sock.sendall(line)
+                reply = json.loads(raw.file.readline())
+                assert reply["error"]["code"] == -32602 and f"at most {MOST_GLOBS} globs" in reply["error"]["message"], reply
+        # Within the bounds, taken; one past either, refused saying which.
+        most = ["echo*"] * (MOST_GLOBS - 1) + ["e" * GLOB_MOST]
+        assert "result" in raw.request("atomic/attach", {"directory": str(env.project), "allow": most})
+        for past in (most + ["echo"], ["e" * (GLOB_MOST + 1)]):
+            reply = raw.request("atomic/attach", {"directory": str(env.project), "deny": past})
+            assert reply["error"]["code"] == -32602 and "deny" in reply["error"]["message"], reply
+    waited = sum(max(0.0, took - 0.1) for took in pings)
+    assert waited < 1.0, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s)"
+
+
 def test_odd_values_in_every_field_are_32602_never_32603(hostile_daemon: Daemon, env: Env, record) -> None:  # type: ignore[no-untyped-def]
     tried = 0
     next_id = 0

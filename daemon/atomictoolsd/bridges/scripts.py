@@ -34,7 +34,7 @@ from atomictools._protocol import check_tool_name
 from atomictoolsd.bridges import agents
 from atomictoolsd.config.paths import make_private_dirs
 from atomictoolsd.config.statefile import StateWriteError, explain_write_error, write_atomic
-from atomictoolsd.sessions.messages import ParamsError, decode_params
+from atomictoolsd.sessions.messages import NO_GLOBS, ParamsError, decode_globs, decode_params
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,8 +56,8 @@ _OWNER_POLL = 0.5  # seconds between owner checks where there is no pidfd
 class CreateParams(msgspec.Struct):
     agent: str = "generic"
     directory: str | None = None
-    allow: list[str] = []
-    deny: list[str] = []
+    allow: msgspec.Raw = NO_GLOBS  # read with decode_globs
+    deny: msgspec.Raw = NO_GLOBS
     dispatcher: bool = False
     ownerPid: int | None = None  # noqa: N815 - the wire name
     name: str = agents.SERVER_NAME
@@ -181,8 +181,8 @@ class Bridges:
             path=str(self.dir / f"{params.agent}-{bridge_id}"),
             agent=params.agent,
             directory=str(directory.resolve()),
-            allow=params.allow,
-            deny=params.deny,
+            allow=list(decode_globs(params.allow, "allow")),
+            deny=list(decode_globs(params.deny, "deny")),
             dispatcher=params.dispatcher,
             ownerPid=params.ownerPid,
             name=params.name,

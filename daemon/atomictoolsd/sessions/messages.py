@@ -11,7 +11,7 @@ hold.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -23,7 +23,7 @@ from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
 __all__ = [
     "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
     "InitializeParams", "ListParams", "Message", "ParamsError", "ReloadParams", "SetLevelParams", "clip",
-    "decode_call", "decode_message", "decode_params",
+    "decode_call", "decode_globs", "decode_message", "decode_params", "GLOB_MOST", "MOST_GLOBS", "NO_GLOBS",
 ]
 
 
@@ -83,13 +83,34 @@ class ListParams(msgspec.Struct):
     meta: msgspec.Raw = msgspec.field(default=NULL, name="_meta")
 
 
+# An allow or deny list of globs, bounded: each glob is matched against every tool of each view.
+MOST_GLOBS = 256  # globs in one list
+GLOB_MOST = 256  # characters in one glob
+_Globs = Annotated[list[Annotated[str, msgspec.Meta(max_length=GLOB_MOST)]], msgspec.Meta(max_length=MOST_GLOBS)]
+_GLOBS_BYTES = MOST_GLOBS * (6 * GLOB_MOST + 3) + 2  # the JSON of the longest list, every character escaped
+_decode_globs = msgspec.json.Decoder(_Globs).decode
+NO_GLOBS = msgspec.Raw(b"[]")
+
+
+def decode_globs(raw: msgspec.Raw, key: str) -> tuple[str, ...]:
+    """The allow or deny list ``key`` of a request's params, raw as they held it (a longer one is
+    refused by its size, before any of it is built); raise ``ParamsError`` past the bounds."""
+    bounds = f"at most {MOST_GLOBS} globs of at most {GLOB_MOST} characters each"
+    if len(raw) > _GLOBS_BYTES:
+        raise ParamsError(f"Invalid params: {key} holds {len(raw):,} bytes of globs; it takes {bounds}")
+    try:
+        return tuple(_decode_globs(raw))
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ParamsError(f"Invalid params: {key}: {exc} ({bounds})") from None
+
+
 class AttachParams(msgspec.Struct):
     lock: bool = False  # the shim locks its agent's session to this attach: see session.LOCKED_OUT
     directory: str | None = None
     agent: str = ""
     sessionId: str = ""  # noqa: N815
-    allow: list[str] = []
-    deny: list[str] = []
+    allow: msgspec.Raw = NO_GLOBS  # read with decode_globs
+    deny: msgspec.Raw = NO_GLOBS
     dispatcher: bool = False
 
 

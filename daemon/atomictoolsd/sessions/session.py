@@ -67,6 +67,7 @@ from atomictoolsd.sessions.messages import (
     ReloadParams,
     SetLevelParams,
     clip,
+    decode_globs,
     decode_params,
 )
 from atomictoolsd.sessions.output import Output, encode_error, encode_report
@@ -861,8 +862,8 @@ class Session:
         self.portable_schemas = self.portable_schemas or portable_only(self.agent)
         self._loads_itself(self.agent)
         self.session_id = params.sessionId or self.session_id or f"s{self.id}"
-        self.allow = tuple(params.allow)
-        self.deny = tuple(params.deny)
+        self.allow = decode_globs(params.allow, "allow")
+        self.deny = decode_globs(params.deny, "deny")
         self.dispatcher = params.dispatcher
         self.locked = params.lock
         self._visible = _NOTHING_VISIBLE
