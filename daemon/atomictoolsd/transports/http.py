@@ -66,7 +66,7 @@ from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
 from atomictoolsd.sessions import batches
 from atomictoolsd.sessions.loose import NULL, scalar
-from atomictoolsd.sessions.messages import AttachParams, ParamsError, decode_message
+from atomictoolsd.sessions.messages import AttachParams, ParamsError, decode_globs, decode_message
 from atomictoolsd.sessions.output import encode_error
 from atomictoolsd.sessions.revisions import ALL as REVISIONS
 from atomictoolsd.sessions.revisions import META_VERSION, META_VERSION_BYTES, UNSUPPORTED_VERSION
@@ -1011,13 +1011,18 @@ class HttpTransport:
             session.close()
             return "Too many connections: the daemon takes no more sessions now (max_connections)"
         query = parse_qs(query_text)
-        allow = [g for v in query.get("allow", []) for g in v.split(",") if g]
-        deny = [g for v in query.get("deny", []) for g in v.split(",") if g]
+        # The URL's lists, as an attach's params hold them (bounded alike: decode_globs).
+        allow = msgspec.Raw(_encode([g for v in query.get("allow", []) for g in v.split(",") if g]))
+        deny = msgspec.Raw(_encode([g for v in query.get("deny", []) for g in v.split(",") if g]))
         dispatcher = query.get("dispatcher", ["0"])[-1].lower() in ("1", "true", "yes", "on")
         directory = query.get("directory", [None])[-1]
         if directory is None:
             # No project: the global and built-in tools, with the URL's lists, locked like the shim's.
-            core.allow, core.deny = tuple(allow), tuple(deny)
+            try:
+                core.allow, core.deny = decode_globs(allow, "allow"), decode_globs(deny, "deny")
+            except ParamsError as exc:
+                session.end()
+                return f"the URL's lists: {exc}"
             core.dispatcher, core.locked, core.agent = dispatcher, True, "http"
             return session
         params = AttachParams(lock=True, directory=directory, agent="http", allow=allow, deny=deny, dispatcher=dispatcher,

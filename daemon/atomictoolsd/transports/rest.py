@@ -183,14 +183,18 @@ def _route(path: bytes) -> Route | None:
 
 
 def _arguments_problem(body: bytes) -> Refusal | None:
-    """A 400 when the body of a call is not a JSON object (the tool's arguments)."""
+    """A 400 when the body of a call is not a JSON object (the tool's arguments). Checked without
+    building it: the worker reads the arguments, against the tool's schema."""
     try:
-        msgspec.json.decode(body, type=dict[str, msgspec.Raw])
-    except msgspec.ValidationError:
-        return _refusal(400, INVALID_PARAMS, "Invalid arguments: the body must be a JSON object of the tool's arguments")
+        arguments = _decode_raw(body)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         return _refusal(400, PARSE_ERROR, f"Parse error: the body is not JSON: {exc}")
+    if memoryview(arguments)[:1] != b"{":
+        return _refusal(400, INVALID_PARAMS, "Invalid arguments: the body must be a JSON object of the tool's arguments")
     return None
+
+
+_decode_raw = msgspec.json.Decoder(msgspec.Raw).decode
 
 
 class _RestExchange:
