@@ -46,6 +46,9 @@ def test_no_script_block_is_none(source: str) -> None:
     ("# /// script\n# requires-python = 3.11\n# ///\n", "must be a string"),
     ("# /// script\n# dependencies = []\n# ///\nx = 1\n# /// script\n# dependencies = []\n# ///\n",
      "two `# /// script` blocks"),
+    # Read on the daemon's event loop: a block of 3.5 MB took tomllib 2 s.
+    ("x = 1\n# /// script\n# dependencies = []\n" + "".join(f"# k{i} = {i}\n" for i in range(200_000)) + "# ///\n",
+     "larger than 64 KiB"),
 ])
 def test_a_block_that_cannot_be_used_names_why_and_its_line(source: str, says: str) -> None:
     with pytest.raises(ScriptError, match=says) as refused:

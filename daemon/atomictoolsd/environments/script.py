@@ -25,6 +25,9 @@ __all__ = ["ScriptError", "ScriptMetadata", "parse_metadata", "python_meets"]
 # PEP 723's own expression (its reference implementation reads blocks with it).
 _BLOCK = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 _MOST = 200  # dependencies a module may declare
+# Bytes of a block's TOML: read on the daemon's event loop (tomllib takes ~0.6 s a MiB), a module
+# declares a few lines.
+_MOST_BYTES = 64 * 1024
 
 
 class ScriptError(ValueError):
@@ -56,6 +59,8 @@ def parse_metadata(source: str) -> ScriptMetadata | None:
     line = source.count("\n", 0, blocks[0].start()) + 1
     if len(blocks) > 1:
         raise ScriptError("two `# /// script` blocks: PEP 723 allows one", line)
+    if len(blocks[0].group("content")) > _MOST_BYTES:
+        raise ScriptError(f"its `# /// script` block is larger than {_MOST_BYTES // 1024} KiB: declare only what it needs", line)
     content = "".join(
         text[2:] if text.startswith("# ") else text[1:] for text in blocks[0].group("content").splitlines(keepends=True)
     )
