@@ -26,7 +26,7 @@ _decode_keys = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 def scalar(raw: msgspec.Raw | None) -> str | int | float | bool | None:
     """The string, number, boolean or null ``raw`` holds (at most ``SCALAR_MOST`` bytes), else None."""
-    if raw is None or len(raw) > SCALAR_MOST:
+    if raw is NULL or raw is None or len(raw) > SCALAR_MOST:  # NULL: a key left out (most of them)
         return None
     try:
         return _decode_scalar(raw)
