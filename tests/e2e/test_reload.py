@@ -375,3 +375,15 @@ def test_definitions_larger_than_a_load_report_may_take_fail_the_module_saying_s
         [error] = client.request("atomic/list")["errors"]
         assert error["file"].endswith("wordy.py")
         assert "the definitions of the module's 1 tool(s) take 5.0 MiB, more than the 4 MiB a module's load report may take" in error["message"], error
+
+
+def test_an_import_error_of_megabytes_keeps_its_start_and_end(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A load report has 4 MiB in all: an exception's message of 5 MB (twice over, with its
+    traceback) is cut in its middle, so the author still reads what went wrong."""
+    env.write_tool(env.local_tools, "loud.py", "raise RuntimeError('start ' + 'x' * (5 << 20) + ' end')\n")
+    daemon = make_daemon()
+    with daemon.client() as client:
+        [error] = client.request("atomic/list")["errors"]
+    message = error["message"]
+    assert message.startswith("RuntimeError: start xxx") and message.endswith("xxx end"), message[:100]
+    assert "characters left out" in message and len(message) < 20_000

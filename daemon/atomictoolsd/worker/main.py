@@ -124,10 +124,11 @@ def serve(fd: int, spec: WorkerSpec) -> None:
             info["refused"] = refused()  # the daemon judges these again (registry/content.py)
         if info["message"].startswith("MemoryError") and spec.memory_limit:
             info["message"] = f"MemoryError: importing the module needs more than {describe_limit(spec.memory_limit)}"
+        info["message"], info["traceback"] = _clipped(info["message"], 16_384), _clipped(info["traceback"], 65_536)
         send(Failed(info))
         exit_worker()
     except BaseException as exc:  # noqa: BLE001 - report anything, then go
-        send(Failed({"file": spec.path, "line": None, "message": repr(exc), "traceback": ""}))
+        send(Failed({"file": spec.path, "line": None, "message": _clipped(repr(exc), 16_384), "traceback": ""}))
         exit_worker()
     if spec.sandbox is not None and "sandbox" in declared:
         from atomictoolsd.worker import sandbox  # lazy: ctypes, for confined workers only
@@ -151,6 +152,14 @@ def serve(fd: int, spec: WorkerSpec) -> None:
     # The reading role moved to another thread (a call here ran long); the process ends when
     # the channel closes, from whichever thread reads the end of it.
     threading.Event().wait()
+
+
+def _clipped(text: str, most: int) -> str:
+    """``text`` cut to about ``most`` characters, its start and end kept (what a load error shows:
+    an exception's message can be megabytes, and a load report has 4 MiB in all)."""
+    if len(text) <= most:
+        return text
+    return f"{text[: most // 2]}\n… {len(text) - most:,} characters left out …\n{text[-most // 2 :]}"
 
 
 def send_loaded(sender: Sender, report: bytes) -> None:

@@ -167,6 +167,14 @@ function pluginInput() {
   }
 }
 
+/** ``text`` cut to about ``most`` characters, its start and end kept: an error's message can be
+ * megabytes, and a load report has 4 MiB in all (as the Python runtime's ``_clipped``). */
+function clipped(text, most) {
+  if (text.length <= most) return text
+  const half = Math.floor(most / 2)
+  return `${text.slice(0, half)}\n… ${(text.length - most).toLocaleString("en-US")} characters left out …\n${text.slice(-half)}`
+}
+
 /** Where in the module file an error happened (its line), and the text the daemon shows. */
 function failureOf(error, source) {
   const info = { file: spec.path, line: null, message: "", traceback: "" }
@@ -245,7 +253,10 @@ async function load() {
     setTimeout(() => (typeof Bun !== "undefined" ? Bun.gc(true) : globalThis.gc?.()), 0)
   } catch (error) {
     await flushLoaded()
-    channel.send(["failed", { ...failureOf(error, source), deps: deps(), fingerprint, helpers: helpers() }])
+    const failure = failureOf(error, source)
+    failure.message = clipped(failure.message, 16384)
+    failure.traceback = clipped(failure.traceback, 65536)
+    channel.send(["failed", { ...failure, deps: deps(), fingerprint, helpers: helpers() }])
     await channel.flush()
     process.exit(0)
   }
