@@ -177,7 +177,7 @@ def test_definitions_larger_than_a_load_report_may_take_fail_the_module_saying_s
         export default tool({ description: "w".repeat(5 * 1024 * 1024), args: {}, execute: () => "said" })
     ''')
     error = wait_for(lambda: errors_of(daemon, env, "wordy.ts"), message="the module's error")[0]
-    assert "take 5.0 MiB, more than the 4 MiB a module's load report may take: split the module" in error["message"], error
+    assert "takes 5.0 MiB, more than the 4 MiB one may take: split the module" in error["message"], error
     (env.local_tools / "wordy.ts").unlink()
 
 

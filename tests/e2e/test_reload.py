@@ -374,7 +374,7 @@ def test_definitions_larger_than_a_load_report_may_take_fail_the_module_saying_s
         assert client.call("good").text == "served"
         [error] = client.request("atomic/list")["errors"]
         assert error["file"].endswith("wordy.py")
-        assert "the definitions of the module's 1 tool(s) take 5.0 MiB, more than the 4 MiB a module's load report may take" in error["message"], error
+        assert "the module's load report (the definitions of its 1 tool(s), the files it imported) takes 5.0 MiB, more than the 4 MiB one may take" in error["message"], error
 
 
 def test_an_import_error_of_megabytes_keeps_its_start_and_end(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]

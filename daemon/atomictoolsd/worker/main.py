@@ -172,8 +172,9 @@ def send_loaded(sender: Sender, report: bytes) -> None:
 
 def _report_too_large(size: int, tools: int) -> str:
     return (
-        f"the definitions of the module's {tools} tool(s) take {size / (1 << 20):.1f} MiB, more than the "
-        f"{MAX_LOAD_REPORT >> 20} MiB a module's load report may take: split the module, or shorten its schemas and descriptions"
+        f"the module's load report (the definitions of its {tools} tool(s), the files it imported) takes "
+        f"{size / (1 << 20):.1f} MiB, more than the {MAX_LOAD_REPORT >> 20} MiB one may take: split the module, "
+        f"or shorten its schemas and descriptions"
     )
 
 

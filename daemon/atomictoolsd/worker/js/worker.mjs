@@ -244,7 +244,7 @@ async function load() {
     if (report.length - 4 > MAX_LOAD_REPORT) {
       const size = ((report.length - 4) / (1 << 20)).toFixed(1)
       throw new ToolProblem(
-        `the definitions of the module's ${tools.size} tool(s) take ${size} MiB, more than the ${MAX_LOAD_REPORT >> 20} MiB a module's load report may take: split the module, or shorten its schemas and descriptions`,
+        `the module's load report (the definitions of its ${tools.size} tool(s), the files it imported) takes ${size} MiB, more than the ${MAX_LOAD_REPORT >> 20} MiB one may take: split the module, or shorten its schemas and descriptions`,
       )
     }
     channel.sendFrame(report)
