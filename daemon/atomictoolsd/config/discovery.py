@@ -41,6 +41,7 @@ __all__ = [
     "opencode_global_dirs",
     "opencode_tools_dirs",
     "locate_repository",
+    "may_hold_modules",
     "project_root",
     "regular_file",
     "scan_tools_dir",
@@ -340,6 +341,20 @@ def _too_many(tools_dir: Path, count: int) -> Skipped:
         f"one directory may hold: only the first {MAX_MODULES} by name are looked at; remove the others, "
         "or move the code they share into helpers (names starting with _)",
     )
+
+
+def may_hold_modules(tools_dir: Path, look_at: int = MAX_MODULES) -> bool:
+    """Whether ``tools_dir`` may hold a module, known at a bounded cost: one of the first ``look_at``
+    entries it lists is named like one, or it holds more entries than that (the rest unread); False
+    when it cannot be listed."""
+    try:
+        with os.scandir(tools_dir) as iterator:
+            for seen, entry in enumerate(iterator):
+                if seen == look_at or _module_kind(entry.name) is not None:
+                    return True
+    except OSError:
+        pass
+    return False
 
 
 def list_module_files(tools_dir: Path) -> list[ModuleFile]:
