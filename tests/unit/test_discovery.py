@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from atomictoolsd.config.discovery import (
+    MAX_MODULES,
     escape_path,
     escape_strings,
     git_worktree_root,
     list_module_files,
+    may_hold_modules,
     project_root,
     scan_tools_dir,
 )
@@ -109,6 +111,28 @@ def test_odd_entries_are_skipped_with_a_reason(tmp_path: Path) -> None:
     assert "directory" in reasons["pkg.py"] and "to nothing" in reasons["gone.py"]
     assert "loop" in reasons["loop.py"] and "not a regular file" in reasons["pipe.py"]
     assert all("rename or remove it" in m for m in reasons.values())
+
+
+def test_a_tools_dir_past_max_modules_lists_the_first_by_name_and_reports_the_rest_once(tmp_path: Path) -> None:
+    for i in range(MAX_MODULES + 5):
+        (tmp_path / f"m{i:05}.py").write_text("")
+    (tmp_path / "_helper.py").write_text("")  # helpers and other files do not count
+    (tmp_path / "notes.txt").write_text("")
+    modules, skipped = scan_tools_dir(tmp_path)
+    assert [Path(m.path).name for m in modules] == [f"m{i:05}.py" for i in range(MAX_MODULES)]
+    [crowded] = skipped
+    assert crowded.path == str(tmp_path) and f"holds {MAX_MODULES + 5} entries named like tool modules" in crowded.message
+
+
+def test_whether_a_tools_dir_may_hold_modules_is_told_from_its_first_entries(tmp_path: Path) -> None:
+    assert not may_hold_modules(tmp_path / "missing") and not may_hold_modules(tmp_path)
+    for name in ("a.txt", "_helper.py", ".hidden.py"):
+        (tmp_path / name).write_text("")
+    assert not may_hold_modules(tmp_path, look_at=3)
+    (tmp_path / "b.txt").write_text("")
+    assert may_hold_modules(tmp_path, look_at=3)  # more entries than it looks at: the rest may be modules
+    (tmp_path / "b.txt").rename(tmp_path / "tool.json")
+    assert may_hold_modules(tmp_path, look_at=3)
 
 
 @pytest.mark.parametrize("case", ["loop", "file", "dangling", "missing", "not utf-8"])

@@ -25,6 +25,7 @@ __all__ = [
     "GIT_PATH_KEYS",
     "HELPER_SUFFIXES",
     "KEPT_GIT_VARS",
+    "MAX_MODULES",
     "MODULE_KINDS",
     "ModuleFile",
     "Repository",
@@ -40,6 +41,7 @@ __all__ = [
     "opencode_global_dirs",
     "opencode_tools_dirs",
     "locate_repository",
+    "may_hold_modules",
     "project_root",
     "regular_file",
     "scan_tools_dir",
@@ -52,6 +54,10 @@ MODULE_KINDS = {
     ".py": "python", ".json": "declarative", ".ts": "javascript", ".mts": "javascript", ".js": "javascript",
     ".mjs": "javascript",
 }
+# Entries named like modules that one tools dir may hold: each costs the daemon a stat, a load (or
+# a listing as blocked) and a line of every listing, on its event loop; past it, the rest are
+# skipped, reported once.
+MAX_MODULES = 1000
 # What a module of each kind may import from its tools dir (``_util.py``, ``_util.ts``): a change to
 # such a file retries the modules that failed to load.
 HELPER_SUFFIXES = (".py", ".ts", ".mts", ".cts", ".tsx", ".js", ".mjs", ".cjs", ".jsx")
@@ -288,7 +294,9 @@ def scan_tools_dir(tools_dir: Path) -> tuple[list[ModuleFile], list[Skipped]]:
     Files whose suffix is in ``MODULE_KINDS`` count; names starting with ``_`` are helpers that tools
     import, and names starting with ``.`` are editor and temporary files: neither is a module, nor
     reported. An entry named like a module that cannot be one (see the module docstring), and a
-    tools directory that exists but cannot be listed, are skipped and reported. Never raises.
+    tools directory that exists but cannot be listed, are skipped and reported. Only the first
+    ``MAX_MODULES`` entries named like modules (by name) are looked at; more are reported once, as
+    the directory's. Never raises.
     """
     if _odd_name(str(tools_dir)) == _NOT_UTF8:  # every module path would hold it: none could reach a worker
         return [], [
@@ -303,23 +311,50 @@ def scan_tools_dir(tools_dir: Path) -> tuple[list[ModuleFile], list[Skipped]]:
     except OSError as exc:
         problem = _dir_problem(tools_dir, exc)
         return [], [] if problem is None else [problem]
+    named = sorted(
+        ((entry, kind) for entry in entries if (kind := _module_kind(entry.name)) is not None),
+        key=lambda pair: pair[0].name,
+    )
     found = []
-    skipped = []
-    for entry in entries:
-        name = entry.name
-        if name.startswith(("_", ".")):
-            continue
-        kind = MODULE_KINDS.get(os.path.splitext(name)[1])
-        if kind is None:
-            continue
+    skipped = [] if len(named) <= MAX_MODULES else [_too_many(tools_dir, len(named))]
+    for entry, kind in named[:MAX_MODULES]:
         problem, st = _entry_problem(entry)
         if problem is not None:
             skipped.append(Skipped(escape_path(entry.path), problem))
         elif st is not None:
             found.append(ModuleFile(entry.path, kind, st.st_size, st.st_mtime_ns))
-    found.sort(key=lambda m: os.path.basename(m.path))
     skipped.sort(key=lambda s: s.path)
     return found, skipped
+
+
+def _module_kind(name: str) -> str | None:
+    """The kind of module an entry of a tools directory is named as, or None (not named as one)."""
+    if name.startswith(("_", ".")):
+        return None
+    return MODULE_KINDS.get(os.path.splitext(name)[1])
+
+
+def _too_many(tools_dir: Path, count: int) -> Skipped:
+    return Skipped(
+        escape_path(str(tools_dir)),
+        f"the tools directory holds {count} entries named like tool modules, more than the {MAX_MODULES} "
+        f"one directory may hold: only the first {MAX_MODULES} by name are looked at; remove the others, "
+        "or move the code they share into helpers (names starting with _)",
+    )
+
+
+def may_hold_modules(tools_dir: Path, look_at: int = MAX_MODULES) -> bool:
+    """Whether ``tools_dir`` may hold a module, known at a bounded cost: one of the first ``look_at``
+    entries it lists is named like one, or it holds more entries than that (the rest unread); False
+    when it cannot be listed."""
+    try:
+        with os.scandir(tools_dir) as iterator:
+            for seen, entry in enumerate(iterator):
+                if seen == look_at or _module_kind(entry.name) is not None:
+                    return True
+    except OSError:
+        pass
+    return False
 
 
 def list_module_files(tools_dir: Path) -> list[ModuleFile]:

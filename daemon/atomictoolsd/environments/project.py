@@ -16,6 +16,7 @@ Reads files only (``pyvenv.cfg``, directory listings): nothing here runs the env
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from atomictoolsd.protocol import EnvSpec
 __all__ = ["Venv", "describe", "find_venv", "project_env", "read_venv"]
 
 _VENV_NAMES = (".venv", "venv")
+_MAX_CFG_BYTES = 64 * 1024  # of a pyvenv.cfg: a real one is a few hundred bytes
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,8 @@ def find_venv(path: str | Path) -> str | None:
 
 def read_venv(path: str) -> Venv | None:
     """The environment at ``path``; None when it has no readable ``pyvenv.cfg``."""
-    try:
-        text = (Path(path) / "pyvenv.cfg").read_text(errors="replace")
-    except OSError:
+    text = _read_cfg(os.path.join(path, "pyvenv.cfg"))
+    if text is None:
         return None
     values = {}
     for line in text.splitlines():
@@ -81,6 +82,28 @@ def read_venv(path: str) -> Venv | None:
         if os.path.isdir(candidate) and os.path.realpath(candidate) not in {os.path.realpath(s) for s in site}:
             site.append(candidate)
     return Venv(path, version, site, os.path.join(path, "bin", "python"))
+
+
+def _read_cfg(path: str) -> str | None:
+    """The text of ``path`` when it is a regular file of at most ``_MAX_CFG_BYTES``, else None.
+
+    A repository's ``.venv/pyvenv.cfg`` is read on the daemon's event loop (``list`` describes the
+    environment a project has): opened without blocking (a FIFO never answers) and read only as far
+    as a real one goes (a few hundred bytes), so that no file there holds up every client."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CFG_BYTES:
+            return None
+        data = os.read(fd, _MAX_CFG_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode(errors="replace") if len(data) <= _MAX_CFG_BYTES else None
 
 
 def project_env(root: str, venv_path: str) -> EnvSpec:

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from atomictools._protocol import WRITTEN_SCHEMA
-from atomictoolsd.config.discovery import ModuleFile, Skipped, list_module_files
+from atomictoolsd.config.discovery import ModuleFile, Skipped, may_hold_modules
 from atomictoolsd.pool.javascript.definitions import RUNTIME_KEY
 from atomictoolsd.pool.pool import ModuleRunner
 from atomictoolsd.registry.content import Hold, Verdict, held_entry
@@ -399,11 +399,13 @@ class Project:
         """What unblocks this project's own tools (``registry.trust.trust_offer``), when they are
         blocked for want of trust.
 
-        Known without waiting for a scan: trust is decided when the project is created, and the
-        dir listing is one ``scandir``.
+        Known without waiting for a scan: trust is decided when the project is created, and before
+        the first scan is done, a look at the dir's first entries tells (``may_hold_modules``): the
+        session's ``initialize`` asks, on the event loop, and a repository may put a million
+        entries there.
         """
         for tools_dir in self.dirs:
-            if tools_dir.scope == "local" and not tools_dir.trusted and list_module_files(tools_dir.path):
+            if tools_dir.scope == "local" and not tools_dir.trusted and _holds_modules(tools_dir):
                 return trust_offer(tools_dir.cwd)
         return None
 
@@ -432,6 +434,15 @@ class Project:
 
     def sees(self, tools_dir: ToolsDir) -> bool:
         return any(d is tools_dir for d in self.dirs)
+
+
+def _holds_modules(tools_dir: ToolsDir) -> bool:
+    """Whether ``tools_dir`` holds modules: as its last scan found, once one is done; else as a
+    bounded look at its entries says."""
+    scanned = tools_dir.scanned
+    if scanned is not None and scanned.done() and not scanned.cancelled() and scanned.exception() is None:
+        return bool(tools_dir.modules)
+    return may_hold_modules(tools_dir.path)
 
 
 class Change:

@@ -77,6 +77,12 @@ def _torn_or_to_read(
     return torn, to_read
 
 
+async def _listing(tools_dir: ToolsDir) -> dict[str, ModuleFile]:
+    """The module files of ``tools_dir`` by path, listed in a thread: a directory holds whatever its
+    repository put there (100,000 entries take the listing hundreds of milliseconds)."""
+    return {f.path: f for f in await asyncio.to_thread(list_module_files, tools_dir.path)}
+
+
 def _loading(tools_dir: ToolsDir, file: ModuleFile) -> bool:
     late = tools_dir.loading.get(file.path)
     return late is not None and late.file.key == file.key
@@ -177,7 +183,7 @@ class Scanner:
             await self.lifetimes.judge_content(tools_dir)
             trusted = tools_dir.trusted
             moved = self.lifetimes.environment_moved(tools_dir)
-            files, skipped = scan_tools_dir(tools_dir.path)
+            files, skipped = await asyncio.to_thread(scan_tools_dir, tools_dir.path)
             on_disk = {f.path: f for f in files}
             if skipped != tools_dir.skipped:
                 self.commits.skipped_changed(tools_dir, skipped)
@@ -241,7 +247,7 @@ class Scanner:
         """
         for attempt in range(4):
             await settle_helpers(helper[0] for _file, outcome in results for helper in _reads(outcome)[1])
-            current = {f.path: f for f in list_module_files(tools_dir.path)}
+            current = await _listing(tools_dir)
             torn, to_read = _torn_or_to_read(results, current)
             loads = [(results[i][0].path, *_reads(results[i][1])) for i in to_read]
             wholes = await read_back(tools_dir.path, loads)
@@ -281,7 +287,7 @@ class Scanner:
         if not failing:
             return results
         await asyncio.sleep(CONFIRM_SETTLE)
-        current = {f.path: f for f in list_module_files(tools_dir.path)}
+        current = await _listing(tools_dir)
         again = [i for i in failing if results[i][0].path in current]
         retried = await asyncio.gather(*(self._load(tools_dir, current[results[i][0].path], deadline) for i in again))
         for i, result in zip(again, retried, strict=True):
