@@ -183,9 +183,10 @@ def test_definitions_larger_than_a_load_report_may_take_fail_the_module_saying_s
 
 def test_an_import_error_of_megabytes_keeps_its_start_and_end(served: tuple[Env, Daemon]) -> None:
     env, daemon = served
-    env.write_tool(env.local_tools, "loud.ts", 'throw new Error("start " + "x".repeat(5 * 1024 * 1024) + " end")\n')
+    # "q": the daemon's log is shared with the flood test, which looks for its own x and y.
+    env.write_tool(env.local_tools, "loud.ts", 'throw new Error("start " + "q".repeat(5 * 1024 * 1024) + " end")\n')
     error = wait_for(lambda: errors_of(daemon, env, "loud.ts"), message="the module's error")[0]
-    assert error["message"].startswith("Error: start xxx") and error["message"].endswith("xxx end"), error["message"][:100]
+    assert error["message"].startswith("Error: start qqq") and error["message"].endswith("qqq end"), error["message"][:100]
     assert "characters left out" in error["message"] and len(error["message"]) < 20_000
     (env.local_tools / "loud.ts").unlink()
 

@@ -28,7 +28,7 @@ from atomictoolsd.config.command import command_name
 from atomictoolsd.worker.forkserver import FORKSERVER_NAME
 from atomictoolsd.worker.netns import PROXY_PORT
 from atomictoolsd.worker.sandbox import REQUIRED_ABI, kernel_abi
-from helpers import Daemon, Env, code_address, run_in_terminal, wait_for
+from helpers import Daemon, Env, code_address, pinging, run_in_terminal, wait_for
 
 pytestmark = pytest.mark.skipif(
     kernel_abi() < REQUIRED_ABI,
@@ -962,6 +962,33 @@ def test_a_repository_naming_a_symlink_loop_in_its_git_config_is_served(env: Env
     daemon: Daemon = make_daemon()
     with daemon.client() as client:
         assert call(client, "fs", {"op": "create", "path": str(env.project / "src" / "made")}) == "done: create"
+
+
+def test_a_repository_config_of_many_includes_is_read_off_the_event_loop(env: Env, world: dict[str, Any], make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """What a confined project's git config names is read with ``git config``, once for each file
+    it includes: 79 includes of 800 lines each took the event loop 0.4 s at each reload after one
+    of them changed. It is read in a thread; the policy made on the loop finds it there."""
+    git(env.project, "init", "-q")
+    includes = env.project / ".git" / "inc"
+    includes.mkdir()
+    body = "".join(f"[section{i}]\n\tkey = value{i}\n" for i in range(400))
+    chain = [includes / f"c{i}" for i in range(79)]
+    for i, path in enumerate(chain):
+        path.write_text(body + (f"[include]\n\tpath = {chain[i + 1]}\n" if i + 1 < len(chain) else ""))
+    with open(env.project / ".git" / "config", "a") as config:
+        config.write(f"[include]\n\tpath = {chain[0]}\n")
+    assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
+    daemon: Daemon = make_daemon()
+    with daemon.client() as client:
+        pid = client.call("sibling").text
+        with pinging(env.socket) as pings:
+            for round_ in range(5):
+                for path in chain:  # each include changed: the next policy reads them all again
+                    path.write_text(path.read_text() + f"[round{round_}]\n\tkey = 1\n")
+                env.write_tool(env.local_tools, "sibling.py", SIBLING + f"\n# round {round_}\n")
+                pid = wait_for(lambda old=pid: (new := client.call("sibling").text) != old and new, message="the reload")
+    waited = sum(max(0.0, took - 0.1) for took in pings)
+    assert waited < 0.5, f"pings waited {waited:.2f} s in all (the slowest {max(pings):.2f} s) over five reloads"
 
 
 # -- the environment: an allowlist, and what the user allows by name ----------------------------------

@@ -358,8 +358,9 @@ def git_named_entries(project: Path, home: Path) -> list[str]:
     (``core.fsmonitor = scripts/watch``) — or to read as config (an include: ``../.gitconfig``):
     a confined tool that wrote one would have your next ``git`` run it. Read with ``git config
     --file``, which runs nothing, once per content of those files (a policy is made on the event
-    loop, at each load), and bounded: regular files only, ``_MAX_CONFIG_BYTES`` in all (a
-    repository's config may name any file); an unreadable repository names none."""
+    loop, at each load: ``Lifetimes.rejudge`` reads them in a thread first), and bounded: regular
+    files only, ``_MAX_CONFIG_BYTES`` in all (a repository's config may name any file); an
+    unreadable repository names none."""
     try:
         repository = locate_repository(project)
     except (RepositoryRefused, OSError):

@@ -37,7 +37,7 @@ from atomictoolsd.config.discovery import (
 from atomictoolsd.environments import Environments
 from atomictoolsd.pool.pool import ModuleRunner, WorkerPool
 from atomictoolsd.registry.cache import DefinitionCache
-from atomictoolsd.registry.confinement import git_config_identity, root_listing
+from atomictoolsd.registry.confinement import git_config_identity, git_named_entries, root_listing
 from atomictoolsd.registry.content import Hold, held_entry
 from atomictoolsd.registry.holding import ContentJudge
 from atomictoolsd.registry.model import Change, DirListener, Judgement, Module, Project, ToolsDir
@@ -469,6 +469,10 @@ class Lifetimes:
         judgement is judged, and an older judgement is never applied after a newer one. True when
         the judgement changed since this was asked."""
         if tools_dir.scope != "builtin" or self.judge is None or any(tools_dir is d for d in self.builtin_dirs):
+            if tools_dir.scope == "local" and tools_dir.sandbox is not None:
+                # What the repository's git config names (``git config`` once for each file it reads)
+                # is read in a thread: the policy made on the loop below finds it there.
+                await asyncio.to_thread(git_named_entries, tools_dir.cwd, self.home)
             return self.rejudge_at_once(tools_dir)
         before = (tools_dir.trusted, tools_dir.sandbox, tools_dir.blocked_reason)
         next_one = self._judge_next.get(tools_dir)
