@@ -16,13 +16,13 @@ Reads files only (``pyvenv.cfg``, directory listings): nothing here runs the env
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from atomictoolsd.config.command import command_name, shell_quote
 from atomictoolsd.protocol import EnvSpec
+from atomictoolsd.util.files import read_bounded
 
 __all__ = ["Venv", "describe", "find_venv", "project_env", "read_venv"]
 
@@ -91,19 +91,10 @@ def _read_cfg(path: str) -> str | None:
     environment a project has): opened without blocking (a FIFO never answers) and read only as far
     as a real one goes (a few hundred bytes), so that no file there holds up every client."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        data = read_bounded(path, _MAX_CFG_BYTES)
     except OSError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CFG_BYTES:
-            return None
-        data = os.read(fd, _MAX_CFG_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode(errors="replace") if len(data) <= _MAX_CFG_BYTES else None
+    return None if data is None else data.decode(errors="replace")
 
 
 def project_env(root: str, venv_path: str) -> EnvSpec:

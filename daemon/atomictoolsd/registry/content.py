@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import shlex
-import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from atomictoolsd.config.statefile import StateWriteError, explain_write_error, sweep, write_atomic
+from atomictoolsd.util.files import read_regular
 
 __all__ = [
     "CONTENT_FILE",
@@ -117,25 +117,9 @@ def read_code(path: str) -> tuple[bytes, os.stat_result] | None:
     """The bytes of a code file and its stat, or None when it is not a regular file, larger than
     ``MAX_CODE_BYTES``, or unreadable (opened non-blocking: a FIFO never hangs the reader)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        return read_regular(path, MAX_CODE_BYTES)
     except OSError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CODE_BYTES:
-            return None
-        chunks, size = [], 0
-        while size <= MAX_CODE_BYTES:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return (b"".join(chunks), info) if size <= MAX_CODE_BYTES else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import struct
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from atomictoolsd.config.discovery import RepositoryRefused, locate_repository
+from atomictoolsd.util.files import read_bounded
 
 __all__ = ["Origin", "Repo", "blob_id", "origins", "stop_readers"]
 
@@ -86,41 +86,9 @@ _INDEXES: dict[tuple[str, str], tuple[tuple[int, int, int], _Index]] = {}
 _MAX_INDEXES = 64
 
 
-def _read_bounded(path: Path, limit: int) -> bytes | None:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; None if absent.
-
-    Raises:
-        OSError: it is something else (a FIFO, a device, a directory), larger, or unreadable.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except FileNotFoundError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{path} is not a regular file")
-        if info.st_size > limit:
-            raise OSError(f"{path} is larger than {limit} bytes")
-        chunks = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > limit:
-            raise OSError(f"{path} is larger than {limit} bytes")
-        return data
-    finally:
-        os.close(fd)
-
-
 def _object_format(common_dir: Path) -> str:
     """``sha1`` or ``sha256``: the repository's ``extensions.objectformat``, read without git."""
-    data = _read_bounded(common_dir / "config", _MAX_CONFIG_BYTES) or b""
+    data = read_bounded(common_dir / "config", _MAX_CONFIG_BYTES) or b""
     section = ""
     for raw in data.decode("utf-8", "replace").splitlines():
         line = raw.split("#", 1)[0].split(";", 1)[0].strip()
@@ -324,7 +292,7 @@ def _cached_index(path: Path, prefix: str, hash_size: int) -> _Index:
     cached = _INDEXES.get((str(path), prefix))
     if cached is not None and cached[0] == key:
         return cached[1]
-    data = _read_bounded(path, MAX_INDEX_BYTES)
+    data = read_bounded(path, MAX_INDEX_BYTES)
     if data is None:
         raise FileNotFoundError(f"no index at {path}")
     index = _parse_index(data, hash_size, prefix)
