@@ -84,6 +84,7 @@ HOSTILE = '''
             "newline result": ["result", me, NEWLINE],
             "result not an object": ["result", me, b'[1,2]'],
             "content not a list": ["result", me, b'{"content":"ghost"}'],
+            "content holding no block": ["result", me, b'{"content":[{"type":"text","text":"t"},["ghost"]]}'],
             # One text block as the runtime writes it is relayed as it is; these only look like one.
             "text result, a newline before its string": ["result", me, TEXT + b'\\n"survived"}]}'],
             "text result, more after its string": ["result", me, TEXT + b'"survived","more":1}]}'],
@@ -158,6 +159,7 @@ EXPECTED = {
     "newline result": "sent a malformed result",
     "result not an object": "sent a malformed result",
     "content not a list": "sent a malformed result",
+    "content holding no block": "sent a malformed result",
     "text result, a newline before its string": "survived",
     "text result, more after its string": "survived",
     "text result, not UTF-8": "sent a malformed result",

@@ -603,9 +603,9 @@ class Worker(asyncio.Protocol):
                 return result
         try:
             shaped = _decode_result(result)
-            for block in shaped.content:
+            for index, block in enumerate(shaped.content):
                 if memoryview(block)[:1] != b"{":
-                    raise msgspec.DecodeError(f"Expected `object`, got `{bytes(block[:20]).decode(errors='replace')}` - at `$.content`")
+                    raise msgspec.DecodeError(f"Expected `object` - at `$.content[{index}]`")
             return _one_line(_encode_json(shaped))
         except _UNREADABLE as exc:
             return error_result(f"Tool {tool!r} sent a malformed result ({_unreadable(exc)}); it was not relayed")
