@@ -14,6 +14,7 @@ object) goes to the batch being read.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -89,13 +90,14 @@ class _Head(msgspec.Struct):
     method: msgspec.Raw | UnsetType = UNSET  # read with loose.scalar
 
 
-# A batch is read as at most MOST + 1 messages: into an array-like struct of that many raw fields,
-# the rest of a longer array skipped unread (a list would build an object for each of the millions
-# of elements a line may hold, holding the event loop a third of a second).
-_Messages = msgspec.defstruct(
-    "_Messages", [(f"m{i}", msgspec.Raw | UnsetType, UNSET) for i in range(MOST + 1)], array_like=True,
-)
-_decode_messages = msgspec.json.Decoder(_Messages).decode
+@functools.cache
+def _messages_decoder() -> Callable[[bytes], Any]:
+    """A batch is read as at most MOST + 1 messages: into an array-like struct of that many raw
+    fields, the rest of a longer array skipped unread (a list would build an object for each of the
+    millions of elements a line may hold, holding the event loop a third of a second). Made at the
+    first batch: a struct of 1,001 fields takes 4 ms, and few clients send batches."""
+    fields = [(f"m{i}", msgspec.Raw | UnsetType, UNSET) for i in range(MOST + 1)]
+    return msgspec.json.Decoder(msgspec.defstruct("_Messages", fields, array_like=True)).decode
 
 
 def decode_batch(line: bytes) -> list[msgspec.Raw]:
@@ -106,7 +108,7 @@ def decode_batch(line: bytes) -> list[msgspec.Raw]:
         msgspec.DecodeError, UnicodeDecodeError, RecursionError: the line is no JSON array.
     """
     messages = []
-    for message in msgspec.structs.astuple(_decode_messages(line)):
+    for message in msgspec.structs.astuple(_messages_decoder()(line)):
         if message is UNSET:
             break
         messages.append(message)
