@@ -93,7 +93,6 @@ class EventLog:
         self._pending: list[tuple[Any, ...]] = []
         self._running_calls = running_calls
         self._flushed_at = time.monotonic()  # when the last flush looked at the running calls
-        self._names: dict[tuple[str, str, str, str], tuple[str, str, str | None, str | None]] = {}  # as written
         self.scheduled = False  # a flush is due within FLUSH_INTERVAL (read on the call path)
         self._urgent = False
         self._timer: asyncio.TimerHandle | None = None
@@ -230,7 +229,7 @@ class EventLog:
         try:
             data = _encode_lines(records)
         except UnicodeEncodeError:  # a file name that is not UTF-8 in a logging event: escape it, lose nothing
-            data = _encode_lines([escape_strings(r) if isinstance(r, dict) else r for r in records])
+            data = _encode_lines([_escaped(r) for r in records])
         with self._write_lock:
             try:
                 if self._size and self._size + len(data) > self.max_bytes:
@@ -244,10 +243,15 @@ class EventLog:
                 print(f"atomictoolsd: cannot write the event log {self.path}: {exc}", file=sys.stderr)
 
     def _records(self, pending: list[tuple[Any, ...]], started: list[RunningCall], wall: float) -> list[Any]:
-        """What to write for ``pending`` and, after them, the ``tool.start`` of the calls ``started``."""
-        names = self._names
+        """What to write for ``pending`` and, after them, the ``tool.start`` of the calls ``started``.
+
+        One pass of plain steps per call: the loop below is most of what the log costs a call. A
+        name that is not UTF-8 is escaped only when encoding finds one (``_escaped``), and an empty
+        session or agent is left out by ``_ToolEvent``'s defaults."""
         records: list[Any] = []
         append = records.append
+        last_millis = -1  # a batch holds many calls of the same millisecond: its text is made once
+        ts_text = ""
         for entry in pending:
             if entry[0] == _GENERIC:
                 _, ts, level, event, fields = entry
@@ -257,30 +261,21 @@ class EventLog:
                 append(record)
                 continue
             _, ended, tool, module, call_id, session, agent, duration, failure = entry
-            ts_text = _iso(ended + wall)  # which keeps the last one it made
-            who = names.get((tool, module, session, agent)) or self._names_of(tool, module, session, agent)
+            millis = int((ended + wall) * 1000)
+            if millis != last_millis:
+                last_millis, ts_text = millis, _iso_millis(millis)
             ms = int(duration * 1e6 + 0.5) / 1000  # to the µs, as round(…, 3) but a third of its cost
             if failure is None:
-                append(_ToolEvent(ts_text, "info", "tool.complete", who[0], who[1], call_id, who[2], who[3], ms))
+                append(_ToolEvent(ts_text, "info", "tool.complete", tool, module, call_id, session, agent, ms))
             elif failure is CANCELLED:
-                append(_ToolEvent(ts_text, "info", "tool.cancelled", who[0], who[1], call_id, who[2], who[3], ms))
+                append(_ToolEvent(ts_text, "info", "tool.cancelled", tool, module, call_id, session, agent, ms))
             else:
                 append(_ToolEvent(
-                    ts_text, "warning", "tool.failed", who[0], who[1], call_id, who[2], who[3], ms, error_text(failure)
+                    ts_text, "warning", "tool.failed", tool, module, call_id, session, agent, ms, error_text(failure)
                 ))
         for began, tool, module, call_id, session, agent in sorted(started):
-            who = names.get((tool, module, session, agent)) or self._names_of(tool, module, session, agent)
-            append(_ToolEvent(_iso(began + wall), "info", "tool.start", who[0], who[1], call_id, who[2], who[3]))
+            append(_ToolEvent(_iso(began + wall), "info", "tool.start", tool, module, call_id, session, agent))
         return records
-
-    def _names_of(self, tool: str, module: str, session: str, agent: str) -> tuple[str, str, str | None, str | None]:
-        """Tool, module, session and agent as written: a name that is not UTF-8 escaped (as every
-        report shows it), an empty session or agent left out (None)."""
-        if len(self._names) >= 1024:
-            self._names.clear()  # many sessions have come and gone: start over
-        tool_, module_, session_, agent_ = escape_strings([tool, module, session, agent])
-        names = self._names[(tool, module, session, agent)] = (tool_, module_, session_ or None, agent_ or None)
-        return names
 
     def _rotate(self) -> None:
         """Start a new file. The current one stays open until the new one is: a rotation that
@@ -314,25 +309,32 @@ def _on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-# ISO timestamps: the seconds are formatted once per second, the milliseconds come from a table,
-# and the last one made is kept (a batch holds many events of the same millisecond).
+# ISO timestamps: the seconds are formatted once per second, the milliseconds come from a table.
 _second_cache: list[Any] = [-1, ""]
-_last_iso: list[Any] = [-1, ""]
 _MILLIS = [f".{i:03d}Z" for i in range(1000)]
 
 
 def _iso(ts: float) -> str:
-    second = int(ts)
-    milli = int((ts - second) * 1000)
-    millis = second * 1000 + milli
-    if _last_iso[0] == millis:
-        return _last_iso[1]
+    return _iso_millis(int(ts * 1000))
+
+
+def _iso_millis(millis: int) -> str:
+    """The ISO text of ``millis`` milliseconds since the epoch, UTC."""
+    second, milli = divmod(millis, 1000)
     if _second_cache[0] != second:
         _second_cache[0] = second
         _second_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-    text = _second_cache[1] + _MILLIS[milli]
-    _last_iso[0], _last_iso[1] = millis, text
-    return text
+    return _second_cache[1] + _MILLIS[milli]
+
+
+def _escaped(record: Any) -> Any:
+    """``record`` with every string that is not UTF-8 escaped, as every report shows such a name."""
+    if isinstance(record, _ToolEvent):
+        return msgspec.structs.replace(
+            record, tool=escape_strings(record.tool), module=escape_strings(record.module),
+            session=escape_strings(record.session), agent=escape_strings(record.agent),
+        )
+    return escape_strings(record)
 
 
 class _ToolEvent(msgspec.Struct, omit_defaults=True):
@@ -344,8 +346,8 @@ class _ToolEvent(msgspec.Struct, omit_defaults=True):
     tool: str
     module: str
     call: int
-    session: str | None = None
-    agent: str | None = None
+    session: str = ""  # an empty session or agent is left out
+    agent: str = ""
     ms: float | None = None
     error: str | None = None
 
