@@ -211,7 +211,9 @@ class Connection(asyncio.Protocol):
         as any request (``handle_request``: the same rules, its handler taking the params as
         they are). A line that does not fit is read as a ``Message``, as every other line is.
         """
-        if _CALL_METHOD in line and _META_VERSION not in line:
+        # find, not ``in``: on bytes, ``in`` first tries its operand as an integer, and the TypeError
+        # it raises and clears costs more than the search (~1,800 instructions a test in CPython 3.11).
+        if line.find(_CALL_METHOD) >= 0 and line.find(_META_VERSION) < 0:
             try:
                 call = decode_call(line)
             except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
@@ -231,7 +233,7 @@ class Connection(asyncio.Protocol):
         except UnicodeDecodeError:  # msgspec's error for a string that is not UTF-8
             self.error(_salvage_id(line), encode_error(PARSE_ERROR, "Parse error: a string in the message is not UTF-8"))
         else:
-            self.session.handle_message(message, _META_VERSION in line)
+            self.session.handle_message(message, line.find(_META_VERSION) >= 0)
 
     def _not_an_object(self, line: bytes, exc: msgspec.ValidationError) -> None:
         """A JSON line that is no JSON-RPC object: a batch (taken when the session's revision has
