@@ -18,7 +18,7 @@ from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import LATEST_PROTOCOL_VERSION
 from atomictoolsd.sessions.loose import NULL
-from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL
+from atomictoolsd.sessions.revisions import META_CAPABILITIES, META_LOG_LEVEL, META_VERSION
 
 __all__ = [
     "TOO_DEEP", "AtomicListParams", "AttachParams", "CallMeta", "CallParams", "CallRequest", "CancelledParams",
@@ -48,6 +48,8 @@ class CallMeta(msgspec.Struct):
     claude_tool_use_id: msgspec.Raw = msgspec.field(default=NULL, name="claudecode/toolUseId")
     log_level: msgspec.Raw = msgspec.field(default=NULL, name=META_LOG_LEVEL)  # 2026-07-28
     capabilities: msgspec.Raw = msgspec.field(default=NULL, name=META_CAPABILITIES)  # 2026-07-28: this call's
+    # 2026-07-28: a request that names its revision; such a call is read as a Message (``Connection``)
+    revision: msgspec.Raw = msgspec.field(default=NULL, name=META_VERSION)
 
 
 class CallParams(msgspec.Struct):
