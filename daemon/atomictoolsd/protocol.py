@@ -298,7 +298,9 @@ class CallTool(_Message, tag="call"):
     call_id: int
     tool: str
     arguments: bytes  # the JSON object of the arguments, as the client sent it
-    context: CallContext
+    # Who asked; None: the same as the last call on this channel. A session's calls share one
+    # context, so it is sent (and decoded) only when it changes, not with every call.
+    context: CallContext | None
     progress: bool  # the caller asked for progress notifications
 
 

@@ -169,6 +169,18 @@ def test_opencode_is_not_offered_the_tools_it_loads_itself(served: tuple[str, En
         assert {tool["name"] for tool in client.list_tools()} == set(ATOMIC + OPENCODE)
 
 
+def test_each_call_has_its_own_sessions_context_when_sessions_take_turns(served: tuple[str, Env, Daemon]) -> None:
+    # The worker is sent a call's context only when it differs from the call before's.
+    runtime, env, daemon = served
+    with daemon.client(agent="first") as a, daemon.client(agent="second") as b:
+        seen = [a.call("greet", name="x").text, a.call("log_session").text, b.call("log_session").text,
+                b.call("greet", name="y").text, a.call("log_session").text]
+    assert seen[0] == "Hello, x!" and seen[3] == "Hello, y!"
+    assert [seen[i].split(" in ")[0] for i in (1, 2, 4)] == [
+        f"Logged session {a.session_id} for first", f"Logged session {b.session_id} for second", f"Logged session {a.session_id} for first",
+    ]
+
+
 def test_context_metadata_ask_and_a_long_result(served: tuple[str, Env, Daemon]) -> None:
     runtime, env, daemon = served
     progress: list[tuple[float, float | None, str | None]] = []

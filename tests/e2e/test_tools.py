@@ -205,6 +205,35 @@ def test_context_is_filled_from_the_session_and_the_call(env: Env, make_daemon) 
     }
 
 
+def test_each_call_has_its_own_sessions_context_when_sessions_take_turns(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    # A worker is sent a call's context only when it differs from the call before's: a call without
+    # a ctx in between, a second session, and a call's own _meta must each still be told apart.
+    env.write_tool(env.local_tools, "who.py", '''
+        from atomictools import Context, tool
+
+        @tool
+        def who(ctx: Context) -> str:
+            return f"{ctx.session_id} {ctx.agent} {ctx.message_id}"
+
+        @tool
+        def plain() -> str:
+            return "plain"
+    ''')
+    daemon = make_daemon()
+    with daemon.client(agent="first") as a, daemon.client(agent="second") as b:
+        seen = [
+            a.call("who_plain").text,
+            a.call("who").text,
+            b.call("who").text,
+            b.call("who_plain").text,
+            a.call("who").text,
+            a.request("tools/call", {"name": "who", "arguments": {}, "_meta": {"atomic/messageId": "m1"}})["content"][0]["text"],
+            a.call("who").text,
+        ]
+    mine, theirs = f"{a.session_id} first ", f"{b.session_id} second "
+    assert seen == ["plain", mine, theirs, "plain", mine, mine + "m1", mine]
+
+
 def test_async_and_sync_tools_run_concurrently(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.local_tools, "slow.py", '''
         import asyncio, time

@@ -73,6 +73,8 @@ def test_the_daemons_messages_are_typed_and_as_small_as_lists() -> None:
     reader = FrameReader(type=DaemonMessage)
     assert reader.feed(encode_frame(as_list) + encode_frame(["cancel", 7])) == [call, Cancel(7)]
     assert reader.feed(encode_frame(call))[0].context.agent == "claude"
+    # The context of the call before: sent as nothing at all
+    assert reader.feed(encode_frame(["call", 8, "greet", b"{}", None, False]))[0].context is None
 
 
 def test_a_worker_refuses_a_daemon_message_of_the_wrong_shape() -> None:

@@ -337,6 +337,7 @@ class Worker(asyncio.Protocol):
         # new calls wait here, and the frames written for each call in flight are counted.
         self.paused = False
         self._held: dict[int, Call] = {}
+        self._sent_context: CallContext | None = None  # the context of the last call sent (CallTool.context)
         self._unread: dict[int, int] = {}
         self._kill_timer: asyncio.TimerHandle | None = None
         self.exit_status.add_done_callback(self._on_exit_status)
@@ -541,7 +542,12 @@ class Worker(asyncio.Protocol):
             return
         transport = self._transport
         if transport is not None:
-            transport.write(encode_frame(CallTool(call.id, call.tool, call.arguments, call.context, call.progress_token is not None)))
+            context = call.context
+            if context is self._sent_context:
+                context = None  # the worker has it from the call before
+            else:
+                self._sent_context = context
+            transport.write(encode_frame(CallTool(call.id, call.tool, call.arguments, context, call.progress_token is not None)))
 
     def send_cancel(self, call: Call) -> None:
         if self._held.pop(call.id, None) is not None:

@@ -12,8 +12,9 @@ daemon → worker
     ``Trusted``: ``["trusted", {path: sha256}]`` first, before the module loads, when the spec says
     ``follow_content``: what the worker may load from its tools dir (``sourceload.follow_content``).
     ``CallTool``: ``["call", call_id, tool, arguments_json, context, progress]`` where ``context`` is a
-    ``CallContext`` (``[session_id, message_id, agent, directory, worktree, tool_use_id]``) and
-    ``progress`` says whether the caller asked for progress notifications.
+    ``CallContext`` (``[session_id, message_id, agent, directory, worktree, tool_use_id]``), or None
+    when it is the same as the call before's, and ``progress`` says whether the caller asked for
+    progress notifications.
     ``Cancel``: ``["cancel", call_id]``: cancel an async call; set ``ctx.cancel_event`` for a sync one.
     ``Answer``: ``["answer", call_id, ask_id, result_json, error]``: the client's answer to an ``ask``
     (``result_json`` None and ``error`` why, when there is none).

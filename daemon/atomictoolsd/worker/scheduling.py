@@ -28,6 +28,7 @@ from atomictoolsd.protocol import (
     MAX_DROPPED_KEYS,
     Answer,
     Ask,
+    CallContext,
     CallTool,
     DaemonMessage,
     Dropped,
@@ -98,6 +99,7 @@ class Runtime:
         # The sync tools without a ctx parameter: most tools, and the ones run from ``run`` directly.
         self._plain = {name: spec for name, spec in tools.items() if not spec.is_async and spec.context_param is None}
         self.calls: dict[int, Context] = {}  # the running calls that have a ctx, until they answer
+        self.context = CallContext()  # who asked for the call being read (CallTool.context)
         self._sender = sender or Sender(sock)  # shared with whatever else sends on the channel
         self._frames = FrameReader(type=DaemonMessage)
         self._inbox: collections.deque[DaemonMessage] = collections.deque()
@@ -160,6 +162,8 @@ class Runtime:
                     inbox.extend(feed(data))
                     continue
             if type(message) is CallTool:
+                if message.context is not None:
+                    self.context = message.context  # the calls that follow, sent without one, have this one
                 spec = plain.get(message.tool)
                 if spec is not None and not (inbox and spec.name in slow):
                     # start_call's work for a sync tool without ctx, when its arguments are valid
@@ -346,7 +350,7 @@ class Runtime:
             if kwargs is None:
                 return None
         if spec.context_param is not None:
-            context = call.context
+            context = self.context
             ctx = kwargs[spec.context_param] = Context(
                 session_id=context.session_id,
                 message_id=context.message_id,

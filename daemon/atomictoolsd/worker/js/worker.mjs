@@ -268,10 +268,14 @@ const helpers = () => reported().map(([path, [size, , crc]]) => [path, size, crc
 
 // -- calls --------------------------------------------------------------------------------------
 
+// Who asked for the call being read: the daemon sends it when it differs from the call before's.
+let context = ["", "", "", "", "", ""]
+
 function dispatch(message) {
   switch (message[0]) {
     case "call":
-      startCall(message[1], message[2], message[3], message[4], message[5])
+      if (message[4] !== null) context = message[4] // null: the same as the call before
+      startCall(message[1], message[2], message[3], context, message[5])
       break
     case "cancel": {
       const call = calls.get(message[1])
