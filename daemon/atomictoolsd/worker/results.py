@@ -47,7 +47,7 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
         type(value) is str
         and spec.output_schema is None
         and len(value) <= worker.truncate_bytes // 4  # 4 bytes a character at most in UTF-8
-        and value.count("\n") < worker.truncate_lines
+        and ("\n" not in value or value.count("\n") < worker.truncate_lines)  # most results are one line
     ):
         # The common case, well inside every limit: one text block, built directly.
         return TEXT_HEAD + encode_json(value) + TEXT_TAIL
