@@ -8,8 +8,10 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -31,6 +33,18 @@ def fake_call(tool: str = "greet", call_id: int = 1) -> tuple[str, str, int, str
     return (tool, "/t/greet.py", call_id, "s1", "agent")
 
 
+@dataclass
+class CompletedCall:
+    """A call as the pool hands a completed one to ``call_completed`` (a real call needs a worker)."""
+
+    id: int
+    started: float
+    ended: float
+    tool: str = "greet"
+    module: str = "/t/greet.py"
+    context: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(session_id="s1", agent="agent"))
+
+
 def lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -42,7 +56,8 @@ def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> No
 
     async def calls() -> tuple[int, int]:
         for i in range(1000):
-            log.tool_finished(*fake_call(call_id=i), time.monotonic(), 0.000123, None)
+            now = time.monotonic()
+            log.call_completed(CompletedCall(i, now - 0.000123, now))
         size_right_after = path.stat().st_size
         await asyncio.sleep(FLUSH_INTERVAL * 4)
         return size_right_after, path.stat().st_size

@@ -7,10 +7,11 @@ arrive through ``EventLogHandler`` (module loads and reloads, worker spawns and 
 configuration: those carry ``extra={"event": name, "data": {...}}``, so they become structured
 events; other records become ``log`` events).
 
-The call path costs one list append, when a call ends: events are kept as tuples of plain values
-(strings and numbers only, so the garbage collector leaves them alone and no call outlives its
-answer) and are turned into JSON lines in one batch by a flush that runs at most every
-``FLUSH_INTERVAL`` seconds, or at once when ``FLUSH_AT`` events are waiting. A call that ends before
+The call path costs one list append, when a call ends: a call that completed is kept as it is
+(``call_completed``: the pool's call, its fields read at the flush), any other event as a tuple of
+plain values. They are turned into JSON lines in one batch by a flush that runs at most every
+``FLUSH_INTERVAL`` seconds, or at once when ``FLUSH_AT`` events are waiting, so a call outlives its
+answer by a quarter of a second at most. A call that ends before
 the flush is one line, its ``tool.complete``; the flush asks the pool which calls are still running
 (``running_calls``) and writes a ``tool.start`` for each that began since the last flush, so a call
 that hangs is in the log within ``FLUSH_INTERVAL``. So a busy daemon makes one ``write`` per batch,
@@ -35,7 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -45,6 +46,7 @@ from atomictoolsd.config.paths import make_private_dirs
 
 __all__ = [
     "EventLog",
+    "CompletedCall",
     "EventLogHandler",
     "error_text",
     "JournalFormatter",
@@ -61,6 +63,23 @@ FLUSH_AT = 4096  # events waiting that trigger a flush right away
 # Kinds of buffered entries: a logging record or ``emit``, or the end of a tool call.
 _GENERIC, _TOOL_END = 0, 1
 CANCELLED = b""  # the "failure" of a call nobody is left to answer: tool.cancelled
+
+class CallerContext(Protocol):
+    session_id: str
+    agent: str
+
+
+class CompletedCall(Protocol):
+    """A call that completed, as ``call_completed`` takes it: what its ``tool.complete`` line says,
+    read at the flush (``started`` and ``ended`` on the ``time.monotonic()`` clock)."""
+
+    tool: str
+    module: str
+    id: int
+    started: float
+    ended: float
+    context: CallerContext
+
 
 # A call still running, as the pool reports it to the flush: (started, tool, module, call id,
 # session, agent), ``started`` on the ``time.monotonic()`` clock.
@@ -90,7 +109,7 @@ class EventLog:
         self.dropped = 0  # events lost to write errors
         self._fd = -1
         self._size = 0
-        self._pending: list[tuple[Any, ...]] = []
+        self._pending: list[Any] = []  # tuples, and the calls that completed (call_completed)
         self._running_calls = running_calls
         self._flushed_at = time.monotonic()  # when the last flush looked at the running calls
         self.scheduled = False  # a flush is due within FLUSH_INTERVAL (read on the call path)
@@ -159,6 +178,18 @@ class EventLog:
                 self.flush()
         else:
             self.flush()
+
+    def call_completed(self, call: CompletedCall) -> None:
+        """``tool.complete`` of ``call``, read at the flush: the call path's one entry, the call
+        itself (no tuple of its fields is built for it). Event loop thread only; callers check
+        ``calls_on``. The flush holds the call until then (a quarter of a second at most)."""
+        pending = self._pending
+        pending.append(call)
+        if not self.scheduled:
+            self.schedule()
+        elif len(pending) >= FLUSH_AT and not self._urgent and self._loop is not None:
+            self._urgent = True
+            self._loop.call_soon(self.flush)
 
     def tool_finished(
         self, tool: str, module: str, call_id: int, session: str, agent: str, ended: float, duration: float,
@@ -242,7 +273,7 @@ class EventLog:
                 # Not through logging: its handler would feed this log again.
                 print(f"atomictoolsd: cannot write the event log {self.path}: {exc}", file=sys.stderr)
 
-    def _records(self, pending: list[tuple[Any, ...]], started: list[RunningCall], wall: float) -> list[Any]:
+    def _records(self, pending: list[Any], started: list[RunningCall], wall: float) -> list[Any]:
         """What to write for ``pending`` and, after them, the ``tool.start`` of the calls ``started``.
 
         One pass of plain steps per call: the loop below is most of what the log costs a call. A
@@ -253,6 +284,17 @@ class EventLog:
         last_millis = -1  # a batch holds many calls of the same millisecond: its text is made once
         ts_text = ""
         for entry in pending:
+            if type(entry) is not tuple:  # a call that completed (call_completed)
+                ended = entry.ended
+                millis = int((ended + wall) * 1000)
+                if millis != last_millis:
+                    last_millis, ts_text = millis, _iso_millis(millis)
+                context = entry.context
+                append(_ToolEvent(
+                    ts_text, "info", "tool.complete", entry.tool, entry.module, entry.id, context.session_id,
+                    context.agent, int((ended - entry.started) * 1e6 + 0.5) / 1000,
+                ))
+                continue
             if entry[0] == _GENERIC:
                 _, ts, level, event, fields = entry
                 record = {"ts": _iso(ts), "level": level, "event": event}

@@ -408,7 +408,7 @@ class ModuleRunner:
         pool = self.pool
         started = time.monotonic()
         call = Call(
-            self, next(pool.call_ids), tool, arguments, context, timeout, owner, request_id, progress_token,
+            self, self.spec.path, next(pool.call_ids), tool, arguments, context, timeout, owner, request_id, progress_token,
             started, started + timeout,
         )
         events = self.events
@@ -553,8 +553,8 @@ class ModuleRunner:
                 context = call.context
                 events.tool_finished(call.tool, self.spec.path, call.id, context.session_id, context.agent, now, duration, result)
         elif events.calls_on:
-            context = call.context
-            events.tool_finished(call.tool, self.spec.path, call.id, context.session_id, context.agent, now, duration, None)
+            call.ended = now
+            events.call_completed(call)
         return now
 
     def record_cancelled(self, call: Call) -> None:

@@ -191,6 +191,7 @@ class Call(msgspec.Struct, eq=False):
     """
 
     runner: ModuleRunner
+    module: str  # the path of its tool's module (its runner's), for its event log line
     id: int
     tool: str
     arguments: bytes
@@ -206,6 +207,7 @@ class Call(msgspec.Struct, eq=False):
     asking: int = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
     left: float = 0.0  # of the timeout, while they wait
     dropped_logged: bool = False  # its undeclared arguments were logged (once: see ``Worker._on_dropped``)
+    ended: float = 0.0  # when it was answered (``ModuleRunner.record``), for its event log line
 
     def finish(self, result: bytes) -> None:
         """Answer the call (once; later answers are dropped)."""
