@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -45,6 +46,12 @@ def nap(seconds: float) -> str:
     """Sleep."""
     time.sleep(seconds)
     return "rested"
+
+@tool(name="hold")
+def hold(text: str, seconds: float) -> int:
+    """Sleep, then say how long the text was."""
+    time.sleep(seconds)
+    return len(text)
 
 @tool(name="confirm")
 def confirm(ctx: Context) -> str:
@@ -285,6 +292,32 @@ def test_a_cancelled_call_is_never_answered_and_its_id_is_free_again(env: Any) -
         send(session, id=7, method="ping")
         assert (await out.answer(7))["result"] == {}
         assert [m for m in out.messages if m.get("id") == 7] == [{"id": 7, "result": {}}], "the call is never answered"
+
+    run(env, scenario, TOOLS)
+
+
+def test_a_calls_arguments_are_not_held_once_its_worker_has_them(env: Any) -> None:
+    """Arguments can be megabytes: once sent, neither a call that runs nor one whose event log line
+    waits for the flush keeps them in the daemon."""
+
+    async def scenario(host: Host) -> None:
+        session, out = open_session(host)
+        send(session, id=1, method="tools/list")
+        await out.answer(1)
+        host.pool.events.open(env.root / "log" / "atomictoolsd.log")  # every call logged: each waits for the flush
+        big = "x" * 6_000_000
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            send(session, id=2, method="tools/call", params={"name": "hold", "arguments": {"text": big, "seconds": 1.5}})
+            send(session, id=3, method="tools/call", params={"name": "hold", "arguments": {"text": big, "seconds": 0}})
+            assert (await out.answer(3))["result"]["structuredContent"] == {"result": 6_000_000}
+            held = tracemalloc.get_traced_memory()[0] - before  # call 2 runs; call 3 is answered, not yet flushed
+        finally:
+            tracemalloc.stop()
+        assert held < 3_000_000, f"the daemon still holds {held:,} bytes of two calls' arguments"
+        assert (await out.answer(2))["result"]["structuredContent"] == {"result": 6_000_000}
+        host.pool.events.close()
 
     run(env, scenario, TOOLS)
 

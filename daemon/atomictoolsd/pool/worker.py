@@ -194,7 +194,7 @@ class Call(msgspec.Struct, eq=False):
     module: str  # the path of its tool's module (its runner's), for its event log line
     id: int
     tool: str
-    arguments: bytes
+    arguments: bytes  # until sent to its worker (then empty: they can be megabytes)
     context: CallContext
     timeout: float
     owner: CallOwner
@@ -550,6 +550,7 @@ class Worker(asyncio.Protocol):
             else:
                 self._sent_context = context
             transport.write(encode_frame(CallTool(call.id, call.tool, call.arguments, context, call.progress_token is not None)))
+            call.arguments = b""  # sent: not held while the call runs, nor while its log line waits
 
     def send_cancel(self, call: Call) -> None:
         if self._held.pop(call.id, None) is not None:
