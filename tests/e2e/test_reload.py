@@ -362,6 +362,8 @@ def test_a_module_importing_more_helpers_than_a_load_report_names_loads_and_fail
     daemon = make_daemon()
     with daemon.client() as client:
         assert client.call("many").text == str(sum(range(count)))
+        # The failing module imports as many helpers: it may still be loading when "many" answers.
+        wait_for(lambda: client.request("atomic/list")["errors"], message="many_failing.py to fail")
         errors = client.request("atomic/list")["errors"]
         assert [e["message"] for e in errors] == [f"RuntimeError: own error after {sum(range(count))}"], errors
 
