@@ -28,7 +28,7 @@ def _crowd(tools_dir: os.PathLike[str]) -> None:
 def test_twenty_thousand_module_files_of_an_untrusted_project_stall_nothing(env: Env, make_daemon, record) -> None:  # type: ignore[no-untyped-def]
     env.set_trust_all(False)
     _crowd(env.local_tools)
-    make_daemon()
+    daemon = make_daemon()
     with pinging(env.socket) as pings, RawConnection(env.socket, timeout=60) as raw:
         started = time.monotonic()
         attach = raw.request("atomic/attach", {"directory": str(env.project)})
@@ -41,5 +41,8 @@ def test_twenty_thousand_module_files_of_an_untrusted_project_stall_nothing(env:
     assert blocked == {f"m{i:05}.py" for i in range(MAX_MODULES)}
     (crowded,) = [e for e in listed["errors"] if e["file"] == str(env.local_tools)]
     assert f"holds {CROWD} entries named like tool modules" in crowded["message"]
+    # The blocked modules are logged in one line, not a line each.
+    said = [line for line in daemon.stderr().splitlines() if "not loading" in line]
+    assert len(said) == 1 and f"not loading {MAX_MODULES} modules of {env.local_tools}" in said[0], said[:3]
     record(f"{CROWD} module files: {MAX_MODULES} listed as blocked, attach in {attached:.2f} s, "
            f"{len(pings)} pings answered within {max(pings) * 1000:.0f} ms")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -143,6 +144,7 @@ class Commits:
         (``Late``) keeps what its module served until ``later`` commits it."""
         settled: list[LateLoad] = []
         failures: list[Module] = []
+        blocked: list[Module] = []
         loaded = bool(removed)
         for file, outcome in results:
             module = tools_dir.modules.get(file.path)
@@ -172,6 +174,7 @@ class Commits:
             match outcome:
                 case Blocked():
                     self._block(module)
+                    blocked.append(module)
                     continue
                 case Held(deps=deps):
                     self._hold(module, [list(d) for d in deps])
@@ -199,6 +202,8 @@ class Commits:
             module.hold = self.lifetimes.set_up(tools_dir, runner, module.deps)
             if module.error is not None or module.problems:
                 failures.append(module)
+        if blocked:
+            self._log_blocked(tools_dir, blocked)
         for path in removed:
             tools_dir.modules.pop(path)
             late = tools_dir.loading.pop(path, None)
@@ -304,12 +309,21 @@ class Commits:
         module.error = None
         module.transient = False
         module.problems = []
-        reason = module.tools_dir.blocked_reason
-        module.runner.retire(reason or "its project is not trusted")
-        if reason is None:
-            log.info("not loading %s: %s is not a trusted project", module.path, module.tools_dir.cwd)
+        module.runner.retire(module.tools_dir.blocked_reason or "its project is not trusted")
+
+    @staticmethod
+    def _log_blocked(tools_dir: ToolsDir, blocked: list[Module]) -> None:
+        """One line for the modules of a commit that are blocked: a repository can hold a thousand."""
+        if len(blocked) == 1:
+            what = blocked[0].path
         else:
-            log.warning("not loading %s: %s", module.path, reason)
+            named = ", ".join(os.path.basename(m.path) for m in blocked[:5])
+            what = f"{len(blocked)} modules of {tools_dir.path} ({named}{', …' if len(blocked) > 5 else ''})"
+        reason = tools_dir.blocked_reason
+        if reason is None:
+            log.info("not loading %s: %s is not a trusted project", what, tools_dir.cwd)
+        else:
+            log.warning("not loading %s: %s", what, reason)
 
     def _hold(self, module: Module, deps: list[list[Any]]) -> None:
         """Withdraw a module whose content came through git, unreviewed, where it cannot run confined."""

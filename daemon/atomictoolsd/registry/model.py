@@ -266,18 +266,21 @@ class ToolsDir:
         blocked: list[dict[str, Any]] = []
         held: list[dict[str, Any]] = []
         errors.extend(s.entry(self.scope) for s in self.skipped)
+        offer: dict[str, str] | None = None  # the same for every blocked module of the dir: made once
         for path in sorted(self.modules):
             module = self.modules[path]
             if module.hold is not None:
                 held.append(module.held_entry())
             if module.state == "blocked":
                 entry = {"file": path, "scope": self.scope, "root": str(self.cwd)}
-                if self.blocked_reason is None:
-                    entry.update(trust_offer(self.cwd))
-                elif self.scope == "local":
-                    entry.update(reason=self.blocked_reason, command=trust_offer(self.cwd)["fullCommand"])
-                else:
+                if self.blocked_reason is not None and self.scope != "local":
                     entry["reason"] = self.blocked_reason
+                else:
+                    offer = offer or trust_offer(self.cwd)
+                    if self.blocked_reason is None:
+                        entry.update(offer)
+                    else:
+                        entry.update(reason=self.blocked_reason, command=offer["fullCommand"])
                 blocked.append(entry)
             errors.extend(module.error_entries())
             for name, tool in module.tools.items():
