@@ -64,7 +64,10 @@ FLUSH_AT = 4096  # events waiting that trigger a flush right away
 _GENERIC, _TOOL_END = 0, 1
 CANCELLED = b""  # the "failure" of a call nobody is left to answer: tool.cancelled
 
+
 class CallerContext(Protocol):
+    """Who asked for a call, as its ``tool.complete`` line names them."""
+
     session_id: str
     agent: str
 
