@@ -1,6 +1,6 @@
-"""The socket path's p50 per process tree, pinned: a figure that where a tree's code landed does not move.
+"""tools/call's p50 per process tree, pinned: a figure that where a tree's code landed does not move.
 
-    python bench/trees.py                                # 8 trees each: atomictoolsd, with HTTP on, the floor
+    python bench/trees.py                                # 8 trees each: atomictoolsd, with HTTP on, the floors
     python bench/trees.py --trees 12 --rounds 3
     python bench/trees.py --install before=/path/to/venv/bin/python   # another installed tree beside this one
 
@@ -9,10 +9,12 @@ sharing one core and its branch predictor, get in each other's way. Most trees o
 measure within a microsecond of each other; some measure several microseconds slower for as long
 as they live (up to ~10 µs for a daemon tree here, ~6 µs for a floor tree). ``calls.py`` pools the
 samples of three trees, so one slow tree moves its p50. This script starts ``--trees`` trees of
-each system, measures each ``--rounds`` times in a shuffled order (2,000 sequential echo calls over
-the socket a time, the raw client), and reports each tree's median p50 and the median over the
-trees: the typical tree, next to the slowest. ``--install LABEL=PYTHON`` adds trees of
-atomictoolsd run by another interpreter or virtual environment (an installed older version).
+each system, measures each ``--rounds`` times in a shuffled order (2,000 sequential echo calls a
+time, the raw client), and reports each tree's median p50 and the median over the trees: the
+typical tree, next to the slowest. Over the socket for every system; through the shim
+(``atomictoolsd mcp``) for this tree, against the four-process floor (the floor relay behind
+``peers/floor_stdio_relay.py``). ``--install LABEL=PYTHON`` adds socket trees of atomictoolsd run by
+another interpreter or virtual environment (an installed older version).
 
 Saves ``bench/results/trees-*.json``.
 """
@@ -30,15 +32,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from clients import Channel, measure_latency, socket_channel  # noqa: E402
-from common import ECHO_TOOLS, DaemonUnderTest, FloorRelay, Report, Table, affinity, run_alone  # noqa: E402
+from clients import Channel, measure_latency, socket_channel, stdio_channel  # noqa: E402
+from common import CONSOLE, ECHO_TOOLS, DaemonUnderTest, FloorRelay, Report, Table, affinity, run_alone  # noqa: E402
 
 CALLS = 2000
 WARMUP = 2000
+FLOOR_STDIO_RELAY = Path(__file__).resolve().parent / "peers" / "floor_stdio_relay.py"
+SHIM = "atomictoolsd, through the shim"
+FLOOR_SHIM = "floor, stdio relay in front"
 
 
-def start_daemon(stack: contextlib.ExitStack, python: str, env: dict[str, str]) -> Channel:
-    """A daemon run by ``python`` (DaemonUnderTest starts ``sys.executable``), and its channel."""
+def start_daemon(stack: contextlib.ExitStack, python: str, env: dict[str, str]) -> DaemonUnderTest:
+    """A daemon run by ``python`` (DaemonUnderTest starts ``sys.executable``)."""
     own = common.sys.executable
     common.sys.executable = python
     try:
@@ -46,8 +51,13 @@ def start_daemon(stack: contextlib.ExitStack, python: str, env: dict[str, str]) 
     finally:
         common.sys.executable = own
     stack.callback(daemon.stop)
-    channel = socket_channel(str(daemon.socket))
+    return daemon
+
+
+def opened(stack: contextlib.ExitStack, channel: Channel) -> Channel:
     stack.callback(channel.close)
+    channel.handshake()
+    measure_latency(channel, 1, WARMUP)
     return channel
 
 
@@ -65,13 +75,15 @@ def trees(count: int, rounds: int, installs: dict[str, str]) -> Report:
             for name, how in systems.items():
                 if how is None:
                     floor = stack.enter_context(FloorRelay())
-                    channel = socket_channel(str(floor.socket))
-                    stack.callback(channel.close)
-                else:
-                    channel = start_daemon(stack, *how)
-                channel.handshake()
-                measure_latency(channel, 1, WARMUP)
-                channels.append((name, channel))
+                    channels.append((name, opened(stack, socket_channel(str(floor.socket)))))
+                    command = [sys.executable, "-I", "-S", str(FLOOR_STDIO_RELAY), str(floor.socket)]
+                    channels.append((FLOOR_SHIM, opened(stack, stdio_channel(command)[1])))
+                    continue
+                daemon = start_daemon(stack, *how)
+                channels.append((name, opened(stack, socket_channel(str(daemon.socket)))))
+                if name == "atomictoolsd":
+                    shim = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)[1]
+                    channels.append((SHIM, opened(stack, shim)))
         p50s: list[list[float]] = [[] for _ in channels]
         for _ in range(rounds):
             order = list(range(len(channels)))
@@ -81,17 +93,20 @@ def trees(count: int, rounds: int, installs: dict[str, str]) -> Report:
     per_tree: dict[str, list[float]] = {}
     for (name, _channel), values in zip(channels, p50s, strict=True):
         per_tree.setdefault(name, []).append(round(statistics.median(values), 1))
-    floor_p50 = statistics.median(per_tree["floor"])
-    rows: list[list[Any]] = []
-    for name, values in per_tree.items():
-        typical = round(statistics.median(values), 1)
-        rows.append([name, typical, round(typical / floor_p50, 2), min(values), max(values), " ".join(f"{v:g}" for v in sorted(values))])
     report.data["per_tree_p50_us"] = per_tree
-    report.tables.append(Table(
-        "trees", "tools/call over the socket, p50 per process tree, pinned",
-        ["system", "median tree µs", "× the floor's", "fastest tree", "slowest tree", "every tree's p50 µs"], rows,
-        [f"{count} trees of each, {rounds} turns of {CALLS} calls to each, in a shuffled order; a tree's p50 is the median of its turns."],
-    ))
+    for title, floor_name in (("over the socket", "floor"), ("through the shim", FLOOR_SHIM)):
+        floor_p50 = statistics.median(per_tree[floor_name])
+        rows: list[list[Any]] = []
+        for name, values in per_tree.items():
+            if (name in (SHIM, FLOOR_SHIM)) != (floor_name == FLOOR_SHIM):
+                continue
+            typical = round(statistics.median(values), 1)
+            rows.append([name, typical, round(typical / floor_p50, 2), min(values), max(values), " ".join(f"{v:g}" for v in sorted(values))])
+        report.tables.append(Table(
+            f"trees-{title.split()[-1]}", f"tools/call {title}, p50 per process tree, pinned",
+            ["system", "median tree µs", "× the floor's", "fastest tree", "slowest tree", "every tree's p50 µs"], rows,
+            [f"{count} trees of each, {rounds} turns of {CALLS} calls to each, in a shuffled order; a tree's p50 is the median of its turns."],
+        ))
     return report
 
 
