@@ -134,22 +134,25 @@ class Packages:
         make_private(self.base)
         staging = Path(tempfile.mkdtemp(prefix=".install-", dir=self.base))
         try:
-            for name in _LOCK_FILES:
-                shutil.copyfile(LOCK_DIR / name, staging / name)
-            self._run(command, staging, line)
             try:
-                os.rename(staging, self.directory)
-            except OSError:
-                if not self.installed():  # not another install's, finished meanwhile
-                    raise
+                for name in _LOCK_FILES:
+                    shutil.copyfile(LOCK_DIR / name, staging / name)
+                self._run(command, staging, line)
+                try:
+                    os.rename(staging, self.directory)
+                except OSError:
+                    if not self.installed():  # not another install's, finished meanwhile
+                        raise
+            finally:
+                # Before the state says how it went: status is read from another thread, and a
+                # failed install leaves nothing behind once it says "failed".
+                shutil.rmtree(staging, ignore_errors=True)
         except PackagesInstallError as exc:
             self.state, self.error = "failed", str(exc)
             raise
         except OSError as exc:
             self.state, self.error = "failed", f"cannot install into {self.base}: {exc}"
             raise PackagesInstallError(self.error) from exc
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         self.state, self.installed_at = "installed", time.time()
         self._remove_others()
 
