@@ -198,6 +198,9 @@ class _Name(msgspec.Struct):
     meta: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict, name="_meta")
 
 
+_NO_NAME = _Name()  # params neither named nor asked about
+
+
 class _Cancelled(msgspec.Struct):
     requestId: int | str  # noqa: N815 - the wire name
 
@@ -825,12 +828,16 @@ class HttpTransport:
         version = headers.get(b"mcp-protocol-version")
         # A 2026-07-28 request is one whose params' _meta names a revision; the bytes test only
         # spares the decode for every other request (an argument may contain the key's text too).
-        # A request in a stateful session (Mcp-Session-Id) is never one.
+        # A request in a stateful session (Mcp-Session-Id) is never one. The params' name and
+        # _meta are decoded once, when either is asked about (find, not ``in``: bytes ``in`` first
+        # tries its operand as an integer and raises).
+        names_revision = body.find(META_VERSION_BYTES) >= 0
+        params = _params(message) if names_revision or b"mcp-name" in headers else _NO_NAME
         stateless_request = (
-            META_VERSION_BYTES in body
+            names_revision
             and message.method is not UNSET
             and b"mcp-session-id" not in headers
-            and scalar(_params(message).meta.get(META_VERSION)) is not None
+            and scalar(params.meta.get(META_VERSION)) is not None
         )
         if version is not None and version.decode("latin-1") not in REVISIONS:
             text = f"Unsupported MCP-Protocol-Version {version.decode('latin-1')!r}; supported: {', '.join(REVISIONS)}"
@@ -838,7 +845,7 @@ class HttpTransport:
                 if stateless_request else {"code": INVALID_REQUEST, "message": text}
             response.send(400, _JSON_HEAD, _encode({"jsonrpc": "2.0", "id": None, "error": error}))
             return
-        mismatch = _header_mismatch(headers, message, stateless_request)
+        mismatch = _header_mismatch(headers, message, params, stateless_request)
         if mismatch:
             response.send(*_refusal(400, HEADER_MISMATCH, mismatch))
             return
@@ -1120,10 +1127,12 @@ def _params(message: _Envelope) -> _Name:
         return _Name()
 
 
-def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, stateless_request: bool) -> str:
+def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, params: _Name, stateless_request: bool) -> str:
     """The 2026-07-28 routing headers must say what the body says (a proxy routes on them); a
     request of that revision (``stateless_request``: its ``_meta`` names it) must carry them: ``Mcp-Method``,
-    ``MCP-Protocol-Version`` equal to its ``_meta`` revision, and ``Mcp-Name`` on a ``tools/call``."""
+    ``MCP-Protocol-Version`` equal to its ``_meta`` revision, and ``Mcp-Name`` on a ``tools/call``.
+    ``params``: the message's (``_params``), decoded when an ``Mcp-Name`` header or the revision's
+    key is there."""
     method_header = headers.get(b"mcp-method")
     if method_header is None and stateless_request:
         return "Mcp-Method header missing: a 2026-07-28 request over HTTP names its method in it"
@@ -1131,7 +1140,6 @@ def _header_mismatch(headers: dict[bytes, bytes], message: _Envelope, stateless_
         return f"Mcp-Method header {method_header.decode('latin-1')!r} does not match the body's method {message.method!r}"
     name_header = headers.get(b"mcp-name")
     if (name_header is not None or stateless_request) and message.params is not UNSET:
-        params = _params(message)
         name = scalar(params.name)
         if name_header is None:
             if message.method == "tools/call" and isinstance(name, str):
