@@ -28,7 +28,8 @@ def shape_result(result: bytes, revision: Revision | None) -> bytes:
     client that never said, such as the tiny client, takes everything)."""
     if revision is None or revision.full_results:
         return result
-    if b'"audio"' not in result and b'"resource_link"' not in result and b'"structuredContent"' not in result:
+    # find, not ``in`` (every call of such a client): see sessions/connection.py.
+    if result.find(b'"audio"') < 0 and result.find(b'"resource_link"') < 0 and result.find(b'"structuredContent"') < 0:
         return result
     value = _decode(result)
     if not revision.structured_content:

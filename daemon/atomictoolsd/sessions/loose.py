@@ -6,7 +6,7 @@ arrays kept every other client waiting 2 s). So such values are taken as ``msgsp
 the decoder skips without building anything, and read here: ``scalar`` for a string, number,
 boolean or null of a few KiB, ``keys_of`` for an object's keys (its values left raw). A value of
 another kind, or larger, reads as absent: the place that reads it treats it as a value of the
-wrong type, which it ignores or refuses as before.
+wrong type, which it ignores or refuses.
 """
 
 from __future__ import annotations

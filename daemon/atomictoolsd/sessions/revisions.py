@@ -168,7 +168,7 @@ class ListenParams(msgspec.Struct):
 
 def with_result_type(result: bytes) -> bytes:
     """``result`` (a JSON object) with ``resultType: "complete"``, which 2026-07-28 results carry."""
-    if result.startswith(b"{") and b'"resultType"' not in result[:64]:
+    if result.startswith(b"{") and result.find(b'"resultType"', 0, 64) < 0:  # find, not ``in``: see sessions/connection.py
         return b'{"resultType":"complete"' + (b"," if result != b"{}" else b"") + result[1:]
     return result
 

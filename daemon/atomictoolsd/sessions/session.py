@@ -774,7 +774,7 @@ class Session:
         if call.asking and self.asking.call_ended(call):
             self.output.ended(request_id)
             return  # its request was answered input_required; the client did not come back
-        if self._stood_in and call.tool in self._stood_in and b'"isError":true' in result:
+        if self._stood_in and call.tool in self._stood_in and result.find(b'"isError":true') >= 0:
             result = _with_note(result, self._stood_in[call.tool])
         revision = self.revision
         if revision is not None and not revision.full_results:

@@ -477,8 +477,9 @@ def accepts(accept: bytes | None, media: bytes) -> bool:
         return True
     lowered = accept.lower()
     family = media.split(b"/")[0] + b"/*"
-    if b"q=" not in lowered.replace(b" ", b""):  # every range takes what it matches (the usual header)
-        return media in lowered or family in lowered or b"*/*" in lowered
+    # find, not ``in`` (each request asks): see sessions/connection.py
+    if lowered.replace(b" ", b"").find(b"q=") < 0:  # every range takes what it matches (the usual header)
+        return lowered.find(media) >= 0 or lowered.find(family) >= 0 or lowered.find(b"*/*") >= 0
     best = (-1, 0.0)  # (how specific the matching range is, its q)
     for item in lowered.split(b","):
         kind, *params = item.split(b";")
@@ -829,8 +830,8 @@ class HttpTransport:
         # A 2026-07-28 request is one whose params' _meta names a revision; the bytes test only
         # spares the decode for every other request (an argument may contain the key's text too).
         # A request in a stateful session (Mcp-Session-Id) is never one. The params' name and
-        # _meta are decoded once, when either is asked about (find, not ``in``: bytes ``in`` first
-        # tries its operand as an integer and raises).
+        # _meta are decoded once, when either is asked about (find, not ``in``: see
+        # sessions/connection.py).
         names_revision = body.find(META_VERSION_BYTES) >= 0
         params = _params(message) if names_revision or b"mcp-name" in headers else _NO_NAME
         stateless_request = (

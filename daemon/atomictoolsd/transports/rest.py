@@ -300,7 +300,7 @@ def _counts(tools: list[dict[str, Any]]) -> dict[str, int]:
 
 def _invalid_arguments(result: bytes) -> str:
     """The message of a result that refused the call's arguments (they do not fit the tool's schema), else ""."""
-    if b'"isError":true' not in result:
+    if result.find(b'"isError":true') < 0:  # find, not ``in``: see sessions/connection.py
         return ""
     try:
         content = msgspec.json.decode(result, type=_ErrorResult).content
