@@ -19,6 +19,7 @@ from atomictoolsd.config.discovery import escape_path
 from atomictoolsd.eventlog.reader import format_event, log_files, read_events
 from atomictoolsd.eventlog.writer import (
     CANCELLED,
+    FLUSH_AT,
     FLUSH_INTERVAL,
     LOG_NAME,
     EventLog,
@@ -55,6 +56,7 @@ def test_tool_events_are_buffered_and_written_in_one_batch(tmp_path: Path) -> No
     path = tmp_path / LOG_NAME
 
     async def calls() -> tuple[int, int]:
+        log.schedule()  # as the pool does when a call starts: a call's end schedules nothing
         for i in range(1000):
             now = time.monotonic()
             log.call_completed(CompletedCall(i, now - 0.000123, now))
@@ -101,6 +103,55 @@ def test_a_call_still_running_at_a_flush_gets_its_start_line_once(tmp_path: Path
     assert abs(start - before) < 0.1, "tool.start says when it started, not when it was written"
     assert written[1] == {"ts": written[1]["ts"], "level": "info", "event": "tool.start", "tool": "greet",
                           "module": "/t/greet.py", "call": 7, "session": "s1", "agent": "agent"}
+    log.close()
+
+
+def test_a_call_that_ends_after_a_flush_is_written_by_the_flush_its_run_kept_due(tmp_path: Path) -> None:
+    # A call's end schedules no flush (the call path appends only): a flush that finds calls still
+    # running schedules the next one, so the end of a call that outlived a flush is written in time.
+    running: dict[int, tuple[float, str, str, int, str, str]] = {}
+    log = EventLog(lambda: list(running.values()))
+    path = tmp_path / LOG_NAME
+    log.open(path)
+
+    async def long_call() -> list[str]:
+        started = time.monotonic()
+        running[3] = (started, *fake_call(call_id=3))
+        log.schedule()  # its start, as the pool does
+        await asyncio.sleep(FLUSH_INTERVAL * 2)  # the first flush runs while it does
+        del running[3]
+        log.call_completed(CompletedCall(3, started, time.monotonic()))
+        await asyncio.sleep(FLUSH_INTERVAL * 2)
+        return [e["event"] for e in lines(path)]
+
+    assert asyncio.run(long_call()) == ["tool.start", "tool.complete"]
+    assert not log.scheduled, "no call runs and nothing waits: no flush is kept due"
+    log.close()
+
+
+def test_a_flush_that_found_a_large_batch_brings_the_next_one_forward(tmp_path: Path) -> None:
+    running = [(0.0, *fake_call(call_id=1))]  # a call that keeps running (from before: no tool.start)
+    log = EventLog(lambda: running)
+    path = tmp_path / LOG_NAME
+    log.open(path)
+
+    async def busy() -> tuple[int, float]:
+        log.schedule()
+        now = time.monotonic()
+        for i in range(FLUSH_AT * 4):  # four times the batch a flush should find
+            log.call_completed(CompletedCall(i, now, now))
+        log.flush()  # a batch of 4 × FLUSH_AT
+        flushed = time.monotonic()
+        for i in range(10):
+            log.call_completed(CompletedCall(FLUSH_AT * 4 + i, now, now))
+        deadline = flushed + FLUSH_INTERVAL * 4
+        while log.written < FLUSH_AT * 4 + 10 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        return log.written, time.monotonic() - flushed
+
+    written, waited = asyncio.run(busy())
+    assert written == FLUSH_AT * 4 + 10
+    assert waited < FLUSH_INTERVAL / 2, f"the next flush came after {waited:.3f} s, not a quarter of the interval"
     log.close()
 
 

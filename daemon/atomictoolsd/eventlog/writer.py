@@ -8,15 +8,18 @@ configuration: those carry ``extra={"event": name, "data": {...}}``, so they bec
 events; other records become ``log`` events).
 
 The call path costs one list append, when a call ends: a call that completed is kept as it is
-(``call_completed``: the pool's call, its fields read at the flush), any other event as a tuple of
-plain values. They are turned into JSON lines in one batch by a flush that runs at most every
-``FLUSH_INTERVAL`` seconds, or at once when ``FLUSH_AT`` events are waiting, so a call outlives its
-answer by a quarter of a second at most. A call that ends before
-the flush is one line, its ``tool.complete``; the flush asks the pool which calls are still running
-(``running_calls``) and writes a ``tool.start`` for each that began since the last flush, so a call
-that hangs is in the log within ``FLUSH_INTERVAL``. So a busy daemon makes one ``write`` per batch,
-never one per call. The price: events of the last interval are lost if the daemon is killed with
-SIGKILL (a normal stop flushes).
+(``call_completed``, the bound ``append`` of the waiting list: the pool's call, its fields read at
+the flush), any other event as a tuple of plain values. They are turned into JSON lines in one batch
+by a flush that runs every ``FLUSH_INTERVAL`` seconds while there is anything to write or a call
+runs (its start schedules one; each flush schedules the next while calls run, so a call's end never
+has to), so a call outlives its answer by a quarter of a second at most. A flush that found more
+than ``FLUSH_AT`` events brings the next one forward in proportion, which keeps batches near that
+size however many calls a second come. A call that ends before the flush is one line, its
+``tool.complete``; the flush asks the pool which calls are still running (``running_calls``) and
+writes a ``tool.start`` for each that began since the last flush, so a call that hangs is in the log
+within ``FLUSH_INTERVAL``. So a busy daemon makes one ``write`` per batch, never one per call. The
+price: events of the last interval are lost if the daemon is killed with SIGKILL (a normal stop
+flushes).
 
 The file is ``atomictoolsd.log``; when a write would take it past ``log_max_bytes`` it becomes
 ``atomictoolsd.log.1`` (and ``.1`` becomes ``.2`` …, keeping ``log_backups`` of them).
@@ -57,7 +60,7 @@ __all__ = [
 
 LOG_NAME = "atomictoolsd.log"
 FLUSH_INTERVAL = 0.25  # seconds an event may wait in memory
-FLUSH_AT = 4096  # events waiting that trigger a flush right away
+FLUSH_AT = 4096  # events a flush should find: more (a busy daemon) bring the next flush forward
 
 
 # Kinds of buffered entries: a logging record or ``emit``, or the end of a tool call.
@@ -113,9 +116,14 @@ class EventLog:
         self._fd = -1
         self._size = 0
         self._pending: list[Any] = []  # tuples, and the calls that completed (call_completed)
+        # ``tool.complete`` of a call, on the call path: the list's own append, no Python frame
+        # (event loop thread only; callers check ``calls_on``). The flush holds the call until it
+        # runs (a quarter of a second at most: one is always due while calls run).
+        self.call_completed: Callable[[CompletedCall], None] = self._pending.append
         self._running_calls = running_calls
         self._flushed_at = time.monotonic()  # when the last flush looked at the running calls
         self.scheduled = False  # a flush is due within FLUSH_INTERVAL (read on the call path)
+        self._interval = FLUSH_INTERVAL  # until the next flush: shorter while batches run large
         self._urgent = False
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -150,8 +158,8 @@ class EventLog:
         """Flush and close; later events are dropped until the next ``open()``."""
         if self._fd < 0:
             return
+        self.calls_on = self.failures_on = False  # first: the flush keeps no other one due for calls
         self.flush()
-        self.calls_on = self.failures_on = False
         os.close(self._fd)
         self._fd = -1
         self._loop = None
@@ -182,18 +190,6 @@ class EventLog:
         else:
             self.flush()
 
-    def call_completed(self, call: CompletedCall) -> None:
-        """``tool.complete`` of ``call``, read at the flush: the call path's one entry, the call
-        itself (no tuple of its fields is built for it). Event loop thread only; callers check
-        ``calls_on``. The flush holds the call until then (a quarter of a second at most)."""
-        pending = self._pending
-        pending.append(call)
-        if not self.scheduled:
-            self.schedule()
-        elif len(pending) >= FLUSH_AT and not self._urgent and self._loop is not None:
-            self._urgent = True
-            self._loop.call_soon(self.flush)
-
     def tool_finished(
         self, tool: str, module: str, call_id: int, session: str, agent: str, ended: float, duration: float,
         failure: bytes | None,
@@ -223,7 +219,8 @@ class EventLog:
         })
 
     def schedule(self) -> None:
-        """Have a flush run within ``FLUSH_INTERVAL`` (event loop thread)."""
+        """Have a flush run within ``FLUSH_INTERVAL``, or sooner after a flush that found more than
+        ``FLUSH_AT`` events (event loop thread)."""
         loop = self._loop
         if loop is None:
             try:
@@ -232,7 +229,7 @@ class EventLog:
                 self.flush()
                 return
         self.scheduled = True
-        self._timer = loop.call_later(FLUSH_INTERVAL, self.flush)
+        self._timer = loop.call_later(self._interval, self.flush)
 
     def _schedule_from_loop(self) -> None:
         if not self.scheduled:
@@ -247,11 +244,15 @@ class EventLog:
             self._timer.cancel()
             self._timer = None
         with self._lock:
-            pending, self._pending = self._pending, []
+            pending = self._pending.copy()  # emptied in place: ``call_completed`` is its append
+            self._pending.clear()
         now = time.monotonic()
         since, self._flushed_at = self._flushed_at, now
-        running = self._running_calls
-        started = [c for c in running() if c[0] > since] if running is not None and self._fd >= 0 else []
+        self._interval = FLUSH_INTERVAL * min(1.0, FLUSH_AT / max(len(pending), 1))
+        running = list(self._running_calls()) if self._running_calls is not None and self._fd >= 0 else []
+        if running and self.calls_on:
+            self.schedule()  # a call that runs now ends without scheduling one: this one does
+        started = [c for c in running if c[0] > since]
         if not (pending or started) or self._fd < 0:
             return
         # A call that started and ended since the last flush is one line: its tool.complete (or

@@ -539,14 +539,17 @@ class ModuleRunner:
 
         asyncio.get_running_loop().call_later(self.pool.settings.cancel_grace, give_up)
 
-    def record(self, call: Call, result: bytes) -> float:
-        """Count an answered call in the statistics and the event log; return when it ended (``time.monotonic()``)."""
+    def record(self, call: Call, result: bytes, failed: bool | None = None) -> float:
+        """Count an answered call in the statistics and the event log; return when it ended
+        (``time.monotonic()``). ``failed``: whether ``result`` is an error; None: read from it."""
         self.calls += 1
         now = time.monotonic()
         duration = now - call.started
         self.durations.append(duration)
         events = self.events
-        if result.endswith(b'"isError":true}'):
+        if failed is None:
+            failed = result[-15:] == b'"isError":true}'  # error_result's end (slicing: see pool/worker.py)
+        if failed:
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"
             if events.failures_on:
