@@ -65,18 +65,20 @@ class Runtime:
     arrive together run inline one after the other, which costs each less than a hand-off would
     (sixteen calls in flight to a one-line tool: up to twice the calls/s). A quick call that only
     looked slow (the machine was busy) sends the next few calls to the pool. A slow
-    tool's calls are all timed; of the quick ones, one in ``TIME_EVERY`` inline calls is.
+    tool's calls are all timed; of the quick ones, the first inline call after each of the
+    watchdog's looks is (at most one every ``INLINE_BUDGET``).
 
     The inline path of a quick call reads no clock and, when no other sync call runs and no other
     thread sends, takes no lock (``Sender.send_inline``): pinned to one core with the daemon and its
     client, the two together measured ~1.8 µs a call (5 % of the call over the socket), many times
     their cost in a tight loop; either alone saves less than 3 % (docs/performance.md).
     The watchdog needs no start time. Each reader marks its inline call in a slot of its own
-    (``_marks[generation]``: ``[tool, sightings]``); at each look the watchdog counts a sighting in
-    the current reader's mark, and at the second it hands the reading role on (so after one to two
-    budgets). A reader that clears its slot and then finds no sighting counted knows that no hand-over
-    can have happened or can happen for that call, and that no other thread started a call meanwhile:
-    it lowers the count without the lock.
+    (``_marks[generation]``: the call's id); at each look the watchdog notes the current reader's
+    mark (``_sighted``), and when it finds the same call there at the next look it hands the reading
+    role on (so after one to two budgets). A reader that clears its slot and then finds its call not
+    the one last sighted, and the role still its own, knows that no hand-over can have happened or
+    can happen for that call, and that no other thread started a call meanwhile: it lowers the count
+    without the lock.
 
     At most ``threads`` sync calls run at once; more wait in a backlog. Async tools run on an event
     loop in a thread of its own, started with the first async call. Frames never interleave
@@ -87,7 +89,6 @@ class Runtime:
     INLINE_BUDGET = 0.01  # seconds an inline call may hold the reading role
     QUICK_CALL = 0.001  # seconds: a call this long or longer makes its tool slow
     QUICK_AGAIN = 32  # quick calls in a row after which a slow tool counts as quick again
-    TIME_EVERY = 8  # of a quick tool's inline calls, one in this many is timed
     IDLE_LOOKS = 100  # the watchdog's looks without an inline call (a second) before it parks
 
     def __init__(
@@ -105,14 +106,16 @@ class Runtime:
         self._inbox: collections.deque[DaemonMessage] = collections.deque()
         self._lock = threading.Lock()  # guards the counters, the backlog and the reading role
         self._reader_gen = 0  # which thread may read: the one started for this generation
-        # Each reader's inline call, by reader generation: [tool, the watchdog's sightings of it].
-        self._marks: dict[int, list[Any] | None] = {}
+        # Each reader's inline call, by reader generation: its call id (0: none).
+        self._marks: dict[int, int] = {}
+        self._marked_tool = ""  # the tool of the current reader's marked call
+        self._sighted = 0  # the call the watchdog found marked at its last look (0: none)
         self._slow: dict[str, int] = {}  # slow tools → quick calls still to see before they are quick
         self._running = 0  # sync calls running, inline or on the pool
         self._idle = 0  # pool threads waiting for a job
         self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
         self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
-        self._untimed = self.TIME_EVERY  # inline calls of quick tools since one was timed (the first is)
+        self._time_next = True  # the next inline call is timed (set at each of the watchdog's looks)
         self._watching = threading.Event()  # set while the watchdog looks; cleared when it parks
         self._watched = False  # the same, read by a reader on every inline call (cheaper than is_set)
         self._watchdog: threading.Thread | None = None
@@ -203,15 +206,14 @@ class Runtime:
                     self._backlog.append((call_id, spec, kwargs))  # a finishing call picks it up
                     return
                 self._running += 1
-        mark = self._marks[generation] = [spec.name, 0]
+        self._marks[generation] = call_id
+        self._marked_tool = spec.name
         if not self._watched:  # after marking the call: see _watch, which parks likewise
             self._start_watching()
-        timed = spec.name in self._slow or self._untimed >= self.TIME_EVERY
+        timed = self._time_next or spec.name in self._slow
         if timed:
-            self._untimed = 0
+            self._time_next = False
             started = time.perf_counter()
-        else:
-            self._untimed += 1
         try:
             result = make_result(spec, spec.fn(**kwargs), self.worker)
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
@@ -224,18 +226,19 @@ class Runtime:
         else:
             self.finish_call(call_id, result)
         if alone:
-            self._marks[generation] = None  # first: from here on no look can see the call
-            if mark[1] == 0:
-                # Not seen once: the role is still ours, no other reader started, nothing went to the
-                # backlog or the pool, and no look will see the call again (a hand-over takes two).
+            self._marks[generation] = 0  # first: from here on no look can see the call
+            if self._sighted != call_id and self._reader_gen == generation:
+                # Not seen at the last look, and the role is still ours: no hand-over was under way
+                # (it takes two looks at the call), none can start now that the call is unmarked,
+                # and no other reader started a call, to the backlog or the pool, meanwhile.
                 self._running = 0
                 return
         with lock:
             job = self._backlog.popleft() if self._backlog else None  # type: ignore[assignment]
             if job is None:
                 self._running -= 1
-                if self._marks.get(generation) is mark:
-                    self._marks[generation] = None
+                if self._marks.get(generation) == call_id:
+                    self._marks[generation] = 0
                 return
         self._run(job, generation)  # still marked inline: the watchdog hands the reading role on if it lasts
 
@@ -249,15 +252,17 @@ class Runtime:
 
     def _watch(self) -> None:
         """While calls run inline, hand the reading role on when one overstays its budget: when the
-        same inline call is there at two looks in a row."""
+        same inline call is there at two looks in a row. Each look also has the next inline call
+        timed."""
         idle = 0  # looks in a row that found no inline call
         while True:
             self._watching.wait()
             time.sleep(self.INLINE_BUDGET)
             with self._lock:
+                self._time_next = True
                 generation = self._reader_gen
-                mark = self._marks.get(generation)
-                if mark is None:
+                call_id = self._marks.get(generation)
+                if not call_id:
                     idle += 1
                     if idle >= self.IDLE_LOOKS:  # idle: park until the next inline call
                         idle = 0
@@ -265,18 +270,21 @@ class Runtime:
                         self._watching.clear()
                         # A reader marks its call, then looks whether we watch; we stop watching,
                         # then look whether a call was marked: one of the two sees the other.
-                        if self._marks.get(self._reader_gen) is not None:
+                        if self._marks.get(self._reader_gen):
                             self._watched = True
                             self._watching.set()
                     continue
                 idle = 0
-                mark[1] += 1
-                if mark[1] >= 2:  # the same call as at the last look: it has held the role a budget or more
-                    self._slow[mark[0]] = self.QUICK_AGAIN  # what waits behind it goes to the pool
-                    self._marks.pop(generation, None)
-                    self._sender.pause_inline()  # before the new reader exists: until this one ends
-                    self._reader_gen += 1
-                    threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
+                if call_id != self._sighted:  # a call not seen before: noted, for the next look
+                    self._sighted = call_id
+                    continue
+                # The same call as at the last look: it has held the role a budget or more. It stays
+                # the one sighted: its reader, when it ends, takes the lock (see _run_inline).
+                self._slow[self._marked_tool] = self.QUICK_AGAIN  # what waits behind it goes to the pool
+                self._marks.pop(generation, None)
+                self._sender.pause_inline()  # before the new reader exists: until this one ends
+                self._reader_gen += 1
+                threading.Thread(target=self.run, args=(self._reader_gen,), name="tool-reader", daemon=True).start()
 
     # running sync calls
 
@@ -299,7 +307,7 @@ class Runtime:
                 if job is None:
                     self._running -= 1
                     if inline is not None:
-                        self._marks[inline] = None
+                        self._marks[inline] = 0
 
     def _timed(self, tool: str, seconds: float) -> None:
         """Keep count of which tools are slow (a race between threads only blurs the count)."""
