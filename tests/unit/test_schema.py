@@ -289,3 +289,60 @@ def test_a_tool_without_a_docstring_has_no_description_rather_than_its_own_name(
 
     assert "description" not in build_tool(undocumented, "undocumented").definition()
     assert build_tool(documented, "documented").definition()["description"] == "Read a file."
+
+
+def _serve_calls(tools: dict[str, Any], calls: list[tuple[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each call's text, as the real runtime answers it on a channel of its own (in a thread, which
+    ends at the channel's end instead of ending the process)."""
+    import contextlib
+    import socket
+    import sys
+    import threading
+
+    from atomictoolsd.protocol import CallContext, CallTool, FrameReader, WorkerMessage, WorkerSpec, encode_frame
+    from atomictoolsd.worker import scheduling
+
+    monkeypatch.setattr(scheduling, "exit_worker", sys.exit)
+    specs = {name: build_tool(fn, name) for name, fn in tools.items()}
+    daemon_end, worker_end = socket.socketpair()
+    worker = WorkerSpec(path="/t/tools.py", threads=2, memory_limit=0, truncate_lines=2000, truncate_bytes=50000,
+                        max_result_bytes=1 << 20)
+    runtime = scheduling.Runtime(worker_end, specs, worker)
+
+    def serve() -> None:
+        with contextlib.suppress(SystemExit):  # the channel's end
+            runtime.run()
+
+    reading = threading.Thread(target=serve, daemon=True)
+    reading.start()
+    reader = FrameReader(1 << 20, WorkerMessage)
+    texts = []
+    for call_id, (name, arguments) in enumerate(calls, 1):
+        daemon_end.sendall(encode_frame(CallTool(call_id, name, arguments, CallContext() if call_id == 1 else None, False)))
+        messages: list[Any] = []
+        while not messages:
+            messages = reader.feed(daemon_end.recv(65536))
+        texts.append(json.loads(messages[0].result)["content"][0]["text"])
+    daemon_end.close()
+    reading.join(5)
+    worker_end.close()
+    return texts
+
+
+def test_arguments_reach_each_parameter_whether_passed_by_position_or_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    def plain(a: int, b: str = "b", c: float = 1.5) -> str:
+        return f"{a}|{b}|{c}"
+
+    def keyword_only(a: int, *, b: str = "b", c: float = 1.5) -> str:
+        return f"{a}|{b}|{c}"
+
+    def with_ctx(a: int, ctx: Context, b: str = "b") -> str:
+        return f"{a}|{b}|{type(ctx).__name__}"
+
+    tools = {"plain": plain, "keyword_only": keyword_only, "with_ctx": with_ctx}
+    assert [build_tool(fn, name).positional for name, fn in tools.items()] == [True, False, False]
+    texts = _serve_calls(tools, [
+        ("plain", b'{"a":1}'), ("plain", b'{"c":2.5,"a":2,"b":"x"}'),
+        ("keyword_only", b'{"a":3,"c":0.5}'), ("with_ctx", b'{"b":"y","a":4}'),
+    ], monkeypatch)
+    assert texts == ["1|b|1.5", "2|x|2.5", "3|b|0.5", "4|y|Context"]

@@ -48,6 +48,11 @@ from atomictoolsd.worker.sender import Sender, exit_worker
 __all__ = ["Runtime"]
 
 _asdict = msgspec.structs.asdict
+_astuple = msgspec.structs.astuple
+
+# A sync call's arguments: by position (a ``positional`` tool's, from ``Runtime.run``) or by name.
+Arguments = tuple[Any, ...] | dict[str, Any]
+Job = tuple[int, ToolSpec, Arguments]
 
 
 class Runtime:
@@ -113,8 +118,8 @@ class Runtime:
         self._slow: dict[str, int] = {}  # slow tools → quick calls still to see before they are quick
         self._running = 0  # sync calls running, inline or on the pool
         self._idle = 0  # pool threads waiting for a job
-        self._jobs: queue.SimpleQueue[tuple[int, ToolSpec, dict[str, Any]]] = queue.SimpleQueue()
-        self._backlog: collections.deque[tuple[int, ToolSpec, dict[str, Any]]] = collections.deque()
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._backlog: collections.deque[Job] = collections.deque()
         self._time_next = True  # the next inline call is timed (set at each of the watchdog's looks)
         self._watching = threading.Event()  # set while the watchdog looks; cleared when it parks
         self._watched = False  # the same, read by a reader on every inline call (cheaper than is_set)
@@ -171,11 +176,12 @@ class Runtime:
                 if spec is not None and not (inbox and spec.name in slow):
                     # start_call's work for a sync tool without ctx, when its arguments are valid
                     try:
-                        kwargs = _asdict(spec.decoder.decode(message.arguments or b"{}"))
+                        decoded = spec.decoder.decode(message.arguments or b"{}")
                     except (msgspec.ValidationError, msgspec.DecodeError):
                         pass  # start_call drops what it does not declare, or answers the error
                     else:
-                        self._run_inline(message.call_id, spec, kwargs, generation)
+                        arguments = _astuple(decoded) if spec.positional else _asdict(decoded)
+                        self._run_inline(message.call_id, spec, arguments, generation)
                         continue
                 job = self.start_call(message)
                 if job is None:
@@ -192,7 +198,7 @@ class Runtime:
         with self._lock:
             self._sender.resume_inline()  # after its last send: the current reader may send without the lock
 
-    def _run_inline(self, call_id: int, spec: ToolSpec, kwargs: dict[str, Any], generation: int) -> None:
+    def _run_inline(self, call_id: int, spec: ToolSpec, arguments: Arguments, generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
         lock = self._lock
         alone = self._running == 0
@@ -203,7 +209,7 @@ class Runtime:
         else:
             with lock:
                 if self._running >= self.worker.threads:
-                    self._backlog.append((call_id, spec, kwargs))  # a finishing call picks it up
+                    self._backlog.append((call_id, spec, arguments))  # a finishing call picks it up
                     return
                 self._running += 1
         self._marks[generation] = call_id
@@ -215,7 +221,8 @@ class Runtime:
             self._time_next = False
             started = time.perf_counter()
         try:
-            result = make_result(spec, spec.fn(**kwargs), self.worker)
+            value = spec.fn(*arguments) if type(arguments) is tuple else spec.fn(**arguments)
+            result = make_result(spec, value, self.worker)
         except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
             result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
         if timed:
@@ -288,14 +295,15 @@ class Runtime:
 
     # running sync calls
 
-    def _run(self, job: tuple[int, ToolSpec, dict[str, Any]] | None, inline: int | None = None) -> None:
+    def _run(self, job: Job | None, inline: int | None = None) -> None:
         """Run a sync call on this thread, then any the backlog holds; the calls of reader
         ``inline`` stay marked inline (``_marks[inline]``) until the backlog is empty."""
         while job is not None:
-            call_id, spec, kwargs = job
+            call_id, spec, arguments = job
             started = time.perf_counter()
             try:
-                result = make_result(spec, spec.fn(**kwargs), self.worker)
+                value = spec.fn(*arguments) if type(arguments) is tuple else spec.fn(**arguments)
+                result = make_result(spec, value, self.worker)
             except BaseException as exc:  # noqa: BLE001 - SystemExit from a tool is its failure too
                 result = error_result(exception_text(spec.name, exc, self.worker.memory_limit))
             seconds = time.perf_counter() - started
@@ -320,7 +328,7 @@ class Runtime:
             else:
                 self._slow.pop(tool, None)
 
-    def _dispatch(self, job: tuple[int, ToolSpec, dict[str, Any]]) -> None:
+    def _dispatch(self, job: Job) -> None:
         with self._lock:
             if self._running >= self.worker.threads:
                 self._backlog.append(job)  # a finishing call picks it up
@@ -334,7 +342,7 @@ class Runtime:
         else:
             self._jobs.put(job)
 
-    def _pool_thread(self, job: tuple[int, ToolSpec, dict[str, Any]]) -> None:
+    def _pool_thread(self, job: Job) -> None:
         while True:
             self._run(job)
             with self._lock:
@@ -343,7 +351,7 @@ class Runtime:
 
     # calls
 
-    def start_call(self, call: CallTool) -> tuple[int, ToolSpec, dict[str, Any]] | None:
+    def start_call(self, call: CallTool) -> Job | None:
         """Validate a call; return the job to run, or None when it is answered or async."""
         call_id = call.call_id
         name = call.tool
