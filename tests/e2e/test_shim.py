@@ -134,6 +134,14 @@ def test_list_call_structured_output_errors_and_unknown_tool(kit_daemon: Daemon)
 
             echoed = await session.call_tool("kit_echo", {"text": "héllo"})
             assert not echoed.is_error and echoed.content[0].text == "héllo"
+            # Lines and frames larger than a read asks for at first (a page): the shim, the daemon
+            # and the worker take the rest in larger reads, and each size around it comes whole.
+            # (A result past 50,000 bytes comes cut, its whole in a file: its start is checked.)
+            for size in (4095, 4096, 4097, 40_000, 70_000, 300_000):
+                text = "".join(chr(0x61 + i % 26) for i in range(size))
+                echoed = await session.call_tool("kit_echo", {"text": text})
+                answer = echoed.content[0].text
+                assert not echoed.is_error and (answer == text if size < 50_000 else answer[:40_000] == text[:40_000]), size
 
             added = await session.call_tool("kit_add", {"a": 2, "b": 3})
             assert not added.is_error

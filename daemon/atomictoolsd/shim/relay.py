@@ -42,7 +42,11 @@ __all__ = ["ATTACH_ID", "USAGE", "ShimOptions", "UsageError", "attach_line", "ma
 ATTACH_ID = "atomictoolsd-shim-attach"
 _ATTACH_ANSWER = b'{"jsonrpc":"2.0","id":"' + ATTACH_ID.encode() + b'",'
 
+# How much one read asks for: a chunk once a read filled the size asked, else a page (a request or
+# an answer is a line of a few hundred bytes, and CPython allocates the whole size before it shrinks
+# the bytes to what came: at 64 KiB that costs each read ~0.2 µs more).
 _CHUNK = 1 << 16
+_PAGE = 4096
 _PARENT_CHECK = 1.0  # seconds between checks that the parent is still alive
 _CONNECT_ERRORS = (FileNotFoundError, ConnectionRefusedError)
 _PARENT = os.getppid()  # as early as possible: the agent may die while we start
@@ -266,15 +270,17 @@ class _Relay:
         else:
             _thread.start_new_thread(self._copy_stdin, ())
             _thread.start_new_thread(self._watch_parent, ())
+        size = _PAGE
         while True:
             try:
-                data = sock.recv(_CHUNK)
+                data = sock.recv(size)
             except InterruptedError:
                 continue
             except OSError:
                 data = b""
             if not data:
                 break
+            size = _CHUNK if len(data) == size else _PAGE
             if self.before_attach is not None:
                 data = self._drop_attach_answer(data)
             if data:
@@ -290,9 +296,10 @@ class _Relay:
         """stdin → the socket. At stdin's end, half-close the socket: the daemon answers every request
         it has read (a call still running included; its timeout bounds it), then closes, and the main
         thread relays those answers until it does."""
+        size = _PAGE
         while True:
             try:
-                data = os.read(0, _CHUNK)
+                data = os.read(0, size)
             except BlockingIOError:  # a non-blocking stdin, inherited
                 _wait(0, select.POLLIN)
                 continue
@@ -302,6 +309,7 @@ class _Relay:
                 data = b""
             if not data:
                 break
+            size = _CHUNK if len(data) == size else _PAGE
             try:
                 self.sock.sendall(data)
             except OSError:
