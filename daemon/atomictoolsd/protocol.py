@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _HEADER = struct.Struct(">I")
+_unpack_header = _HEADER.unpack_from
 MAX_FRAME = 1 << 30  # a larger frame means the stream is corrupt, not that a result is big
 # What a frame may carry beyond the largest message the daemon relays (the array around a result,
 # its call id): a reader given a limit of ``max_message_bytes + FRAME_OVERHEAD`` refuses nothing
@@ -431,10 +432,8 @@ class FrameReader:
 
         One call instead of ``feed``'s list (and its caller's queue) on every call's path.
         """
-        if self._buffer or len(data) <= 4:
-            return None
-        (length,) = _HEADER.unpack_from(data)
-        if length + 4 != len(data) or length > self.limit:
+        length = len(data) - 4  # what the header must say
+        if self._buffer or length <= 0 or _unpack_header(data)[0] != length or length > self.limit:
             return None
         try:
             return self._decode(data[4:])  # a small frame: copying it is cheaper than a memoryview

@@ -544,8 +544,7 @@ class ModuleRunner:
         (``time.monotonic()``). ``failed``: whether ``result`` is an error; None: read from it."""
         self.calls += 1
         now = time.monotonic()
-        duration = now - call.started
-        self.durations.append(duration)
+        self.durations.append(now - call.started)
         events = self.events
         if failed is None:
             failed = result[-15:] == b'"isError":true}'  # error_result's end (slicing: see pool/worker.py)
@@ -554,7 +553,9 @@ class ModuleRunner:
             self.last_error = f"{call.tool}: {error_text(result)}"
             if events.failures_on:
                 context = call.context
-                events.tool_finished(call.tool, self.spec.path, call.id, context.session_id, context.agent, now, duration, result)
+                events.tool_finished(
+                    call.tool, self.spec.path, call.id, context.session_id, context.agent, now, now - call.started, result,
+                )
         elif events.calls_on:
             call.ended = now
             events.call_completed(call)

@@ -541,8 +541,7 @@ class Worker(asyncio.Protocol):
 
     def send_call(self, call: Call) -> None:
         call.worker = self
-        self.pending[call.id] = call
-        self.last_used = call.started
+        self.pending[call.id] = call  # busy until it answers (its finish sets last_used)
         if self.paused:
             self._held[call.id] = call  # sent once the worker has read what it was sent before
             return

@@ -763,8 +763,9 @@ class Session:
     def call_result(self, call: Any, result: bytes) -> None:
         request_id = call.request_id
         calls = self.calls
-        if calls.get(request_id) is call:
-            del calls[request_id]
+        other = calls.pop(request_id, None)
+        if other is not call and other is not None:
+            calls[request_id] = other  # a later request of the same id (this call was cancelled): still in flight
         if self.call_log_levels:
             self.call_log_levels.pop(request_id, None)
         if self.call_capabilities:
