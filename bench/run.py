@@ -19,6 +19,7 @@ import argparse
 import importlib
 import json
 import shutil
+import statistics
 import sys
 import time
 import traceback
@@ -31,7 +32,7 @@ from spawn import AFTER_FORK, AFTER_FORK_CONFINED  # noqa: E402
 
 from common import RESULTS, Report, Table, load_average, peer_commands, save  # noqa: E402
 
-BENCHES = ("calls", "httpcalls", "daemonstart", "shim", "reload", "spawn", "scale")
+BENCHES = ("calls", "httpcalls", "daemonstart", "shim", "reload", "spawn", "scale", "trees")
 FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
 
 
@@ -43,6 +44,9 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
         rows.append([what, target, measured, "-" if met is None else ("met" if met else "MISSED")])
 
     calls = data.get("calls")
+    # The pinned latency targets are judged on the median process tree (trees.py) where the run
+    # has it: calls.py pools three trees, and one tree that randomization made slow moves its row.
+    per_tree = (data.get("trees") or {}).get("per_tree_p50_us")
     if calls:
         for mode in ("pinned", "unpinned"):
             lat = calls[mode]["latency"]
@@ -52,13 +56,21 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
             socket = lat["atomictoolsd, raw client, socket"]["p50_us"]
             floor3 = next(v["p50_us"] for k, v in lat.items() if k.startswith("floor: minimal"))
             floor4 = next((v["p50_us"] for k, v in lat.items() if k.startswith("floor: stdio")), None)
-            row(f"tools/call over the socket, p50, {mode}", "≤ 1.3× the three-process floor",
-                f"{socket:g} µs, {socket / floor3:.2f}× (floor {floor3:g} µs)",
-                socket <= 1.3 * floor3 if mode == "pinned" else None)
-            if floor4 is not None:
-                row(f"tools/call through the shim, p50, {mode}", "≤ 1.3× the four-process floor",
-                    f"{shim:g} µs, {shim / floor4:.2f}× (floor {floor4:g} µs)",
-                    shim <= 1.3 * floor4 if mode == "pinned" else None)
+            for what, ours, floor, floor_name, trees_ours, trees_floor in (
+                ("over the socket", socket, floor3, "three-process", "atomictoolsd", "floor"),
+                ("through the shim", shim, floor4, "four-process", "atomictoolsd, through the shim",
+                 "floor, stdio relay in front"),
+            ):
+                if floor is None:
+                    continue
+                pooled = f"{ours:g} µs, {ours / floor:.2f}× (floor {floor:g} µs)"
+                met = ours <= 1.3 * floor if mode == "pinned" else None
+                if mode == "pinned" and per_tree and trees_ours in per_tree:
+                    typical, typical_floor = statistics.median(per_tree[trees_ours]), statistics.median(per_tree[trees_floor])
+                    pooled = (f"median of {len(per_tree[trees_ours])} trees {typical:.1f} µs, {typical / typical_floor:.2f}× "
+                              f"(floor {typical_floor:.1f} µs); three trees pooled {pooled}")
+                    met = typical <= 1.3 * typical_floor
+                row(f"tools/call {what}, p50, {mode}", f"≤ 1.3× the {floor_name} floor", pooled, met)
             # The product's targets: ≥ 10× FastMCP's latency, ≥ 5× the MCP SDK's MCPServer's.
             for peer, p50, times in (("fastmcp", fast, 10), ("mcpserver", sdk, 5)):
                 row(f"the same vs {peer} (its p50 {p50:g} µs), {mode}", f"≥ {times}× faster", f"{p50 / shim:.1f}×",
