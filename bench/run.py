@@ -32,7 +32,8 @@ from spawn import AFTER_FORK, AFTER_FORK_CONFINED  # noqa: E402
 
 from common import RESULTS, Report, Table, load_average, peer_commands, save  # noqa: E402
 
-BENCHES = ("calls", "httpcalls", "daemonstart", "shim", "reload", "spawn", "scale", "trees")
+# trees right behind calls: both judge the latency targets, on a machine as quiet as the run finds it
+BENCHES = ("calls", "trees", "httpcalls", "daemonstart", "shim", "reload", "spawn", "scale")
 FASTMCP, MCPSERVER = "fastmcp (mcp 1.30.0)", "mcpserver (mcp 2.3.0)"
 
 
@@ -63,14 +64,14 @@ def targets(data: dict[str, dict[str, Any]]) -> Table:
             ):
                 if floor is None:
                     continue
-                pooled = f"{ours:g} µs, {ours / floor:.2f}× (floor {floor:g} µs)"
+                measured = f"{ours:g} µs, {ours / floor:.2f}× (floor {floor:g} µs)"
                 met = ours <= 1.3 * floor if mode == "pinned" else None
                 if mode == "pinned" and per_tree and trees_ours in per_tree:
                     typical, typical_floor = statistics.median(per_tree[trees_ours]), statistics.median(per_tree[trees_floor])
-                    pooled = (f"median of {len(per_tree[trees_ours])} trees {typical:.1f} µs, {typical / typical_floor:.2f}× "
-                              f"(floor {typical_floor:.1f} µs); three trees pooled {pooled}")
+                    measured = (f"median of {len(per_tree[trees_ours])} trees {typical:.1f} µs, {typical / typical_floor:.2f}× "
+                                f"(floor {typical_floor:.1f} µs); three trees pooled {measured}")
                     met = typical <= 1.3 * typical_floor
-                row(f"tools/call {what}, p50, {mode}", f"≤ 1.3× the {floor_name} floor", pooled, met)
+                row(f"tools/call {what}, p50, {mode}", f"≤ 1.3× the {floor_name} floor", measured, met)
             # The product's targets: ≥ 10× FastMCP's latency, ≥ 5× the MCP SDK's MCPServer's.
             for peer, p50, times in (("fastmcp", fast, 10), ("mcpserver", sdk, 5)):
                 row(f"the same vs {peer} (its p50 {p50:g} µs), {mode}", f"≥ {times}× faster", f"{p50 / shim:.1f}×",

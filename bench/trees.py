@@ -119,11 +119,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trees", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="four trees of each, one turn (as run.py --quick)")
     parser.add_argument("--install", action="append", default=[], metavar="LABEL=PYTHON",
                         help="also trees of atomictoolsd run by this interpreter (another installed version)")
     args = parser.parse_args()
     installs = dict(item.split("=", 1) for item in args.install)
-    run_alone(trees(args.trees, args.rounds, installs))
+    run_alone(trees(4, 1, installs) if args.quick else trees(args.trees, args.rounds, installs))
 
 
 if __name__ == "__main__":

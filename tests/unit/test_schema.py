@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -339,10 +340,20 @@ def test_arguments_reach_each_parameter_whether_passed_by_position_or_by_name(mo
     def with_ctx(a: int, ctx: Context, b: str = "b") -> str:
         return f"{a}|{b}|{type(ctx).__name__}"
 
-    tools = {"plain": plain, "keyword_only": keyword_only, "with_ctx": with_ctx}
-    assert [build_tool(fn, name).positional for name, fn in tools.items()] == [True, False, False]
+    def by_name_only(fn: Any) -> Any:  # a decorator whose wrapper takes keywords only
+        @functools.wraps(fn)
+        def wrapper(**arguments: Any) -> Any:
+            return fn(**arguments)
+        return wrapper
+
+    @by_name_only
+    def wrapped(a: int, b: str = "b") -> str:
+        return f"{a}|{b}"
+
+    tools = {"plain": plain, "keyword_only": keyword_only, "with_ctx": with_ctx, "wrapped": wrapped}
+    assert [build_tool(fn, name).positional for name, fn in tools.items()] == [True, False, False, False]
     texts = _serve_calls(tools, [
         ("plain", b'{"a":1}'), ("plain", b'{"c":2.5,"a":2,"b":"x"}'),
-        ("keyword_only", b'{"a":3,"c":0.5}'), ("with_ctx", b'{"b":"y","a":4}'),
+        ("keyword_only", b'{"a":3,"c":0.5}'), ("with_ctx", b'{"b":"y","a":4}'), ("wrapped", b'{"a":5}'),
     ], monkeypatch)
-    assert texts == ["1|b|1.5", "2|x|2.5", "3|b|0.5", "4|y|Context"]
+    assert texts == ["1|b|1.5", "2|x|2.5", "3|b|0.5", "4|y|Context", "5|b"]

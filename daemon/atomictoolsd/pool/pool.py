@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("atomictoolsd.workers")
+_ERROR_END = b'"isError":true}'  # how every error result ends (protocol.error_result, the runtime's)
 
 
 @dataclass(frozen=True)
@@ -547,7 +548,7 @@ class ModuleRunner:
         self.durations.append(now - call.started)
         events = self.events
         if failed is None:
-            failed = result[-15:] == b'"isError":true}'  # error_result's end (slicing: see pool/worker.py)
+            failed = result[-len(_ERROR_END):] == _ERROR_END  # slicing: see pool/worker.py
         if failed:
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"

@@ -211,10 +211,10 @@ class Connection(asyncio.Protocol):
 
         A line is first read whole as a ``CallRequest``, envelope and params in one decode: the
         call path's (a line of another method fails at its ``method`` and costs the raised error,
-        which is less than searching every line for the method first). The session takes it as any request (``handle_request``: the
-        same rules, its handler taking the params as they are). A line that does not fit, or whose
-        ``_meta`` names a revision (a 2026-07-28 request, whose ``_meta`` the session reads whole),
-        is read as a ``Message``, as every other line is.
+        which is less than searching every line for the method first). The session takes it as any
+        request (``handle_request``: the same rules, its handler taking the params as they are). A
+        line that does not fit, or whose ``_meta`` names a revision (a 2026-07-28 request, whose
+        ``_meta`` the session reads whole), is read as a ``Message``, as every other line is.
         """
         try:
             call = decode_call(line)

@@ -84,9 +84,10 @@ class ToolSpec:
     timeout: float | None = None
     annotations: dict[str, Any] | None = None
     dump_output: Callable[[Any], Any] | None = None  # a pydantic result's check and dump (``pydantic_schema``)
-    # Its decoded arguments can be passed by position (``msgspec.structs.astuple``): every parameter
-    # may be, and the decoder's fields are the parameters in their order. A call by position costs a
-    # third of one by keyword (which builds a dict, then binds it by name): ``Runtime.run`` does so.
+    # Its decoded arguments can be passed by position (``msgspec.structs.astuple``): it is the
+    # function itself (a wrapper may take keywords only), every parameter may be passed by position,
+    # and the decoder's fields are the parameters in their order. A call by position costs a third of
+    # one by keyword (which builds a dict, then binds it by name): ``Runtime.run`` does so.
     positional: bool = False
 
     def definition(self) -> dict[str, Any]:
@@ -260,7 +261,7 @@ def build_tool(fn: Callable[..., Any], name: str, options: ToolOptions | None = 
         timeout=options.timeout,
         annotations=dict(options.annotations) if options.annotations else None,
         dump_output=dump_output,
-        positional=by_position and context_param is None and fields == names,
+        positional=by_position and fn is target and context_param is None and fields == names,
     )
 
 
