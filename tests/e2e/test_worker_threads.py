@@ -74,7 +74,12 @@ def test_a_tool_that_was_slow_runs_inline_again_after_quick_calls(env: Env, make
         # in the channel, however the daemon's writes trickle on a loaded machine; the watchdog
         # hands the reading role on (the tool is slow now), and the new reader finds them together.
         after_slow = pipelined(raw, 64, behind=0.1)
-        later = pipelined(raw, 64)
+        # Quick again after QUICK_AGAIN quick calls in a row; on a loaded machine a call can take a
+        # millisecond and start the count again, so up to eight rounds for it to come back inline.
+        for _round in range(8):
+            later = pipelined(raw, 64)
+            if sum(n for name, n in later.items() if name != "tool") >= 16:
+                break
     print(f"64 quick calls right after a slow one ran on {dict(after_slow)}; the next 64 on {dict(later)}")
     assert after_slow["tool"] >= 1, after_slow
     assert sum(n for name, n in later.items() if name != "tool") >= 16, later
