@@ -343,7 +343,7 @@ class ModuleRunner:
     def _fail_queued(self, why: str) -> None:
         queued, self._queued = self._queued, []
         for call in queued:
-            call.finish(error_result(f"Tool {call.tool!r} is unavailable: {why}"))
+            self.finish(call, error_result(f"Tool {call.tool!r} is unavailable: {why}"))
 
     def idle_since(self) -> float | None:
         """When the current worker was last used, if it is idle now (ready, no call); else None."""
@@ -540,9 +540,13 @@ class ModuleRunner:
 
         asyncio.get_running_loop().call_later(self.pool.settings.cancel_grace, give_up)
 
-    def record(self, call: Call, result: bytes, failed: bool | None = None) -> float:
-        """Count an answered call in the statistics and the event log; return when it ended
-        (``time.monotonic()``). ``failed``: whether ``result`` is an error; None: read from it."""
+    def finish(self, call: Call, result: bytes, failed: bool | None = None) -> None:
+        """Answer ``call`` with ``result``, once (later answers are dropped): count it in the
+        statistics and the event log, then hand it to its owner. ``failed``: whether ``result`` is
+        an error (``isError``), when the caller knows; None: read from it."""
+        if call.done:
+            return
+        call.done = True
         self.calls += 1
         now = time.monotonic()
         self.durations.append(now - call.started)
@@ -560,7 +564,9 @@ class ModuleRunner:
         elif events.calls_on:
             call.ended = now
             events.call_completed(call)
-        return now
+        if call.worker is not None:
+            call.worker.last_used = now  # it is idle from here, if this was its last call
+        call.owner.call_result(call, result)
 
     def record_cancelled(self, call: Call) -> None:
         self.cancelled += 1

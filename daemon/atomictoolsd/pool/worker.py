@@ -153,7 +153,7 @@ class ModuleRunner(Protocol):
     waiting_for_slot: bool  # a spawn of its waits for one of the max_workers slots
     events: EventLog  # the daemon's event log (its pool's)
 
-    def record(self, call: Call, result: bytes) -> None: ...
+    def finish(self, call: Call, result: bytes, failed: bool | None = None) -> None: ...
 
     def record_cancelled(self, call: Call) -> None: ...
 
@@ -183,8 +183,8 @@ class CallOwner(Protocol):
 class Call(msgspec.Struct, eq=False):
     """One ``tools/call`` in flight: answered exactly once, by a result, a timeout or a crash.
 
-    The answer goes to ``owner.call_result``. A call cancelled by its caller is never answered
-    (MCP: no response after ``notifications/cancelled``). ``request_id`` and ``progress_token`` are
+    ``ModuleRunner.finish`` answers it: the answer goes to ``owner.call_result``. A call cancelled
+    by its caller is never answered (MCP: no response after ``notifications/cancelled``). ``request_id`` and ``progress_token`` are
     the owner's, kept here so that no per-call closure is needed.
 
     A Struct (``eq=False``: compared and hashed by identity) rather than a class with ``__init__``:
@@ -210,18 +210,7 @@ class Call(msgspec.Struct, eq=False):
     asking: int = 0  # questions to the client waiting for an answer (ctx.elicit, ctx.sample)
     left: float = 0.0  # of the timeout, while they wait
     dropped_logged: bool = False  # its undeclared arguments were logged (once: see ``Worker._on_dropped``)
-    ended: float = 0.0  # when it was answered (``ModuleRunner.record``), for its event log line
-
-    def finish(self, result: bytes, failed: bool | None = None) -> None:
-        """Answer the call (once; later answers are dropped). ``failed``: whether ``result`` is an
-        error (``isError``), when the caller knows; None: ``record`` reads it from the result."""
-        if self.done:
-            return
-        self.done = True
-        ended = self.runner.record(self, result, failed)
-        if self.worker is not None:
-            self.worker.last_used = ended  # the clock read once for both
-        self.owner.call_result(self, result)
+    ended: float = 0.0  # when it was answered (``ModuleRunner.finish``), for its event log line
 
     def hold(self, wait: float) -> None:
         """The tool waits for its client: the wait does not count against its timeout, and may last
@@ -269,7 +258,7 @@ class Call(msgspec.Struct, eq=False):
         """Answer with an error saying ``text``, then stop the work (the worker lives on)."""
         if self.done:
             return
-        self.finish(error_result(text))
+        self.runner.finish(self, error_result(text))
         self.runner.stop_call(self)
 
 
@@ -530,7 +519,7 @@ class Worker(asyncio.Protocol):
         pending, self.pending = self.pending, {}
         for call in pending.values():
             try:
-                call.finish(error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
+                self.runner.finish(call, error_result(f"Tool {call.tool!r} failed: its worker process {self.cause}"))
             except Exception:  # its owner's bug: the other calls are answered, and the worker's end handled
                 log.exception("answering call %d of %r at its worker's end failed", call.id, call.tool)
         self.ended = True
@@ -585,14 +574,14 @@ class Worker(asyncio.Protocol):
                 except (msgspec.DecodeError, UnicodeDecodeError):
                     pass  # _relayable says what is wrong with it
             if relayed:
-                call.finish(result, False)
+                self.runner.finish(call, result, False)
             else:
                 try:
                     answer = self._relayable(call.tool, result)
                 except Exception:  # the daemon's bug: the call is answered all the same, then the channel fails
-                    call.finish(error_result(f"Tool {call.tool!r}: the daemon failed to relay its result (see its log)"))
+                    self.runner.finish(call, error_result(f"Tool {call.tool!r}: the daemon failed to relay its result (see its log)"))
                     raise
-                call.finish(answer)
+                self.runner.finish(call, answer)
         elif call is None:
             # The runtime answers each call it was given once: this one it was never given, or has
             # answered. A tool wrote it; it reaches no one (and the log hears of it once a worker).
@@ -607,7 +596,7 @@ class Worker(asyncio.Protocol):
         elif call.done:  # timed out or cancelled meanwhile: its answer was given
             self.last_used = time.monotonic()
         else:  # result is None: the runtime cancelled it
-            call.finish(error_result(f"Tool {call.tool!r} was cancelled"))
+            self.runner.finish(call, error_result(f"Tool {call.tool!r} was cancelled"))
         if self.runner.backoff.crashes:
             self.runner.served()
         if self.state == "retiring" and self.live_calls() == 0:
