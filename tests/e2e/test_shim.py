@@ -371,6 +371,10 @@ INITIALIZE = {
 }
 
 
+def _hangup_ends_it() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def spawn_shim(env: Env, *args: str, **kwargs) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
     return subprocess.Popen(
         [SHIM, "mcp", *args], env=env.vars, cwd=env.project, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -571,7 +575,9 @@ def test_every_way_a_client_goes_cancels_its_call_at_once(kit_daemon: Daemon, tm
     the call in flight stops then, as with a plain SIGTERM or a kill, not at the end of its run; so it
     does on Ctrl-C in the agent's terminal (SIGINT) or when that terminal closes (SIGHUP)."""
     env = kit_daemon.env
-    shim = spawn_shim(env)
+    # As in an agent's terminal, SIGHUP ends a process by default: not so under nohup, whose ignoring
+    # it every child inherits (and the shim keeps, as any program does).
+    shim = spawn_shim(env, preexec_fn=_hangup_ends_it)
     assert shim.stdin is not None and shim.stdout is not None
     shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
     shim.stdin.flush()
