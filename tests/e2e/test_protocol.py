@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -89,6 +90,14 @@ def test_messages_split_across_writes_and_coalesced_in_one(echo_daemon: Daemon) 
         assert raw.recv()["id"] == 1
         raw.send_bytes(b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % i for i in range(2, 50)))
         assert sorted(raw.recv()["id"] for _ in range(2, 50)) == list(range(2, 50))
+        # Two lines cut at every byte: the first write ends in either line, the second ends the other.
+        for cut in range(1, 2 * len(line)):
+            stream = b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n{"jsonrpc":"2.0","id":%d,"method":"ping"}\n' % (
+                100 + 2 * cut, 101 + 2 * cut)
+            raw.send_bytes(stream[:cut])
+            time.sleep(0.005)  # read on its own, most times
+            raw.send_bytes(stream[cut:])
+            assert sorted(raw.recv()["id"] for _ in range(2)) == [100 + 2 * cut, 101 + 2 * cut]
 
 
 @pytest.mark.parametrize("version", SUPPORTED_PROTOCOL_VERSIONS)

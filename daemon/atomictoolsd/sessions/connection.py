@@ -115,16 +115,17 @@ class Connection(asyncio.Protocol):
             data = data[newline + 1 :]
             self._discarding = False
         buffer = self._buffer
+        searched = len(buffer)  # what it held holds no newline: only the new bytes are searched
         buffer += data
         start = 0
         while True:
-            newline = buffer.find(b"\n", start)
+            newline = buffer.find(b"\n", max(start, searched))
             if newline < 0:
                 break
             if newline - start > limit:
                 self.error(b"null", encode_error(INVALID_REQUEST, self._oversized(newline - start)))
             else:
-                self.handle_line(bytes(buffer[start:newline]))
+                self.handle_line(bytes(memoryview(buffer)[start:newline]))  # one copy, not two
             start = newline + 1
             if self.transport is None:
                 return
