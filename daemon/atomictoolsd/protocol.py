@@ -25,7 +25,7 @@ import msgspec
 from atomictools._protocol import LogLevel
 
 __all__ = [
-    "ASK_METHODS", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_DROPPED_KEYS", "MAX_FRAME", "MAX_LOAD_REPORT",
+    "ASK_METHODS", "ERROR_END", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_DROPPED_KEYS", "MAX_FRAME", "MAX_LOAD_REPORT",
     "MAX_REPORTED_FILES", "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask",
     "AskMethod", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed",
     "FailureReport", "FileReport", "Fingerprint", "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader",
@@ -406,9 +406,14 @@ TEXT_TAIL = b"}]}"
 INVALID_ARGUMENTS = "Invalid arguments for tool"
 
 
+# How every error result ends, this one's and the daemon's re-encoding of a tool's (``isError``
+# last): the pool tells an error from its end, without decoding it.
+ERROR_END = b'"isError":true}'
+
+
 def error_result(text: str) -> bytes:
     """An MCP ``CallToolResult`` with ``isError: true`` and one text block, as JSON."""
-    return TEXT_HEAD + _json(text) + b'}],"isError":true}'
+    return TEXT_HEAD + _json(text) + b"}]," + ERROR_END
 
 
 class FrameReader:

@@ -34,7 +34,16 @@ from atomictoolsd.pool.netproxy import NetProxy
 from atomictoolsd.pool.slots import WorkerSlots
 from atomictoolsd.pool.spawner import FORKSERVER_GONE, EarlyForkServer, Spawner, SpawnError, confined_environ
 from atomictoolsd.pool.worker import Call, CallOwner, Worker, error_result
-from atomictoolsd.protocol import CallContext, EnvSpec, LoadFailure, SiteDir, Trusted, WorkerSpec, encode_frame
+from atomictoolsd.protocol import (
+    ERROR_END,
+    CallContext,
+    EnvSpec,
+    LoadFailure,
+    SiteDir,
+    Trusted,
+    WorkerSpec,
+    encode_frame,
+)
 from atomictoolsd.util.periodic import Scheduler
 
 __all__ = [
@@ -42,7 +51,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("atomictoolsd.workers")
-_ERROR_END = b'"isError":true}'  # how every error result ends (protocol.error_result, the runtime's)
 
 
 @dataclass(frozen=True)
@@ -552,7 +560,7 @@ class ModuleRunner:
         self.durations.append(now - call.started)
         events = self.events
         if failed is None:
-            failed = result[-len(_ERROR_END):] == _ERROR_END  # slicing: see pool/worker.py
+            failed = result[-len(ERROR_END):] == ERROR_END  # slicing: see pool/worker.py
         if failed:
             self.errors += 1
             self.last_error = f"{call.tool}: {error_text(result)}"

@@ -184,8 +184,9 @@ class Call(msgspec.Struct, eq=False):
     """One ``tools/call`` in flight: answered exactly once, by a result, a timeout or a crash.
 
     ``ModuleRunner.finish`` answers it: the answer goes to ``owner.call_result``. A call cancelled
-    by its caller is never answered (MCP: no response after ``notifications/cancelled``). ``request_id`` and ``progress_token`` are
-    the owner's, kept here so that no per-call closure is needed.
+    by its caller is never answered (MCP: no response after ``notifications/cancelled``).
+    ``request_id`` and ``progress_token`` are the owner's, kept here so that no per-call closure is
+    needed.
 
     A Struct (``eq=False``: compared and hashed by identity) rather than a class with ``__init__``:
     one is built for every call, and msgspec fills its fields in C. ``started`` is one clock for
