@@ -301,6 +301,7 @@ class DaemonUnderTest:
         config: the text of its ``config.toml``.
         source: run the daemon from another source tree (its ``client/`` and ``daemon/``), e.g. a
             ``git worktree`` of an older commit, to measure before and after.
+        wrapper: a command to run it under (``valgrind …``); its workers, forks, run under it too.
     """
 
     def __init__(
@@ -310,7 +311,9 @@ class DaemonUnderTest:
         extra_env: dict[str, str] | None = None,
         config: str | None = None,
         source: Path | None = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
+        self.wrapper = list(wrapper)
         self.root = Path(tempfile.mkdtemp(prefix="atb-", dir="/tmp"))
         os.chmod(self.root, 0o700)
         self.home = self.root / "home"
@@ -340,7 +343,7 @@ class DaemonUnderTest:
         started = time.perf_counter()
         self.proc = subprocess.Popen(
             # -P as the autostart starts it (without it, a daemon re-executes itself and starts later).
-            [sys.executable, "-P", "-m", "atomictoolsd", "serve", "--ready-fd", str(write_fd)],
+            [*self.wrapper, sys.executable, "-P", "-m", "atomictoolsd", "serve", "--ready-fd", str(write_fd)],
             env=self.env, cwd=self.project, pass_fds=(write_fd,),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -393,16 +396,18 @@ class DaemonUnderTest:
 
 
 class FloorRelay:
-    """``peers/floor_relay.py``: the least a client → daemon → worker call costs here, now."""
+    """``peers/floor_relay.py``: the least a client → daemon → worker call costs here, now.
+    ``wrapper``: a command to run it under, as ``DaemonUnderTest`` takes one."""
 
-    def __init__(self) -> None:
+    def __init__(self, wrapper: Sequence[str] = ()) -> None:
+        self.wrapper = list(wrapper)
         self.root = Path(tempfile.mkdtemp(prefix="atb-floor-", dir="/tmp"))
         self.socket = self.root / "floor.sock"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> FloorRelay:
         self.proc = subprocess.Popen(
-            [sys.executable, str(BENCH / "peers" / "floor_relay.py"), str(self.socket)],
+            [*self.wrapper, sys.executable, str(BENCH / "peers" / "floor_relay.py"), str(self.socket)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
         assert self.proc.stdout is not None
