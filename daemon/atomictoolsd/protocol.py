@@ -17,6 +17,7 @@ msgspec checks; anything else is a ``FrameError`` and the channel is not read fu
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import Annotated, Any, Literal
 
@@ -31,7 +32,7 @@ __all__ = [
     "FailureReport", "FileReport", "Fingerprint", "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader",
     "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Pid", "Ping", "Pong", "Progress", "Ready",
     "Result", "SiteDir", "SiteReport", "Spawn", "SpawnFailed", "Spawned", "WorkerMessage", "WorkerSpec", "bounded_site",
-    "encode_frame", "error_result", "read_site",
+    "encode_frame", "error_result", "read_site", "well_formed_json",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -414,6 +415,42 @@ ERROR_END = b'"isError":true}'
 def error_result(text: str) -> bytes:
     """An MCP ``CallToolResult`` with ``isError: true`` and one text block, as JSON."""
     return TEXT_HEAD + _json(text) + b"}]," + ERROR_END
+
+
+# A \u escape of a UTF-16 surrogate with the run of backslashes before it (an even run is text,
+# not an escape), and the escape of a low half that may follow it.
+_SURROGATE_ESCAPE = re.compile(rb"(\\+)(u[dD]([89a-fA-F])[0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?")
+_REPLACEMENT = rb"\ufffd"
+MOST_REPAIRED = 1 << 20  # bytes of JSON looked at for lone surrogates: a MiB of them costs ~0.15 s
+
+
+def well_formed_json(text: bytes) -> bytes | None:
+    """``text``, JSON that did not decode, with each lone UTF-16 surrogate escape (half of a pair, as
+    ``\ud83d`` alone) replaced by ``\ufffd``; None when it holds none, or is over ``MOST_REPAIRED``.
+
+    JavaScript writes such escapes: ``JSON.stringify`` of a string cut inside a surrogate pair (half
+    an emoji). JSON allows them; msgspec, and UTF-8, cannot hold them. U+FFFD is what a UTF-8 decode
+    with ``errors="replace"`` makes of half a character, and the rest of the message is kept.
+    """
+    if len(text) > MOST_REPAIRED or text.find(b"\\u") < 0:
+        return None
+    replaced = False
+
+    def replace(match: re.Match[bytes]) -> bytes:
+        nonlocal replaced
+        backslashes, code, first, low = match.groups()
+        if len(backslashes) % 2 == 0:  # "\\ud83d": a backslash, then text; a low escape after it is alone
+            if low is None:
+                return match[0]
+            replaced = True
+            return backslashes + code + _REPLACEMENT
+        if low is not None and first in b"89abAB":  # a high half and its low half: one character
+            return match[0]
+        replaced = True
+        return backslashes[:-1] + _REPLACEMENT + (_REPLACEMENT if low is not None else b"")
+
+    repaired = _SURROGATE_ESCAPE.sub(replace, text)
+    return repaired if replaced else None
 
 
 class FrameReader:

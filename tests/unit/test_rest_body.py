@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from atomictoolsd.transports.rest import _arguments_problem
+from atomictoolsd.transports.rest import _arguments
 
 MILLION_KEYS = b"{" + b",".join(b'"k%d":0' % i for i in range(1_000_000)) + b"}"
 
@@ -14,7 +14,7 @@ MILLION_KEYS = b"{" + b",".join(b'"k%d":0' % i for i in range(1_000_000)) + b"}"
 def test_a_body_of_a_million_keys_is_checked_without_being_built() -> None:
     tracemalloc.start()
     try:
-        assert _arguments_problem(MILLION_KEYS) is None
+        assert _arguments(MILLION_KEYS) == (MILLION_KEYS, None)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -23,5 +23,5 @@ def test_a_body_of_a_million_keys_is_checked_without_being_built() -> None:
 
 def test_a_body_that_is_no_json_object_is_refused() -> None:
     for body, status in ((b"[1, 2]", 400), (b'"text"', 400), (b"{", 400), (b'{"a": 1} x', 400)):
-        refusal = _arguments_problem(body)
+        _, refusal = _arguments(body)
         assert refusal is not None and refusal[0] == status, (body, refusal)

@@ -1,13 +1,16 @@
 """The worker protocol: the framing as the daemon reads it (bounded by the header, typed, and what
-came before a bad frame kept), and the messages as tagged structs that cost no byte over lists."""
+came before a bad frame kept), the messages as tagged structs that cost no byte over lists, and JSON
+with half a character (a lone surrogate escape) read with U+FFFD in its place."""
 
 from __future__ import annotations
 
 import struct
 
+import msgspec
 import pytest
 
 from atomictoolsd.protocol import (
+    MOST_REPAIRED,
     Answer,
     Ask,
     CallContext,
@@ -21,6 +24,7 @@ from atomictoolsd.protocol import (
     Result,
     WorkerMessage,
     encode_frame,
+    well_formed_json,
 )
 
 
@@ -111,3 +115,26 @@ def test_a_string_that_is_not_utf8_is_a_malformed_message_however_it_arrives() -
         with pytest.raises(FrameError, match="malformed") as caught:
             reader.feed(data)
         assert caught.value.messages == ([] if data is bad else [Log(7, "info", b'"ok"')])
+
+
+@pytest.mark.parametrize(("sent", "read"), [
+    (rb'"cut \ud83d"', "cut \ufffd"),  # half a pair, alone
+    (rb'"\udc00 and \ud800\ud800"', "\ufffd and \ufffd\ufffd"),  # a low half alone; two highs
+    (rb'"\\\ud83d"', "\\\ufffd"),  # an escaped backslash, then half a pair
+    (rb'"\\ud83d\udc00"', "\\ud83d\ufffd"),  # a backslash and the text "ud83d", then a low half alone
+])
+def test_lone_surrogate_escapes_read_as_u_fffd(sent: bytes, read: str) -> None:
+    with pytest.raises(msgspec.DecodeError):
+        msgspec.json.decode(sent)
+    assert msgspec.json.decode(well_formed_json(sent)) == read
+
+
+@pytest.mark.parametrize("sent", [rb'"\ud83d\ude00 \\ud83d"', rb'"plain"', rb'{"a":'])
+def test_json_without_lone_surrogates_is_not_rewritten(sent: bytes) -> None:
+    assert well_formed_json(sent) is None
+
+
+def test_json_past_the_bound_is_not_looked_at() -> None:
+    sent = b'"' + b"x" * MOST_REPAIRED + rb'\ud83d"'
+    assert well_formed_json(sent) is None
+    assert well_formed_json(b'"' + b"x" * (MOST_REPAIRED - 10) + rb'\ud83d"') is not None

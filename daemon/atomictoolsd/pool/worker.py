@@ -27,6 +27,7 @@ import os
 import select
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -60,6 +61,7 @@ from atomictoolsd.protocol import (
     bounded_site,
     encode_frame,
     error_result,
+    well_formed_json,
 )
 from atomictoolsd.worker.output import BURST_BYTES, CHUNK_BYTES, RATE_BYTES
 
@@ -120,6 +122,19 @@ def _one_line(json: bytes) -> bytes:
     return json
 
 
+def _decoded(decode: Callable[[bytes], Any], data: bytes) -> Any:
+    """``decode(data)``, or, when lone surrogate escapes are what it failed on, ``decode`` of ``data``
+    with them as U+FFFD (``well_formed_json``): a JavaScript tool's text cut inside a surrogate pair
+    (``"x😀".slice(0, 2)``), which ``JSON.stringify`` writes as such an escape."""
+    try:
+        return decode(data)
+    except msgspec.DecodeError:
+        repaired = well_formed_json(data)
+        if repaired is None:
+            raise
+        return decode(repaired)
+
+
 def _relay_json(data: bytes) -> bytes:
     """A worker's JSON ``data`` as the daemon relays it (``_one_line``), checked without building it:
     a value of millions of elements costs what its bytes do.
@@ -127,7 +142,7 @@ def _relay_json(data: bytes) -> bytes:
     Raises:
         msgspec.DecodeError, UnicodeDecodeError, RecursionError: it is not one JSON value in UTF-8.
     """
-    return _one_line(bytes(_decode_raw(data)))
+    return _one_line(bytes(_decoded(_decode_raw, data)))
 
 
 # Per call, at most this many questions (``ctx.elicit``, ``ctx.sample``) wait for the client, and at
@@ -610,7 +625,7 @@ class Worker(asyncio.Protocol):
         if len(result) > self.max_message:
             return error_result(f"Tool {tool!r} sent {_too_large('a result', len(result), self.max_message)}")
         try:
-            shaped = _decode_result(result)
+            shaped = _decoded(_decode_result, result)
             for index, block in enumerate(shaped.content):
                 if memoryview(block)[:1] != b"{":
                     raise msgspec.DecodeError(f"Expected `object` - at `$.content[{index}]`")

@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
+from atomictoolsd.protocol import well_formed_json
 from atomictoolsd.sessions.loose import scalar
 from atomictoolsd.sessions.messages import TOO_DEEP, clip
 from atomictoolsd.sessions.output import encode_error
@@ -124,7 +125,11 @@ def serve(host: BatchHost, line: bytes) -> None:
         host.error(b"null", encode_error(INVALID_REQUEST, f"Invalid request: {TOO_DEEP}"))
         return
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        host.error(b"null", encode_error(PARSE_ERROR, f"Parse error: {exc}"))
+        repaired = well_formed_json(line) if isinstance(exc, msgspec.DecodeError) else None
+        if repaired is not None:  # half a character (a lone surrogate escape): read as U+FFFD
+            serve(host, repaired)
+        else:
+            host.error(b"null", encode_error(PARSE_ERROR, f"Parse error: {exc}"))
         return
     refusal = too_many(len(messages))
     if refusal:

@@ -27,6 +27,7 @@ import msgspec
 from msgspec import UNSET
 
 from atomictools._protocol import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+from atomictoolsd.protocol import well_formed_json
 from atomictoolsd.sessions import batches, revisions
 from atomictoolsd.sessions.loose import NULL, scalar
 from atomictoolsd.sessions.messages import TOO_DEEP, decode_call, decode_message
@@ -233,7 +234,10 @@ class Connection(asyncio.Protocol):
         except msgspec.ValidationError as exc:
             self._not_an_object(line, exc)
         except msgspec.DecodeError as exc:
-            if line.strip():  # a blank line is no message: nothing to answer
+            repaired = well_formed_json(line)
+            if repaired is not None:  # half a character (a lone surrogate escape): read as U+FFFD
+                self.handle_line(repaired)
+            elif line.strip():  # a blank line is no message: nothing to answer
                 self.error(b"null", encode_error(PARSE_ERROR, f"Parse error: {exc}"))
         except UnicodeDecodeError:  # msgspec's error for a string that is not UTF-8
             self.error(_salvage_id(line), encode_error(PARSE_ERROR, "Parse error: a string in the message is not UTF-8"))

@@ -64,6 +64,7 @@ from msgspec import UNSET, UnsetType
 from atomictools._protocol import INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.config.errors import SetupError
 from atomictoolsd.config.statefile import write_atomic
+from atomictoolsd.protocol import well_formed_json
 from atomictoolsd.sessions import batches
 from atomictoolsd.sessions.loose import NULL, scalar
 from atomictoolsd.sessions.messages import AttachParams, ParamsError, decode_globs, decode_message
@@ -824,7 +825,12 @@ class HttpTransport:
                 response.send(*_refusal(400, INVALID_REQUEST, "Invalid request: expected a JSON-RPC object"))
             return
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # Unicode…: a string not UTF-8
-            response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
+            repaired = well_formed_json(body) if isinstance(exc, msgspec.DecodeError) else None
+            if repaired is not None:  # half a character (a lone surrogate escape): read as U+FFFD
+                request.body = repaired
+                self._post(request, response)
+            else:
+                response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
             return
         version = headers.get(b"mcp-protocol-version")
         # A 2026-07-28 request is one whose params' _meta names a revision; the bytes test only
@@ -943,7 +949,12 @@ class HttpTransport:
         try:
             messages = batches.decode_batch(request.body)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-            response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
+            repaired = well_formed_json(request.body) if isinstance(exc, msgspec.DecodeError) else None
+            if repaired is not None:  # half a character (a lone surrogate escape): read as U+FFFD
+                request.body = repaired
+                self._post_batch(request, response)
+            else:
+                response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
             return
         refusal = batches.too_many(len(messages))
         if refusal:

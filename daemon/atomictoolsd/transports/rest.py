@@ -33,7 +33,7 @@ from msgspec import UNSET, UnsetType
 
 from atomictools._protocol import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from atomictoolsd.config.suggest import unknown_tool
-from atomictoolsd.protocol import INVALID_ARGUMENTS
+from atomictoolsd.protocol import INVALID_ARGUMENTS, well_formed_json
 from atomictoolsd.sessions.messages import CallParams, clip
 
 if TYPE_CHECKING:
@@ -128,8 +128,7 @@ class RestApi:
         if what == "tool" and request.method == b"POST":
             what = _RELOAD
         if what == "call":
-            body = request.body.strip() or b"{}"
-            problem = _arguments_problem(body)
+            body, problem = _arguments(request.body.strip() or b"{}")
             if problem:
                 response.send(*problem)
                 return
@@ -182,16 +181,22 @@ def _route(path: bytes) -> Route | None:
     return ("call" if len(parts) == 2 else "tool", name)
 
 
-def _arguments_problem(body: bytes) -> Refusal | None:
-    """A 400 when the body of a call is not a JSON object (the tool's arguments). Checked without
-    building it: the worker reads the arguments, against the tool's schema."""
+def _arguments(body: bytes) -> tuple[bytes, Refusal | None]:
+    """The body of a call as the tool's arguments, and a 400 when it is not a JSON object. Checked
+    without building it: the worker reads the arguments, against the tool's schema. A lone surrogate
+    escape (half a character, as JavaScript writes one) becomes U+FFFD."""
     try:
         arguments = _decode_raw(body)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        return _refusal(400, PARSE_ERROR, f"Parse error: the body is not JSON: {exc}")
+    except msgspec.DecodeError as exc:
+        repaired = well_formed_json(body)
+        if repaired is None:
+            return body, _refusal(400, PARSE_ERROR, f"Parse error: the body is not JSON: {exc}")
+        return _arguments(repaired)
+    except (UnicodeDecodeError, RecursionError) as exc:
+        return body, _refusal(400, PARSE_ERROR, f"Parse error: the body is not JSON: {exc}")
     if memoryview(arguments)[:1] != b"{":
-        return _refusal(400, INVALID_PARAMS, "Invalid arguments: the body must be a JSON object of the tool's arguments")
-    return None
+        return body, _refusal(400, INVALID_PARAMS, "Invalid arguments: the body must be a JSON object of the tool's arguments")
+    return body, None
 
 
 _decode_raw = msgspec.json.Decoder(msgspec.Raw).decode

@@ -9,6 +9,7 @@ spill file. ``exception_text`` is what a tool that raised answers with.
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from typing import Any
 
@@ -22,7 +23,7 @@ from atomictoolsd.worker.limits import memory_error_text
 from atomictoolsd.worker.schema import ToolSpec, enc_hook
 from atomictoolsd.worker.truncate import spill, truncate
 
-__all__ = ["encode_json", "exception_text", "make_result"]
+__all__ = ["encode_json", "exception_text", "make_result", "well_formed"]
 
 encode_json = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
@@ -42,7 +43,9 @@ def exception_text(tool: str, exc: BaseException, memory_limit: int = 0) -> str:
 
 
 def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
-    """Turn what a tool returned into an MCP ``CallToolResult`` (JSON bytes)."""
+    """Turn what a tool returned into an MCP ``CallToolResult`` (JSON bytes). A string UTF-8 cannot
+    carry (one holding a surrogate: half of a pair, or a byte ``os.fsdecode`` could not decode, as a
+    file name may) is sent with U+FFFD in its place (``well_formed``)."""
     if (
         type(value) is str
         and spec.output_schema is None
@@ -50,7 +53,33 @@ def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
         and ("\n" not in value or value.count("\n") < worker.truncate_lines)  # most results are one line
     ):
         # The common case, well inside every limit: one text block, built directly.
-        return TEXT_HEAD + encode_json(value) + TEXT_TAIL
+        try:
+            return TEXT_HEAD + encode_json(value) + TEXT_TAIL
+        except UnicodeEncodeError:
+            return TEXT_HEAD + encode_json(well_formed(value)) + TEXT_TAIL
+    try:
+        return _built_result(spec, value, worker)
+    except UnicodeEncodeError:
+        return _built_result(spec, well_formed(value), worker)
+
+
+def well_formed(value: Any) -> Any:
+    """``value`` with every surrogate in its strings (keys included) as U+FFFD, and each pair of them
+    as the one character it stands for: what UTF-8 can carry. Structs and dataclasses are taken as
+    their fields; other objects are left as they are."""
+    if isinstance(value, str):
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, dict):
+        return {well_formed(key): well_formed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [well_formed(item) for item in value]
+    if isinstance(value, msgspec.Struct) or dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return well_formed(msgspec.to_builtins(value, enc_hook=enc_hook))
+    return value
+
+
+def _built_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:
+    """``make_result`` for any value but a short string."""
     if spec.output_schema is None and is_content(value):  # with a schema, the value must match it
         return _content_result(spec, value, worker)
     structured = None
