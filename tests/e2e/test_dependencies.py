@@ -587,6 +587,42 @@ def _uv_bin() -> str:
     return find_uv_bin()
 
 
+PEEK = """
+def peek(path: str) -> str:
+    try:
+        return open(path).read()
+    except OSError as exc:
+        return f"refused errno {exc.errno}"
+"""
+
+
+@pytest.mark.skipif(kernel_abi() < REQUIRED_ABI, reason=f"confining workers needs Landlock ABI {REQUIRED_ABI}")
+@pytest.mark.parametrize("link", ["src", "site-packages"])
+def test_a_confined_projects_links_out_of_itself_open_nothing(env: Env, make_daemon: object, link: str) -> None:
+    """Its environment's directories (its src/, its .venv's site-packages) are made readable to a
+    confined worker. The repository holds them: one that is a link to a directory outside the
+    project (home, /) must not open that directory."""
+    (env.home / "secret.txt").write_text("the user's secret")
+    env.write_tool(env.local_tools, "peek.py", PEEK)
+    env.set_trust_all(False)
+    if link == "src":  # the user's own venv chosen with --python; the repository links its src/ out
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env.project / ".venv")], check=True, timeout=60)
+        os.symlink(env.home, env.project / "src")
+        assert cli(env, "trust", "--yes", "--sandbox", "--python", ".venv").returncode == 0
+    else:  # the repository ships a .venv whose site-packages is a link out, and project_venv takes it
+        version = ".".join(map(str, sys.version_info[:3]))
+        site = env.project / ".venv" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+        site.mkdir(parents=True)
+        (env.project / ".venv" / "pyvenv.cfg").write_text(f"home = {Path(sys.executable).parent}\nversion = {version}\n")
+        os.symlink(env.home, site / "site-packages")
+        env.write_config('project_venv = ".venv"\n')
+        assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
+    daemon = make_daemon()  # type: ignore[operator]
+    with daemon.client() as client:
+        assert client.call("peek", path=str(env.home / "secret.txt")).text == "refused errno 13"
+        assert client.call("peek", path=str(env.local_tools / "peek.py")).text.lstrip().startswith("def peek")
+
+
 @pytest.mark.skipif(kernel_abi() < REQUIRED_ABI, reason=f"confining workers needs Landlock ABI {REQUIRED_ABI}")
 def test_a_confined_project_reads_its_environment_and_own_code(env: Env, make_daemon: object) -> None:
     venv = project_with_code(env)

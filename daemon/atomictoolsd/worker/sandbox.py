@@ -976,6 +976,8 @@ def with_environment(policy: dict[str, Any], paths: Iterable[str]) -> dict[str, 
     project = policy.get("project")
     for path in paths:
         real = os.path.realpath(path)
+        if isinstance(project, str) and _leaves(path, real, project):
+            continue  # the repository's link out of itself (src -> /): what it names is not the project's
         if real not in read:
             read.append(real)
         if isinstance(project, str) and real.startswith(project.rstrip("/") + "/"):
@@ -986,6 +988,17 @@ def with_environment(policy: dict[str, Any], paths: Iterable[str]) -> dict[str, 
     if protect:
         widened["protect"] = protect
     return widened
+
+
+def _leaves(path: str, real: str, project: str) -> bool:
+    """Whether ``path``, in the project by its name, is in fact elsewhere: a symbolic link the
+    repository holds (its ``src``, its ``.venv``'s site-packages) that names a directory outside it."""
+    def within(candidate: str, root: str) -> bool:
+        return candidate == root or candidate.startswith(root.rstrip("/") + "/")
+
+    named = os.path.abspath(path)
+    project_real = os.path.realpath(project)
+    return (within(named, project) or within(named, project_real)) and not within(real, project_real)
 
 
 def narrow(declared: Any, policy: dict[str, Any], temp_dir: str, spill_dir: str) -> list[str]:
