@@ -5,12 +5,14 @@ and real virtual environments."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 
 import pytest
@@ -411,6 +413,46 @@ def test_a_confined_module_reads_its_declared_environment_and_cannot_write_it(en
         assert client.call("confined").text == "1.16.0 refused errno 13"
         [module] = [m for m in client.status()["modules"] if m["path"].endswith("confined.py")]
         assert module["confined"] is True
+
+
+def test_a_url_or_a_path_declared_as_a_dependency_is_never_fetched_nor_built(env: Env, make_daemon: object) -> None:
+    """pip builds a URL's or a path's source tree even with --only-binary (its build backend is the
+    repository's code, run by the daemon's installer), and uv fetches a URL for a project whose tools
+    have no network: a dependency that is not a package of the index is the module's load error."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            asked.append(self.path)
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/evil-1.0.tar.gz"
+        (env.project / "evil").mkdir()
+        (env.project / "evil" / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "x"\n')
+        for name, dependency in (("fetched", url), ("built", "./evil")):
+            env.write_tool(env.local_tools, f"{name}.py", f"""
+                # /// script
+                # dependencies = ["{dependency}"]
+                # ///
+                def {name}() -> str:
+                    return "never"
+            """)
+        env.set_trust_all(False)
+        assert cli(env, "trust", "--yes", "--sandbox").returncode == 0
+        daemon = make_daemon()  # type: ignore[operator]
+        errors = {Path(e["file"]).name: e for e in wait_for(lambda: len(_errors(daemon)) == 2 and _errors(daemon), timeout=60)}
+        for name, dependency in (("fetched", url), ("built", "./evil")):
+            assert errors[f"{name}.py"]["message"].startswith(f"{dependency!r} is not a requirement of a package index"), errors
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == [], asked
 
 
 # -- the project's own environment ----------------------------------------------------------------------

@@ -70,3 +70,26 @@ def test_requires_python_against_a_version(specifier: str, met: bool) -> None:
 def test_a_requires_python_that_cannot_be_read_is_an_error(specifier: str) -> None:
     with pytest.raises(ValueError):
         python_meets(specifier, (3, 11, 7))
+
+
+@pytest.mark.parametrize("dependency", [
+    "http://127.0.0.1:8765/evil-1.0.tar.gz",  # pip builds a URL's source tree even with --only-binary
+    "./pkg", "/abs/pkg", "../pkg", "~/pkg",  # a path: a source tree the repository holds
+    "evil-1.0.tar.gz", "evil-1.0-py3-none-any.whl",  # an archive's file name
+    "git+https://example.com/a/b", "file:///tmp/pkg",
+    "pkg --config-settings=x", "pkg==1.0 --hash=sha256:00",  # a requirements file's per-line options
+])
+def test_a_url_a_path_or_an_option_is_not_a_requirement(dependency: str) -> None:
+    source = f'# /// script\n# dependencies = ["{dependency}"]\n# ///\n'
+    with pytest.raises(ScriptError, match="is not a requirement of a package index"):
+        parse_metadata(source)
+
+
+@pytest.mark.parametrize("dependency", [
+    "pyyaml>=6", "httpx[http2]>=0.27 ; python_version >= '3.11'", "zope.interface", "foo (>=1.0)",
+    "Foo_Bar-baz~=1.2", "name @ https://example.com/name-1.0-py3-none-any.whl",
+])
+def test_a_requirement_by_name_is_taken(dependency: str) -> None:
+    source = f'# /// script\n# dependencies = ["{dependency}"]\n# ///\n'
+    metadata = parse_metadata(source)
+    assert metadata is not None and metadata.dependencies == (dependency,)

@@ -25,6 +25,15 @@ __all__ = ["ScriptError", "ScriptMetadata", "parse_metadata", "python_meets"]
 # PEP 723's own expression (its reference implementation reads blocks with it).
 _BLOCK = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 _MOST = 200  # dependencies a module may declare
+# A requirement starts with a project's name, then what PEP 508 lets follow one: extras, a version,
+# a marker, a direct reference (``name @ URL``). A bare URL (``https://…/x.tar.gz``), a path
+# (``./pkg``, ``/abs``) or an archive's file name would have the installer fetch or build what the
+# repository names (pip builds a local or URL source tree even with ``--only-binary``): refused.
+_REQUIREMENT = re.compile(
+    r"\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?<!\.whl)(?<!\.zip)(?<!\.tar)(?<!\.gz)(?<!\.tgz)(?<!\.bz2)(?<!\.xz)"
+    r"\s*(?:$|[\[(<>=!~;@])"
+)
+_OPTION = re.compile(r"\s-")  # a requirements file's per-line option (``--config-settings``, ``--hash``)
 # Bytes of a block's TOML: read on the daemon's event loop (tomllib takes ~0.6 s a MiB), a module
 # declares a few lines.
 _MOST_BYTES = 64 * 1024
@@ -74,8 +83,11 @@ def parse_metadata(source: str) -> ScriptMetadata | None:
     if len(dependencies) > _MOST:
         raise ScriptError(f"{len(dependencies)} dependencies: at most {_MOST}", line)
     for dependency in dependencies:
-        if not dependency.strip() or dependency.lstrip().startswith("-") or any(c in dependency for c in "\r\n\0"):
-            raise ScriptError(f"{dependency!r} is not a requirement (PEP 508: a name, extras, a version)", line)
+        if not _REQUIREMENT.match(dependency) or _OPTION.search(dependency) or any(c in dependency for c in "\r\n\0"):
+            raise ScriptError(
+                f"{dependency!r} is not a requirement of a package index (PEP 508: a name, extras, a version, as "
+                f"\"pyyaml>=6\"); a URL, a path or an installer's option is not taken", line,
+            )
     requires = data.get("requires-python")
     if requires is not None and not isinstance(requires, str):
         raise ScriptError('`requires-python` must be a string: requires-python = ">=3.11"', line)
