@@ -168,7 +168,7 @@ def _read(host: BatchHost, batch: Batch, message: bytes) -> None:
         return
     try:
         head = _decode_head(message)
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
         host.handle_line(message)  # not a request object: refused with no id, which goes to the batch
         return
     except RecursionError:

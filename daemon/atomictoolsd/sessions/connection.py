@@ -80,6 +80,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_hangup_watch()
         self.transport = None
+        self._buffer.clear()  # a line left half-read: freed now, not when the collector finds the connection
         self.session.close()
 
     def pause_writing(self) -> None:

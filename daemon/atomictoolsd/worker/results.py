@@ -28,18 +28,41 @@ __all__ = ["encode_json", "exception_text", "make_result", "well_formed"]
 encode_json = msgspec.json.Encoder(enc_hook=enc_hook).encode
 
 
+MOST_MESSAGE = 4_000  # characters of an exception's message in a tool's error result
+MOST_TRACE = 16_000  # characters of its traceback (its first and its last lines kept)
+
+
 def exception_text(tool: str, exc: BaseException, memory_limit: int = 0) -> str:
+    """What a call whose tool raised ``exc`` answers: its type, message and traceback, cut to a
+    size a model reads (an exception may carry megabytes), whatever its ``__str__`` does."""
     if isinstance(exc, ToolError):
-        return str(exc) or type(exc).__name__
+        return _clipped(_message(exc), MOST_MESSAGE) or type(exc).__name__
     if isinstance(exc, MemoryError):
         return memory_error_text(tool, memory_limit)
     # Drop the runtime's own frame: the model and the author need the tool's frames only.
     tb = exc.__traceback__
     if tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    trace = "".join(traceback.format_exception(type(exc), exc, tb))
+    trace = _clipped("".join(traceback.format_exception(type(exc), exc, tb)), MOST_TRACE)
     hint = missing_module_hint(exc)
-    return f"Tool {tool!r} raised {type(exc).__name__}: {exc}{': ' + hint if hint else ''}\n\n{trace}".rstrip()
+    message = _clipped(_message(exc), MOST_MESSAGE)
+    return f"Tool {tool!r} raised {type(exc).__name__}: {message}{': ' + hint if hint else ''}\n\n{trace}".rstrip()
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or why there is none: a tool's exception class may raise in its ``__str__``."""
+    try:
+        return str(exc)
+    except Exception as failure:  # noqa: BLE001 - any error of the tool's own __str__
+        return f"(its message could not be made: {type(failure).__name__} in its __str__)"
+
+
+def _clipped(text: str, most: int) -> str:
+    """``text`` within ``most`` characters: its start and its end, and how much was left out."""
+    if len(text) <= most:
+        return text
+    head, tail = most // 4, most - most // 4
+    return f"{text[:head]}\n… ({len(text) - head - tail:,} characters left out) …\n{text[-tail:]}"
 
 
 def make_result(spec: ToolSpec, value: Any, worker: WorkerSpec) -> bytes:

@@ -185,7 +185,7 @@ class Runtime:
                     # start_call's work for a sync tool without ctx, when its arguments are valid
                     try:
                         decoded = spec.decoder.decode(message.arguments or b"{}")
-                    except (msgspec.ValidationError, msgspec.DecodeError):
+                    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
                         pass  # start_call drops what it does not declare, or answers the error
                     else:
                         arguments = _astuple(decoded) if spec.positional else _asdict(decoded)
@@ -369,7 +369,7 @@ class Runtime:
             return None
         try:
             kwargs = spec.parse_arguments(call.arguments or b"{}")
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError) as exc:
             kwargs = self._relaxed(call_id, spec, call.arguments, exc)
             if kwargs is None:
                 return None
@@ -402,6 +402,9 @@ class Runtime:
                 raise error
             kept, dropped = split
             kwargs = spec.parse_arguments(kept)
+        except UnicodeDecodeError:  # msgspec's error for a string that is not UTF-8
+            self.send(Result(call_id, error_result(f"{INVALID_ARGUMENTS} {spec.name!r}: a string in them is not UTF-8")))
+            return None
         except (msgspec.ValidationError, msgspec.DecodeError, Undeclared) as exc:
             explained = with_choices(str(exc), spec.input_schema)
             self.send(Result(call_id, error_result(f"{INVALID_ARGUMENTS} {spec.name!r}: {explained}")))
