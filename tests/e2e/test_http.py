@@ -258,6 +258,11 @@ def test_bad_requests_get_clear_errors(served: tuple[Any, Http]) -> None:
     assert status == 400 and json.loads(body)["error"]["code"] == -32700
     status, _, body = endpoint.request("POST", raw=b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}')  # not UTF-8
     assert status == 400 and json.loads(body)["error"]["code"] == -32700
+    # Not UTF-8 in what the envelope keeps raw (the id, a tool's arguments): refused, never echoed back.
+    for raw in (b'{"jsonrpc": "2.0", "id": "\xff", "method": "ping"}',
+                b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "\xff"}}}'):
+        status, _, body = endpoint.request("POST", raw=raw)
+        assert status == 400 and json.loads(body)["error"]["code"] == -32700, body
     status, _, body = endpoint.request("POST", [_initialize()])
     assert status == 400 and "Batches" in json.loads(body)["error"]["message"]
     status, _, body = endpoint.request("POST", raw=b"x" * (17 * 1024 * 1024))

@@ -462,6 +462,14 @@ def _hand_over(session: HttpSession, body: bytes) -> None:
     session.core.handle_message(message)
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _jsonrpc_error(code: int, message: str) -> bytes:
     return _encode({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
 
@@ -831,6 +839,9 @@ class HttpTransport:
                 self._post(request, response)
             else:
                 response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
+            return
+        if not body.isascii() and not _is_utf8(body):  # inside a string the envelope kept raw (the id, params)
+            response.send(*_refusal(400, PARSE_ERROR, "Parse error: a string in the message is not UTF-8"))
             return
         version = headers.get(b"mcp-protocol-version")
         # A 2026-07-28 request is one whose params' _meta names a revision; the bytes test only
