@@ -110,6 +110,16 @@ def test_a_lone_surrogate_over_http_and_the_rest_api_is_answered_with_u_fffd(ser
     messages = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")] \
         if headers.get("content-type", "").startswith("text/event-stream") else [json.loads(body)]
     assert messages[-1]["id"] == 61 and _text(messages[-1]) == EXPECTED
+    # A batch, in a session of the one revision that has them.
+    status, headers, _ = endpoint.request("POST", {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}}}, path=path)
+    batch_session = headers["mcp-session-id"]
+    endpoint.request("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"}, headers={"Mcp-Session-Id": batch_session}, path=path)
+    status, headers, body = endpoint.request("POST", raw=b"[" + _call_line(62) + b"]", headers={"Mcp-Session-Id": batch_session}, path=path)
+    assert status == 200, body
+    answers = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")][-1] \
+        if headers.get("content-type", "").startswith("text/event-stream") else json.loads(body)
+    assert answers[0]["id"] == 62 and _text(answers[0]) == EXPECTED, answers
     status, _, body = endpoint.request(
         "POST", raw=ARGUMENTS, path="/api/tools/echo/call?directory=" + quote(str(env.project), safe="/")
     )

@@ -462,6 +462,16 @@ def _hand_over(session: HttpSession, body: bytes) -> None:
     session.core.handle_message(message)
 
 
+def _repaired(request: Request, error: Exception) -> bool:
+    """Whether ``request``'s body, which failed to decode with ``error``, failed on half a character
+    only (a lone surrogate escape, ``well_formed_json``): then its body now holds U+FFFD in its place."""
+    repaired = well_formed_json(request.body) if isinstance(error, msgspec.DecodeError) else None
+    if repaired is None:
+        return False
+    request.body = repaired
+    return True
+
+
 def _is_utf8(data: bytes) -> bool:
     try:
         data.decode()
@@ -833,9 +843,7 @@ class HttpTransport:
                 response.send(*_refusal(400, INVALID_REQUEST, "Invalid request: expected a JSON-RPC object"))
             return
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:  # Unicode…: a string not UTF-8
-            repaired = well_formed_json(body) if isinstance(exc, msgspec.DecodeError) else None
-            if repaired is not None:  # half a character (a lone surrogate escape): read as U+FFFD
-                request.body = repaired
+            if _repaired(request, exc):
                 self._post(request, response)
             else:
                 response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))
@@ -960,9 +968,7 @@ class HttpTransport:
         try:
             messages = batches.decode_batch(request.body)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-            repaired = well_formed_json(request.body) if isinstance(exc, msgspec.DecodeError) else None
-            if repaired is not None:  # half a character (a lone surrogate escape): read as U+FFFD
-                request.body = repaired
+            if _repaired(request, exc):
                 self._post_batch(request, response)
             else:
                 response.send(*_refusal(400, PARSE_ERROR, f"Parse error: {exc}"))

@@ -96,7 +96,7 @@ def well_formed(value: Any) -> Any:
         return {well_formed(key): well_formed(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [well_formed(item) for item in value]
-    if isinstance(value, msgspec.Struct) or dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, msgspec.Struct) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
         return well_formed(msgspec.to_builtins(value, enc_hook=enc_hook))
     return value
 
