@@ -27,7 +27,7 @@ from atomictools._protocol import LogLevel
 
 __all__ = [
     "ASK_METHODS", "ERROR_END", "FRAME_OVERHEAD", "INVALID_ARGUMENTS", "MAX_DROPPED_KEYS", "MAX_FRAME", "MAX_LOAD_REPORT",
-    "MAX_REPORTED_FILES", "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask",
+    "MAX_REPORTED_FILES", "MAX_SITE_DIRS", "MAX_SITE_ENTRIES", "NEEDS_TRUSTED_DIRECTORY", "SITE_NAMES", "TEXT_HEAD", "TEXT_TAIL", "Answer", "Ask",
     "AskMethod", "CallContext", "CallTool", "Cancel", "DaemonMessage", "Dropped", "EnvSpec", "Exited", "Failed",
     "FailureReport", "FileReport", "Fingerprint", "ForkServerMessage", "ForkServerRequest", "FrameError", "FrameReader",
     "FrameTooLarge", "JsRuntime", "LoadFailure", "Loaded", "Log", "Output", "Pid", "Ping", "Pong", "Progress", "Ready",
@@ -405,6 +405,12 @@ TEXT_TAIL = b"}]}"
 # How the runtime's answer to arguments that do not fit a tool's schema begins (then the tool's name
 # and what is wrong): the REST API tells it from a tool's own error by it (transports/rest.py).
 INVALID_ARGUMENTS = "Invalid arguments for tool"
+
+
+# The key of a tool definition that marks a tool running a program in the caller's directory, a
+# program that may run what that directory names (a declarative shell tool): the daemon refuses its
+# calls where the directory's project is not trusted with all the user's rights. Never sent to clients.
+NEEDS_TRUSTED_DIRECTORY = "atomic/needsTrustedDirectory"
 
 
 # How every error result ends, this one's and the daemon's re-encoding of a tool's (``isError``

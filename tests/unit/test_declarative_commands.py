@@ -231,3 +231,45 @@ def test_a_value_never_changes_scheme_host_port_or_query(value: str) -> None:
     assert parts.path.split("/")[1::2] == ["api", "x"] and len(parts.path.split("/")) == 4
     assert urllib.parse.parse_qs(parts.query) == {"a": [value], "b": ["1"]}
     assert parts.fragment == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "cwd", "needs"),
+    [
+        # Programs that run nothing a directory names, found on PATH: anywhere.
+        ("grep -rn -e {{p}} -- .", None, False),
+        ("rg --json -- {{p}}", None, False),
+        ("/usr/bin/grep x .", None, True),  # a path: whatever file is there
+        ("find . -name {{n}}", None, False),
+        ("jq . data.json", "sub", False),
+        # Any other program may run what the directory holds.
+        ("git status --short", None, True),
+        ("git status --short", "src", True),  # relative to the caller's directory
+        ("make test", None, True),
+        ("npm test", None, True),
+        ("python3 -m pytest", None, True),
+        ("./build.sh", None, True),
+        ("bin/grep x .", None, True),
+        ("env grep x .", None, True),  # a wrapper: what it runs is not looked into
+        ("timeout 5 grep x .", None, True),
+        # The options of an inert program that run one.
+        ("find . -name x -exec cat {} +", None, True),
+        ("find . -execdir cat {} ;", None, True),
+        ("rg --pre ./decode x", None, True),
+        ("rg --pre=./decode x", None, True),
+        ("sort --compress-program=./z big.txt", None, True),
+        # A directory of its own, not the caller's.
+        ("git status --short", "/srv/repo", False),
+        ("git status --short", "~/notes", False),
+    ],
+)
+def test_a_command_needs_a_trusted_directory_where_it_may_run_what_the_directory_holds(
+    command: str, cwd: str | None, needs: bool
+) -> None:
+    handler = ShellHandler(command=command, cwd=cwd)
+    assert handler.needs_trusted_directory is needs
+
+
+def test_free_text_an_inert_program_reads_as_options_needs_a_trusted_directory() -> None:
+    handler = ShellHandler(command="rg {{args}} .", unsafe_free_text=["args"])  # "--pre=./x" is one such value
+    assert handler.needs_trusted_directory

@@ -69,16 +69,19 @@ def shell_quote(arg: str) -> str:
 
 
 def with_own_bin(path: str) -> str:
-    """``path`` with this interpreter's bin directory (the venv's) appended when it is missing.
+    """``path`` without its entries that are not absolute, and with this interpreter's bin directory
+    (the venv's) appended when it is missing.
 
     The daemon's workers run programs by name (``ruff``, ``pytest``); installed into the daemon's venv
     they are found even when the venv is not activated, and the user's own ``PATH`` still comes first.
+    An empty or relative entry (``.``, ``bin``) names a directory of wherever a program is started:
+    a command a tool runs in a project would find the project's own ``grep`` there.
     """
     own = os.path.dirname(sys.executable)
-    entries = [e for e in path.split(os.pathsep) if e]
-    if any(os.path.normpath(e) == os.path.normpath(own) for e in entries):
-        return path
-    return os.pathsep.join([*entries, own])
+    entries = [e for e in path.split(os.pathsep) if os.path.isabs(e)]
+    if not any(os.path.normpath(e) == os.path.normpath(own) for e in entries):
+        entries.append(own)
+    return os.pathsep.join(entries)
 
 
 def add_own_bin_to_path() -> None:

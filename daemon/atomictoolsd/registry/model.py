@@ -20,6 +20,7 @@ from atomictools._protocol import WRITTEN_SCHEMA
 from atomictoolsd.config.discovery import ModuleFile, Skipped, may_hold_modules
 from atomictoolsd.pool.javascript.definitions import RUNTIME_KEY
 from atomictoolsd.pool.pool import ModuleRunner
+from atomictoolsd.protocol import NEEDS_TRUSTED_DIRECTORY
 from atomictoolsd.registry.content import Hold, Verdict, held_entry
 from atomictoolsd.registry.trust import trust_offer
 
@@ -51,13 +52,18 @@ class LateLoad:
 class ToolDef:
     """One tool as the daemon serves it: its MCP definition (pre-encoded) and the module behind it."""
 
-    __slots__ = ("_variants", "definition", "encoded", "encoded_as_written", "module", "name", "runtime", "timeout", "written")
+    __slots__ = (
+        "_variants", "definition", "encoded", "encoded_as_written", "module", "name", "needs_trusted_directory",
+        "runtime", "timeout", "written",
+    )
 
     def __init__(self, module: Module, definition: dict[str, Any]) -> None:
         definition = dict(definition)
         timeout = definition.pop("timeout", None)
         self.runtime: str | None = definition.pop(RUNTIME_KEY, None)  # "bun 1.4.5": a TypeScript/JavaScript tool's
         written = definition.pop(WRITTEN_SCHEMA, None)
+        # It runs a program in the caller's directory: only where the user trusts that directory.
+        self.needs_trusted_directory = definition.pop(NEEDS_TRUSTED_DIRECTORY, None) is True
         self.name: str = definition["name"]
         self.module = module
         self.definition = definition

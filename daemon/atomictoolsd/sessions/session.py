@@ -48,8 +48,9 @@ from atomictools._protocol import (
 from atomictoolsd import __version__
 from atomictoolsd.config.discovery import git_worktree_root
 from atomictoolsd.config.suggest import unknown_tool
-from atomictoolsd.protocol import CallContext
+from atomictoolsd.protocol import CallContext, error_result
 from atomictoolsd.registry.model import Project, ToolDef, View
+from atomictoolsd.registry.trust import trust_command
 from atomictoolsd.sessions import batches, dispatcher, revisions
 from atomictoolsd.sessions.asking import Asking
 from atomictoolsd.sessions.content import shape_result
@@ -686,6 +687,8 @@ class Session:
         if tool is None:
             self._not_callable(id_json, name, arguments, params.meta, waited)
             return None
+        if tool.needs_trusted_directory and self._refused_here(id_json, tool):
+            return None
         timeout = tool.timeout or self.server.config.call_timeout
         context = self._context
         token = None
@@ -757,6 +760,29 @@ class Session:
                 return
         message, data = unknown_tool(name, [t.name for t in self.visible()], view.errors, view.blocked, view.held)
         self.send_error(id_json, INVALID_PARAMS, message, data)
+
+    def _refused_here(self, id_json: bytes, tool: ToolDef) -> bool:
+        """Refuse a call of ``tool``, which runs a program in the caller's directory that may run
+        what the directory names (``.git/config``, a Makefile), unless the user trusts the
+        directory's project with all their rights, or the tool runs confined there: nothing of a
+        repository runs before its user trusted it. True when it answered the call."""
+        if tool.module.confined:
+            return False
+        level = self.project.trust_level()
+        if level is None or level == "full":  # None: no project (the home)
+            return False
+        root = self.project.root
+        how = ("trusted only with --sandbox (its own tools run confined; this one would not)" if level == "sandbox"
+               else "not trusted")
+        text = (
+            f"Tool {tool.name!r} did not run: it runs a program in {self.directory}, and the project there ({root}) "
+            f"is {how}. A program may run what a directory holds (git the programs its .git/config names, make its "
+            f"Makefile, npm its package.json scripts), so a {tool.module.scope} tool that runs one there "
+            f"({tool.module.path}) runs only once the user trusts the project with all their rights. Only the user "
+            f"can trust it (`trust` needs their terminal): ask the user whether to run {trust_command(root)}."
+        )
+        self.send_result(id_json, error_result(text))
+        return True
 
     # CallOwner: what a call started by this session produces
 

@@ -33,6 +33,9 @@ class Handler(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, rena
     # Set by each kind's ``__post_init__``; not fields (``dict=True`` holds them), so no file sets them.
     params: ClassVar[list[str]] = []  # the arguments the handler reads: the tool's inputSchema must declare them
     seconds: ClassVar[float | None] = None  # the handler's own timeout, when it has one
+    # It runs a program in the caller's directory that may run what that directory names: the
+    # daemon runs it only where the user trusts the directory (``shell.ShellHandler``).
+    needs_trusted_directory: ClassVar[bool] = False
 
     def __call__(self, tool: str, args: dict[str, Any], ctx: Context) -> str:
         """Run one call of tool ``tool``; the result's text. Raises ``ToolError``."""

@@ -31,7 +31,7 @@ import msgspec
 from atomictools._authoring import ANNOTATION_KEYS, Context
 from atomictools._jsonschema import inline_refs
 from atomictools._protocol import WRITTEN_SCHEMA, check_tool_name
-from atomictoolsd.protocol import LoadFailure
+from atomictoolsd.protocol import NEEDS_TRUSTED_DIRECTORY, LoadFailure
 from atomictoolsd.worker.declarative.file_read import FileReadHandler
 from atomictoolsd.worker.declarative.handler import Handler
 from atomictoolsd.worker.declarative.http_request import HttpHandler
@@ -114,11 +114,14 @@ class DeclarativeSpec(ToolSpec):
     # The schema as the file wrote it, when that differs from the portable one served by default
     # ($defs/$ref inlined, enums typed): clients that take JSON Schema 2020-12 whole get it as written.
     written_schema: dict[str, Any] | None = None
+    needs_trusted_directory: bool = False  # see ``Handler.needs_trusted_directory``
 
     def definition(self) -> dict[str, Any]:
         out = super().definition()
         if self.written_schema is not None:
             out[WRITTEN_SCHEMA] = self.written_schema
+        if self.needs_trusted_directory:
+            out[NEEDS_TRUSTED_DIRECTORY] = True
         return out
 
     def parse_arguments(self, raw: bytes) -> dict[str, Any]:
@@ -313,6 +316,7 @@ def build_tool(tool: Tool) -> DeclarativeSpec:
         annotations=annotations or None,
         validate=validate,
         written_schema=schema if served != schema else None,
+        needs_trusted_directory=handler.needs_trusted_directory,
     )
 
 

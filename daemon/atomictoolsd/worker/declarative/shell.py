@@ -31,7 +31,7 @@ import msgspec
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
-from atomictoolsd.worker.declarative.commands import Unsafe, check
+from atomictoolsd.worker.declarative.commands import PLAIN, Unsafe, check, program_name
 from atomictoolsd.worker.declarative.constraints import constrained
 from atomictoolsd.worker.declarative.exitcodes import OkExitCodes
 from atomictoolsd.worker.declarative.handler import Handler, TimeoutMs
@@ -49,6 +49,16 @@ __all__ = ["DEFAULT_TIMEOUT_MS", "ShellHandler", "resolve_dir"]
 
 DEFAULT_TIMEOUT_MS = 30_000
 _POLL = 0.1  # seconds between checks for cancellation while the command runs
+
+# Programs that run nothing the directory they run in names: they read their arguments, and the
+# files those name, as data. Any other program may read the directory's own configuration and run
+# what it says: git its .git/config (core.fsmonitor, hooks, filters), make its Makefile, npm its
+# package.json, python the modules beside it. The options after a name run a program of their own.
+_INERT: dict[str, frozenset[str]] = {
+    **{name: frozenset() for name in PLAIN},
+    "rg": frozenset({"--pre"}), "find": frozenset({"-exec", "-execdir", "-ok", "-okdir"}),
+    "sort": frozenset({"--compress-program"}), "jq": frozenset(), "tree": frozenset(), "uniq": frozenset(),
+}
 
 def resolve_dir(path: str | None, ctx: Context | None) -> str:
     """A directory named in a tool file: ``~`` expanded, relative to the caller's directory.
@@ -91,6 +101,8 @@ class ShellHandler(Handler, tag="shell"):
         self.ok_codes = frozenset(self.ok_exit_codes)
         self.params = placeholders(self.command)
         self.unsafe = _unsafe_names(self.unsafe_free_text, self.params)
+        here = self.cwd is None or not os.path.isabs(os.path.expanduser(self.cwd))
+        self.needs_trusted_directory = here and not _inert(self.words, self.unsafe)
 
     def check_schema(self, schema: Mapping[str, Any]) -> None:
         """Refuse a placeholder the checker guards whose parameter ``schema`` (``$ref``s inlined)
@@ -215,6 +227,17 @@ class ShellHandler(Handler, tag="shell"):
                 return proc.communicate(timeout=min(remaining, _POLL))
             except subprocess.TimeoutExpired:
                 continue
+
+
+def _inert(words: list[str], unsafe: frozenset[str]) -> bool:
+    """Whether the command runs nothing the directory it runs in names: its program is one of
+    ``_INERT``, found on ``PATH`` (a path such as ``./build.sh`` or ``bin/grep`` names a file of the
+    directory), with none of the options that run a program, and no parameter left free to add one."""
+    program = words[0]
+    if unsafe or "/" in program or program_name(program) not in _INERT:
+        return False
+    running = _INERT[program_name(program)]
+    return not any(word.split("=", 1)[0] in running for word in words[1:])
 
 
 def _unsafe_names(names: list[str], params: list[str]) -> frozenset[str]:
