@@ -15,8 +15,9 @@ import psutil
 from helpers import Daemon, Env, wait_for
 
 TOOLS = '''
-import asyncio, os, time
-from atomictools import tool
+import asyncio, dataclasses, os, time
+from typing import Any
+from atomictools import Context, tool
 
 @tool
 def pid() -> str:
@@ -47,6 +48,26 @@ async def unsayable_async() -> str:
 @tool
 def verbose() -> str:
     raise ValueError("x" * 1_000_000)
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+    def __post_init__(self) -> None:
+        if self.x == 13:
+            raise RuntimeError("unlucky")
+
+@tool
+def place(p: Point) -> str:
+    return f"at {p.x}"
+
+@tool
+def place_ctx(p: Point, ctx: Context) -> str:
+    return f"at {p.x}"
+
+@tool
+async def place_async(p: Point) -> str:
+    return f"at {p.x}"
 '''
 
 
@@ -119,4 +140,26 @@ def test_an_exception_without_a_message_or_with_megabytes_of_one_is_answered(env
         text = result["content"][0]["text"]
         assert result["isError"] and text.startswith("Tool 't_verbose' raised ValueError: xxx") and "characters left out" in text
         assert len(json.dumps(result)) < 30_000, len(json.dumps(result))
+        assert raw.request("tools/call", {"name": "t_pid"})["result"]["content"][0]["text"] == worker  # not a crash
+
+
+def test_an_argument_whose_own_check_raises_fails_its_call_not_the_worker(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An argument type's own code (a dataclass's ``__post_init__``) raising what no validation error
+    is: the call fails with what happened, and the worker, another client's call running in it, and
+    the next call are untouched."""
+    env.write_tool(env.global_tools, "t.py", TOOLS)
+    daemon: Daemon = make_daemon()
+    with daemon.raw() as raw, daemon.raw() as other:
+        worker = raw.request("tools/call", {"name": "t_pid"})["result"]["content"][0]["text"]
+        slept: list[Any] = []
+        sleeper = threading.Thread(target=lambda: slept.append(other.request("tools/call", {"name": "t_sleep", "arguments": {"seconds": 1}})))
+        sleeper.start()
+        time.sleep(0.2)
+        for name in ("t_place", "t_place_ctx", "t_place_async"):
+            result = raw.request("tools/call", {"name": name, "arguments": {"p": {"x": 13}}})["result"]
+            text = result["content"][0]["text"]
+            assert result["isError"] and text.startswith(f"Tool {name!r} raised RuntimeError: unlucky"), text
+            assert raw.request("tools/call", {"name": name, "arguments": {"p": {"x": 2}}})["result"]["content"][0]["text"] == "at 2"
+        sleeper.join(10)
+        assert slept and slept[0]["result"]["content"][0]["text"] == "slept", slept
         assert raw.request("tools/call", {"name": "t_pid"})["result"]["content"][0]["text"] == worker  # not a crash

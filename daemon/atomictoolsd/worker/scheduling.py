@@ -177,34 +177,45 @@ class Runtime:
                     inbox.extend(feed(data))
                     size = LARGE_READ if self._frames.partial else SMALL_READ  # the rest of a large one
                     continue
-            if type(message) is CallTool:
-                if message.context is not None:
-                    self.context = message.context  # the calls that follow, sent without one, have this one
-                spec = plain.get(message.tool)
-                if spec is not None and not (inbox and spec.name in slow):
-                    # start_call's work for a sync tool without ctx, when its arguments are valid
-                    try:
-                        decoded = spec.decoder.decode(message.arguments or b"{}")
-                    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-                        pass  # start_call drops what it does not declare, or answers the error
-                    else:
-                        arguments = _astuple(decoded) if spec.positional else _asdict(decoded)
-                        self._run_inline(message.call_id, spec, arguments, generation)
+            try:
+                if type(message) is CallTool:
+                    if message.context is not None:
+                        self.context = message.context  # the calls that follow, sent without one, have this one
+                    spec = plain.get(message.tool)
+                    if spec is not None and not (inbox and spec.name in slow):
+                        # start_call's work for a sync tool without ctx, when its arguments are valid
+                        try:
+                            decoded = spec.decoder.decode(message.arguments or b"{}")
+                        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+                            pass  # start_call drops what it does not declare, or answers the error
+                        else:
+                            arguments = _astuple(decoded) if spec.positional else _asdict(decoded)
+                            self._run_inline(message.call_id, spec, arguments, generation)
+                            continue
+                    job = self.start_call(message)
+                    if job is None:
                         continue
-                job = self.start_call(message)
-                if job is None:
-                    continue
-                if inbox and job[1].name in slow:
-                    self._dispatch(job)  # more is waiting to be read: do not sit on it
+                    if inbox and job[1].name in slow:
+                        self._dispatch(job)  # more is waiting to be read: do not sit on it
+                    else:
+                        self._run_inline(*job, generation)
+                elif type(message) is Answer:
+                    self._answered(message)
                 else:
-                    self._run_inline(*job, generation)
-            elif type(message) is Answer:
-                self._answered(message)
-            else:
-                self.cancel_call(message.call_id)
+                    self.cancel_call(message.call_id)
+            except BaseException as exc:  # noqa: BLE001 - whatever it is, the call's failure, not the worker's
+                self._failed(message, exc)
         self._marks.pop(generation, None)  # the role moved on: this reader marks no more calls
         with self._lock:
             self._sender.resume_inline()  # after its last send: the current reader may send without the lock
+
+    def _failed(self, message: DaemonMessage, exc: BaseException) -> None:
+        """A message whose handling raised what nothing there expects (an argument type's own check,
+        a dataclass's ``__post_init__``, raising): a call fails with the error; the worker, its
+        other calls and this reading thread go on."""
+        if type(message) is CallTool:
+            self.calls.pop(message.call_id, None)
+            self.send(Result(message.call_id, error_result(exception_text(message.tool, exc, self.worker.memory_limit))))
 
     def _run_inline(self, call_id: int, spec: ToolSpec, arguments: Arguments, generation: int) -> None:
         """Run a sync call on the reading thread, then whatever the backlog holds (``_run``)."""
