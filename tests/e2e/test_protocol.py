@@ -49,6 +49,16 @@ def test_each_error_answers_and_the_connection_stays_usable(echo_daemon: Daemon)
         assert raw.request("ping")["result"] == {}
 
 
+def test_an_integer_id_of_any_size_is_answered_with_its_digits(echo_daemon: Daemon) -> None:
+    """JSON's integers have no size: an id past 64 bits is answered as sent, a call's too."""
+    with echo_daemon.raw() as raw:
+        for digits in (b"18446744073709551616", b"-9223372036854775809", b"1" + b"0" * 40):
+            raw.send_bytes(b'{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}\n'
+                           % digits)
+            reply = raw.recv()
+            assert reply["id"] == int(digits) and reply["result"]["content"][0]["text"] == "x", reply
+
+
 def test_unknown_method_is_answered_at_once(echo_daemon: Daemon) -> None:
     """A client probing a method the daemon lacks (an SDK may wait seconds for silence) is answered now."""
     with echo_daemon.raw() as raw:
