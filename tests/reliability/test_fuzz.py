@@ -110,6 +110,17 @@ class Probe:
                 return
 
 
+def _descriptors(pid: int) -> set[tuple[str, str]]:
+    """What each descriptor of ``pid`` refers to (its number, its link), for a failure to show."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.add((fd, os.readlink(f"/proc/{pid}/fd/{fd}")))
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture
 def fuzz_daemon(env: Env, make_daemon) -> Daemon:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "echo.py", "def echo(text: str) -> str:\n    return text\n")
@@ -121,6 +132,7 @@ def test_fuzzed_input_never_breaks_the_daemon(fuzz_daemon: Daemon, env: Env, rec
     with fuzz_daemon.raw() as warm:  # load the echo module and settle the baseline first
         warm.request("tools/call", {"name": "echo", "arguments": {"text": "warm"}})
     fds_before = process.num_fds()
+    opened_before = _descriptors(process.pid)
     rss_before = process.memory_info().rss
     probe = Probe(str(env.socket))
     tried = [0]
@@ -151,7 +163,7 @@ def test_fuzzed_input_never_breaks_the_daemon(fuzz_daemon: Daemon, env: Env, rec
             time.sleep(0.05)
         rss_after = process.memory_info().rss
     assert fuzz_daemon.proc.poll() is None
-    assert fds_after <= fds_before + 2, f"file descriptors {fds_before} → {fds_after}"
+    assert fds_after <= fds_before + 2, f"file descriptors {fds_before} → {fds_after}: {_descriptors(process.pid) - opened_before}"
     # Whatever the fuzz made (bridges, above all) goes when the daemon stops: nothing is left.
     assert fuzz_daemon.stop() == 0
     assert os.listdir(env.runtime_dir) == [], "the daemon left files in its runtime dir"
