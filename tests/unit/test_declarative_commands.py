@@ -132,6 +132,9 @@ def test_where_a_value_lands(command: str, expected: str | None) -> None:
 def test_program_names() -> None:
     assert [program_name(w) for w in ("/usr/bin/python3.11", "perl5.36", "python3.13t", "lua5.4", "gawk", "grep")] == [
         "python", "perl", "python", "lua", "gawk", "grep"]
+    # A plain program is its exact name: diff3 (which runs --diff-program) is not diff, lsd not ls.
+    assert [program_name(w) for w in ("diff3", "/usr/bin/diff3", "lsd", "grep2")] == ["diff3", "diff3", "lsd", "grep2"]
+    assert role("diff3 {{files}}") == "guarded"  # a value "--diff-program=./x" would run ./x
 
 
 def test_an_unknown_option_is_read_both_ways() -> None:
@@ -258,6 +261,10 @@ def test_a_value_never_changes_scheme_host_port_or_query(value: str) -> None:
         ("rg --pre ./decode x", None, True),
         ("rg --pre=./decode x", None, True),
         ("sort --compress-program=./z big.txt", None, True),
+        ("rg --hostname-bin=./h x", None, True),
+        # A name that only looks like an inert one: diff3 runs --diff-program.
+        ("diff3 a b c", None, True),
+        ("lsd .", None, True),
         # A directory of its own, not the caller's.
         ("git status --short", "/srv/repo", False),
         ("git status --short", "~/notes", False),

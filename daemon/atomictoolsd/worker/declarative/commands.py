@@ -398,7 +398,7 @@ _RG = Program(permute=True, operands=(DATA,), unknown=GUARD,
                           "type-not:arg:data max-count:arg:data after-context:arg:data before-context:arg:data "
                           "context:arg:data threads:arg:data max-columns:arg:data encoding:arg:data "
                           "max-depth:arg:data max-filesize:arg:data replace:arg:data sort:arg:data sortr:arg:data "
-                          "type-add:arg:data pre:arg:program pre-glob:arg:data ignore-file:arg:data "
+                          "type-add:arg:data pre:arg:program hostname-bin:arg:program pre-glob:arg:data ignore-file:arg:data "
                           "ignore-case smart-case fixed-strings word-regexp line-number hidden no-ignore "
                           "files-with-matches count json vimgrep"))
 _SORT = Program(permute=True, operands=(DATA,), unknown=GUARD,
@@ -495,13 +495,18 @@ _BUILDS = ("-dbg", "-debug", "d")  # python3-dbg, python3.12d: a debug build of 
 
 def program_name(word: str) -> str:
     """The program a word names, as the table knows it: ``/usr/bin/python3.11`` → ``python``,
-    ``perl5.36`` → ``perl``, ``python3-dbg`` → ``python``."""
+    ``perl5.36`` → ``perl``, ``python3-dbg`` → ``python``.
+
+    Only the interpreters and wrappers of ``PROGRAMS`` come in versions and builds; a plain program
+    is its exact name: ``diff3`` is not ``diff`` (it runs ``--diff-program``), nor ``lsd`` ``ls``."""
     base = os.path.basename(word)
+    if base in PLAIN:
+        return base
     for name in (base, *(base[: -len(b)] for b in _BUILDS if base.endswith(b) and len(base) > len(b))):
-        if name in PROGRAMS or name in PLAIN:
+        if name in PROGRAMS:
             return name
         versioned = _VERSIONED.fullmatch(name)
-        if versioned is not None and (versioned.group(1) in PROGRAMS or versioned.group(1) in PLAIN):
+        if versioned is not None and versioned.group(1) in PROGRAMS:
             return versioned.group(1)
     return base
 

@@ -31,7 +31,7 @@ import msgspec
 
 from atomictools._authoring import Context
 from atomictools._errors import ToolError
-from atomictoolsd.worker.declarative.commands import PLAIN, Unsafe, check, program_name
+from atomictoolsd.worker.declarative.commands import PLAIN, Unsafe, check
 from atomictoolsd.worker.declarative.constraints import constrained
 from atomictoolsd.worker.declarative.exitcodes import OkExitCodes
 from atomictoolsd.worker.declarative.handler import Handler, TimeoutMs
@@ -56,7 +56,7 @@ _POLL = 0.1  # seconds between checks for cancellation while the command runs
 # package.json, python the modules beside it. The options after a name run a program of their own.
 _INERT: dict[str, frozenset[str]] = {
     **{name: frozenset() for name in PLAIN},
-    "rg": frozenset({"--pre"}), "find": frozenset({"-exec", "-execdir", "-ok", "-okdir"}),
+    "rg": frozenset({"--pre", "--hostname-bin"}), "find": frozenset({"-exec", "-execdir", "-ok", "-okdir"}),
     "sort": frozenset({"--compress-program"}), "jq": frozenset(), "tree": frozenset(), "uniq": frozenset(),
 }
 
@@ -234,9 +234,9 @@ def _inert(words: list[str], unsafe: frozenset[str]) -> bool:
     ``_INERT``, found on ``PATH`` (a path such as ``./build.sh`` or ``bin/grep`` names a file of the
     directory), with none of the options that run a program, and no parameter left free to add one."""
     program = words[0]
-    if unsafe or "/" in program or program_name(program) not in _INERT:
+    running = _INERT.get(program)  # its exact name: no version or build of another program
+    if unsafe or running is None:
         return False
-    running = _INERT[program_name(program)]
     return not any(word.split("=", 1)[0] in running for word in words[1:])
 
 
