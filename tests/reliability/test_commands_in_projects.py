@@ -121,3 +121,25 @@ def test_the_mark_never_reaches_a_client(env: Env, make_daemon) -> None:  # type
         every = client.request("atomic/list")["tools"]
     assert {t["name"] for t in listed} == {t["name"] for t in TOOLS["tools"]}
     assert not any(key.startswith("atomic/") for tool in [*listed, *every] for key in tool)
+
+
+def test_the_search_paths_of_code_hold_no_place_in_a_project(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """An empty or relative entry of ``LD_LIBRARY_PATH`` (what ``export X=$X:/opt/lib`` leaves when X
+    was unset), ``LD_PRELOAD`` or ``GCONV_PATH`` names the directory a command runs in: the project,
+    whose libraries ``grep`` would load. The worker's environment, what every command inherits,
+    keeps only the absolute ones."""
+    env.write_tool(env.global_tools, "environment.py", (
+        "import os, json\n"
+        "def environment() -> str:\n"
+        "    return json.dumps({k: os.environ.get(k) for k in ('LD_LIBRARY_PATH', 'LD_PRELOAD', 'GCONV_PATH', 'PATH')})\n"
+    ))
+    daemon = make_daemon({
+        "LD_LIBRARY_PATH": ":/opt/vendor/lib;lib", "LD_PRELOAD": "./evil.so libc_malloc_debug.so.0", "GCONV_PATH": ".",
+        "PATH": f"bin::{os.environ['PATH']}",
+    })
+    with daemon.client() as client:
+        seen = json.loads(client.call("environment").text)
+    assert seen["LD_LIBRARY_PATH"] == "/opt/vendor/lib"
+    assert seen["LD_PRELOAD"] == "libc_malloc_debug.so.0"  # a bare name is searched for in the system's directories
+    assert seen["GCONV_PATH"] is None
+    assert all(os.path.isabs(entry) for entry in seen["PATH"].split(":")), seen["PATH"]

@@ -23,6 +23,7 @@ from atomictoolsd.cli._common import (
     wait_gone,
 )
 from atomictoolsd.config.command import add_own_bin_to_path, command_name
+from atomictoolsd.config.searchpaths import absolute_search_paths
 
 if TYPE_CHECKING:
     from atomictoolsd.eventlog.writer import EventLog
@@ -47,6 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sealed = sealed_environ()
     for key in [k for k in os.environ if k.startswith("PYTHON") and os.environ[k] != sealed.get(k)]:
         del os.environ[key]  # ignored here (-E), but a tool's own `python` would inherit them
+    absolute_search_paths(os.environ)  # a command run in a project loads no library of the project's
     if args.detach:
         if os.fork() > 0:
             os._exit(0)  # the daemon continues in the child, which no shell or agent waits for
