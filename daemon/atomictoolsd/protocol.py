@@ -407,9 +407,10 @@ TEXT_TAIL = b"}]}"
 INVALID_ARGUMENTS = "Invalid arguments for tool"
 
 
-# The key of a tool definition that marks a tool running a program in the caller's directory, a
-# program that may run what that directory names (a declarative shell tool): the daemon refuses its
-# calls where the directory's project is not trusted with all the user's rights. Never sent to clients.
+# The key of a tool definition that marks a tool running a program that may run what a directory
+# holds (a declarative shell tool), in a directory relative to the caller's (``"."``, ``"src"``): the
+# daemon refuses its calls where that directory is not trusted with all the user's rights
+# (``Registry.untrusted_root``). Never sent to clients.
 NEEDS_TRUSTED_DIRECTORY = "atomic/needsTrustedDirectory"
 
 

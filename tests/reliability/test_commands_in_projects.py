@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,8 @@ TOOLS = {
         {"name": "search", "description": "grep the project",
          "inputSchema": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]},
          "handler": {"type": "shell", "command": "grep -rn -e {{pattern}} -- .", "okExitCodes": [0, 1]}},
+        {"name": "make", "description": "make", "handler": {"type": "shell", "command": "make"}},
+        {"name": "make_above", "description": "make in the parent", "handler": {"type": "shell", "command": "make", "cwd": ".."}},
         {"name": "git_home", "description": "git status of your home",
          "handler": {"type": "shell", "command": "git status --short", "cwd": "~"}},
     ]
@@ -38,25 +41,33 @@ TOOLS = {
 
 
 def trap(path: Path, marker: Path) -> None:
+    """An executable that leaves ``marker`` and says it ran."""
     path.write_text(f"#!/bin/sh\ntouch {marker}\necho RAN-{path.name}\n")
     path.chmod(0o755)
 
 
-def hostile_project(env: Env) -> Path:
-    """The test's project as a repository whose fsmonitor, build script and own ``grep`` leave markers."""
-    project = env.project
-    markers = env.root / "markers"
-    markers.mkdir()
+def hostile_repository(repo: Path, markers: Path, name: str = "") -> None:
+    """``repo`` made a repository whose fsmonitor, ``build.sh``, ``Makefile`` and own ``grep`` each
+    leave a marker (named ``name`` and what it is)."""
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
-    (project / "src").mkdir()
-    (project / "src" / "notes.txt").write_text("the needle is here\n")
-    subprocess.run([*git, "add", "-A"], cwd=project, check=True)
-    subprocess.run([*git, "commit", "-qm", "first"], cwd=project, check=True)
-    trap(project / ".git" / "fsmonitor", markers / "fsmonitor")
-    subprocess.run(["git", "config", "core.fsmonitor", str(project / ".git" / "fsmonitor")], cwd=project, check=True)
-    trap(project / "build.sh", markers / "build.sh")
-    trap(project / "grep", markers / "grep")
+    repo.mkdir(parents=True, exist_ok=True)
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    (repo / "src").mkdir(exist_ok=True)
+    (repo / "src" / "notes.txt").write_text("the needle is here\n")
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], cwd=repo, check=True)
+    trap(repo / ".git" / "fsmonitor", markers / f"{name}fsmonitor")
+    subprocess.run(["git", "config", "core.fsmonitor", str(repo / ".git" / "fsmonitor")], cwd=repo, check=True)
+    trap(repo / "build.sh", markers / f"{name}build.sh")
+    trap(repo / "grep", markers / f"{name}grep")
+    (repo / "Makefile").write_text(f"all:\n\ttouch {markers / (name + 'make')}\n")
+
+
+def hostile_project(env: Env) -> Path:
+    """The test's project as a hostile repository; the directory its markers go to."""
+    markers = env.root / "markers"
+    markers.mkdir(exist_ok=True)
+    hostile_repository(env.project, markers)
     return markers
 
 
@@ -64,14 +75,15 @@ def ran(markers: Path) -> list[str]:
     return sorted(p.name for p in markers.iterdir())
 
 
-def call(daemon: Daemon, env: Env, name: str, **arguments: str) -> tuple[bool, str]:
-    with daemon.client(directory=env.project) as client:
+def call(daemon: Daemon, env: Env, name: str, directory: Path | None = None, **arguments: str) -> tuple[bool, str]:
+    with daemon.client(directory=directory or env.project) as client:
         result = client.call_tool(name, arguments)
     return result.is_error, "".join(block.get("text", "") for block in result.content)
 
 
-def trust(env: Env, *options: str) -> None:
-    typed = run_in_terminal([sys.executable, "-m", "atomictoolsd", "trust", *options, str(env.project)], env=env.vars)
+def trust(env: Env, *options: str, directory: Path | None = None) -> None:
+    typed = run_in_terminal([sys.executable, "-m", "atomictoolsd", "trust", *options, str(directory or env.project)],
+                            env=env.vars)
     assert typed.returncode == 0, typed.stdout + typed.stderr
 
 
@@ -88,11 +100,10 @@ def test_a_global_command_runs_nothing_of_a_project_until_it_is_fully_trusted(  
     daemon = make_daemon({"PATH": f".:{os.environ['PATH']}"})
     root = env.project.resolve()
 
-    for name in ("git_status", "build", "git_in_src"):
+    for name, where in (("git_status", root), ("build", root), ("git_in_src", root / "src")):
         failed, text = call(daemon, env, name)
         assert failed, text
-        assert text.startswith(f"Tool {name!r} did not run: it runs a program in {root}, and the project there "
-                               f"({root}) is not trusted."), text
+        assert text.startswith(f"Tool {name!r} did not run: it runs a program in {where}, and {root} is not trusted."), text
         assert f"trust {root}" in text and "ask the user" in text, text
     failed, text = call(daemon, env, "search", pattern="needle")
     assert not failed and "./src/notes.txt:1:the needle is here" in text, text
@@ -143,3 +154,71 @@ def test_the_search_paths_of_code_hold_no_place_in_a_project(env: Env, make_daem
     assert seen["LD_PRELOAD"] == "libc_malloc_debug.so.0"  # a bare name is searched for in the system's directories
     assert seen["GCONV_PATH"] is None
     assert all(os.path.isabs(entry) for entry in seen["PATH"].split(":")), seen["PATH"]
+
+
+def test_a_trusted_project_inside_an_untrusted_repository_runs_nothing_of_the_repository(  # type: ignore[no-untyped-def]
+    env: Env, make_daemon
+) -> None:
+    """git in a project with its own ``.atomic/`` reads the config of the repository around it, and a
+    ``cwd`` of ``..`` leaves the project: both must be trusted too, and the message names which."""
+    env.set_trust_all(False)
+    markers = env.root / "markers"
+    markers.mkdir()
+    mono = env.root / "mono"
+    hostile_repository(mono, markers, "mono-")
+    app = mono / "app"
+    (app / ".atomic").mkdir(parents=True)
+    env.write_tool(env.global_tools, "here.json", json.dumps(TOOLS))
+    daemon = make_daemon()
+    trust(env, directory=app)
+    for name, where in (("git_status", app), ("make_above", mono)):
+        failed, text = call(daemon, env, name, directory=app)
+        assert failed and text.startswith(f"Tool {name!r} did not run: it runs a program in {where}, and {mono} "
+                                          f"is not trusted."), text
+    assert ran(markers) == []
+    trust(env, directory=mono)
+    call(daemon, env, "git_status", directory=app)
+    call(daemon, env, "make_above", directory=app)
+    assert ran(markers) == ["mono-fsmonitor", "mono-make"], "both trusted, the traps run: they are live"
+
+
+def test_a_directory_under_a_home_that_is_a_repository_is_not_the_home(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A dotfiles repository in the home makes it the git root of every unmarked directory below: an
+    archive unpacked in ~/Downloads is not the user's own for that. The home itself is."""
+    env.set_trust_all(False)
+    markers = env.root / "markers"
+    markers.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=env.home, check=True)
+    unpacked = env.home / "Downloads" / "unpacked"
+    unpacked.mkdir(parents=True)
+    (unpacked / "Makefile").write_text(f"all:\n\ttouch {markers / 'make'}\n")
+    env.write_tool(env.global_tools, "here.json", json.dumps(TOOLS))
+    daemon = make_daemon()
+    home = env.home.resolve()
+    failed, text = call(daemon, env, "make", directory=unpacked)
+    assert failed and text.startswith(f"Tool 'make' did not run: it runs a program in {unpacked.resolve()}, and {home} "
+                                      f"is not trusted."), text
+    assert ran(markers) == []
+    failed, text = call(daemon, env, "git_status", directory=env.home)
+    assert not failed, text
+
+
+def test_a_trusted_directory_replaced_under_an_open_session_is_not_trusted(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Trust names a directory, not a path: one removed and made again in its place, while a session
+    is attached to it, runs nothing at the very next call."""
+    env.set_trust_all(False)
+    markers = env.root / "markers"
+    markers.mkdir()
+    (env.project / ".atomic").rmdir()
+    hostile_repository(env.project, markers)
+    env.write_tool(env.global_tools, "here.json", json.dumps(TOOLS))
+    daemon = make_daemon()
+    trust(env)
+    with daemon.client(directory=env.project) as client:
+        assert not client.call_tool("git_status", {}).is_error
+        shutil.rmtree(env.project)
+        env.project.mkdir()
+        trap(env.project / "build.sh", markers / "replaced")
+        result = client.call_tool("build", {})
+    assert result.is_error and "did not run" in result.content[0]["text"], result
+    assert "replaced" not in ran(markers)

@@ -240,43 +240,44 @@ def test_a_value_never_changes_scheme_host_port_or_query(value: str) -> None:
     ("command", "cwd", "needs"),
     [
         # Programs that run nothing a directory names, found on PATH: anywhere.
-        ("grep -rn -e {{p}} -- .", None, False),
-        ("rg --json -- {{p}}", None, False),
-        ("/usr/bin/grep x .", None, True),  # a path: whatever file is there
-        ("find . -name {{n}}", None, False),
-        ("jq . data.json", "sub", False),
+        ("grep -rn -e {{p}} -- .", None, None),
+        ("rg --json -- {{p}}", None, None),
+        ("/usr/bin/grep x .", None, "."),  # a path: whatever file is there
+        ("find . -name {{n}}", None, None),
+        ("jq . data.json", "sub", None),
         # Any other program may run what the directory holds.
-        ("git status --short", None, True),
-        ("git status --short", "src", True),  # relative to the caller's directory
-        ("make test", None, True),
-        ("npm test", None, True),
-        ("python3 -m pytest", None, True),
-        ("./build.sh", None, True),
-        ("bin/grep x .", None, True),
-        ("env grep x .", None, True),  # a wrapper: what it runs is not looked into
-        ("timeout 5 grep x .", None, True),
+        ("git status --short", None, "."),
+        ("git status --short", "src", "src"),  # relative to the caller's directory
+        ("make test", None, "."),
+        ("npm test", None, "."),
+        ("python3 -m pytest", None, "."),
+        ("./build.sh", None, "."),
+        ("bin/grep x .", None, "."),
+        ("env grep x .", None, "."),  # a wrapper: what it runs is not looked into
+        ("timeout 5 grep x .", None, "."),
         # The options of an inert program that run one.
-        ("find . -name x -exec cat {} +", None, True),
-        ("find . -execdir cat {} ;", None, True),
-        ("rg --pre ./decode x", None, True),
-        ("rg --pre=./decode x", None, True),
-        ("sort --compress-program=./z big.txt", None, True),
-        ("rg --hostname-bin=./h x", None, True),
+        ("find . -name x -exec cat {} +", None, "."),
+        ("find . -execdir cat {} ;", None, "."),
+        ("rg --pre ./decode x", None, "."),
+        ("rg --pre=./decode x", None, "."),
+        ("sort --compress-program=./z big.txt", None, "."),
+        ("rg --hostname-bin=./h x", None, "."),
         # A name that only looks like an inert one: diff3 runs --diff-program.
-        ("diff3 a b c", None, True),
-        ("lsd .", None, True),
+        ("diff3 a b c", None, "."),
+        ("lsd .", None, "."),
         # A directory of its own, not the caller's.
-        ("git status --short", "/srv/repo", False),
-        ("git status --short", "~/notes", False),
+        ("git status --short", "/srv/repo", None),
+        ("git status --short", "~/notes", None),
     ],
 )
 def test_a_command_needs_a_trusted_directory_where_it_may_run_what_the_directory_holds(
-    command: str, cwd: str | None, needs: bool
+    command: str, cwd: str | None, needs: str | None
 ) -> None:
     handler = ShellHandler(command=command, cwd=cwd)
-    assert handler.needs_trusted_directory is needs
+    assert handler.needs_trusted_directory == needs
 
 
 def test_free_text_an_inert_program_reads_as_options_needs_a_trusted_directory() -> None:
     handler = ShellHandler(command="rg {{args}} .", unsafe_free_text=["args"])  # "--pre=./x" is one such value
-    assert handler.needs_trusted_directory
+    assert handler.needs_trusted_directory == "."
+    assert ShellHandler(command="make", cwd="src/../..").needs_trusted_directory == ".."

@@ -62,8 +62,10 @@ class ToolDef:
         timeout = definition.pop("timeout", None)
         self.runtime: str | None = definition.pop(RUNTIME_KEY, None)  # "bun 1.4.5": a TypeScript/JavaScript tool's
         written = definition.pop(WRITTEN_SCHEMA, None)
-        # It runs a program in the caller's directory: only where the user trusts that directory.
-        self.needs_trusted_directory = definition.pop(NEEDS_TRUSTED_DIRECTORY, None) is True
+        # Where, relative to the caller's directory, it runs a program that may run what the
+        # directory holds: only where the user trusts that directory. None: nowhere.
+        where = definition.pop(NEEDS_TRUSTED_DIRECTORY, None)
+        self.needs_trusted_directory: str | None = where if isinstance(where, str) else None
         self.name: str = definition["name"]
         self.module = module
         self.definition = definition

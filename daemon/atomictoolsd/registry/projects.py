@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from atomictoolsd.config.discovery import ModuleFile
+from atomictoolsd.config.discovery import ModuleFile, git_worktree_root, project_root
 from atomictoolsd.environments import Environments
 from atomictoolsd.pool.pool import WorkerPool
 from atomictoolsd.registry.cache import DefinitionCache
@@ -48,6 +48,8 @@ class Registry:
             commit on their own when done).
         content: judges the content of fully trusted projects' own dirs (``holding``; None: it is
             not followed).
+        trust_level: how a project root is trusted: ``full``, ``sandbox`` or None (not at all);
+            by default every root fully.
     """
 
     def __init__(
@@ -62,9 +64,11 @@ class Registry:
         content: ContentJudge | None = None,
         environments: Environments | None = None,
         opencode_dirs: bool = False,
+        trust_level: Callable[[Path], str | None] | None = None,
     ) -> None:
         self.pool = pool
         self.home = home
+        self.trust_level: Callable[[Path], str | None] = trust_level or (lambda root: "full")
         self.cache = cache
         self.lifetimes = Lifetimes(
             self, pool.scheduler, pool, home, builtin_dirs, trusted, cache, judge, content, environments, opencode_dirs,
@@ -129,6 +133,32 @@ class Registry:
     def project(self, directory: Path) -> Project:
         """The project of ``directory``, created (and its first scan started) on first use."""
         return self.lifetimes.project(directory)
+
+    def untrusted_root(self, directory: Path) -> tuple[Path, str | None] | None:
+        """What a program run in ``directory`` may run the content of without the user's full trust:
+        the root and how it is trusted (``sandbox``, or None: not at all); None when there is none.
+
+        A program reads the directory's own files (a Makefile, ``package.json``) up to its project
+        root, and git the config of the repository it finds, whose root may enclose the project's
+        (a project with its own ``.atomic/`` inside a repository): both must be fully trusted. The
+        home directory itself is the user's own (its dotfiles repository too), but not what lies
+        under it unmarked: a directory there without a root of its own belongs to the home, which
+        counts only once trusted. The file system is looked at (a few ``stat`` calls up the tree).
+        """
+        real = directory.resolve()
+        home = self.home.resolve()
+        if real == home:
+            return None
+        project = project_root(real, home)
+        repository = git_worktree_root(real)
+        roots = [project]
+        if repository is not None and repository != home and repository in (project, *project.parents):
+            roots.append(repository)
+        for root in dict.fromkeys(roots):
+            level = self.trust_level(root)
+            if level != "full":
+                return root, level
+        return None
 
     def acquire(self, directory: Path) -> Project:
         """The project of ``directory`` (see ``project``), held until ``release``."""

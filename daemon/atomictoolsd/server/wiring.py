@@ -100,6 +100,7 @@ def build_server(
         # home: a session at the home has its own, confined to it (``Lifetimes._builtins``).
         builtin_dirs=[ToolsDir(BUILTIN_DIR, "builtin", Path("/"))] if config.builtins else [],
         trusted=trusted,
+        trust_level=lambda root: "full" if current_config().trust_all else trust.level(root),
         judge=lambda tools_dir: judge(tools_dir, current_config(), trust, paths.home),
         cache=DefinitionCache(paths.cache_dir / "definitions"),
         load_wait=config.load_wait,

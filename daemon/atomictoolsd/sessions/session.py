@@ -687,7 +687,7 @@ class Session:
         if tool is None:
             self._not_callable(id_json, name, arguments, params.meta, waited)
             return None
-        if tool.needs_trusted_directory and self._refused_here(id_json, tool):
+        if tool.needs_trusted_directory is not None and self._refused_here(id_json, tool):
             return None
         timeout = tool.timeout or self.server.config.call_timeout
         context = self._context
@@ -762,24 +762,27 @@ class Session:
         self.send_error(id_json, INVALID_PARAMS, message, data)
 
     def _refused_here(self, id_json: bytes, tool: ToolDef) -> bool:
-        """Refuse a call of ``tool``, which runs a program in the caller's directory that may run
-        what the directory names (``.git/config``, a Makefile), unless the user trusts the
-        directory's project with all their rights, or the tool runs confined there: nothing of a
-        repository runs before its user trusted it. True when it answered the call."""
+        """Refuse a call of ``tool``, which runs a program that may run what a directory holds
+        (``.git/config``, a Makefile) in a directory relative to the caller's, unless the user
+        trusts that directory with all their rights (``Registry.untrusted_root``) or the tool runs
+        confined: nothing of a repository runs before its user trusted it. True when it answered."""
         if tool.module.confined:
             return False
-        level = self.project.trust_level()
-        if level is None or level == "full":  # None: no project (the home)
+        registry = self.server.registry
+        assert tool.needs_trusted_directory is not None
+        directory = Path(self.directory or registry.home) / tool.needs_trusted_directory
+        untrusted = registry.untrusted_root(directory)
+        if untrusted is None:
             return False
-        root = self.project.root
+        root, level = untrusted
         how = ("trusted only with --sandbox (its own tools run confined; this one would not)" if level == "sandbox"
                else "not trusted")
         text = (
-            f"Tool {tool.name!r} did not run: it runs a program in {self.directory}, and the project there ({root}) "
-            f"is {how}. A program may run what a directory holds (git the programs its .git/config names, make its "
-            f"Makefile, npm its package.json scripts), so a {tool.module.scope} tool that runs one there "
-            f"({tool.module.path}) runs only once the user trusts the project with all their rights. Only the user "
-            f"can trust it (`trust` needs their terminal): ask the user whether to run {trust_command(root)}."
+            f"Tool {tool.name!r} did not run: it runs a program in {os.path.normpath(directory)}, and {root} is {how}. "
+            f"A program may run what a directory holds (git the programs .git/config names, make its Makefile, "
+            f"npm its package.json scripts), so a {tool.module.scope} tool that runs one there ({tool.module.path}) "
+            f"runs only once the user trusts {root} with all their rights. Only the user can trust it (`trust` "
+            f"needs their terminal): ask the user whether to run {trust_command(root)}."
         )
         self.send_result(id_json, error_result(text))
         return True

@@ -33,9 +33,10 @@ class Handler(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, rena
     # Set by each kind's ``__post_init__``; not fields (``dict=True`` holds them), so no file sets them.
     params: ClassVar[list[str]] = []  # the arguments the handler reads: the tool's inputSchema must declare them
     seconds: ClassVar[float | None] = None  # the handler's own timeout, when it has one
-    # It runs a program in the caller's directory that may run what that directory names: the
-    # daemon runs it only where the user trusts the directory (``shell.ShellHandler``).
-    needs_trusted_directory: ClassVar[bool] = False
+    # Where, relative to the caller's directory, it runs a program that may run what the directory
+    # there holds (``"."``, ``"src"``): the daemon runs it only where the user trusts that
+    # directory (``shell.ShellHandler``). None: it runs nothing of a caller's directory.
+    needs_trusted_directory: ClassVar[str | None] = None
 
     def __call__(self, tool: str, args: dict[str, Any], ctx: Context) -> str:
         """Run one call of tool ``tool``; the result's text. Raises ``ToolError``."""

@@ -114,14 +114,14 @@ class DeclarativeSpec(ToolSpec):
     # The schema as the file wrote it, when that differs from the portable one served by default
     # ($defs/$ref inlined, enums typed): clients that take JSON Schema 2020-12 whole get it as written.
     written_schema: dict[str, Any] | None = None
-    needs_trusted_directory: bool = False  # see ``Handler.needs_trusted_directory``
+    needs_trusted_directory: str | None = None  # see ``Handler.needs_trusted_directory``
 
     def definition(self) -> dict[str, Any]:
         out = super().definition()
         if self.written_schema is not None:
             out[WRITTEN_SCHEMA] = self.written_schema
-        if self.needs_trusted_directory:
-            out[NEEDS_TRUSTED_DIRECTORY] = True
+        if self.needs_trusted_directory is not None:
+            out[NEEDS_TRUSTED_DIRECTORY] = self.needs_trusted_directory
         return out
 
     def parse_arguments(self, raw: bytes) -> dict[str, Any]:

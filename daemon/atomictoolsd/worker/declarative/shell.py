@@ -102,7 +102,8 @@ class ShellHandler(Handler, tag="shell"):
         self.params = placeholders(self.command)
         self.unsafe = _unsafe_names(self.unsafe_free_text, self.params)
         here = self.cwd is None or not os.path.isabs(os.path.expanduser(self.cwd))
-        self.needs_trusted_directory = here and not _inert(self.words, self.unsafe)
+        if here and not _inert(self.words, self.unsafe):
+            self.needs_trusted_directory = os.path.normpath(self.cwd or ".")
 
     def check_schema(self, schema: Mapping[str, Any]) -> None:
         """Refuse a placeholder the checker guards whose parameter ``schema`` (``$ref``s inlined)
