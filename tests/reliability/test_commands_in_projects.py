@@ -222,3 +222,14 @@ def test_a_trusted_directory_replaced_under_an_open_session_is_not_trusted(env: 
         result = client.call_tool("build", {})
     assert result.is_error and "did not run" in result.content[0]["text"], result
     assert "replaced" not in ran(markers)
+
+
+def test_a_directory_that_cannot_be_resolved_is_not_trusted(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A ``cwd`` through a symlink loop of the project: the call is refused with the reason, not failed
+    inside the daemon (trust_all: everything else there is trusted)."""
+    (env.project / "loop").symlink_to(env.project / "loop")
+    env.write_tool(env.global_tools, "looped.json", json.dumps({"tools": [
+        {"name": "looped", "description": "d", "handler": {"type": "shell", "command": "make", "cwd": "loop/x"}}]}))
+    daemon = make_daemon()
+    failed, text = call(daemon, env, "looped")
+    assert failed and text.startswith(f"Tool 'looped' did not run: it runs a program in {env.project / 'loop' / 'x'}"), text

@@ -145,11 +145,14 @@ class Registry:
         under it unmarked: a directory there without a root of its own belongs to the home, which
         counts only once trusted. The file system is looked at (a few ``stat`` calls up the tree).
         """
-        real = directory.resolve()
         home = self.home.resolve()
+        try:
+            real = directory.resolve()
+            project = project_root(real, home)
+        except (OSError, RuntimeError):  # a symlink loop on the way, a name the system refuses
+            return directory, None
         if real == home:
             return None
-        project = project_root(real, home)
         repository = git_worktree_root(real)
         roots = [project]
         if repository is not None and repository != home and repository in (project, *project.parents):
