@@ -233,3 +233,75 @@ def test_a_directory_that_cannot_be_resolved_is_not_trusted(env: Env, make_daemo
     daemon = make_daemon()
     failed, text = call(daemon, env, "looped")
     assert failed and text.startswith(f"Tool 'looped' did not run: it runs a program in {env.project / 'loop' / 'x'}"), text
+
+
+def bare_lookalike(directory: Path, markers: Path) -> None:
+    """``directory`` made what git takes for a bare repository whose work tree is itself, with an
+    fsmonitor (an unpacked archive can hold this: it is only files)."""
+    subprocess.run(["git", "init", "-q", "--bare", str(directory)], check=True)
+    trap(directory / "fsm", markers / "bare-fsmonitor")
+    for key, value in (("core.bare", "false"), ("core.worktree", "."), ("core.fsmonitor", "./fsm")):
+        subprocess.run(["git", "config", "--file", str(directory / "config"), key, value], check=True)
+
+
+def test_git_finds_no_repository_the_daemon_did_not_judge(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """git finds its repository its own way: a repository cloned into a trusted project, a bare
+    repository around one, a ``.git`` that git passes by (not a repository) so that it looks further
+    up, a ``.git`` file naming another repository's worktree. Each is judged as git would take it;
+    a submodule and a linked worktree of a trusted repository are the trusted repository's own."""
+    env.set_trust_all(False)
+    markers = env.root / "markers"
+    markers.mkdir()
+    env.write_tool(env.global_tools, "here.json", json.dumps(TOOLS))
+    daemon = make_daemon()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "protocol.file.allow=always"]
+
+    # A repository inside a trusted project that has an .atomic/ of its own.
+    workspace = env.root / "workspace"
+    (workspace / ".atomic").mkdir(parents=True)
+    nested = workspace / "vendor" / "evil"
+    hostile_repository(nested, markers, "nested-")
+    # A bare repository (only files) around a trusted project.
+    around = env.root / "unpacked"
+    bare_lookalike(around, markers)
+    inside_bare = around / "proj"
+    (inside_bare / ".atomic").mkdir(parents=True)
+    # A .git that is not a repository, in a trusted project inside a hostile one.
+    hostile_repository(env.root / "decoy", markers, "decoy-")
+    decoyed = env.root / "decoy" / "proj"
+    (decoyed / ".atomic").mkdir(parents=True)
+    (decoyed / ".git").mkdir()
+    # A linked worktree of a hostile repository.
+    hostile_repository(env.root / "origin", markers, "origin-")
+    subprocess.run([*git, "worktree", "add", "-q", str(env.root / "linked")], cwd=env.root / "origin", check=True,
+                   capture_output=True)
+    for trap_marker in markers.iterdir():  # git worktree add itself ran the origin's fsmonitor
+        trap_marker.unlink()
+    for directory in (workspace, inside_bare, decoyed, env.root / "linked"):
+        trust(env, directory=directory)
+
+    refused = {
+        nested: f"{nested} is not trusted (a repository inside the project {workspace}",
+        inside_bare: f"{around} is not trusted.",
+        decoyed: f"{env.root / 'decoy'} is not trusted.",
+        env.root / "linked": f"{env.root / 'origin'} is not trusted.",
+    }
+    for directory, why in refused.items():
+        failed, text = call(daemon, env, "git_status", directory=directory)
+        assert failed and why in text, (directory, text)
+    assert ran(markers) == []
+    assert f"mkdir {nested / '.atomic'}" in call(daemon, env, "git_status", directory=nested)[1]
+
+    # The trusted repository's own: a submodule (a project of its own, trusted as one), a linked worktree.
+    main = env.root / "main"
+    hostile_repository(main, markers, "main-")
+    subprocess.run([*git, "submodule", "add", "-q", str(env.root / "origin"), "sub"], cwd=main, check=True,
+                   capture_output=True)
+    subprocess.run([*git, "worktree", "add", "-q", str(env.root / "main-linked")], cwd=main, check=True,
+                   capture_output=True)
+    trust(env, directory=main)
+    trust(env, directory=main / "sub")
+    trust(env, directory=env.root / "main-linked")
+    for directory in (main / "sub", env.root / "main-linked"):
+        failed, text = call(daemon, env, "git_status", directory=directory)
+        assert not failed, (directory, text)

@@ -261,6 +261,8 @@ def test_a_value_never_changes_scheme_host_port_or_query(value: str) -> None:
         ("rg --pre ./decode x", None, "."),
         ("rg --pre=./decode x", None, "."),
         ("sort --compress-program=./z big.txt", None, "."),
+        ("sort --compress=./z big.txt", None, "."),  # GNU long options take a prefix
+        ("sort --check big.txt", None, None),
         ("rg --hostname-bin=./h x", None, "."),
         # A name that only looks like an inert one: diff3 runs --diff-program.
         ("diff3 a b c", None, "."),

@@ -34,6 +34,7 @@ __all__ = [
     "escape_path",
     "escape_strings",
     "git_config_path",
+    "git_dirs_around",
     "git_worktree_root",
     "global_tools_dir",
     "list_module_files",
@@ -119,6 +120,70 @@ def git_worktree_root(directory: Path) -> Path | None:
             continue
         return candidate
     return None
+
+
+def git_dirs_around(directory: Path) -> list[Path]:
+    """Every git dir whose config git may read when run in ``directory`` (a resolved path), found
+    the way git finds its repository, and never more leniently: from ``directory`` up, a ``.git``
+    directory (git stops at the first it can use, ``_usable_git_dir``, and passes by one it cannot),
+    a ``.git`` file (git goes where its ``gitdir:`` says, and stops), a directory that looks like a
+    bare repository (git takes it for one, unless ``safe.bareRepository`` says not: both are
+    counted). With each, the common dir its ``commondir`` names (a linked worktree's repository).
+    Never raises: what cannot be read counts as a git dir of its own."""
+    found: list[Path] = []
+    for candidate in (directory, *directory.parents):
+        dot_git = candidate / ".git"
+        try:
+            info = os.stat(dot_git)
+        except OSError:
+            if _usable_git_dir(candidate):
+                found.append(candidate)
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found.extend(_named_git_dirs(candidate, dot_git))
+            return found
+        git_dir = _real(dot_git)
+        found.extend(dict.fromkeys((git_dir, _common_dir(git_dir))))
+        if stat.S_ISDIR(info.st_mode) and _usable_git_dir(git_dir):
+            return found
+    return found
+
+
+def _usable_git_dir(path: Path) -> bool:
+    """Whether git would take ``path`` for a git dir: ``objects/`` and ``refs/`` in it, and a ``HEAD``
+    naming a ref under ``refs/`` or an object. Stricter than git where they differ, never looser: a
+    directory git passes by must not be one this stops at."""
+    try:
+        if not (path / "objects").is_dir() or not (path / "refs").is_dir():
+            return False
+        head = path / "HEAD"
+        if head.is_symlink():
+            return os.readlink(head).startswith("refs/")
+        text = _read_small(head, "HEAD", 256).strip()
+    except (OSError, RepositoryRefused):
+        return False
+    return text.startswith("ref: refs/") or (len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text))
+
+
+def _named_git_dirs(top: Path, dot_git: Path) -> list[Path]:
+    """The git dir a ``.git`` file names and its common dir; the file itself when it names none."""
+    try:
+        text = _read_small(dot_git, "the .git file")
+    except (OSError, RepositoryRefused):
+        return [dot_git]
+    if not text.startswith("gitdir:"):
+        return [dot_git]
+    git_dir = _real(top / text[len("gitdir:"):].strip())
+    return list(dict.fromkeys((git_dir, _common_dir(git_dir))))
+
+
+def _common_dir(git_dir: Path) -> Path:
+    try:
+        if regular_file(git_dir / "commondir", "the commondir file"):
+            return _real(git_dir / _read_small(git_dir / "commondir", "the commondir file").strip())
+    except (OSError, RepositoryRefused):
+        pass
+    return git_dir
 
 
 def project_root(directory: Path, home: Path) -> Path:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from atomictoolsd.config.discovery import ModuleFile, git_worktree_root, project_root
+from atomictoolsd.config.discovery import ModuleFile, git_dirs_around, project_root
 from atomictoolsd.environments import Environments
 from atomictoolsd.pool.pool import WorkerPool
 from atomictoolsd.registry.cache import DefinitionCache
@@ -136,13 +136,16 @@ class Registry:
 
     def untrusted_root(self, directory: Path) -> tuple[Path, str | None] | None:
         """What a program run in ``directory`` may run the content of without the user's full trust:
-        the root and how it is trusted (``sandbox``, or None: not at all); None when there is none.
+        the root to trust and how it is trusted now (``sandbox``, or None: not at all); None when
+        there is none.
 
         A program reads the directory's own files (a Makefile, ``package.json``) up to its project
-        root, and git the config of the repository it finds, whose root may enclose the project's
-        (a project with its own ``.atomic/`` inside a repository): both must be fully trusted. The
-        home directory itself is the user's own (its dotfiles repository too), but not what lies
-        under it unmarked: a directory there without a root of its own belongs to the home, which
+        root, and git the config of each repository it may find there (``git_dirs_around``). The
+        project must be fully trusted, and each such git dir must belong to a fully trusted root:
+        the repository it is the ``.git`` of (a repository inside a trusted project is not the
+        project's), or one whose ``.git`` holds it (a submodule's, a linked worktree's). The home
+        directory itself is the user's own (its dotfiles repository too), but not what lies under
+        it unmarked: a directory there without a root of its own belongs to the home, which then
         counts only once trusted. The file system is looked at (a few ``stat`` calls up the tree).
         """
         home = self.home.resolve()
@@ -151,16 +154,16 @@ class Registry:
             project = project_root(real, home)
         except (OSError, RuntimeError):  # a symlink loop on the way, a name the system refuses
             return directory, None
-        if real == home:
-            return None
-        repository = git_worktree_root(real)
-        roots = [project]
-        if repository is not None and repository != home and repository in (project, *project.parents):
-            roots.append(repository)
-        for root in dict.fromkeys(roots):
-            level = self.trust_level(root)
+        if real != home:
+            level = self.trust_level(project)
             if level != "full":
-                return root, level
+                return project, level
+        for git_dir in git_dirs_around(real):
+            # Its repository (a bare one is its own), and each repository whose .git holds it.
+            holders = list(dict.fromkeys(
+                [*(d.parent for d in (git_dir, *git_dir.parents) if d.name == ".git"), git_dir]))
+            if not any(root == home or self.trust_level(root) == "full" for root in holders):
+                return holders[0], self.trust_level(holders[0])
         return None
 
     def acquire(self, directory: Path) -> Project:

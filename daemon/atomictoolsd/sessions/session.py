@@ -46,7 +46,8 @@ from atomictools._protocol import (
     METHOD_NOT_FOUND,
 )
 from atomictoolsd import __version__
-from atomictoolsd.config.discovery import git_worktree_root
+from atomictoolsd.config.command import shell_quote
+from atomictoolsd.config.discovery import git_worktree_root, project_root
 from atomictoolsd.config.suggest import unknown_tool
 from atomictoolsd.protocol import CallContext, error_result
 from atomictoolsd.registry.model import Project, ToolDef, View
@@ -777,6 +778,13 @@ class Session:
         root, level = untrusted
         how = ("trusted only with --sandbox (its own tools run confined; this one would not)" if level == "sandbox"
                else "not trusted")
+        try:
+            enclosing = project_root(root, registry.home)
+        except (OSError, RuntimeError):  # a symlink loop: no project to name
+            enclosing = root
+        if enclosing != root:  # a repository inside a project: `trust` of it would trust the project
+            how += (f" (a repository inside the project {enclosing}, whose trust does not cover it: to trust it on its "
+                    f"own, it needs an .atomic directory of its own, mkdir {shell_quote(str(root / '.atomic'))})")
         text = (
             f"Tool {tool.name!r} did not run: it runs a program in {os.path.normpath(directory)}, and {root} is {how}. "
             f"A program may run what a directory holds (git the programs .git/config names, make its Makefile, "

@@ -238,7 +238,14 @@ def _inert(words: list[str], unsafe: frozenset[str]) -> bool:
     running = _INERT.get(program)  # its exact name: no version or build of another program
     if unsafe or running is None:
         return False
-    return not any(word.split("=", 1)[0] in running for word in words[1:])
+    return not any(_runs(word.split("=", 1)[0], running) for word in words[1:])
+
+
+def _runs(option: str, running: frozenset[str]) -> bool:
+    """Whether ``option`` is one of ``running``, or a long option's prefix (GNU programs take
+    ``--compress`` for ``--compress-program``)."""
+    return option in running or (
+        option.startswith("--") and len(option) > 2 and any(o.startswith(option) for o in running))
 
 
 def _unsafe_names(names: list[str], params: list[str]) -> frozenset[str]:
