@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Daemon, Env, run_in_terminal
+from helpers import Daemon, Env, pinging, run_in_terminal
 
 TOOLS = {
     "tools": [
@@ -305,3 +305,75 @@ def test_git_finds_no_repository_the_daemon_did_not_judge(env: Env, make_daemon)
     for directory in (main / "sub", env.root / "main-linked"):
         failed, text = call(daemon, env, "git_status", directory=directory)
         assert not failed, (directory, text)
+
+
+def test_what_git_reads_is_what_was_judged_to_the_byte(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A third outside review's ways in, each from a directory inside a trusted project: a ``.git``
+    file whose path has a space git keeps (two files, ``y`` and ``y ``, lead to different
+    repositories), a ``.git`` symlink to the trusted project beside a bare repository (git, finding
+    no repository there, takes the directory itself for one), a repository cloned in place and
+    recorded as a submodule (``git status`` in the project runs git in it), a tree 600 deep with a
+    ``.git`` at every level (the check stops at the first: the daemon serves others meanwhile), and a
+    NUL in a ``.git`` file. None runs anything; the refusals name the untrusted repository."""
+    env.set_trust_all(False)
+    markers = env.root / "markers"
+    markers.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    tools = {"tools": [
+        {"name": "git_status", "description": "d", "handler": {"type": "shell", "command": "git status --short"}},
+        {"name": "git_log", "description": "d", "handler": {"type": "shell", "command": "git log -p -1"}},
+    ]}
+    env.write_tool(env.global_tools, "here.json", json.dumps(tools))
+    project = env.project
+    hostile_repository(project, markers, "project-")
+    vendor = project / "vendor"
+
+    # A path with a trailing space: "y" is the trusted project's .git, "y " the attacker's.
+    trail = vendor / "trail"
+    hostile_repository(trail / "e", markers, "trail-")
+    trail.joinpath("y").symlink_to(project / ".git")
+    trail.joinpath("y ").symlink_to(trail / "e" / ".git")
+    trail.joinpath(".git").write_text("gitdir: y \n")
+    # A .git symlink to the trusted project, in a bare repository whose attributes run a textconv.
+    bare = vendor / "bare"
+    origin = env.root / "origin"
+    hostile_repository(origin, markers, "origin-")
+    (origin / "file.txt").write_text("one\n")
+    subprocess.run([*git, "add", "-A"], cwd=origin, check=True)
+    subprocess.run([*git, "commit", "-qm", "second"], cwd=origin, check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(origin), str(bare)], check=True)
+    for marker in markers.iterdir():
+        marker.unlink()
+    trap(bare / "tc", markers / "bare-textconv")
+    subprocess.run(["git", "config", "--file", str(bare / "config"), "diff.x.textconv", str(bare / "tc")], check=True)
+    (bare / "info").mkdir(exist_ok=True)
+    (bare / "info" / "attributes").write_text("* diff=x\n")
+    bare.joinpath(".git").symlink_to(project)
+    # A repository cloned in place and recorded in the project's index as a submodule.
+    embedded = vendor / "embedded"
+    hostile_repository(embedded, markers, "embedded-")
+    subprocess.run([*git, "add", "vendor/embedded"], cwd=project, check=True, capture_output=True)
+    (markers / "project-fsmonitor").unlink()  # that git add ran the project's own, as it should
+    # A deep tree with an empty .git at each level (not deeper: shutil.rmtree recurses once a level),
+    # and a .git file with a NUL.
+    deep = vendor / "deep"
+    levels = [deep / Path(*["a"] * i) for i in range(600)]
+    for level in levels:
+        (level / ".git").mkdir(parents=True)
+    level = levels[-1] / "a"
+    level.mkdir()
+    nul = vendor / "nul"
+    nul.mkdir()
+    (nul / ".git").write_bytes(b"gitdir: x\x00y\n")
+
+    daemon = make_daemon()
+    trust(env)
+    for name, directory, untrusted in (
+        ("git_status", trail, trail / "e"), ("git_log", bare, bare), ("git_status", project, embedded),
+        ("git_status", level, level.parent), ("git_status", nul, nul),
+    ):
+        with pinging(env.socket) as pauses:
+            failed, text = call(daemon, env, name, directory=directory)
+        assert failed and f", and {untrusted} is not trusted" in text, (name, directory, text[:300])
+        assert max(pauses, default=0) < 5, f"the daemon stalled {max(pauses):.1f} s judging {directory}"
+    assert ran(markers) == []

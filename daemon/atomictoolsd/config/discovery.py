@@ -16,7 +16,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,6 +35,7 @@ __all__ = [
     "escape_strings",
     "git_config_path",
     "git_dirs_around",
+    "gitfile_target",
     "git_worktree_root",
     "global_tools_dir",
     "list_module_files",
@@ -122,31 +123,34 @@ def git_worktree_root(directory: Path) -> Path | None:
     return None
 
 
-def git_dirs_around(directory: Path) -> list[Path]:
+def git_dirs_around(directory: Path) -> Iterator[Path]:
     """Every git dir whose config git may read when run in ``directory`` (a resolved path), found
-    the way git finds its repository, and never more leniently: from ``directory`` up, a ``.git``
-    directory (git stops at the first it can use, ``_usable_git_dir``, and passes by one it cannot),
-    a ``.git`` file (git goes where its ``gitdir:`` says, and stops), a directory that looks like a
-    bare repository (git takes it for one, unless ``safe.bareRepository`` says not: both are
-    counted). With each, the common dir its ``commondir`` names (a linked worktree's repository).
-    Never raises: what cannot be read counts as a git dir of its own."""
-    found: list[Path] = []
+    the way git finds its repository, and never more leniently, nearest first: from ``directory``
+    up, a ``.git`` directory (git stops at the first it can use, ``_usable_git_dir``, and passes by
+    one it cannot), a ``.git`` file (git goes where its ``gitdir:`` says, and stops), the directory
+    itself when its ``.git`` is none git can use and it looks like a bare repository (git takes it
+    for one, unless ``safe.bareRepository`` says not: counted either way). With each, the common
+    dir its ``commondir`` names (a linked worktree's repository). Never raises: what cannot be read
+    counts as a git dir of its own. Lazy: a caller that has seen enough stops the walk."""
     for candidate in (directory, *directory.parents):
         dot_git = candidate / ".git"
         try:
-            info = os.stat(dot_git)
-        except OSError:
-            if _usable_git_dir(candidate):
-                found.append(candidate)
-            continue
-        if stat.S_ISREG(info.st_mode):
-            found.extend(_named_git_dirs(candidate, dot_git))
-            return found
-        git_dir = _real(dot_git)
-        found.extend(dict.fromkeys((git_dir, _common_dir(git_dir))))
-        if stat.S_ISDIR(info.st_mode) and _usable_git_dir(git_dir):
-            return found
-    return found
+            info = os.lstat(dot_git)
+            if stat.S_ISLNK(info.st_mode):
+                info = os.stat(dot_git)
+        except (OSError, ValueError):
+            info = None
+        if info is not None and stat.S_ISREG(info.st_mode):
+            yield from _named_git_dirs(candidate, dot_git)
+            return
+        if info is not None:
+            # The walked directories are resolved: only a symlinked .git leads elsewhere.
+            git_dir = _real(dot_git) if stat.S_ISLNK(os.lstat(dot_git).st_mode) else dot_git
+            yield from dict.fromkeys((git_dir, _common_dir(git_dir)))
+            if stat.S_ISDIR(info.st_mode) and _usable_git_dir(git_dir):
+                return
+        if _usable_git_dir(candidate):
+            yield candidate
 
 
 def _usable_git_dir(path: Path) -> bool:
@@ -168,21 +172,31 @@ def _usable_git_dir(path: Path) -> bool:
 def _named_git_dirs(top: Path, dot_git: Path) -> list[Path]:
     """The git dir a ``.git`` file names and its common dir; the file itself when it names none."""
     try:
-        text = _read_small(dot_git, "the .git file")
-    except (OSError, RepositoryRefused):
+        named = gitfile_target(_read_small(dot_git, "the .git file"))
+        if named is None:
+            return [dot_git]
+        git_dir = _real(top / named)
+    except (OSError, ValueError, RepositoryRefused):  # ValueError: a NUL in the path
         return [dot_git]
-    if not text.startswith("gitdir:"):
-        return [dot_git]
-    git_dir = _real(top / text[len("gitdir:"):].strip())
     return list(dict.fromkeys((git_dir, _common_dir(git_dir))))
+
+
+def gitfile_target(text: str) -> str | None:
+    """The path a ``.git`` file names, read as git reads it: after ``gitdir: `` (one space), up to
+    the trailing line ends only (a space either side is part of the path); None when the file is not
+    one git reads."""
+    if not text.startswith("gitdir: "):
+        return None
+    return text[len("gitdir: "):].rstrip("\r\n") or None
 
 
 def _common_dir(git_dir: Path) -> Path:
     try:
         if regular_file(git_dir / "commondir", "the commondir file"):
-            return _real(git_dir / _read_small(git_dir / "commondir", "the commondir file").strip())
-    except (OSError, RepositoryRefused):
-        pass
+            named = _read_small(git_dir / "commondir", "the commondir file").rstrip("\r\n")
+            return _real(git_dir / named) if named else git_dir
+    except (OSError, ValueError, RepositoryRefused):
+        return git_dir / "commondir"  # what cannot be read is a git dir of its own: never a trusted one
     return git_dir
 
 
@@ -481,10 +495,10 @@ def _linked_dir(top: Path, dot_git: Path) -> Path:
     worktree's (it names this ``.git`` back) or a submodule's (in an enclosing repository's
     ``.git/modules``, its ``core.worktree`` naming this work tree). Anything else is refused: a
     ``.git`` file that came with a download can point at any repository of yours."""
-    text = _read_small(dot_git, "the .git file")
-    if not text.startswith("gitdir:"):
-        raise RepositoryRefused(f"Refused: {dot_git} is not a .git file git wrote (no 'gitdir:' line)")
-    target = Path(text[len("gitdir:"):].strip())
+    named = gitfile_target(_read_small(dot_git, "the .git file"))
+    if named is None:
+        raise RepositoryRefused(f"Refused: {dot_git} is not a .git file git wrote (no 'gitdir: ' line)")
+    target = Path(named)
     git_dir = _real(top / target) if not target.is_absolute() else _real(target)
     if within(git_dir, top):
         return git_dir
@@ -554,7 +568,7 @@ def locate_repository(root: Path) -> Repository | None:
         raise RepositoryRefused(f"{dot_git} names {git_dir}, which is not a directory: is the repository broken?")
     common_dir = git_dir
     if regular_file(git_dir / "commondir", "the commondir file"):
-        named = Path(_read_small(git_dir / "commondir", "the commondir file").strip())
+        named = Path(_read_small(git_dir / "commondir", "the commondir file").rstrip("\r\n"))
         common_dir = _real(git_dir / named)
         # Git's own layout (COMMON/worktrees/NAME), by the resolved path: a symlink at
         # COMMON/worktrees/NAME back to this git dir would prove nothing about COMMON.

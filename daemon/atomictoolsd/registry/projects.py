@@ -19,7 +19,9 @@ its dir listeners which tools dirs came into use or went out of it (the file wat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import itertools
+import os
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from atomictoolsd.registry.lifetimes import GIT_CONFIG_INTERVAL, Lifetimes
 from atomictoolsd.registry.model import Change, DirListener, Judgement, LateLoad, Listener, Module, Project, ToolsDir
 from atomictoolsd.registry.outcome import LoadOutcome
 from atomictoolsd.registry.scanning import Scanner
+from atomictoolsd.worker.gitindex import submodule_git_dirs
 
 __all__ = ["GIT_CONFIG_INTERVAL", "Registry"]
 
@@ -158,13 +161,20 @@ class Registry:
             level = self.trust_level(project)
             if level != "full":
                 return project, level
-        for git_dir in git_dirs_around(real):
+        for git_dir in itertools.chain(git_dirs_around(real), self._submodule_git_dirs(real)):  # lazily: stops at the first
             # Its repository (a bare one is its own), and each repository whose .git holds it.
             holders = list(dict.fromkeys(
                 [*(d.parent for d in (git_dir, *git_dir.parents) if d.name == ".git"), git_dir]))
             if not any(root == home or self.trust_level(root) == "full" for root in holders):
                 return holders[0], self.trust_level(holders[0])
         return None
+
+    @staticmethod
+    def _submodule_git_dirs(directory: Path) -> Iterator[Path]:
+        """The git dirs of the submodules the repository of ``directory`` lists in its index (git's
+        ``status`` runs git in each, with its config): one cloned in place has its own ``.git``."""
+        for dot_git in submodule_git_dirs(str(directory)):
+            yield from git_dirs_around(Path(dot_git).parent) if os.path.lexists(dot_git) else ()
 
     def acquire(self, directory: Path) -> Project:
         """The project of ``directory`` (see ``project``), held until ``release``."""

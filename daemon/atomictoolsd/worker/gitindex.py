@@ -48,7 +48,7 @@ def submodule_git_dirs(project: str) -> list[str]:
 def _listed_gitlinks(index: str) -> list[str]:
     try:
         info = os.stat(index)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the path a .git file names
         return []
     key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
     cached = _SUBMODULES.get(index)
@@ -76,26 +76,47 @@ def _index_of(directory: str) -> str | None:
     dot_git = os.path.join(directory, ".git")
     try:
         info = os.stat(dot_git)
-    except OSError:
+    except (OSError, ValueError):
         return None
     if stat.S_ISDIR(info.st_mode):
         return os.path.join(dot_git, "index")
+    data = _read_regular(dot_git, 4096)
+    # As git reads a .git file: "gitdir: " and the path up to the trailing line ends.
+    if data is None or not data.startswith(b"gitdir: "):
+        return None
+    return os.path.join(directory, os.fsdecode(data[8:].rstrip(b"\r\n")), "index")
+
+
+def _read_regular(path: str, limit: int | None = None) -> bytes | None:
+    """The bytes of ``path`` (at most ``limit``) when it is a regular file; None otherwise: a FIFO
+    would block the reader, the daemon's event loop among them."""
     try:
-        with open(dot_git, "rb") as f:
-            line = f.read(4096).split(b"\n", 1)[0]
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        chunks = []
+        left = info.st_size if limit is None else min(limit, info.st_size)
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
     except OSError:
         return None
-    if not line.startswith(b"gitdir:"):
-        return None
-    return os.path.join(directory, os.fsdecode(line[7:].strip()), "index")
+    finally:
+        os.close(fd)
 
 
 def gitlinks(index: str) -> list[str]:
     """The paths of the submodules (gitlinks) a git index file lists; [] when it cannot be read."""
-    try:
-        with open(index, "rb") as f:
-            data = f.read()
-    except OSError:
+    data = _read_regular(index)
+    if data is None:
         return []
     # Each entry holds its mode in 4 bytes: an index without a gitlink's (most) needs no parsing.
     if b"\x00\x00\xe0\x00" not in data:
@@ -106,19 +127,9 @@ def gitlinks(index: str) -> list[str]:
 def index_paths(index: str) -> list[str] | None:
     """Every path a git index file lists (what ``git ls-files`` prints); None when it cannot be read
     or is not a regular file (a FIFO would block)."""
-    try:
-        fd = os.open(index, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    data = _read_regular(index)
+    if data is None:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     entries = _entries(data)
     return None if entries is None else [path for _mode, path in entries]
 
