@@ -377,3 +377,91 @@ def test_what_git_reads_is_what_was_judged_to_the_byte(env: Env, make_daemon) ->
         assert failed and f", and {untrusted} is not trusted" in text, (name, directory, text[:300])
         assert max(pauses, default=0) < 5, f"the daemon stalled {max(pauses):.1f} s judging {directory}"
     assert ran(markers) == []
+
+
+def test_submodules_are_judged_all_or_the_call_is_refused(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A fourth outside review's ways in, from a trusted project: a repository cloned where a
+    submodule once was (only history lists it; your ``diff.submodule = diff`` would have ``git log
+    -p`` run git there), a split index (its entries in a shared index beside it), more submodules
+    than are judged (the limit refuses, never allows), and an index of 1 GiB in a hostile submodule
+    (refused before it is read: no other client waits)."""
+    env.set_trust_all(False)
+    markers = env.root / "markers"
+    markers.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "protocol.file.allow=always"]
+    tools = {"tools": [
+        {"name": "git_status", "description": "d", "handler": {"type": "shell", "command": "git status --short"}},
+        {"name": "git_log", "description": "d", "handler": {"type": "shell", "command": "git log -p -3"}},
+    ]}
+    env.write_tool(env.global_tools, "here.json", json.dumps(tools))
+    (env.home / ".gitconfig").write_text("[diff]\n\tsubmodule = diff\n")
+
+    def commit(repo: Path, message: str) -> None:
+        subprocess.run([*git, "add", "-A"], cwd=repo, check=True, capture_output=True)
+        subprocess.run([*git, "commit", "-qm", message], cwd=repo, check=True, capture_output=True)
+
+    def textconv_trap(repo: Path, name: str) -> None:
+        trap(repo / ".git" / "tc", markers / name)
+        subprocess.run(["git", "config", "diff.x.textconv", str(repo / ".git" / "tc")], cwd=repo, check=True)
+        (repo / ".git" / "info").mkdir(exist_ok=True)
+        (repo / ".git" / "info" / "attributes").write_text("* diff=x\n")
+
+    # History only: a submodule added, committed, then dropped from the index; a clone in its place.
+    history = env.root / "history"
+    hostile_repository(env.root / "upstream", markers, "upstream-")
+    (env.root / "upstream" / "f.txt").write_text("1\n")
+    commit(env.root / "upstream", "f")
+    hostile_repository(history, markers, "history-")
+    subprocess.run([*git, "submodule", "add", "-q", str(env.root / "upstream"), "vendor/evil"], cwd=history,
+                   check=True, capture_output=True)
+    commit(history, "submodule")
+    subprocess.run([*git, "rm", "-q", "--cached", "vendor/evil"], cwd=history, check=True, capture_output=True)
+    subprocess.run([*git, "commit", "-qm", "dropped"], cwd=history, check=True, capture_output=True)
+    shutil.rmtree(history / "vendor" / "evil")
+    subprocess.run(["git", "clone", "-q", str(env.root / "upstream"), str(history / "vendor" / "evil")], check=True)
+    textconv_trap(history / "vendor" / "evil", "history-textconv")
+    (history / "vendor" / "evil" / "f.txt").write_text("2\n")
+    commit(history / "vendor" / "evil", "two")
+    # A split index listing a hostile repository cloned in place.
+    split = env.root / "split"
+    hostile_repository(split, markers, "split-")
+    hostile_repository(split / "vendor" / "emb", markers, "split-emb-")
+    commit(split, "embedded")
+    subprocess.run(["git", "config", "core.splitIndex", "true"], cwd=split, check=True)
+    subprocess.run(["git", "update-index", "--split-index"], cwd=split, check=True)
+    # More submodules than are judged, each the trusted repository's own.
+    many = env.root / "many"
+    hostile_repository(many, markers, "many-")
+    lines = []
+    for i in range(70):
+        (many / ".git" / "modules" / f"s{i:02d}").mkdir(parents=True)
+        (many / f"s{i:02d}").mkdir()
+        (many / f"s{i:02d}" / ".git").write_text(f"gitdir: ../.git/modules/s{i:02d}\n")
+        lines.append(f"160000 {'1' * 40}\ts{i:02d}\n")
+    subprocess.run(["git", "update-index", "--index-info"], cwd=many, input="".join(lines), text=True, check=True)
+    # A hostile submodule whose index is 1 GiB (a sparse file: no disk).
+    huge = env.root / "huge"
+    hostile_repository(huge, markers, "huge-")
+    hostile_repository(huge / "vendor" / "emb", markers, "huge-emb-")
+    commit(huge, "embedded")
+    with open(huge / "vendor" / "emb" / ".git" / "index", "r+b") as index:
+        index.truncate(1 << 30)
+    for marker in markers.iterdir():  # what setting up ran
+        marker.unlink()
+
+    daemon = make_daemon()
+    for directory in (history, split, many, huge):
+        trust(env, directory=directory)
+    failed, text = call(daemon, env, "git_log", directory=history)
+    assert not failed and "Subproject commit" in text, text  # the gitlink itself, not git run in the clone
+    for directory, why in (
+        (split, f", and {split / 'vendor' / 'emb'} is not trusted"),
+        (many, "whose submodules cannot all be known"),
+        (huge, f", and {huge / 'vendor' / 'emb'} is not trusted"),
+    ):
+        with pinging(env.socket) as pauses:
+            failed, text = call(daemon, env, "git_status", directory=directory)
+        assert failed and why in text, (directory, text[:300])
+        assert max(pauses, default=0) < 5, f"the daemon stalled {max(pauses):.1f} s judging {directory}"
+    trusted_own = {"history-fsmonitor", "split-fsmonitor", "many-fsmonitor", "huge-fsmonitor"}  # trusted: may run
+    assert [name for name in ran(markers) if name not in trusted_own] == []

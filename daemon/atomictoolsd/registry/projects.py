@@ -35,7 +35,7 @@ from atomictoolsd.registry.lifetimes import GIT_CONFIG_INTERVAL, Lifetimes
 from atomictoolsd.registry.model import Change, DirListener, Judgement, LateLoad, Listener, Module, Project, ToolsDir
 from atomictoolsd.registry.outcome import LoadOutcome
 from atomictoolsd.registry.scanning import Scanner
-from atomictoolsd.worker.gitindex import submodule_git_dirs
+from atomictoolsd.worker.gitindex import Unjudgeable, submodules_of
 
 __all__ = ["GIT_CONFIG_INTERVAL", "Registry"]
 
@@ -139,8 +139,8 @@ class Registry:
 
     def untrusted_root(self, directory: Path) -> tuple[Path, str | None] | None:
         """What a program run in ``directory`` may run the content of without the user's full trust:
-        the root to trust and how it is trusted now (``sandbox``, or None: not at all); None when
-        there is none.
+        the root to trust and how it is trusted now (``sandbox``, or None: not at all, or
+        ``unjudged``: a repository whose submodules cannot all be known); None when there is none.
 
         A program reads the directory's own files (a Makefile, ``package.json``) up to its project
         root, and git the config of each repository it may find there (``git_dirs_around``). The
@@ -161,20 +161,26 @@ class Registry:
             level = self.trust_level(project)
             if level != "full":
                 return project, level
-        for git_dir in itertools.chain(git_dirs_around(real), self._submodule_git_dirs(real)):  # lazily: stops at the first
-            # Its repository (a bare one is its own), and each repository whose .git holds it.
-            holders = list(dict.fromkeys(
-                [*(d.parent for d in (git_dir, *git_dir.parents) if d.name == ".git"), git_dir]))
-            if not any(root == home or self.trust_level(root) == "full" for root in holders):
-                return holders[0], self.trust_level(holders[0])
+        try:
+            # Lazily: the first repository not trusted ends the walk, before its index is read.
+            for git_dir in itertools.chain(git_dirs_around(real), self._submodule_git_dirs(real)):
+                # Its repository (a bare one is its own), and each repository whose .git holds it.
+                holders = list(dict.fromkeys(
+                    [*(d.parent for d in (git_dir, *git_dir.parents) if d.name == ".git"), git_dir]))
+                if not any(root == home or self.trust_level(root) == "full" for root in holders):
+                    return holders[0], self.trust_level(holders[0])
+        except Unjudgeable as exc:
+            return Path(exc.args[0]), "unjudged"
         return None
 
     @staticmethod
     def _submodule_git_dirs(directory: Path) -> Iterator[Path]:
         """The git dirs of the submodules the repository of ``directory`` lists in its index (git's
-        ``status`` runs git in each, with its config): one cloned in place has its own ``.git``."""
-        for dot_git in submodule_git_dirs(str(directory)):
-            yield from git_dirs_around(Path(dot_git).parent) if os.path.lexists(dot_git) else ()
+        ``status`` runs git in each, with its config): one cloned in place has its own ``.git``.
+        Raises ``Unjudgeable`` (``gitindex.submodules_of``)."""
+        for dot_git in submodules_of(str(directory)):
+            if os.path.lexists(dot_git):
+                yield from git_dirs_around(Path(dot_git).parent)
 
     def acquire(self, directory: Path) -> Project:
         """The project of ``directory`` (see ``project``), held until ``release``."""

@@ -785,6 +785,13 @@ class Session:
         if enclosing != root:  # a repository inside a project: `trust` of it would trust the project
             how += (f" (a repository inside the project {enclosing}, whose trust does not cover it: to trust it on its "
                     f"own, it needs an .atomic directory of its own, mkdir {shell_quote(str(root / '.atomic'))})")
+        if level == "unjudged":
+            self.send_result(id_json, error_result(
+                f"Tool {tool.name!r} did not run: it runs a program in {os.path.normpath(directory)}, in the repository "
+                f"{root}, whose submodules cannot all be known (an index too large or unreadable, or more repositories "
+                f"than are judged), so what git would run in them cannot be judged. The user can run the command in a "
+                f"terminal."))
+            return True
         text = (
             f"Tool {tool.name!r} did not run: it runs a program in {os.path.normpath(directory)}, and {root} is {how}. "
             f"A program may run what a directory holds (git the programs .git/config names, make its Makefile, "

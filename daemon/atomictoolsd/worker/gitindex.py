@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from collections.abc import Iterator
 
-__all__ = ["gitlinks", "index_paths", "submodule_git_dirs"]
+__all__ = ["MAX_INDEX_BYTES", "Unjudgeable", "gitlinks", "index_paths", "submodule_git_dirs", "submodules_of"]
 
 # Per index file: its identity and the submodules it lists. Read again only once it changed.
 _SUBMODULES: dict[str, tuple[tuple[int, ...], list[str]]] = {}
@@ -43,6 +44,72 @@ def submodule_git_dirs(project: str) -> list[str]:
             if inner is not None:
                 pending.append((submodule, inner))
     return git_dirs
+
+
+class Unjudgeable(Exception):
+    """A repository whose submodules cannot all be known: its index cannot be read whole, or there
+    are more repositories than ``_MAX_REPOSITORIES``. The argument is the work tree."""
+
+
+MAX_INDEX_BYTES = 256 << 20  # an index larger than this is not read on the daemon's behalf
+
+
+def submodules_of(directory: str) -> Iterator[str]:
+    """The ``.git`` of each submodule the index of ``directory``'s repository lists (its shared
+    index too: a split index keeps entries there), then of theirs in turn, for a judgement that
+    must know them all: lazily, a submodule's own index read only once the caller took its
+    ``.git`` and asked for more, and never failing open.
+
+    Raises:
+        Unjudgeable: an index is there but cannot be read whole (not a regular file, larger than
+            ``MAX_INDEX_BYTES``, a format this reader does not know), or there are more than
+            ``_MAX_REPOSITORIES`` repositories.
+    """
+    found = _repository_of(directory)
+    pending = [found] if found is not None else []
+    seen: set[str] = set()
+    while pending:
+        worktree, index = pending.pop()
+        if index in seen:
+            continue
+        if len(seen) >= _MAX_REPOSITORIES:
+            raise Unjudgeable(worktree)
+        seen.add(index)
+        for path in _every_gitlink(worktree, index):
+            submodule = os.path.join(worktree, path)
+            yield os.path.join(submodule, ".git")
+            inner = _index_of(submodule)
+            if inner is not None:
+                pending.append((submodule, inner))
+
+
+def _every_gitlink(worktree: str, index: str) -> list[str]:
+    """The gitlinks of ``index`` and of every shared index beside it; ``Unjudgeable`` when one is
+    there and cannot be read whole."""
+    try:
+        names = [n for n in os.listdir(os.path.dirname(index)) if n.startswith("sharedindex.")]
+    except (OSError, ValueError):
+        names = []
+    links: dict[str, None] = {}
+    for path in (index, *(os.path.join(os.path.dirname(index), n) for n in names)):
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            continue  # no index yet: nothing is listed
+        except (OSError, ValueError):
+            raise Unjudgeable(worktree) from None
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_INDEX_BYTES:
+            raise Unjudgeable(worktree)
+        data = _read_regular(path)
+        if data is None:
+            raise Unjudgeable(worktree)
+        if b"\x00\x00\xe0\x00" not in data:  # no gitlink's mode anywhere: nothing to parse
+            continue
+        entries = _entries(data)
+        if entries is None:
+            raise Unjudgeable(worktree)
+        links.update((p, None) for mode, p in entries if mode & 0o170000 == _GITLINK)
+    return list(links)
 
 
 def _listed_gitlinks(index: str) -> list[str]:

@@ -19,6 +19,7 @@ Runs inside a worker; the standard library and msgspec only.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
@@ -189,6 +190,7 @@ class ShellHandler(Handler, tag="shell"):
                 # session, so it dies with the worker (the fork server ends the session: kill -9 of
                 # the daemon, a worker killed for memory or for a call that would not stop).
                 process_group=0,
+                env=_git_environment(),
             )
         except FileNotFoundError:
             raise ToolError(f"Cannot run {argv[0]!r}: no such program on PATH") from None
@@ -228,6 +230,27 @@ class ShellHandler(Handler, tag="shell"):
                 return proc.communicate(timeout=min(remaining, _POLL))
             except subprocess.TimeoutExpired:
                 continue
+
+
+# What git is told for every command, above any config but the command line's: not to run itself in
+# submodules unasked. The daemon judges the submodules a repository's index lists; a diff of history
+# can reach a repository cloned where a submodule once was, which no index lists.
+_GIT_OVERRIDES = {"diff.submodule": "short", "submodule.recurse": "false", "status.submoduleSummary": "false",
+                  "fetch.recurseSubmodules": "false"}
+
+
+@functools.cache
+def _git_environment() -> dict[str, str]:
+    """The worker's environment plus ``_GIT_OVERRIDES`` as ``GIT_CONFIG_KEY_n``/``VALUE_n`` after any
+    the environment already has."""
+    environ = dict(os.environ)
+    count = environ.get("GIT_CONFIG_COUNT", "0")
+    first = int(count) if count.isdigit() else 0
+    for offset, (key, value) in enumerate(_GIT_OVERRIDES.items()):
+        environ[f"GIT_CONFIG_KEY_{first + offset}"] = key
+        environ[f"GIT_CONFIG_VALUE_{first + offset}"] = value
+    environ["GIT_CONFIG_COUNT"] = str(first + len(_GIT_OVERRIDES))
+    return environ
 
 
 def _inert(words: list[str], unsafe: frozenset[str]) -> bool:
