@@ -47,3 +47,29 @@ def test_an_index_without_gitlinks_or_not_an_index_lists_none(tmp_path: Path) ->
     (tmp_path / "garbage").write_bytes(b"DIRC\x00\x00\x00\x02\x00\x00\x00\x05" + b"\x00\x00\xe0\x00" * 40)
     assert gitlinks(str(tmp_path / "garbage")) == []
     assert gitlinks(str(tmp_path / "missing")) == []
+
+
+def test_the_index_searched_is_that_of_the_repository_git_would_use(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An empty ``.git`` in a subdirectory is passed by, as git passes it by: the submodules judged
+    are those of the repository around it (a review found them skipped)."""
+    import subprocess
+
+    from atomictoolsd.worker.gitindex import submodules_of
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},vendor/lib"], cwd=repo, check=True)
+    (repo / "sub" / ".git").mkdir(parents=True)
+    assert list(submodules_of(str(repo / "sub"))) == [str(repo / "vendor" / "lib" / ".git")]
+
+
+def test_an_odd_git_config_count_is_not_a_crash(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from atomictoolsd.worker.declarative import shell
+
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "²")  # str.isdigit() says yes, int() says no
+    shell._git_environment.cache_clear()
+    try:
+        environ = shell._git_environment()
+    finally:
+        shell._git_environment.cache_clear()
+    assert environ["GIT_CONFIG_COUNT"] == "4" and environ["GIT_CONFIG_KEY_0"] == "diff.submodule"

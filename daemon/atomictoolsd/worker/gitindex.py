@@ -100,16 +100,28 @@ def _every_gitlink(worktree: str, index: str) -> list[str]:
             raise Unjudgeable(worktree) from None
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_INDEX_BYTES:
             raise Unjudgeable(worktree)
-        data = _read_regular(path)
-        if data is None:
-            raise Unjudgeable(worktree)
-        if b"\x00\x00\xe0\x00" not in data:  # no gitlink's mode anywhere: nothing to parse
-            continue
-        entries = _entries(data)
-        if entries is None:
-            raise Unjudgeable(worktree)
-        links.update((p, None) for mode, p in entries if mode & 0o170000 == _GITLINK)
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        cached = _JUDGED.get(path)
+        if cached is None or cached[0] != key:
+            cached = _JUDGED[path] = (key, _judged_gitlinks(worktree, path))
+        links.update(dict.fromkeys(cached[1]))
     return list(links)
+
+
+# Per index file judged: its identity and its gitlinks (a large index takes ~0.5 s to parse: once).
+_JUDGED: dict[str, tuple[tuple[int, ...], list[str]]] = {}
+
+
+def _judged_gitlinks(worktree: str, path: str) -> list[str]:
+    data = _read_regular(path)
+    if data is None:
+        raise Unjudgeable(worktree)
+    if b"\x00\x00\xe0\x00" not in data:  # no gitlink's mode anywhere: nothing to parse
+        return []
+    entries = _entries(data)
+    if entries is None:
+        raise Unjudgeable(worktree)
+    return [p for mode, p in entries if mode & 0o170000 == _GITLINK]
 
 
 def _listed_gitlinks(index: str) -> list[str]:
@@ -129,12 +141,19 @@ def _repository_of(directory: str) -> tuple[str, str] | None:
     finds it (the nearest ``.git``); None when there is none."""
     while True:
         index = _index_of(directory)
-        if index is not None:
+        if index is not None and _usable(os.path.dirname(index)):
             return directory, index
         parent = os.path.dirname(directory)
         if parent == directory:
             return None
         directory = parent
+
+
+def _usable(git_dir: str) -> bool:
+    """Whether git could take ``git_dir`` for its repository (``objects/``, ``refs/``, ``HEAD``):
+    git passes by a ``.git`` that is not, and so does the search for the index."""
+    return all(os.path.isdir(os.path.join(git_dir, d)) for d in ("objects", "refs")) and os.path.lexists(
+        os.path.join(git_dir, "HEAD"))
 
 
 def _index_of(directory: str) -> str | None:

@@ -245,7 +245,7 @@ def _git_environment() -> dict[str, str]:
     the environment already has."""
     environ = dict(os.environ)
     count = environ.get("GIT_CONFIG_COUNT", "0")
-    first = int(count) if count.isdigit() else 0
+    first = int(count) if count.isascii() and count.isdigit() else 0  # int() refuses some isdigit() ones
     for offset, (key, value) in enumerate(_GIT_OVERRIDES.items()):
         environ[f"GIT_CONFIG_KEY_{first + offset}"] = key
         environ[f"GIT_CONFIG_VALUE_{first + offset}"] = value
