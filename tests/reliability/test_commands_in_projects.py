@@ -308,7 +308,7 @@ def test_git_finds_no_repository_the_daemon_did_not_judge(env: Env, make_daemon)
 
 
 def test_what_git_reads_is_what_was_judged_to_the_byte(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    """A third outside review's ways in, each from a directory inside a trusted project: a ``.git``
+    """Where git's own reading could lead elsewhere, each from a directory inside a trusted project: a ``.git``
     file whose path has a space git keeps (two files, ``y`` and ``y ``, lead to different
     repositories), a ``.git`` symlink to the trusted project beside a bare repository (git, finding
     no repository there, takes the directory itself for one), a repository cloned in place and
@@ -380,7 +380,7 @@ def test_what_git_reads_is_what_was_judged_to_the_byte(env: Env, make_daemon) ->
 
 
 def test_submodules_are_judged_all_or_the_call_is_refused(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    """A fourth outside review's ways in, from a trusted project: a repository cloned where a
+    """How git could reach a submodule nobody judged, from a trusted project: a repository cloned where a
     submodule once was (only history lists it; your ``diff.submodule = diff`` would have ``git log
     -p`` run git there), a split index (its entries in a shared index beside it), more submodules
     than are judged (the limit refuses, never allows), and an index of 1 GiB in a hostile submodule

@@ -77,16 +77,23 @@ def _call_bytes(raw: Any, request_id: int, arguments: bytes) -> dict[str, Any]:
     return raw.reply(request_id)
 
 
+def _busy(other: Any) -> tuple[threading.Thread, list[Any]]:
+    """Another client's one-second call running in the worker (started, and under way): its thread,
+    and the list its answer lands in."""
+    slept: list[Any] = []
+    sleeper = threading.Thread(target=lambda: slept.append(other.request("tools/call", {"name": "t_sleep", "arguments": {"seconds": 1}})))
+    sleeper.start()
+    time.sleep(0.2)
+    return sleeper, slept
+
+
 def test_a_byte_that_is_not_utf8_in_an_argument_is_an_invalid_argument_and_stalls_no_one(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "t.py", TOOLS)
     daemon: Daemon = make_daemon()
     with daemon.raw() as raw, daemon.raw() as other:
         worker = raw.request("tools/call", {"name": "t_pid"})["result"]["content"][0]["text"]
-        slept: list[Any] = []
         # The worker busy with another client's call, then the bad one, then that client's next call.
-        sleeper = threading.Thread(target=lambda: slept.append(other.request("tools/call", {"name": "t_sleep", "arguments": {"seconds": 1}})))
-        sleeper.start()
-        time.sleep(0.2)
+        sleeper, slept = _busy(other)
         answer = _call_bytes(raw, 90, b'{"text":"\xff"}')
         sleeper.join(10)
         assert slept and slept[0]["result"]["content"][0]["text"] == "slept"
@@ -151,10 +158,7 @@ def test_an_argument_whose_own_check_raises_fails_its_call_not_the_worker(env: E
     daemon: Daemon = make_daemon()
     with daemon.raw() as raw, daemon.raw() as other:
         worker = raw.request("tools/call", {"name": "t_pid"})["result"]["content"][0]["text"]
-        slept: list[Any] = []
-        sleeper = threading.Thread(target=lambda: slept.append(other.request("tools/call", {"name": "t_sleep", "arguments": {"seconds": 1}})))
-        sleeper.start()
-        time.sleep(0.2)
+        sleeper, slept = _busy(other)
         for name in ("t_place", "t_place_ctx", "t_place_async"):
             result = raw.request("tools/call", {"name": name, "arguments": {"p": {"x": 13}}})["result"]
             text = result["content"][0]["text"]

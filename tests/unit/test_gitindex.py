@@ -51,7 +51,7 @@ def test_an_index_without_gitlinks_or_not_an_index_lists_none(tmp_path: Path) ->
 
 def test_the_index_searched_is_that_of_the_repository_git_would_use(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """An empty ``.git`` in a subdirectory is passed by, as git passes it by: the submodules judged
-    are those of the repository around it (a review found them skipped)."""
+    are those of the repository around it."""
     import subprocess
 
     from atomictoolsd.worker.gitindex import submodules_of
