@@ -108,6 +108,7 @@ class Server:
         self.registry.add_listener(self._on_change)
         self.sessions: set[Session] = set()  # every session: the socket's and those HTTP carries
         self._socket_sessions: set[Session] = set()  # those the connection limit counts
+        self._stdio_sessions: set[Session] = set()  # of those, the ones holding a shim's stdio too
         self.started = time.time()
         self._lock = InstanceLock(paths.lock)
         self._listener: asyncio.AbstractServer | None = None
@@ -369,7 +370,7 @@ class Server:
             return False
         if sock is not None:
             allowed, soft = self.connection_limit()
-            if len(self._socket_sessions) >= allowed:
+            if self._descriptors_held() >= allowed:
                 self._refuse(transport, allowed, soft)
                 return False
             self._socket_sessions.add(session)
@@ -381,7 +382,8 @@ class Server:
         """Tell a connection past the limit why it is closed (rather than a reset it cannot explain)."""
         lent = f" and {http_share(max(0, soft - fd_reserve(soft)))} for HTTP" if self.config.http else ""
         message = (
-            f"Too many connections: {len(self._socket_sessions)} are open and the daemon takes {allowed} "
+            f"Too many connections: {len(self._socket_sessions)} are open ({len(self._stdio_sessions)} holding a "
+            f"shim's stdin and stdout) and the daemon takes {allowed} "
             f"(max_connections {self.config.max_connections}; open-file limit {soft}, of which "
             f"{fd_reserve(soft)} are kept for workers{lent}). Close idle clients, or raise "
             f"ATOMICTOOLS_MAX_CONNECTIONS or the open-file limit (ulimit -n) and restart the daemon"
@@ -397,6 +399,24 @@ class Server:
     def forget(self, session: Session) -> None:
         self.sessions.discard(session)
         self._socket_sessions.discard(session)
+        self._stdio_sessions.discard(session)
+
+    def _descriptors_held(self) -> int:
+        """Descriptors the socket sessions hold: one each, and a shim's stdin and stdout."""
+        return len(self._socket_sessions) + 2 * len(self._stdio_sessions)
+
+    def reserve_stdio(self, session: Session) -> str | None:
+        """Count a shim's stdin and stdout for ``session`` (two descriptors more of the budget), or
+        say why not: the budget has no room for them."""
+        allowed, soft = self.connection_limit()
+        if session not in self._stdio_sessions and self._descriptors_held() + 2 > allowed:
+            return f"the daemon's connections are at their limit ({allowed}; open-file limit {soft})"
+        self._stdio_sessions.add(session)
+        return None
+
+    def release_stdio(self, session: Session) -> None:
+        """``session`` did not take the stdin and stdout it reserved room for."""
+        self._stdio_sessions.discard(session)
 
     def _on_change(self, change: Change) -> None:
         """Tell every session that sees a changed dir: a new toolset, and any load errors."""

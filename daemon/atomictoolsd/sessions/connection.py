@@ -28,7 +28,7 @@ from msgspec import UNSET
 
 from atomictools._protocol import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 from atomictoolsd.protocol import well_formed_json
-from atomictoolsd.sessions import batches, revisions
+from atomictoolsd.sessions import batches, handoff, revisions
 from atomictoolsd.sessions.loose import NULL, scalar
 from atomictoolsd.sessions.messages import TOO_DEEP, decode_call, decode_message
 from atomictoolsd.sessions.output import encode_error
@@ -194,6 +194,15 @@ class Connection(asyncio.Protocol):
             asyncio.get_running_loop().remove_reader(watch.fileno())
             watch.close()
 
+    @property
+    def half_closed(self) -> bool:
+        """Whether the client ended its requests (the shim's stdin ended)."""
+        return self._eof
+
+    def unread(self) -> bool:
+        """Whether bytes of a line not yet whole are held."""
+        return bool(self._buffer)
+
     def _close_if_done(self) -> None:
         if self._eof and not self.session.busy() and self.transport is not None:
             self.transport.close()  # after what is buffered has been written
@@ -243,6 +252,9 @@ class Connection(asyncio.Protocol):
         except UnicodeDecodeError:  # msgspec's error for a string that is not UTF-8
             self.error(_salvage_id(line), encode_error(PARSE_ERROR, "Parse error: a string in the message is not UTF-8"))
         else:
+            if message.method == handoff.METHOD and message.id is not UNSET and message.jsonrpc == "2.0":
+                handoff.offer(self, _encode(message.id))  # the shim's stdio, read and written here
+                return
             self.session.handle_message(message, line.find(_META_VERSION) >= 0)
 
     def _not_an_object(self, line: bytes, exc: msgspec.ValidationError) -> None:

@@ -1,10 +1,15 @@
 """The stdio MCP shim: what ``atomictoolsd mcp`` and every bridge script run.
 
 An agent launches the shim as its MCP server. The shim connects to the daemon's socket (starting the
-daemon, fully detached, when none answers), sends ``atomic/attach`` with its directory, agent name,
-session id and allow/deny globs, and from then on relays bytes both ways. The socket speaks the same
-one-message-per-line JSON-RPC as MCP's stdio transport, so nothing is parsed on the way: the only
-line the shim looks at is the daemon's answer to its own attach, which it keeps off stdout.
+daemon, fully detached, when none answers) and sends ``atomic/attach`` with its directory, agent name,
+session id and allow/deny globs. Then, when its stdin and stdout are pipes or sockets (as every agent
+starts an MCP server), it hands them to the daemon (``atomic/handoff``, ``SCM_RIGHTS``), which reads
+the agent's requests and writes its answers there itself: a call skips the shim altogether, and the
+shim only waits, its socket to the daemon open as the session's life (``_hand_over``). Otherwise (a
+terminal, a file, ``--relay``, a daemon that does not take them) it relays bytes both ways. The
+socket speaks the same one-message-per-line JSON-RPC as MCP's stdio transport, so nothing is parsed
+on the way: the only lines the shim looks at are the daemon's answers to its own two requests, which
+it keeps off stdout.
 
 When stdin closes (the MCP shutdown signal) it half-closes the socket and relays the answers the daemon
 still owes, then exits once the daemon closes the connection: the daemon answers every request it
@@ -41,6 +46,11 @@ __all__ = ["ATTACH_ID", "USAGE", "ShimOptions", "UsageError", "attach_line", "ma
 # ``{"jsonrpc":"2.0","id":<id>,…`` so the answer is recognised by this prefix alone.
 ATTACH_ID = "atomictoolsd-shim-attach"
 _ATTACH_ANSWER = b'{"jsonrpc":"2.0","id":"' + ATTACH_ID.encode() + b'",'
+HANDOFF_ID = "atomictoolsd-shim-handoff"
+_HANDOFF_LINE = ('{"jsonrpc":"2.0","id":"' + HANDOFF_ID + '","method":"atomic/handoff"}\n').encode()
+_HANDOFF_ANSWER = b'{"jsonrpc":"2.0","id":"' + HANDOFF_ID.encode() + b'",'
+_HANDOFF_NOTICE = b'{"jsonrpc":"2.0","method":"atomic/handoff","params":{"state":"'
+_S_IFMT, _S_IFIFO, _S_IFSOCK = 0o170000, 0o010000, 0o140000  # stat's, without its import
 
 # How much one read asks for: a chunk once a read filled the size asked, else a page (a request or
 # an answer is a line of a few hundred bytes, and CPython allocates the whole size before it shrinks
@@ -53,7 +63,7 @@ _PARENT = os.getppid()  # as early as possible: the agent may die while we start
 
 USAGE = """\
 usage: atomictoolsd mcp [-h] [--directory DIR] [--allow GLOB] [--deny GLOB] [--dispatcher]
-                        [--agent NAME] [--no-autostart]
+                        [--agent NAME] [--no-autostart] [--relay]
 
 Run the stdio MCP server that AI coding agents launch: it relays MCP between stdin/stdout and the
 atomictoolsd daemon, starting the daemon when none is running. `atomictoolsd connect AGENT` writes
@@ -68,6 +78,8 @@ options:
                        that ignore notifications/tools/list_changed
   --agent NAME         the agent's name, shown in `atomictoolsd status` and in ctx.agent
   --no-autostart       fail instead of starting the daemon when none is running
+  --relay              copy every message itself, rather than handing stdin and stdout to the
+                       daemon to read and write directly
 
 exit codes:
   0    stdin closed (the agent is done)
@@ -84,7 +96,7 @@ class UsageError(Exception):
 class ShimOptions:
     """What one shim attaches with."""
 
-    __slots__ = ("agent", "allow", "autostart", "deny", "directory", "dispatcher", "help")
+    __slots__ = ("agent", "allow", "autostart", "deny", "directory", "dispatcher", "help", "relay")
 
     def __init__(self) -> None:
         self.directory: str | None = None
@@ -94,6 +106,7 @@ class ShimOptions:
         self.agent = ""
         self.autostart = True
         self.help = False
+        self.relay = False
 
 
 def parse_args(argv: Sequence[str]) -> ShimOptions:
@@ -120,6 +133,8 @@ def parse_args(argv: Sequence[str]) -> ShimOptions:
             options.dispatcher = True
         elif arg == "--no-autostart":
             options.autostart = False
+        elif arg == "--relay":
+            options.relay = True
         elif arg in ("-h", "--help"):
             options.help = True
         else:
@@ -243,19 +258,22 @@ def _start_daemon(anchors: Sequence[str]) -> None:
 
 
 class _Relay:
-    """Copies bytes between stdin/stdout and the daemon's socket until one side is done.
+    """The shim's session: stdin and stdout handed to the daemon, or copied to and from its socket.
 
-    A plain byte relay with blocking I/O, as the floor it is measured against
+    Handed over (``_hand_over``), the main thread only reads the socket until the daemon closes it.
+    Relayed, it is a plain byte relay with blocking I/O, as the floor it is measured against
     (``bench/peers/floor_stdio_relay.py``): one thread copies stdin to the socket, the main thread
-    the socket to stdout, so a call costs one read and one write each way and no ``poll``. A third
-    thread only watches that the parent (the agent) is alive. Nothing is parsed but the daemon's
-    lines up to the answer to the shim's own attach, which is kept off stdout.
+    the socket to stdout, so a call costs one read and one write each way and no ``poll``. Either
+    way a thread watches that the parent (the agent) is alive. Nothing is parsed but the daemon's
+    lines up to the answers to the shim's own requests, which are kept off stdout.
     """
 
-    def __init__(self, sock: _socket.socket, first: bytes) -> None:
+    def __init__(self, sock: _socket.socket, first: bytes, hand_over: bool = False) -> None:
         self.sock = sock
         self.first = first  # the attach request, sent before anything the agent writes
+        self.hand_over = hand_over  # try handing stdin and stdout to the daemon first
         self.before_attach: bytearray | None = bytearray()  # daemon bytes until the attach answer
+        self.pending = bytearray()  # handing over: the daemon's bytes past the last line read (_next_line)
         self.stdin_open = True
         self.parent = _PARENT
         self.parent_gone = False
@@ -265,6 +283,10 @@ class _Relay:
         sock.setblocking(True)
         try:
             sock.sendall(self.first)
+            if self.hand_over:
+                handed = self._hand_over()
+                if handed is not None:
+                    return handed
         except OSError:
             pass  # the daemon is gone: the read below finds it so, and says so
         else:
@@ -291,6 +313,73 @@ class _Relay:
             _say("the daemon closed the connection (it stopped or restarted); restart this MCP server")
             return 1
         return 0
+
+    def _hand_over(self) -> int | None:
+        """Hand stdin and stdout to the daemon and wait for the session's end: the exit code; None
+        when the daemon does not take them (the caller relays; what the daemon said meanwhile is on
+        stdout). Raises OSError when the daemon goes."""
+        self._next_line(_ATTACH_ANSWER)  # the attach is answered before stdin is read elsewhere
+        self.before_attach = None
+        self.sock.sendall(_HANDOFF_LINE)
+        if not self._next_line(_HANDOFF_ANSWER).startswith(_HANDOFF_ANSWER + b'"result"'):
+            self._flush_pending()
+            return None  # a daemon that does not take descriptors, or not now
+        fds = (0).to_bytes(4, sys.byteorder) + (1).to_bytes(4, sys.byteorder)
+        self.sock.sendmsg([b"\0"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+        if not self._next_line(_HANDOFF_NOTICE).startswith(_HANDOFF_NOTICE + b'taken"'):
+            self._flush_pending()
+            return None  # refused: the daemon reads the socket again
+        _thread.start_new_thread(self._watch_parent, ())
+        ended = self.pending.find(_HANDOFF_NOTICE + b'done"') >= 0
+        while not ended:
+            try:
+                data = self.sock.recv(_PAGE)
+            except InterruptedError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                break
+            self.pending += data
+            ended = self.pending.find(_HANDOFF_NOTICE + b'done"') >= 0
+            del self.pending[: max(0, len(self.pending) - len(_HANDOFF_NOTICE) - 8)]
+        if ended or self.parent_gone:
+            return 0  # the agent closed stdin and every answer was written, or the agent is gone
+        _say("the daemon closed the connection (it stopped or restarted); restart this MCP server")
+        return 1
+
+    def _next_line(self, prefix: bytes) -> bytes:
+        """Read the daemon's lines up to the first that starts with ``prefix`` and return it; the lines
+        before it go to stdout (an attach answer that is an error, to stderr). Raises OSError at the
+        socket's end."""
+        buffer = self.pending
+        start = 0
+        while True:
+            newline = buffer.find(b"\n", start)
+            if newline < 0:
+                data = self.sock.recv(_CHUNK)
+                if not data:
+                    raise ConnectionError("the daemon closed the connection")
+                buffer += data
+                continue
+            line = bytes(buffer[start : newline + 1])
+            start = newline + 1
+            if line.startswith(_ATTACH_ANSWER):
+                if line[len(_ATTACH_ANSWER) :].startswith(b'"error"'):
+                    _say(f"attach failed: {line.decode(errors='replace').strip()}")
+                if prefix != _ATTACH_ANSWER:
+                    continue
+            elif not line.startswith(prefix):
+                _write_all(1, line)
+                continue
+            del buffer[:start]
+            return line
+
+    def _flush_pending(self) -> None:
+        """Relay what the daemon sent past the hand-over's last line, before relaying goes on."""
+        if self.pending:
+            _write_all(1, bytes(self.pending))
+            self.pending = bytearray()
 
     def _copy_stdin(self) -> None:
         """stdin → the socket. At stdin's end, half-close the socket: the daemon answers every request
@@ -371,6 +460,14 @@ def _write_all(fd: int, data: bytes) -> None:
             continue
 
 
+def _pipes_or_sockets(*fds: int) -> bool:
+    """Whether each of ``fds`` is a pipe or a socket: what the daemon can take (not a terminal or a file)."""
+    try:
+        return all(os.fstat(fd).st_mode & _S_IFMT in (_S_IFIFO, _S_IFSOCK) for fd in fds)
+    except OSError:
+        return False
+
+
 def _wait(fd: int, event: int) -> None:
     poller = select.poll()
     poller.register(fd, event)
@@ -408,7 +505,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _say(str(exc))
         return 1
     try:
-        return _Relay(sock, line).run()
+        return _Relay(sock, line, not options.relay and _pipes_or_sockets(0, 1)).run()
     except BrokenPipeError:
         return 0  # the agent closed our stdout: it is gone
     except KeyboardInterrupt:

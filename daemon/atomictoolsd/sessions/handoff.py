@@ -1,0 +1,406 @@
+"""A shim's stdin and stdout, handed to the daemon: an agent's messages read and answered with no
+relay in between.
+
+The stdio shim (``shim/relay.py``) attaches over the socket, then asks ``atomic/handoff``. A daemon
+that takes descriptors stops reading the socket and answers; the shim sends its stdin and stdout
+(one byte with ``SCM_RIGHTS``); from then on the connection reads the agent's requests from that
+stdin and writes every line to that stdout. A call then goes agent → daemon → worker: one process
+and two copies fewer than through a relay. The socket stays open as the shim's life:
+
+- the shim's end closing (the agent stopped it, or it saw the agent die) ends the session as a
+  client hanging up does: its calls are cancelled;
+- the daemon closes its end when the session ends, after a ``done`` line when the agent's stdin
+  ended (the shim exits 0), without one when the daemon stops (the shim says so and exits 1).
+
+The socket carries ``atomic/handoff`` notifications only, each ``{"state": …}``: ``taken`` once the
+descriptors are in use, ``refused`` (with ``why``) when they are not and the socket goes on as
+before, so that the shim relays, and ``done``. What the session says while the descriptors are on
+their way is held and written after, where the connection then writes.
+
+Refused: a descriptor that is not a pipe or a stream socket, or not open for its direction (a
+terminal, a file, ``/dev/null``: the shim relays those), a connection with a request in flight or
+bytes unread, no descriptors within ``WAIT`` seconds (the connection is closed), or no room for two
+more descriptors under the open-file budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import socket
+import stat
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+
+from atomictools._protocol import INVALID_REQUEST
+from atomictoolsd.sessions.output import encode_error
+from atomictoolsd.sessions.session import Session, SessionHost
+
+__all__ = ["METHOD", "WAIT", "Connection", "StdioTransport", "offer"]
+
+log = logging.getLogger(__name__)
+
+METHOD = "atomic/handoff"
+WAIT = 10.0  # seconds the daemon waits for the descriptors once it asked for them
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)  # Linux: received close-on-exec, with no window
+
+
+class Connection(Protocol):
+    """What the hand-over uses of the socket's connection (``connection.Connection``): its transport,
+    which it replaces, and the protocol's methods the stdio's pipes call."""
+
+    transport: Any
+    session: Session
+    server: SessionHost
+    batched: dict[bytes, Any]
+    batch: Any
+
+    @property
+    def half_closed(self) -> bool: ...
+
+    def unread(self) -> bool: ...
+
+    def error(self, id_json: bytes, error: bytes) -> None: ...
+
+    def data_received(self, data: bytes) -> None: ...
+
+    def eof_received(self) -> bool: ...
+
+    def pause_writing(self) -> None: ...
+
+    def resume_writing(self) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+def _notice(state: str, why: str | None = None) -> bytes:
+    params = {"state": state} if why is None else {"state": state, "why": why}
+    return msgspec.json.encode({"jsonrpc": "2.0", "method": METHOD, "params": params}) + b"\n"
+
+
+def offer(connection: Connection, id_json: bytes) -> None:
+    """``atomic/handoff`` on ``connection``: ask for the shim's stdin and stdout, or refuse (an error
+    answer; the connection goes on as a socket)."""
+    control = connection.transport
+    why = _cannot_take(connection, control)
+    if why is not None:
+        connection.error(id_json, encode_error(INVALID_REQUEST, f"{METHOD} refused: {why}; relay instead"))
+        return
+    assert control is not None
+    control.pause_reading()  # before the answer: the byte that carries the descriptors is read here
+    control.write(b'{"jsonrpc":"2.0","id":' + id_json + b',"result":{"descriptors":["stdin","stdout"]}}\n')
+    _Receiving(connection, control).start()
+
+
+def _cannot_take(connection: Connection, control: Any) -> str | None:
+    if isinstance(control, (StdioTransport, _Held)):
+        return "this connection has handed its descriptors over already"
+    if control is None or control.get_extra_info("socket") is None:
+        return "only a Unix socket connection can hand over descriptors"
+    if connection.session.busy() or connection.batched or connection.batch is not None or connection.unread():
+        return "send it alone, with no other request in flight"
+    return connection.server.reserve_stdio(connection.session)  # from here on, released unless taken
+
+
+class _Held:
+    """The connection's transport while the descriptors are on their way: what the session writes is
+    held, in order, for the transport that follows."""
+
+    def __init__(self, control: Any, stop: Callable[[], None]) -> None:
+        self.control = control
+        self.stop = stop  # the wait for the descriptors, ended when the connection is
+        self.held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.held.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return sum(map(len, self.held))
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default  # no hang-up watch of its own: the control socket's end ends it
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return bool(self.control.is_closing())
+
+    def close(self) -> None:
+        self.stop()
+        self.control.close()
+
+    def abort(self) -> None:
+        self.stop()
+        self.control.abort()
+
+
+class _Receiving:
+    """Waits for the byte that carries the descriptors, on a duplicate of the paused socket."""
+
+    def __init__(self, connection: Connection, control: Any) -> None:
+        self.connection = connection
+        self.control = control
+        self.held = _Held(control, self._stop)
+        self.loop = asyncio.get_running_loop()
+        self.sock = socket.socket(fileno=os.dup(control.get_extra_info("socket").fileno()))
+        self.timer: asyncio.TimerHandle | None = None
+        self.waiting = False
+
+    def start(self) -> None:
+        self.connection.transport = self.held  # type: ignore[assignment]
+        self.sock.setblocking(False)
+        self.loop.add_reader(self.sock.fileno(), self._readable)
+        self.timer = self.loop.call_later(WAIT, self._too_late)
+        self.waiting = True
+
+    def _stop(self) -> None:
+        if not self.waiting:
+            return
+        self.waiting = False
+        self.loop.remove_reader(self.sock.fileno())
+        if self.timer is not None:
+            self.timer.cancel()
+        self.sock.close()  # the duplicate only: the connection's socket stays open
+
+    def _too_late(self) -> None:
+        self._stop()
+        log.warning("a shim asked to hand over its stdio and sent nothing for %.0f s: closed", WAIT)
+        self.connection.transport = self.control
+        self.connection.server.release_stdio(self.connection.session)
+        self.control.abort()
+
+    def _readable(self) -> None:
+        try:
+            data, fds, _flags, _address = socket.recv_fds(self.sock, 1, 2, _CLOEXEC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, fds = b"", []
+        self._stop()
+        if not data:  # the shim went: what it held is read by the socket as usual, and ends it
+            for fd in fds:
+                os.close(fd)
+            self._give_back(None)
+            return
+        why = _unfit(fds)
+        if why is not None:
+            for fd in fds:
+                os.close(fd)
+            self._give_back(why)
+            return
+        for fd in fds:
+            os.set_inheritable(fd, False)  # where the flag could not come with them
+        task = self.loop.create_task(self._take(fds[0], fds[1]))
+        task.add_done_callback(_log_failure)
+
+    def _give_back(self, why: str | None) -> None:
+        """Refused, or the shim went: the socket is the connection's transport again."""
+        control, connection = self.control, self.connection
+        connection.transport = control
+        connection.server.release_stdio(connection.session)
+        if why is not None and not control.is_closing():
+            control.write(_notice("refused", why))
+        for data in self.held.held:
+            control.write(data)
+        control.resume_reading()
+
+    async def _take(self, stdin: int, stdout: int) -> None:
+        loop = self.loop
+        stdio = StdioTransport(self.connection, self.control)
+        stdin_protocol = _StdinProtocol(self.connection, stdio)
+        try:
+            reader, _ = await loop.connect_read_pipe(lambda: stdin_protocol, open(stdin, "rb", buffering=0))
+        except OSError as exc:
+            os.close(stdout)
+            self._give_back(f"its stdin cannot be read: {exc}")
+            return
+        try:
+            writer, _ = await loop.connect_write_pipe(lambda: _StdoutProtocol(self.connection, stdio),
+                                                      open(stdout, "wb", buffering=0))
+        except OSError as exc:
+            reader.close()
+            self._give_back(f"its stdout cannot be written: {exc}")
+            return
+        if self.connection.transport is not self.held:  # the connection was closed meanwhile (forgotten)
+            reader.close()
+            writer.close()
+            return
+        stdio.attach(reader, writer)
+        self.control.set_protocol(_ShimProtocol(stdio))
+        self.control.write(_notice("taken"))
+        self.control.resume_reading()  # to see its end
+        self.connection.transport = stdio  # type: ignore[assignment]
+        for data in self.held.held:
+            stdio.write(data)
+        stdin_protocol.start()
+
+
+def _unfit(fds: list[int]) -> str | None:
+    """Why these are not a stdin and a stdout the daemon can serve, or None."""
+    if len(fds) != 2:
+        return f"{len(fds)} descriptor(s) came, not stdin and stdout"
+    for fd, name, modes in ((fds[0], "stdin", (os.O_RDONLY, os.O_RDWR)), (fds[1], "stdout", (os.O_WRONLY, os.O_RDWR))):
+        try:
+            mode = os.fstat(fd).st_mode
+            access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except OSError as exc:
+            return f"its {name} cannot be read: {exc}"
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return f"its {name} is not a pipe or a socket"
+        if stat.S_ISSOCK(mode):
+            with socket.socket(fileno=os.dup(fd)) as sock:
+                if sock.type != socket.SOCK_STREAM:
+                    return f"its {name} is not a stream socket"
+        elif access not in modes:
+            return f"its {name} is not open for {'reading' if name == 'stdin' else 'writing'}"
+    return None
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("taking a shim's stdio failed", exc_info=task.exception())
+
+
+class StdioTransport:
+    """The transport of a connection whose shim handed its stdio over: it reads the agent's stdin and
+    writes its stdout; the shim's socket (``control``) is its life."""
+
+    def __init__(self, connection: Connection, control: Any) -> None:
+        self.connection = connection
+        self.control = control
+        self.reader: Any = None
+        self.writer: Any = None
+        self.lost = False
+
+    def attach(self, reader: Any, writer: Any) -> None:
+        self.reader, self.writer = reader, writer
+        self.write = writer.write  # the call path's write: the pipe transport's own method
+
+    def write(self, data: bytes) -> None:  # replaced in attach
+        raise RuntimeError("no stdout yet")
+
+    def get_write_buffer_size(self) -> int:
+        return int(self.writer.get_write_buffer_size())
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default  # no socket: the control socket's end is the hang-up (``_ShimProtocol``)
+
+    def pause_reading(self) -> None:
+        if not self.reader.is_closing():
+            self.reader.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self.reader.is_closing():
+            self.reader.resume_reading()
+
+    def is_closing(self) -> bool:
+        return bool(self.writer.is_closing())
+
+    def close(self) -> None:
+        """Close after what is buffered has been written; ``done`` for the shim when the agent's stdin
+        ended (the session's own end), none when the daemon ends it."""
+        self.reader.close()
+        self.writer.close()  # its connection_lost, once written, ends the connection (lost)
+        if self.connection.half_closed and not self.control.is_closing():
+            self.control.write(_notice("done"))
+        self.control.close()
+
+    def abort(self) -> None:
+        self.reader.abort()
+        self.writer.abort()
+        self.control.abort()
+
+    def ended(self, exc: Exception | None) -> None:
+        """One side is gone (stdout closed or written out, the shim's socket closed): the connection's
+        end, once."""
+        if self.lost:
+            return
+        self.lost = True
+        self.reader.close()
+        if not self.writer.is_closing():
+            self.writer.abort()  # the shim is gone: nothing more is written
+        self.control.close()
+        self.connection.connection_lost(exc)
+
+
+class _StdinProtocol(asyncio.Protocol):
+    """The agent's stdin. What comes before the connection writes to the stdout (the pipe transport
+    starts reading as it is made) is kept, reading paused, and read once it does (``start``)."""
+
+    def __init__(self, connection: Connection, stdio: StdioTransport) -> None:
+        self.connection = connection
+        self.stdio = stdio
+        self.transport: Any = None
+        self.early: list[bytes] | None = []
+        self.early_eof = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:  # until start
+        assert self.early is not None
+        self.early.append(data)
+        self.transport.pause_reading()
+
+    def start(self) -> None:
+        """The connection writes to the stdout now: read what came, and from here on every read goes
+        straight to the connection, with no call in between."""
+        early, self.early = self.early or [], None
+        self.data_received = self.connection.data_received  # type: ignore[method-assign]
+        self.transport.set_protocol(self)  # the transport keeps the method it calls: this one now
+        for data in early:
+            self.connection.data_received(data)
+        if self.early_eof:
+            self.connection.eof_received()
+        elif not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        if self.early is not None:
+            self.early_eof = True
+        else:
+            self.connection.eof_received()  # the agent closed stdin: answer what was asked, then close
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self.stdio.ended(exc)
+
+
+class _StdoutProtocol(asyncio.BaseProtocol):
+    def __init__(self, connection: Connection, stdio: StdioTransport) -> None:
+        self.connection = connection
+        self.stdio = stdio
+
+    def pause_writing(self) -> None:
+        self.connection.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.connection.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stdio.ended(exc)
+
+
+class _ShimProtocol(asyncio.Protocol):
+    """The shim's socket once it handed its stdio over: it says nothing more; its end is the session's."""
+
+    def __init__(self, stdio: StdioTransport) -> None:
+        self.stdio = stdio
+
+    def data_received(self, data: bytes) -> None:
+        pass  # nothing is expected; nothing it sends is a message of the session
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stdio.ended(exc)

@@ -1,0 +1,280 @@
+"""The shim hands its stdin and stdout to the daemon, which then reads and answers the agent there
+itself; where it cannot (a file, ``--relay``, a refusal) the shim relays. And what a client that is
+no shim can make of ``atomic/handoff``."""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import Daemon, Env, wait_for
+from shim_helpers import SHIM
+
+ECHO = '''
+from atomictools import tool
+
+
+@tool
+def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+'''
+
+INITIALIZE = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+
+
+def call(request_id: int, text: str) -> bytes:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}
+    return json.dumps(message).encode() + b"\n"
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    env = Env(tmp_path_factory.mktemp("handoff"))
+    env.write_tool(env.global_tools, "echo.py", ECHO)
+    daemon = Daemon(env).start()
+    yield daemon
+    daemon.stop()
+    env.cleanup()
+
+
+_started: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_shim_left() -> Iterator[None]:
+    """Every shim a test started is gone after it, whatever the test did (a stopped one included)."""
+    yield
+    while _started:
+        shim = _started.pop()
+        if shim.poll() is None:
+            shim.send_signal(signal.SIGCONT)
+            shim.kill()
+            shim.wait()
+        for stream in (shim.stdin, shim.stdout, shim.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def spawn_shim(env: Env, *args: str) -> subprocess.Popen[bytes]:
+    shim = subprocess.Popen(
+        [SHIM, "mcp", *args], env=env.vars, cwd=env.project,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    _started.append(shim)
+    return shim
+
+
+def read_line(shim: subprocess.Popen[bytes], timeout: float = 10.0) -> dict:  # type: ignore[type-arg]
+    """The next line the agent reads from the shim's stdout, within ``timeout``."""
+    assert shim.stdout is not None
+    ready, _, _ = select.select([shim.stdout], [], [], timeout)
+    assert ready, f"no line on the shim's stdout within {timeout} s"
+    return json.loads(shim.stdout.readline())
+
+
+def pipe_inode(fd: int) -> int:
+    return os.fstat(fd).st_ino
+
+
+def holds_pipe(pid: int, inode: int) -> bool:
+    """Whether process ``pid`` holds a descriptor of the pipe ``inode``."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == f"pipe:[{inode}]" for fd in os.listdir(f"/proc/{pid}/fd"))
+    except FileNotFoundError:
+        return False
+
+
+def handed_over(daemon: Daemon, shim: subprocess.Popen[bytes]) -> bool:
+    """Whether the daemon holds the pipe the agent writes the shim's stdin through."""
+    assert shim.stdin is not None
+    return holds_pipe(daemon.pid, pipe_inode(shim.stdin.fileno()))
+
+
+def initialized(shim: subprocess.Popen[bytes]) -> None:
+    assert shim.stdin is not None
+    shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    shim.stdin.flush()
+    assert read_line(shim)["id"] == 1
+
+
+def closed(shim: subprocess.Popen[bytes]) -> int:
+    assert shim.stdin is not None
+    shim.stdin.close()
+    code = shim.wait(timeout=10)
+    for stream in (shim.stdout, shim.stderr):
+        if stream is not None:
+            stream.close()
+    return code
+
+
+# -- the shim --------------------------------------------------------------------------------------
+
+
+def test_calls_skip_a_shim_that_handed_its_stdio_over(daemon: Daemon) -> None:
+    """Stopped (SIGSTOP) once it handed over, the shim is in no call's way: the daemon reads the
+    agent's stdin and answers on its stdout. The workers hold none of those descriptors."""
+    shim = spawn_shim(daemon.env)
+    initialized(shim)
+    assert shim.stdin is not None
+    assert handed_over(daemon, shim)
+    shim.send_signal(signal.SIGSTOP)
+    for i in range(2, 5):
+        shim.stdin.write(call(i, f"text {i}"))
+        shim.stdin.flush()
+        answer = read_line(shim)
+        assert answer["id"] == i and answer["result"]["content"][0]["text"] == f"text {i}"
+    inode = pipe_inode(shim.stdin.fileno())
+    assert daemon.descendants() and not any(holds_pipe(p.pid, inode) for p in daemon.descendants())
+    shim.send_signal(signal.SIGCONT)
+    assert closed(shim) == 0
+    wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the daemon to let go of the agent's stdin")
+
+
+def test_an_agent_asking_for_a_handoff_itself_is_refused_and_served_on(daemon: Daemon) -> None:
+    shim = spawn_shim(daemon.env)
+    initialized(shim)
+    assert shim.stdin is not None
+    shim.stdin.write(b'{"jsonrpc":"2.0","id":7,"method":"atomic/handoff"}\n')
+    shim.stdin.flush()
+    refusal = read_line(shim)
+    assert refusal["id"] == 7 and "handed its descriptors over already" in refusal["error"]["message"]
+    shim.stdin.write(call(8, "still here"))
+    shim.stdin.flush()
+    assert read_line(shim)["result"]["content"][0]["text"] == "still here"
+    assert closed(shim) == 0
+
+
+def test_a_file_for_stdin_and_stdout_is_relayed(daemon: Daemon, tmp_path: Path) -> None:
+    """A file is no pipe: the daemon could not wait on it, so the shim copies the messages."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(json.dumps(INITIALIZE).encode() + b"\n" + call(2, "from a file"))
+    answers = tmp_path / "answers.jsonl"
+    with open(requests, "rb") as stdin, open(answers, "wb") as stdout:
+        done = subprocess.run([SHIM, "mcp"], env=daemon.env.vars, cwd=daemon.env.project, stdin=stdin, stdout=stdout,
+                              stderr=subprocess.PIPE, timeout=30)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in answers.read_bytes().splitlines()]
+    assert [line["id"] for line in lines] == [1, 2]
+    assert lines[1]["result"]["content"][0]["text"] == "from a file"
+
+
+def test_relay_keeps_the_shim_in_between(daemon: Daemon) -> None:
+    shim = spawn_shim(daemon.env, "--relay")
+    initialized(shim)
+    assert shim.stdin is not None
+    assert not handed_over(daemon, shim)
+    shim.stdin.write(call(2, "relayed"))
+    shim.stdin.flush()
+    assert read_line(shim)["result"]["content"][0]["text"] == "relayed"
+    assert closed(shim) == 0
+
+
+def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A handed-over session holds three descriptors: with room for four, the first shim hands over
+    and the second, refused, relays; both are served."""
+    env.write_tool(env.global_tools, "echo.py", ECHO)
+    daemon = make_daemon({"ATOMICTOOLS_MAX_CONNECTIONS": "4"})
+    first = spawn_shim(env)
+    initialized(first)
+    second = spawn_shim(env)
+    initialized(second)
+    assert handed_over(daemon, first)
+    assert not handed_over(daemon, second)
+    for i, shim in enumerate((first, second), start=2):
+        assert shim.stdin is not None
+        shim.stdin.write(call(i, f"shim {i}"))
+        shim.stdin.flush()
+        assert read_line(shim)["result"]["content"][0]["text"] == f"shim {i}"
+    assert closed(first) == 0 and closed(second) == 0
+
+
+# -- a client that is no shim ----------------------------------------------------------------------
+
+
+def ask_for_handoff(raw) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    raw.send_bytes(b'{"jsonrpc":"2.0","id":"h","method":"atomic/handoff"}\n')
+    return raw.recv()
+
+
+def send_descriptors(raw, fds: list[int]) -> None:  # type: ignore[no-untyped-def]
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    raw.sock.sendmsg([b"\0"], ancillary)
+
+
+def open_descriptors(pid: int) -> int:
+    return psutil.Process(pid).num_fds()
+
+
+@pytest.mark.parametrize("what", ["nothing", "a file", "a pipe the wrong way round", "one descriptor"])
+def test_descriptors_the_daemon_cannot_serve_are_refused_and_the_socket_goes_on(
+    daemon: Daemon, tmp_path: Path, what: str,
+) -> None:
+    before = open_descriptors(daemon.pid)
+    read_end, write_end = os.pipe()
+    afile = os.open(tmp_path / "file", os.O_RDWR | os.O_CREAT)
+    fds = {"nothing": [], "a file": [afile, afile], "a pipe the wrong way round": [write_end, read_end],
+           "one descriptor": [read_end]}[what]
+    try:
+        with daemon.raw() as raw:
+            assert ask_for_handoff(raw)["result"] == {"descriptors": ["stdin", "stdout"]}
+            send_descriptors(raw, fds)
+            notice = raw.recv()
+            assert notice["method"] == "atomic/handoff" and notice["params"]["state"] == "refused"
+            assert notice["params"]["why"]
+            assert "result" in raw.request("ping")  # the same connection, read as a socket again
+    finally:
+        for fd in (read_end, write_end, afile):
+            os.close(fd)
+    wait_for(lambda: open_descriptors(daemon.pid) <= before, message="the daemon to close what it was sent")
+
+
+def test_a_handoff_with_a_request_in_flight_is_refused(daemon: Daemon) -> None:
+    with daemon.raw() as raw:
+        raw.send_bytes(b'{"jsonrpc":"2.0","id":"l","method":"tools/list"}\n{"jsonrpc":"2.0","id":"h","method":"atomic/handoff"}\n')
+        replies = {reply["id"]: reply for reply in (raw.recv(), raw.recv())}
+        assert "send it alone" in replies["h"]["error"]["message"]
+        assert "result" in raw.request("ping")
+
+
+def test_a_client_that_goes_before_sending_its_descriptors_leaves_nothing_open(daemon: Daemon) -> None:
+    before = open_descriptors(daemon.pid)
+    with daemon.raw() as raw:
+        assert "result" in ask_for_handoff(raw)
+    wait_for(lambda: open_descriptors(daemon.pid) <= before, message="the daemon to close the connection")
+    with daemon.raw() as raw:
+        assert "result" in raw.request("ping")
+
+
+def test_a_raw_client_can_hand_over_a_pipe_pair(daemon: Daemon) -> None:
+    """The protocol itself, as a shim speaks it: answers come on the pipe, ``done`` on the socket
+    after the stdin ends."""
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    with daemon.raw() as raw:
+        assert "result" in ask_for_handoff(raw)
+        send_descriptors(raw, [stdin_read, stdout_write])
+        assert raw.recv()["params"] == {"state": "taken"}
+        os.close(stdin_read)
+        os.close(stdout_write)
+        with os.fdopen(stdin_write, "wb") as agent_out, os.fdopen(stdout_read, "rb") as agent_in:
+            agent_out.write(json.dumps(INITIALIZE).encode() + b"\n" + call(2, "piped"))
+            agent_out.flush()
+            assert json.loads(agent_in.readline())["id"] == 1
+            assert json.loads(agent_in.readline())["result"]["content"][0]["text"] == "piped"
+            agent_out.close()
+            assert raw.recv()["params"] == {"state": "done"}
+            assert agent_in.read() == b""  # the daemon closed its end of the stdout
