@@ -11,8 +11,10 @@ tree (its ``client/`` and ``daemon/``, e.g. ``git archive main client daemon`` u
 turns with this one, so a change is judged against what it changed within the same minute.
 
 Latency: sequential calls of the same one-line echo tool, after a warm-up, with the same raw NDJSON
-client for every system — over the socket and through the stdio shim (``atomictoolsd mcp``) for
-atomictoolsd, over stdio for the peers — plus atomictoolsd's own tiny Python client. The systems
+client for every system — over the socket and through the stdio shim (``atomictoolsd mcp``, which
+hands its stdin and stdout to the daemon, and ``atomictoolsd mcp --relay``, which copies every line
+as it does where it cannot) for atomictoolsd, over stdio for the peers — plus atomictoolsd's own
+tiny Python client. The systems
 take turns in rounds, so drift in the machine's load hits them alike. atomictoolsd and the floors
 run as ``INSTANCES`` separate process trees each, their samples pooled: where ASLR happens to place
 each process's code moves one tree's p50 by up to ~3 µs against an identical other (the processes
@@ -132,11 +134,17 @@ def latency(
                 shim, channel = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)
                 channel.handshake()
                 over(f"atomictoolsd{label}, raw client, stdio shim", channel)
+                relay, channel = stdio_channel([CONSOLE, "mcp", "--relay"], env=daemon.env, cwd=daemon.project)
+                channel.handshake()
+                over(f"atomictoolsd{label}, raw client, stdio shim --relay", channel)
                 runs[f"atomictoolsd{label}, raw client, socket"][-1](1, 0)  # the worker starts
                 if f"atomictoolsd{label}, raw client, socket" not in processes:
                     worker = next(m["worker"] for m in daemon.request("atomic/status")["modules"] if m["path"].endswith("/echo.py"))
                     processes[f"atomictoolsd{label}, raw client, socket"] = {"daemon": daemon.pid, "worker": worker}
                     processes[f"atomictoolsd{label}, raw client, stdio shim"] = {"shim": shim.pid, "daemon": daemon.pid, "worker": worker}
+                    processes[f"atomictoolsd{label}, raw client, stdio shim --relay"] = {
+                        "shim": relay.pid, "daemon": daemon.pid, "worker": worker,
+                    }
         for name, command in peers.items():
             _, channel = stdio_channel(command)
             channel.handshake()

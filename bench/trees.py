@@ -12,8 +12,8 @@ samples of three trees, so one slow tree moves its p50. This script starts ``--t
 each system, measures each ``--rounds`` times in a shuffled order (2,000 sequential echo calls a
 time, the raw client), and reports each tree's median p50 and the median over the trees: the
 typical tree, next to the slowest. Over the socket for every system; through the shim
-(``atomictoolsd mcp``) for this tree, against the four-process floor (the floor relay behind
-``peers/floor_stdio_relay.py``). ``--install LABEL=PYTHON`` adds socket trees of atomictoolsd run by
+(``atomictoolsd mcp``, which hands its stdio to the daemon, and ``--relay``, which copies every line)
+for this tree, against the four-process floor (the floor relay behind ``peers/floor_stdio_relay.py``). ``--install LABEL=PYTHON`` adds socket trees of atomictoolsd run by
 another interpreter or virtual environment (an installed older version).
 
 Saves ``bench/results/trees-*.json``.
@@ -39,6 +39,7 @@ CALLS = 2000
 WARMUP = 2000
 FLOOR_STDIO_RELAY = Path(__file__).resolve().parent / "peers" / "floor_stdio_relay.py"
 SHIM = "atomictoolsd, through the shim"
+RELAY = "atomictoolsd, through the shim, --relay"
 FLOOR_SHIM = "floor, stdio relay in front"
 
 
@@ -82,8 +83,9 @@ def trees(count: int, rounds: int, installs: dict[str, str]) -> Report:
                 daemon = start_daemon(stack, *how)
                 channels.append((name, opened(stack, socket_channel(str(daemon.socket)))))
                 if name == "atomictoolsd":
-                    shim = stdio_channel([CONSOLE, "mcp"], env=daemon.env, cwd=daemon.project)[1]
-                    channels.append((SHIM, opened(stack, shim)))
+                    for label, relaying in ((SHIM, []), (RELAY, ["--relay"])):
+                        shim = stdio_channel([CONSOLE, "mcp", *relaying], env=daemon.env, cwd=daemon.project)[1]
+                        channels.append((label, opened(stack, shim)))
         p50s: list[list[float]] = [[] for _ in channels]
         for _ in range(rounds):
             order = list(range(len(channels)))
@@ -98,7 +100,7 @@ def trees(count: int, rounds: int, installs: dict[str, str]) -> Report:
         floor_p50 = statistics.median(per_tree[floor_name])
         rows: list[list[Any]] = []
         for name, values in per_tree.items():
-            if (name in (SHIM, FLOOR_SHIM)) != (floor_name == FLOOR_SHIM):
+            if (name in (SHIM, RELAY, FLOOR_SHIM)) != (floor_name == FLOOR_SHIM):
                 continue
             typical = round(statistics.median(values), 1)
             rows.append([name, typical, round(typical / floor_p50, 2), min(values), max(values), " ".join(f"{v:g}" for v in sorted(values))])
