@@ -7,6 +7,7 @@ from __future__ import annotations
 import array
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -73,6 +74,7 @@ def spawn_shim(env: Env, *args: str) -> subprocess.Popen[bytes]:
     shim = subprocess.Popen(
         [SHIM, "mcp", *args], env=env.vars, cwd=env.project,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        bufsize=0,  # nothing read ahead of what select sees (read_line)
     )
     _started.append(shim)
     return shim
@@ -183,11 +185,23 @@ def test_relay_keeps_the_shim_in_between(daemon: Daemon) -> None:
     assert closed(shim) == 0
 
 
-def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    """A handed-over session holds three descriptors: with room for four, the first shim hands over
-    and the second, refused, relays; both are served."""
+def test_max_connections_counts_a_handed_over_session_once(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     env.write_tool(env.global_tools, "echo.py", ECHO)
-    daemon = make_daemon({"ATOMICTOOLS_MAX_CONNECTIONS": "4"})
+    daemon = make_daemon({"ATOMICTOOLS_MAX_CONNECTIONS": "2"})
+    shims = [spawn_shim(env), spawn_shim(env)]
+    for shim in shims:
+        initialized(shim)
+        assert handed_over(daemon, shim)
+    assert all(closed(shim) == 0 for shim in shims)
+
+
+def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """A handed-over session holds three descriptors: with six for the socket's clients (an open-file
+    limit of 134, 128 kept for workers), the first shim hands over, and the second, for whom two
+    more would leave none, relays; both are served."""
+    env.write_tool(env.global_tools, "echo.py", ECHO)
+    daemon = make_daemon()
+    resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (134, resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)[1]))
     first = spawn_shim(env)
     initialized(first)
     second = spawn_shim(env)
@@ -200,6 +214,78 @@ def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None
         shim.stdin.flush()
         assert read_line(shim)["result"]["content"][0]["text"] == f"shim {i}"
     assert closed(first) == 0 and closed(second) == 0
+
+
+def test_stdin_and_stdout_on_one_socket_are_relayed(daemon: Daemon) -> None:
+    """As ``socat EXEC:…`` or inetd start a program: one socket for both, which a reader and a writer
+    apart cannot share."""
+    ours, theirs = socket.socketpair()
+    shim = subprocess.Popen([SHIM, "mcp"], env=daemon.env.vars, cwd=daemon.env.project, stdin=theirs, stdout=theirs,
+                            stderr=subprocess.PIPE)
+    _started.append(shim)
+    theirs.close()
+    with ours, ours.makefile("rb") as answers:
+        ours.sendall(json.dumps(INITIALIZE).encode() + b"\n")
+        assert json.loads(answers.readline())["id"] == 1
+        for i in range(2, 5):  # each once the first is answered: after any hand-over
+            ours.sendall(call(i, "one socket"))
+            assert json.loads(answers.readline())["result"]["content"][0]["text"] == "one socket"
+        ours.shutdown(socket.SHUT_WR)
+        assert shim.wait(timeout=10) == 0
+
+
+def test_the_shims_descriptions_keep_their_flags(daemon: Daemon, tmp_path: Path) -> None:
+    """The daemon serves a pipe through a description of its own: the shim's stays blocking, for
+    whoever shares it (a wrapper that writes after the shim); a socket's flags are put back at the end."""
+    shim = spawn_shim(daemon.env)
+    initialized(shim)
+    assert handed_over(daemon, shim)
+    for fd in (0, 1):
+        flags = int(Path(f"/proc/{shim.pid}/fdinfo/{fd}").read_text().split("flags:")[1].split()[0], 8)
+        assert not flags & os.O_NONBLOCK, fd
+    assert closed(shim) == 0
+    # A socket's, as Node starts a child: the wrapper reads its stdout's flags after the shim.
+    ours, theirs = socket.socketpair()
+    wrapper = subprocess.Popen(
+        ["sh", "-c", f"{SHIM} mcp; grep '^flags' /proc/self/fdinfo/1"], env=daemon.env.vars, cwd=daemon.env.project,
+        stdin=subprocess.PIPE, stdout=theirs, stderr=subprocess.PIPE,
+    )
+    _started.append(wrapper)
+    theirs.close()
+    assert wrapper.stdin is not None
+    with ours, ours.makefile("rb") as answers:
+        wrapper.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+        wrapper.stdin.flush()
+        assert json.loads(answers.readline())["id"] == 1
+        wrapper.stdin.close()
+        assert wrapper.wait(timeout=10) == 0
+        flags = int(answers.read().split()[1], 8)
+    assert not flags & os.O_NONBLOCK
+
+
+def test_an_agent_that_closes_its_end_of_the_stdout_ends_the_shim_with_0(daemon: Daemon) -> None:
+    shim = spawn_shim(daemon.env)
+    initialized(shim)
+    assert shim.stdin is not None and shim.stdout is not None
+    shim.stdout.close()
+    try:
+        shim.stdin.write(call(2, "nobody reads this"))  # answered into a pipe nobody reads
+    except BrokenPipeError:
+        pass  # the daemon saw the stdout closed first, and ended the session
+    assert shim.wait(timeout=10) == 0
+    shim.stdin.close()
+
+
+def test_an_agents_own_handoff_through_a_relaying_shim_is_refused(daemon: Daemon) -> None:
+    shim = spawn_shim(daemon.env, "--relay")
+    initialized(shim)
+    assert shim.stdin is not None
+    shim.stdin.write(b'{"jsonrpc":"2.0","id":7,"method":"atomic/handoff"}\n' + call(8, "next"))
+    shim.stdin.flush()
+    refusal = read_line(shim)
+    assert refusal["id"] == 7 and "before the session's first MCP request" in refusal["error"]["message"]
+    assert read_line(shim)["result"]["content"][0]["text"] == "next"
+    assert closed(shim) == 0
 
 
 # -- a client that is no shim ----------------------------------------------------------------------
@@ -240,6 +326,28 @@ def test_descriptors_the_daemon_cannot_serve_are_refused_and_the_socket_goes_on(
         for fd in (read_end, write_end, afile):
             os.close(fd)
     wait_for(lambda: open_descriptors(daemon.pid) <= before, message="the daemon to close what it was sent")
+
+
+def test_descriptors_that_fail_at_their_first_read_end_the_session(daemon: Daemon) -> None:
+    """A listening socket passes as a stream socket; reading it fails at once: the session ends,
+    nothing of it is left in the daemon."""
+    with daemon.raw() as probe:
+        before = len(probe.result("atomic/status")["sessions"])
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    read_end, write_end = os.pipe()
+    try:
+        with daemon.raw() as raw:
+            assert "result" in ask_for_handoff(raw)
+            send_descriptors(raw, [listener.fileno(), write_end])
+            assert raw.recv()["params"] == {"state": "taken"}
+    finally:
+        for fd in (read_end, write_end):
+            os.close(fd)
+        listener.close()
+    with daemon.raw() as probe:
+        wait_for(lambda: len(probe.result("atomic/status")["sessions"]) <= before, message="the session to end")
 
 
 def test_a_handoff_with_a_request_in_flight_is_refused(daemon: Daemon) -> None:

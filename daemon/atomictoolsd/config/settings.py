@@ -144,8 +144,7 @@ class Config:
     )
     page_size: int = _setting(500, "Tools per tools/list page.", minimum=1)
     max_connections: int = _setting(
-        1000, "Most client connections at once (fewer when the open-file limit leaves less beside what workers need; a "
-        "shim that handed its stdin and stdout over counts three).", minimum=1
+        1000, "Most client connections at once (fewer when the open-file limit leaves less beside what workers need).", minimum=1
     )
     shutdown_grace: float = _setting(10.0, "Seconds calls in flight may finish when the daemon stops.", minimum=0)
     log_level: str = _setting("info", "Least severe level written to the log.", choices=DAEMON_LOG_LEVELS)

@@ -344,12 +344,16 @@ class Server:
     def connection_limit(self) -> tuple[int, int]:
         """(socket connections allowed now, the open-file soft limit): the limit is read each time,
         as ``prlimit`` may change it while the daemon runs."""
+        budget, soft = self._descriptor_budget()
+        return min(self.config.max_connections, budget), soft
+
+    def _descriptor_budget(self) -> tuple[int, int]:
+        """(descriptors the socket's clients may hold now, the open-file soft limit)."""
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
-            return self.config.max_connections, soft
+            return sys.maxsize, soft
         budget = max(0, soft - fd_reserve(soft))
-        lent = http_share(budget) if self.config.http else 0
-        return min(self.config.max_connections, budget - lent), soft
+        return budget - (http_share(budget) if self.config.http else 0), soft
 
     def http_connection_limit(self) -> int:
         """HTTP connections allowed now (open ones, before and after their token), their own share."""
@@ -370,7 +374,7 @@ class Server:
             return False
         if sock is not None:
             allowed, soft = self.connection_limit()
-            if self._descriptors_held() >= allowed:
+            if len(self._socket_sessions) >= allowed or self._descriptors_held() >= self._descriptor_budget()[0]:
                 self._refuse(transport, allowed, soft)
                 return False
             self._socket_sessions.add(session)
@@ -382,8 +386,8 @@ class Server:
         """Tell a connection past the limit why it is closed (rather than a reset it cannot explain)."""
         lent = f" and {http_share(max(0, soft - fd_reserve(soft)))} for HTTP" if self.config.http else ""
         message = (
-            f"Too many connections: {len(self._socket_sessions)} are open ({len(self._stdio_sessions)} holding a "
-            f"shim's stdin and stdout) and the daemon takes {allowed} "
+            f"Too many connections: {len(self._socket_sessions)} are open, holding {self._descriptors_held()} "
+            f"descriptors (a shim that handed over its stdin and stdout holds three), and the daemon takes {allowed} "
             f"(max_connections {self.config.max_connections}; open-file limit {soft}, of which "
             f"{fd_reserve(soft)} are kept for workers{lent}). Close idle clients, or raise "
             f"ATOMICTOOLS_MAX_CONNECTIONS or the open-file limit (ulimit -n) and restart the daemon"
@@ -408,9 +412,10 @@ class Server:
     def reserve_stdio(self, session: Session) -> str | None:
         """Count a shim's stdin and stdout for ``session`` (two descriptors more of the budget), or
         say why not: the budget has no room for them."""
-        allowed, soft = self.connection_limit()
-        if session not in self._stdio_sessions and self._descriptors_held() + 2 > allowed:
-            return f"the daemon's connections are at their limit ({allowed}; open-file limit {soft})"
+        budget, soft = self._descriptor_budget()
+        if session not in self._stdio_sessions and self._descriptors_held() + 2 >= budget:
+            # Not the last ones: a connection to come would find none left and be refused.
+            return f"the daemon's clients hold nearly all the descriptors it has for them (open-file limit {soft})"
         self._stdio_sessions.add(session)
         return None
 

@@ -101,6 +101,10 @@ def _cannot_take(connection: Connection, control: Any) -> str | None:
         return "this connection has handed its descriptors over already"
     if control is None or control.get_extra_info("socket") is None:
         return "only a Unix socket connection can hand over descriptors"
+    if connection.session.revision is not None:
+        # The shim asks right after its attach; a client that speaks MCP already is one the shim
+        # relays (an agent's own atomic/handoff), whose next bytes are its messages, not descriptors.
+        return "it comes before the session's first MCP request"
     if connection.session.busy() or connection.batched or connection.batch is not None or connection.unread():
         return "send it alone, with no other request in flight"
     return connection.server.reserve_stdio(connection.session)  # from here on, released unless taken
@@ -190,15 +194,11 @@ class _Receiving:
                 os.close(fd)
             self._give_back(None)
             return
-        why = _unfit(fds)
-        if why is not None:
-            for fd in fds:
-                os.close(fd)
-            self._give_back(why)
+        owned = _own(fds)
+        if isinstance(owned, str):
+            self._give_back(owned)
             return
-        for fd in fds:
-            os.set_inheritable(fd, False)  # where the flag could not come with them
-        task = self.loop.create_task(self._take(fds[0], fds[1]))
+        task = self.loop.create_task(self._take(*owned))
         task.add_done_callback(_log_failure)
 
     def _give_back(self, why: str | None) -> None:
@@ -212,22 +212,26 @@ class _Receiving:
             control.write(data)
         control.resume_reading()
 
-    async def _take(self, stdin: int, stdout: int) -> None:
+    async def _take(self, stdin: _Owned, stdout: _Owned) -> None:
+        """Serve the session on ``stdin`` and ``stdout``: the stdout first, so that nothing has been
+        read from the agent when the daemon cannot write to it."""
         loop = self.loop
         stdio = StdioTransport(self.connection, self.control)
-        stdin_protocol = _StdinProtocol(self.connection, stdio)
+        stdin_protocol = _StdinProtocol(self.connection, stdio, stdin)
         try:
-            reader, _ = await loop.connect_read_pipe(lambda: stdin_protocol, open(stdin, "rb", buffering=0))
+            writer, _ = await loop.connect_write_pipe(lambda: _StdoutProtocol(self.connection, stdio, stdout),
+                                                      open(stdout.fd, "wb", buffering=0))
         except OSError as exc:
-            os.close(stdout)
-            self._give_back(f"its stdin cannot be read: {exc}")
+            stdin.close()
+            stdout.restore()
+            self._give_back(f"its stdout cannot be written: {exc}")
             return
         try:
-            writer, _ = await loop.connect_write_pipe(lambda: _StdoutProtocol(self.connection, stdio),
-                                                      open(stdout, "wb", buffering=0))
+            reader, _ = await loop.connect_read_pipe(lambda: stdin_protocol, open(stdin.fd, "rb", buffering=0))
         except OSError as exc:
-            reader.close()
-            self._give_back(f"its stdout cannot be written: {exc}")
+            writer.abort()
+            stdin.restore()
+            self._give_back(f"its stdin cannot be read: {exc}")
             return
         if self.connection.transport is not self.held:  # the connection was closed meanwhile (forgotten)
             reader.close()
@@ -243,10 +247,73 @@ class _Receiving:
         stdin_protocol.start()
 
 
+class _Owned:
+    """One of the agent's descriptors as the daemon holds it. A pipe is opened again through
+    ``/proc``: a file description of the daemon's own, non-blocking whatever another holder of the
+    shim's does to its flags, and left as it was. A socket cannot be opened again: it is used as it
+    came, and the flags its description had are put back once the daemon is done with it."""
+
+    def __init__(self, fd: int, access: int) -> None:
+        self.keep = -1  # a socket's: a duplicate to restore its flags through, once closed
+        self.flags = 0
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode) and os.path.isdir("/proc/self/fd"):
+                self.fd = os.open(f"/proc/self/fd/{fd}", access | os.O_NONBLOCK | os.O_CLOEXEC)
+                os.close(fd)
+            else:
+                self.fd = fd
+                os.set_inheritable(fd, False)  # where the flag could not come with it
+                self.flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+                self.keep = os.dup(fd)
+        except OSError:
+            os.close(fd)
+            raise
+
+    def close(self) -> None:
+        """Not used after all."""
+        os.close(self.fd)
+        self.restore()
+
+    def restore(self) -> None:
+        """The daemon is done with it (its transport closed it)."""
+        if self.keep >= 0:
+            try:
+                fcntl.fcntl(self.keep, fcntl.F_SETFL, self.flags)
+            except OSError:
+                pass
+            os.close(self.keep)
+            self.keep = -1
+
+
+def _own(fds: list[int]) -> tuple[_Owned, _Owned] | str:
+    """The stdin and stdout the daemon serves, or why not (what came is closed then)."""
+    why = _unfit(fds)
+    owned: list[_Owned] = []
+    if why is None:
+        try:
+            owned.append(_Owned(fds[0], os.O_RDONLY))
+            owned.append(_Owned(fds[1], os.O_WRONLY))
+            return owned[0], owned[1]
+        except OSError as exc:
+            why = f"its {('stdin', 'stdout')[len(owned)]} cannot be opened: {exc}"
+            fds = fds[len(owned) + 1:]
+    for one in owned:
+        one.close()
+    for fd in fds:
+        os.close(fd)
+    return why
+
+
 def _unfit(fds: list[int]) -> str | None:
     """Why these are not a stdin and a stdout the daemon can serve, or None."""
     if len(fds) != 2:
         return f"{len(fds)} descriptor(s) came, not stdin and stdout"
+    try:
+        first, second = os.fstat(fds[0]), os.fstat(fds[1])
+    except OSError as exc:
+        return f"its descriptors cannot be read: {exc}"
+    if stat.S_ISSOCK(first.st_mode) and (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino):
+        return "its stdin and stdout are one socket, which a reader and a writer apart cannot share"
     for fd, name, modes in ((fds[0], "stdin", (os.O_RDONLY, os.O_RDWR)), (fds[1], "stdout", (os.O_WRONLY, os.O_RDWR))):
         try:
             mode = os.fstat(fd).st_mode
@@ -279,6 +346,8 @@ class StdioTransport:
         self.reader: Any = None
         self.writer: Any = None
         self.lost = False
+        self.reading_paused = False  # by the connection: the agent does not read its answers
+        self.closed_here = False  # the daemon closed it (the session's end, the daemon's stop)
 
     def attach(self, reader: Any, writer: Any) -> None:
         self.reader, self.writer = reader, writer
@@ -294,10 +363,12 @@ class StdioTransport:
         return default  # no socket: the control socket's end is the hang-up (``_ShimProtocol``)
 
     def pause_reading(self) -> None:
+        self.reading_paused = True
         if not self.reader.is_closing():
             self.reader.pause_reading()
 
     def resume_reading(self) -> None:
+        self.reading_paused = False
         if not self.reader.is_closing():
             self.reader.resume_reading()
 
@@ -307,6 +378,7 @@ class StdioTransport:
     def close(self) -> None:
         """Close after what is buffered has been written; ``done`` for the shim when the agent's stdin
         ended (the session's own end), none when the daemon ends it."""
+        self.closed_here = True
         self.reader.close()
         self.writer.close()  # its connection_lost, once written, ends the connection (lost)
         if self.connection.half_closed and not self.control.is_closing():
@@ -314,19 +386,24 @@ class StdioTransport:
         self.control.close()
 
     def abort(self) -> None:
+        self.closed_here = True
         self.reader.abort()
         self.writer.abort()
         self.control.abort()
 
-    def ended(self, exc: Exception | None) -> None:
-        """One side is gone (stdout closed or written out, the shim's socket closed): the connection's
-        end, once."""
+    def ended(self, exc: Exception | None, by_agent: bool = False) -> None:
+        """One side is gone (stdout closed or written out, stdin failed, the shim's socket closed):
+        the connection's end, once. ``by_agent``: the agent's side ended it (it closed its end of the
+        stdout): the shim is told ``done``, as for a closed stdin."""
         if self.lost:
             return
         self.lost = True
-        self.reader.close()
-        if not self.writer.is_closing():
-            self.writer.abort()  # the shim is gone: nothing more is written
+        if self.reader is not None:
+            self.reader.close()
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.abort()  # the shim or the agent is gone: nothing more is written
+        if by_agent and not self.control.is_closing():
+            self.control.write(_notice("done"))
         self.control.close()
         self.connection.connection_lost(exc)
 
@@ -335,9 +412,10 @@ class _StdinProtocol(asyncio.Protocol):
     """The agent's stdin. What comes before the connection writes to the stdout (the pipe transport
     starts reading as it is made) is kept, reading paused, and read once it does (``start``)."""
 
-    def __init__(self, connection: Connection, stdio: StdioTransport) -> None:
+    def __init__(self, connection: Connection, stdio: StdioTransport, owned: _Owned) -> None:
         self.connection = connection
         self.stdio = stdio
+        self.owned = owned
         self.transport: Any = None
         self.early: list[bytes] | None = []
         self.early_eof = False
@@ -360,7 +438,7 @@ class _StdinProtocol(asyncio.Protocol):
             self.connection.data_received(data)
         if self.early_eof:
             self.connection.eof_received()
-        elif not self.transport.is_closing():
+        elif not self.transport.is_closing() and not self.stdio.reading_paused:
             self.transport.resume_reading()
 
     def eof_received(self) -> bool:
@@ -371,14 +449,16 @@ class _StdinProtocol(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.owned.restore()
         if exc is not None:
-            self.stdio.ended(exc)
+            self.stdio.ended(exc, by_agent=True)
 
 
 class _StdoutProtocol(asyncio.BaseProtocol):
-    def __init__(self, connection: Connection, stdio: StdioTransport) -> None:
+    def __init__(self, connection: Connection, stdio: StdioTransport, owned: _Owned) -> None:
         self.connection = connection
         self.stdio = stdio
+        self.owned = owned
 
     def pause_writing(self) -> None:
         self.connection.pause_writing()
@@ -387,7 +467,8 @@ class _StdoutProtocol(asyncio.BaseProtocol):
         self.connection.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.stdio.ended(exc)
+        self.owned.restore()
+        self.stdio.ended(exc, by_agent=not self.stdio.closed_here)  # else: written out, once closed here
 
 
 class _ShimProtocol(asyncio.Protocol):
