@@ -196,8 +196,8 @@ def test_max_connections_counts_a_handed_over_session_once(env: Env, make_daemon
 
 
 def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
-    """A handed-over session holds three descriptors: with six for the socket's clients (an open-file
-    limit of 134, 128 kept for workers), the first shim hands over, and the second, for whom two
+    """A handed-over session counts five descriptors: with six for the socket's clients (an open-file
+    limit of 134, 128 kept for workers), the first shim hands over, and the second, for whom four
     more would leave none, relays; both are served."""
     env.write_tool(env.global_tools, "echo.py", ECHO)
     daemon = make_daemon()
@@ -214,6 +214,64 @@ def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None
         shim.stdin.flush()
         assert read_line(shim)["result"]["content"][0]["text"] == f"shim {i}"
     assert closed(first) == 0 and closed(second) == 0
+
+
+def test_socket_stdio_counts_five_descriptors(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
+    """Sockets for stdin and stdout, as Node starts a child: the daemon holds each and a copy of each
+    (to put its flags back). With eight descriptors for the socket's clients (an open-file limit of
+    136), the first shim hands over and the second relays."""
+    env.write_tool(env.global_tools, "echo.py", ECHO)
+    daemon = make_daemon()
+    resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (136, resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)[1]))
+    agents = []
+    for _ in range(2):
+        stdin_ours, stdin_theirs = socket.socketpair()
+        stdout_ours, stdout_theirs = socket.socketpair()
+        shim = subprocess.Popen([SHIM, "mcp"], env=env.vars, cwd=env.project, stdin=stdin_theirs, stdout=stdout_theirs,
+                                stderr=subprocess.PIPE)
+        _started.append(shim)
+        stdin_theirs.close()
+        stdout_theirs.close()
+        answers = stdout_ours.makefile("rb")
+        stdin_ours.sendall(json.dumps(INITIALIZE).encode() + b"\n")
+        assert json.loads(answers.readline())["id"] == 1
+        agents.append((shim, stdin_ours, stdout_ours, answers))
+    held = [holds_shims_stdin(daemon.pid, shim) for shim, _, _, _ in agents]
+    assert held == [True, False]
+    for shim, stdin_ours, stdout_ours, answers in agents:
+        stdin_ours.sendall(call(2, "socket stdio"))
+        assert json.loads(answers.readline())["result"]["content"][0]["text"] == "socket stdio"
+        stdin_ours.shutdown(socket.SHUT_WR)
+        assert shim.wait(timeout=10) == 0
+        answers.close()
+        stdin_ours.close()
+        stdout_ours.close()
+
+
+def holds_shims_stdin(pid: int, shim: subprocess.Popen[bytes]) -> bool:
+    """Whether process ``pid`` holds what the shim has for its stdin (a pipe's or a socket's end)."""
+    theirs = os.readlink(f"/proc/{shim.pid}/fd/0")
+    return any(os.readlink(f"/proc/{pid}/fd/{fd}") == theirs for fd in os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_an_agent_whose_stdout_is_already_closed_gets_a_shim_that_exits_0(daemon: Daemon) -> None:
+    """The agent's end of the stdout is gone before the hand-over: the daemon gives the connection
+    back (refused), never ends it before it was taken, and the shim, relaying into a closed pipe,
+    exits 0 as a relaying shim does."""
+    for _ in range(5):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        shim = subprocess.Popen([SHIM, "mcp"], env=daemon.env.vars, cwd=daemon.env.project, stdin=subprocess.PIPE,
+                                stdout=write_end, stderr=subprocess.PIPE)
+        _started.append(shim)
+        os.close(write_end)
+        assert shim.stdin is not None
+        try:
+            shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+            shim.stdin.flush()
+        except BrokenPipeError:
+            pass
+        assert shim.wait(timeout=10) == 0, shim.stderr.read() if shim.stderr else b""
 
 
 def test_stdin_and_stdout_on_one_socket_are_relayed(daemon: Daemon) -> None:
@@ -346,6 +404,26 @@ def test_descriptors_that_fail_at_their_first_read_end_the_session(daemon: Daemo
         for fd in (read_end, write_end):
             os.close(fd)
         listener.close()
+    with daemon.raw() as probe:
+        wait_for(lambda: len(probe.result("atomic/status")["sessions"]) <= before, message="the session to end")
+
+
+def test_a_stdout_whose_reader_is_gone_is_refused_never_ended_before_it_was_taken(daemon: Daemon) -> None:
+    with daemon.raw() as probe:
+        before = len(probe.result("atomic/status")["sessions"])
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    os.close(stdout_read)
+    try:
+        with daemon.raw() as raw:
+            assert "result" in ask_for_handoff(raw)
+            send_descriptors(raw, [stdin_read, stdout_write])
+            notice = raw.recv()
+            assert notice["params"]["state"] == "refused" and "stdout" in notice["params"]["why"]
+            assert "result" in raw.request("ping")
+    finally:
+        for fd in (stdin_read, stdin_write, stdout_write):
+            os.close(fd)
     with daemon.raw() as probe:
         wait_for(lambda: len(probe.result("atomic/status")["sessions"]) <= before, message="the session to end")
 

@@ -70,6 +70,11 @@ TOO_MANY_CONNECTIONS = -32000
 _GUARD_INTERVAL = 1.0  # seconds between checks that the socket and lock files are still ours
 
 
+# A session holding a shim's stdin and stdout holds this many descriptors more than its socket, at
+# most: the two, and for each that is a socket a copy kept to put its flags back (sessions.handoff).
+STDIO_DESCRIPTORS = 4
+
+
 def fd_reserve(soft_limit: int) -> int:
     """File descriptors kept from connections for workers' channels, the fork server and own files."""
     return max(128, soft_limit // 4)
@@ -386,8 +391,8 @@ class Server:
         """Tell a connection past the limit why it is closed (rather than a reset it cannot explain)."""
         lent = f" and {http_share(max(0, soft - fd_reserve(soft)))} for HTTP" if self.config.http else ""
         message = (
-            f"Too many connections: {len(self._socket_sessions)} are open, holding {self._descriptors_held()} "
-            f"descriptors (a shim that handed over its stdin and stdout holds three), and the daemon takes {allowed} "
+            f"Too many connections: {len(self._socket_sessions)} are open, holding up to {self._descriptors_held()} "
+            f"descriptors (a shim that handed over its stdin and stdout up to five), and the daemon takes {allowed} "
             f"(max_connections {self.config.max_connections}; open-file limit {soft}, of which "
             f"{fd_reserve(soft)} are kept for workers{lent}). Close idle clients, or raise "
             f"ATOMICTOOLS_MAX_CONNECTIONS or the open-file limit (ulimit -n) and restart the daemon"
@@ -406,14 +411,15 @@ class Server:
         self._stdio_sessions.discard(session)
 
     def _descriptors_held(self) -> int:
-        """Descriptors the socket sessions hold: one each, and a shim's stdin and stdout."""
-        return len(self._socket_sessions) + 2 * len(self._stdio_sessions)
+        """Descriptors the socket sessions hold, at most: one each, and for a shim's stdin and stdout
+        four more (each, and for a socket a copy kept to put its flags back)."""
+        return len(self._socket_sessions) + STDIO_DESCRIPTORS * len(self._stdio_sessions)
 
     def reserve_stdio(self, session: Session) -> str | None:
-        """Count a shim's stdin and stdout for ``session`` (two descriptors more of the budget), or
-        say why not: the budget has no room for them."""
+        """Count a shim's stdin and stdout for ``session`` (``STDIO_DESCRIPTORS`` more of the budget),
+        or say why not: the budget has no room for them."""
         budget, soft = self._descriptor_budget()
-        if session not in self._stdio_sessions and self._descriptors_held() + 2 >= budget:
+        if session not in self._stdio_sessions and self._descriptors_held() + STDIO_DESCRIPTORS >= budget:
             # Not the last ones: a connection to come would find none left and be refused.
             return f"the daemon's clients hold nearly all the descriptors it has for them (open-file limit {soft})"
         self._stdio_sessions.add(session)

@@ -201,8 +201,9 @@ class _Receiving:
         task = self.loop.create_task(self._take(*owned))
         task.add_done_callback(_log_failure)
 
-    def _give_back(self, why: str | None) -> None:
-        """Refused, or the shim went: the socket is the connection's transport again."""
+    def _give_back(self, why: str | None, read: bytes = b"") -> None:
+        """Refused, or the shim went: the socket is the connection's transport again. ``read``: what
+        was read from the agent's stdin meanwhile, handled first."""
         control, connection = self.control, self.connection
         connection.transport = control
         connection.server.release_stdio(connection.session)
@@ -210,32 +211,44 @@ class _Receiving:
             control.write(_notice("refused", why))
         for data in self.held.held:
             control.write(data)
+        if read:
+            connection.data_received(read)
         control.resume_reading()
 
     async def _take(self, stdin: _Owned, stdout: _Owned) -> None:
         """Serve the session on ``stdin`` and ``stdout``: the stdout first, so that nothing has been
-        read from the agent when the daemon cannot write to it."""
+        read from the agent when the daemon cannot write to it. Either may fail before it is taken
+        (the agent's end of the stdout already closed): the shim relays then, and finds it so."""
         loop = self.loop
         stdio = StdioTransport(self.connection, self.control)
         stdin_protocol = _StdinProtocol(self.connection, stdio, stdin)
         try:
+            # closefd=False: the pipe transport closes the descriptor; the file object only names it.
             writer, _ = await loop.connect_write_pipe(lambda: _StdoutProtocol(self.connection, stdio, stdout),
-                                                      open(stdout.fd, "wb", buffering=0))
+                                                      open(stdout.fd, "wb", buffering=0, closefd=False))
         except OSError as exc:
             stdin.close()
-            stdout.restore()
+            stdout.close()
             self._give_back(f"its stdout cannot be written: {exc}")
             return
         try:
-            reader, _ = await loop.connect_read_pipe(lambda: stdin_protocol, open(stdin.fd, "rb", buffering=0))
+            reader, _ = await loop.connect_read_pipe(lambda: stdin_protocol,
+                                                     open(stdin.fd, "rb", buffering=0, closefd=False))
         except OSError as exc:
             writer.abort()
-            stdin.restore()
+            stdin.close()
             self._give_back(f"its stdin cannot be read: {exc}")
             return
         if self.connection.transport is not self.held:  # the connection was closed meanwhile (forgotten)
             reader.close()
             writer.close()
+            return
+        if stdio.failed is not None:
+            reader.close()
+            writer.abort()
+            # What the stdin's transport read already is read no more by anyone else: handled here,
+            # before the shim relays the rest.
+            self._give_back(f"its {stdio.failed}", b"".join(stdin_protocol.early or ()))
             return
         stdio.attach(reader, writer)
         self.control.set_protocol(_ShimProtocol(stdio))
@@ -270,8 +283,11 @@ class _Owned:
             raise
 
     def close(self) -> None:
-        """Not used after all."""
-        os.close(self.fd)
+        """Not used after all (or its transport could not be made)."""
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
         self.restore()
 
     def restore(self) -> None:
@@ -345,12 +361,15 @@ class StdioTransport:
         self.control = control
         self.reader: Any = None
         self.writer: Any = None
+        self.taken = False  # attach: the connection reads and writes here
+        self.failed: str | None = None  # what ended a side before it was taken (``_take`` gives back)
         self.lost = False
         self.reading_paused = False  # by the connection: the agent does not read its answers
         self.closed_here = False  # the daemon closed it (the session's end, the daemon's stop)
 
     def attach(self, reader: Any, writer: Any) -> None:
         self.reader, self.writer = reader, writer
+        self.taken = True
         self.write = writer.write  # the call path's write: the pipe transport's own method
 
     def write(self, data: bytes) -> None:  # replaced in attach
@@ -391,16 +410,18 @@ class StdioTransport:
         self.writer.abort()
         self.control.abort()
 
-    def ended(self, exc: Exception | None, by_agent: bool = False) -> None:
+    def ended(self, exc: Exception | None, by_agent: bool = False, side: str = "") -> None:
         """One side is gone (stdout closed or written out, stdin failed, the shim's socket closed):
         the connection's end, once. ``by_agent``: the agent's side ended it (it closed its end of the
         stdout): the shim is told ``done``, as for a closed stdin."""
+        if not self.taken:  # the connection is not ours yet: _take gives it back
+            self.failed = self.failed or f"{'stdout' if side == 'stdout' else 'stdin'} ended at once: {exc}"
+            return
         if self.lost:
             return
         self.lost = True
-        if self.reader is not None:
-            self.reader.close()
-        if self.writer is not None and not self.writer.is_closing():
+        self.reader.close()
+        if not self.writer.is_closing():
             self.writer.abort()  # the shim or the agent is gone: nothing more is written
         if by_agent and not self.control.is_closing():
             self.control.write(_notice("done"))
@@ -451,7 +472,7 @@ class _StdinProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.owned.restore()
         if exc is not None:
-            self.stdio.ended(exc, by_agent=True)
+            self.stdio.ended(exc, by_agent=True, side="stdin")
 
 
 class _StdoutProtocol(asyncio.BaseProtocol):
@@ -468,7 +489,7 @@ class _StdoutProtocol(asyncio.BaseProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.owned.restore()
-        self.stdio.ended(exc, by_agent=not self.stdio.closed_here)  # else: written out, once closed here
+        self.stdio.ended(exc, by_agent=not self.stdio.closed_here, side="stdout")  # else: written out, once closed here
 
 
 class _ShimProtocol(asyncio.Protocol):

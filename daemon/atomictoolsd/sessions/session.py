@@ -171,6 +171,7 @@ class Session:
         self.server = server
         self.output = output  # where what it says goes (the socket's connection, HTTP's exchanges)
         self.id = next(_ids)
+        self.closed = False
         self.peer_pid: int | None = None
         self.project: Project = server.registry.base
         self.directory = ""
@@ -228,7 +229,11 @@ class Session:
         self._context = CallContext()
 
     def close(self) -> None:
-        """Its wire has closed: nobody is left to read an answer, so its calls and tasks stop."""
+        """Its wire has closed: nobody is left to read an answer, so its calls and tasks stop. Once:
+        its project is released once."""
+        if self.closed:
+            return
+        self.closed = True
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.cancel()

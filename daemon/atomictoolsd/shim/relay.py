@@ -287,6 +287,8 @@ class _Relay:
                 handed = self._hand_over()
                 if handed is not None:
                     return handed
+        except BrokenPipeError:
+            raise  # our stdout, written a line the daemon sent: the agent is gone (main)
         except OSError:
             pass  # the daemon is gone: the read below finds it so, and says so
         else:
