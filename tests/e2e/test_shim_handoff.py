@@ -12,6 +12,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -464,3 +465,41 @@ def test_a_raw_client_can_hand_over_a_pipe_pair(daemon: Daemon) -> None:
             agent_out.close()
             assert raw.recv()["params"] == {"state": "done"}
             assert agent_in.read() == b""  # the daemon closed its end of the stdout
+
+
+def test_a_shim_whose_agent_dies_before_the_daemon_answers_exits(env: Env) -> None:
+    """A daemon that never answers the attach (a listener that only accepts): the shim still sees its
+    parent, the agent, die, and exits."""
+    env.runtime_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(env.runtime_dir, 0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(env.socket))
+    listener.listen()
+    read_end, write_end = os.pipe()
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time; p = subprocess.Popen(sys.argv[1:], stdin=0, stdout=subprocess.PIPE);"
+         " print(p.pid, flush=True); time.sleep(120)", SHIM, "mcp", "--no-autostart"],
+        env=env.vars, cwd=env.project, stdin=read_end, stdout=subprocess.PIPE,
+    )
+    os.close(read_end)
+    shim: psutil.Process | None = None
+    try:
+        assert parent.stdout is not None
+        shim = psutil.Process(int(parent.stdout.readline()))
+        accepted, _ = listener.accept()  # the shim connected and waits for its attach's answer
+        parent.kill()
+        parent.wait()
+        shim.wait(timeout=10)  # raises TimeoutExpired when the shim outlives its agent
+        accepted.close()
+    finally:
+        os.close(write_end)
+        listener.close()
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+        if shim is not None and shim.is_running():
+            shim.kill()
+            shim.wait()

@@ -283,6 +283,7 @@ class _Relay:
         sock.setblocking(True)
         try:
             sock.sendall(self.first)
+            _thread.start_new_thread(self._watch_parent, ())  # the agent may die while the daemon answers
             if self.hand_over:
                 handed = self._hand_over()
                 if handed is not None:
@@ -293,7 +294,6 @@ class _Relay:
             pass  # the daemon is gone: the read below finds it so, and says so
         else:
             _thread.start_new_thread(self._copy_stdin, ())
-            _thread.start_new_thread(self._watch_parent, ())
         size = _PAGE
         while True:
             try:
@@ -331,7 +331,6 @@ class _Relay:
         if not self._next_line(_HANDOFF_NOTICE).startswith(_HANDOFF_NOTICE + b'taken"'):
             self._flush_pending()
             return None  # refused: the daemon reads the socket again
-        _thread.start_new_thread(self._watch_parent, ())
         ended = self.pending.find(_HANDOFF_NOTICE + b'done"') >= 0
         while not ended:
             try:
