@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import Daemon, Env, wait_for
+from helpers import Daemon, Env, RawConnection, wait_for
 from shim_helpers import SHIM
 
 ECHO = '''
@@ -194,6 +194,32 @@ def test_max_connections_counts_a_handed_over_session_once(env: Env, make_daemon
         initialized(shim)
         assert handed_over(daemon, shim)
     assert all(closed(shim) == 0 for shim in shims)
+
+
+def test_a_shim_whose_agent_reads_slowly_waits_for_every_answer_to_be_written(
+    env: Env, make_daemon,  # type: ignore[no-untyped-def]
+) -> None:
+    """The agent closed its stdin with answers larger than the pipe still unread: the session holds
+    on (counted: a second connection is refused) and the shim runs until the last byte is written,
+    then exits 0. An agent that stops reading when its server exits has every answer."""
+    env.write_tool(env.global_tools, "echo.py", ECHO)
+    daemon = make_daemon({"ATOMICTOOLS_MAX_CONNECTIONS": "1"})
+    shim = spawn_shim(env)
+    initialized(shim)
+    assert shim.stdin is not None and shim.stdout is not None
+    inode = pipe_inode(shim.stdin.fileno())
+    # Answers larger than a pipe holds (64 kB); requests that it does, read whole with the stdin's end.
+    texts = [str(i) * 30_000 for i in (2, 3, 4)]
+    for i, text in enumerate(texts, start=2):
+        shim.stdin.write(call(i, text))
+    shim.stdin.close()
+    wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the session to end its reading")
+    assert shim.poll() is None, "the shim exited with answers still unwritten"
+    with RawConnection(env.socket) as raw:
+        assert "Too many connections" in raw.recv()["error"]["message"]
+    answers = [json.loads(line) for line in shim.stdout.read().splitlines()]  # to the end: all written
+    assert [a["result"]["content"][0]["text"] for a in answers] == texts
+    assert shim.wait(timeout=10) == 0
 
 
 def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]

@@ -395,14 +395,12 @@ class StdioTransport:
         return bool(self.writer.is_closing())
 
     def close(self) -> None:
-        """Close after what is buffered has been written; ``done`` for the shim when the agent's stdin
-        ended (the session's own end), none when the daemon ends it."""
+        """Close after what is buffered has been written. The stdout's ``connection_lost``, once it is
+        written out, ends the connection (``ended``): the session is counted and the shim waits until
+        then, so that an agent which stops reading when its server exits has every answer."""
         self.closed_here = True
         self.reader.close()
-        self.writer.close()  # its connection_lost, once written, ends the connection (lost)
-        if self.connection.half_closed and not self.control.is_closing():
-            self.control.write(_notice("done"))
-        self.control.close()
+        self.writer.close()
 
     def abort(self) -> None:
         self.closed_here = True
@@ -412,8 +410,9 @@ class StdioTransport:
 
     def ended(self, exc: Exception | None, by_agent: bool = False, side: str = "") -> None:
         """One side is gone (stdout closed or written out, stdin failed, the shim's socket closed):
-        the connection's end, once. ``by_agent``: the agent's side ended it (it closed its end of the
-        stdout): the shim is told ``done``, as for a closed stdin."""
+        the connection's end, once. The shim is told ``done`` when the agent's side ended it
+        (``by_agent``: it closed its end of the stdout) or the session did, its stdin ended and every
+        answer written; not when the daemon stops (the shim exits 1 then)."""
         if not self.taken:  # the connection is not ours yet: _take gives it back
             self.failed = self.failed or f"{'stdout' if side == 'stdout' else 'stdin'} ended at once: {exc}"
             return
@@ -423,7 +422,8 @@ class StdioTransport:
         self.reader.close()
         if not self.writer.is_closing():
             self.writer.abort()  # the shim or the agent is gone: nothing more is written
-        if by_agent and not self.control.is_closing():
+        written_out = side == "stdout" and self.closed_here and exc is None and self.connection.half_closed
+        if (by_agent or written_out) and not self.control.is_closing():
             self.control.write(_notice("done"))
         self.control.close()
         self.connection.connection_lost(exc)

@@ -296,12 +296,7 @@ class _Relay:
             _thread.start_new_thread(self._copy_stdin, ())
         size = _PAGE
         while True:
-            try:
-                data = sock.recv(size)
-            except InterruptedError:
-                continue
-            except OSError:
-                data = b""
+            data = _recv(sock, size)
             if not data:
                 break
             size = _CHUNK if len(data) == size else _PAGE
@@ -333,12 +328,7 @@ class _Relay:
             return None  # refused: the daemon reads the socket again
         ended = self.pending.find(_HANDOFF_NOTICE + b'done"') >= 0
         while not ended:
-            try:
-                data = self.sock.recv(_PAGE)
-            except InterruptedError:
-                continue
-            except OSError:
-                data = b""
+            data = _recv(self.sock, _PAGE)
             if not data:
                 break
             self.pending += data
@@ -442,6 +432,15 @@ class _Relay:
                 self.before_attach = None
                 return bytes(out)
             out += line
+
+
+def _recv(sock: _socket.socket, size: int) -> bytes:
+    """Up to ``size`` bytes from the daemon; b"" once it closed the connection or the read failed.
+    (An interrupted read is retried by Python itself.)"""
+    try:
+        return sock.recv(size)
+    except OSError:
+        return b""
 
 
 def _write_all(fd: int, data: bytes) -> None:
