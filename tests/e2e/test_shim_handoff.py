@@ -222,6 +222,79 @@ def test_a_shim_whose_agent_reads_slowly_waits_for_every_answer_to_be_written(
     assert shim.wait(timeout=10) == 0
 
 
+def answers_left_unread(daemon: Daemon, shim: subprocess.Popen[bytes]) -> None:
+    """Calls whose answers a pipe cannot hold, then the stdin's end: once the session ended its
+    reading, the daemon is still writing them (the test reads none)."""
+    assert shim.stdin is not None
+    inode = pipe_inode(shim.stdin.fileno())
+    for i in (2, 3, 4):
+        shim.stdin.write(call(i, str(i) * 30_000))
+    shim.stdin.close()
+    wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the session to end its reading")
+
+
+def test_an_agent_that_stops_reading_midway_ends_the_shim_with_0(daemon: Daemon) -> None:
+    """The agent closed its stdin, then its end of the stdout with answers still being written: the
+    agent's doing, as a closed stdout always is, not a daemon that stopped."""
+    shim = spawn_shim(daemon.env)
+    initialized(shim)
+    answers_left_unread(daemon, shim)
+    assert shim.stdout is not None
+    shim.stdout.read(1000)
+    shim.stdout.close()
+    assert shim.wait(timeout=10) == 0
+    assert shim.stderr is not None and b"daemon" not in shim.stderr.read()
+
+
+def test_a_shim_killed_while_its_answers_are_written_leaves_nothing_held(daemon: Daemon) -> None:
+    """The shim's end is the session's, however far its answers got: the daemon lets go of the
+    agent's stdout and what it held for it, with the session that counted them."""
+    shim = spawn_shim(daemon.env)
+    initialized(shim)
+    assert shim.stdout is not None
+    inode = pipe_inode(shim.stdout.fileno())
+    answers_left_unread(daemon, shim)
+    assert holds_pipe(daemon.pid, inode)
+    shim.kill()
+    shim.wait()
+    wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the daemon to let go of the agent's stdout")
+
+
+SLOW = '''
+import time
+
+from atomictools import tool
+
+
+@tool
+def slow(seconds: float) -> str:
+    """Sleep, then say so."""
+    time.sleep(seconds)
+    return "slept"
+'''
+
+
+def test_a_daemon_that_stops_with_a_call_of_a_half_closed_session_running_says_so(
+    env: Env, make_daemon,  # type: ignore[no-untyped-def]
+) -> None:
+    """The agent closed its stdin with a call running, and the daemon stops before it ends: the
+    call is never answered, and the shim says the daemon stopped (exit 1), not that all is done."""
+    env.write_tool(env.global_tools, "slow.py", SLOW)
+    daemon = make_daemon({"ATOMICTOOLS_SHUTDOWN_GRACE": "0.2"})
+    shim = spawn_shim(env)
+    initialized(shim)
+    assert shim.stdin is not None and shim.stdout is not None and shim.stderr is not None
+    message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow", "arguments": {"seconds": 30}}}
+    shim.stdin.write(json.dumps(message).encode() + b"\n")
+    shim.stdin.close()
+    with daemon.raw() as probe:
+        wait_for(lambda: any(m["inflight"] for m in probe.result("atomic/status")["modules"]), message="the call to run")
+    daemon.stop()
+    assert shim.wait(timeout=10) == 1
+    assert shim.stdout.read() == b""
+    assert b"the daemon closed the connection" in shim.stderr.read()
+
+
 def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     """A handed-over session counts five descriptors: with six for the socket's clients (an open-file
     limit of 134, 128 kept for workers), the first shim hands over, and the second, for whom four

@@ -8,9 +8,10 @@ stdin and writes every line to that stdout. A call then goes agent → daemon �
 and two copies fewer than through a relay. The socket stays open as the shim's life:
 
 - the shim's end closing (the agent stopped it, or it saw the agent die) ends the session as a
-  client hanging up does: its calls are cancelled;
-- the daemon closes its end when the session ends, after a ``done`` line when the agent's stdin
-  ended (the shim exits 0), without one when the daemon stops (the shim says so and exits 1).
+  client hanging up does: its calls are cancelled, what is not yet written is dropped;
+- the daemon closes its end when the session ends: after a ``done`` line once every answer is
+  written when the agent's stdin ended, or at once when the agent closed its end of the stdout (the
+  shim exits 0); without one when the daemon stops (the shim says so and exits 1).
 
 The socket carries ``atomic/handoff`` notifications only, each ``{"state": …}``: ``taken`` once the
 descriptors are in use, ``refused`` (with ``why``) when they are not and the socket goes on as
@@ -366,6 +367,7 @@ class StdioTransport:
         self.lost = False
         self.reading_paused = False  # by the connection: the agent does not read its answers
         self.closed_here = False  # the daemon closed it (the session's end, the daemon's stop)
+        self.finished = False  # closed at the session's own end: its stdin ended, every call answered
 
     def attach(self, reader: Any, writer: Any) -> None:
         self.reader, self.writer = reader, writer
@@ -398,7 +400,11 @@ class StdioTransport:
         """Close after what is buffered has been written. The stdout's ``connection_lost``, once it is
         written out, ends the connection (``ended``): the session is counted and the shim waits until
         then, so that an agent which stops reading when its server exits has every answer."""
+        if self.closed_here:
+            return
         self.closed_here = True
+        # The session's own end (else the daemon stops, its calls cut short): the shim is told done.
+        self.finished = self.connection.half_closed and not self.connection.session.busy()
         self.reader.close()
         self.writer.close()
 
@@ -408,11 +414,12 @@ class StdioTransport:
         self.writer.abort()
         self.control.abort()
 
-    def ended(self, exc: Exception | None, by_agent: bool = False, side: str = "") -> None:
-        """One side is gone (stdout closed or written out, stdin failed, the shim's socket closed):
-        the connection's end, once. The shim is told ``done`` when the agent's side ended it
-        (``by_agent``: it closed its end of the stdout) or the session did, its stdin ended and every
-        answer written; not when the daemon stops (the shim exits 1 then)."""
+    def ended(self, exc: Exception | None, side: str = "") -> None:
+        """One side is gone (``side``: the stdout closed or written out, the stdin failed; "": the
+        shim's socket closed): the connection's end, once. The shim is told ``done`` when the agent
+        ended it (its end of the stdout closed, its stdin failed) or the session did (its stdin
+        ended, every call answered); not when the daemon stops (the shim says so and exits 1). The
+        shim's end stops the writing: the session is over, its answers wanted by no one."""
         if not self.taken:  # the connection is not ours yet: _take gives it back
             self.failed = self.failed or f"{'stdout' if side == 'stdout' else 'stdin'} ended at once: {exc}"
             return
@@ -420,10 +427,10 @@ class StdioTransport:
             return
         self.lost = True
         self.reader.close()
-        if not self.writer.is_closing():
-            self.writer.abort()  # the shim or the agent is gone: nothing more is written
-        written_out = side == "stdout" and self.closed_here and exc is None and self.connection.half_closed
-        if (by_agent or written_out) and not self.control.is_closing():
+        if side != "stdout":
+            self.writer.abort()  # closing or not: nothing more is written, nothing left held
+        by_agent = side == "stdin" or (side == "stdout" and (self.finished or not self.closed_here))
+        if by_agent and not self.control.is_closing():
             self.control.write(_notice("done"))
         self.control.close()
         self.connection.connection_lost(exc)
@@ -472,7 +479,7 @@ class _StdinProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.owned.restore()
         if exc is not None:
-            self.stdio.ended(exc, by_agent=True, side="stdin")
+            self.stdio.ended(exc, side="stdin")
 
 
 class _StdoutProtocol(asyncio.BaseProtocol):
@@ -489,7 +496,7 @@ class _StdoutProtocol(asyncio.BaseProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.owned.restore()
-        self.stdio.ended(exc, by_agent=not self.stdio.closed_here, side="stdout")  # else: written out, once closed here
+        self.stdio.ended(exc, side="stdout")
 
 
 class _ShimProtocol(asyncio.Protocol):
