@@ -295,6 +295,29 @@ def test_a_daemon_that_stops_with_a_call_of_a_half_closed_session_running_says_s
     assert b"the daemon closed the connection" in shim.stderr.read()
 
 
+@pytest.mark.parametrize("args", [(), ("--relay",)], ids=["handing-over", "relaying"])
+def test_a_shim_the_daemon_refuses_says_why_and_exits_1(
+    env: Env, make_daemon, args: tuple[str, ...],  # type: ignore[no-untyped-def]
+) -> None:
+    """Past ``max_connections`` the daemon answers a refusal and closes the connection, often before
+    the shim has sent its attach: the shim still reads the refusal, says it, and fails."""
+    env.write_tool(env.global_tools, "echo.py", ECHO)
+    make_daemon({"ATOMICTOOLS_MAX_CONNECTIONS": "1"})
+    with RawConnection(env.socket) as holder:
+        assert holder.result("atomic/status") is not None  # the one connection the daemon takes
+        for _ in range(8):
+            shim = spawn_shim(env, *args)
+            assert shim.stdin is not None and shim.stderr is not None
+            try:
+                shim.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+            except BrokenPipeError:
+                pass
+            assert shim.wait(timeout=10) == 1
+            said = shim.stderr.read().decode()
+            assert "the daemon refused the connection: Too many connections" in said, said
+            assert "stopped or restarted" not in said, said
+
+
 def test_past_the_descriptor_budget_a_shim_relays(env: Env, make_daemon) -> None:  # type: ignore[no-untyped-def]
     """A handed-over session counts five descriptors: with six for the socket's clients (an open-file
     limit of 134, 128 kept for workers), the first shim hands over, and the second, for whom four

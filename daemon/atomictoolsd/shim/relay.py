@@ -50,6 +50,7 @@ HANDOFF_ID = "atomictoolsd-shim-handoff"
 _HANDOFF_LINE = ('{"jsonrpc":"2.0","id":"' + HANDOFF_ID + '","method":"atomic/handoff"}\n').encode()
 _HANDOFF_ANSWER = b'{"jsonrpc":"2.0","id":"' + HANDOFF_ID.encode() + b'",'
 _HANDOFF_NOTICE = b'{"jsonrpc":"2.0","method":"atomic/handoff","params":{"state":"'
+_REFUSAL = b'{"jsonrpc":"2.0","id":null,"error":'  # a connection the daemon closes at once (too many)
 _S_IFMT, _S_IFIFO, _S_IFSOCK = 0o170000, 0o010000, 0o140000  # stat's, without its import
 
 # How much one read asks for: a chunk once a read filled the size asked, else a page (a request or
@@ -277,12 +278,13 @@ class _Relay:
         self.stdin_open = True
         self.parent = _PARENT
         self.parent_gone = False
+        self.refused = False  # the daemon refused the connection, and the shim said why
 
     def run(self) -> int:
         sock = self.sock
         sock.setblocking(True)
         try:
-            sock.sendall(self.first)
+            _send(sock, self.first)
             _thread.start_new_thread(self._watch_parent, ())  # the agent may die while the daemon answers
             if self.hand_over:
                 handed = self._hand_over()
@@ -306,6 +308,8 @@ class _Relay:
                 _write_all(1, data)
         if self.parent_gone:
             return 0  # the agent died without closing our stdin
+        if self.refused:
+            return 1
         if self.stdin_open:
             _say("the daemon closed the connection (it stopped or restarted); restart this MCP server")
             return 1
@@ -317,12 +321,12 @@ class _Relay:
         stdout). Raises OSError when the daemon goes."""
         self._next_line(_ATTACH_ANSWER)  # the attach is answered before stdin is read elsewhere
         self.before_attach = None
-        self.sock.sendall(_HANDOFF_LINE)
+        _send(self.sock, _HANDOFF_LINE)
         if not self._next_line(_HANDOFF_ANSWER).startswith(_HANDOFF_ANSWER + b'"result"'):
             self._flush_pending()
             return None  # a daemon that does not take descriptors, or not now
         fds = (0).to_bytes(4, sys.byteorder) + (1).to_bytes(4, sys.byteorder)
-        self.sock.sendmsg([b"\0"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+        _send(self.sock, b"\0", [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         if not self._next_line(_HANDOFF_NOTICE).startswith(_HANDOFF_NOTICE + b'taken"'):
             self._flush_pending()
             return None  # refused: the daemon reads the socket again
@@ -361,7 +365,7 @@ class _Relay:
                 if prefix != _ATTACH_ANSWER:
                     continue
             elif not line.startswith(prefix):
-                _write_all(1, line)
+                self._pass_on(line)
                 continue
             del buffer[:start]
             return line
@@ -431,7 +435,39 @@ class _Relay:
                 out += buffer[start:]
                 self.before_attach = None
                 return bytes(out)
+            self._note_refusal(line)
             out += line
+
+    def _pass_on(self, line: bytes) -> None:
+        """A line of the daemon's before the one the hand-over waits for: the agent's."""
+        self._note_refusal(line)
+        _write_all(1, line)
+
+    def _note_refusal(self, line: bytes) -> None:
+        """The daemon's error with no id, before the attach is answered, is its refusal of the
+        connection (it closes it next): said on stderr, where the agent's user looks, and passed on."""
+        if not line.startswith(_REFUSAL):
+            return
+        import json  # lazy: only a refused shim reads a message
+
+        try:
+            why = json.loads(line)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            why = line.decode(errors="replace").strip()
+        _say(f"the daemon refused the connection: {why}")
+        self.refused = True
+
+
+def _send(sock: _socket.socket, data: bytes, ancillary: list[tuple[int, int, bytes]] | None = None) -> None:
+    """Send all of ``data`` to the daemon. A connection it closed raises ConnectionResetError, never
+    BrokenPipeError, which stands for the agent's stdout (``main``)."""
+    try:
+        if ancillary is None:
+            sock.sendall(data)
+        else:
+            sock.sendmsg([data], ancillary)
+    except BrokenPipeError as exc:
+        raise ConnectionResetError(exc.errno, "the daemon closed the connection") from None
 
 
 def _recv(sock: _socket.socket, size: int) -> bytes:
