@@ -233,6 +233,28 @@ def answers_left_unread(daemon: Daemon, shim: subprocess.Popen[bytes]) -> None:
     wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the session to end its reading")
 
 
+def test_a_session_that_ended_says_nothing_more_while_its_answers_are_written(
+    env: Env, make_daemon,  # type: ignore[no-untyped-def]
+) -> None:
+    """Its stdin ended and every call answered, the session is over: a tool added while its answers
+    are still being written sends it no ``list_changed``."""
+    env.write_tool(env.global_tools, "echo.py", ECHO)
+    daemon = make_daemon()
+    shim = spawn_shim(env)
+    initialized(shim)
+    assert shim.stdin is not None
+    shim.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    answers_left_unread(daemon, shim)
+    env.write_tool(env.global_tools, "added_late.py", ECHO.replace("def echo", "def added_late"))
+    with daemon.raw() as probe:
+        wait_for(lambda: "added_late" in {t["name"] for t in probe.result("tools/list")["tools"]},
+                 message="the daemon to load the added tool")
+    assert shim.stdout is not None
+    lines = [json.loads(line) for line in shim.stdout.read().splitlines()]
+    assert [line.get("id") for line in lines] == [2, 3, 4], [line.get("method") for line in lines]
+    assert shim.wait(timeout=10) == 0
+
+
 def test_an_agent_that_stops_reading_midway_ends_the_shim_with_0(daemon: Daemon) -> None:
     """The agent closed its stdin, then its end of the stdout with answers still being written: the
     agent's doing, as a closed stdout always is, not a daemon that stopped."""

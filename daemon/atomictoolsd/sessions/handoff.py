@@ -348,6 +348,10 @@ def _unfit(fds: list[int]) -> str | None:
     return None
 
 
+def _ignored(data: bytes) -> None:
+    pass
+
+
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("taking a shim's stdio failed", exc_info=task.exception())
@@ -405,6 +409,7 @@ class StdioTransport:
         self.closed_here = True
         # The session's own end (else the daemon stops, its calls cut short): the shim is told done.
         self.finished = self.connection.half_closed and not self.connection.session.busy()
+        self.write = _ignored  # what the session says from here on (a list_changed) is for no one
         self.reader.close()
         self.writer.close()
 
