@@ -340,14 +340,14 @@ def test_a_trust_kept_before_content_was_followed_records_it_when_first_judged(w
     env = world.env
     (env.state_dir / "trusted-content.json").unlink()  # as an earlier version left the state
     daemon: Daemon = make_daemon(lowered_abi(env))
-    with daemon.client() as client:
+    with daemon.client() as client:  # attached throughout: the pull is seen as it lands
         assert call_probe(client, str(world.outside)) == "v1: wrote"
-    assert "recorded the content of" in daemon.stderr()
-    recorded = json.loads((env.state_dir / "trusted-content.json").read_text())["projects"]
-    assert set(recorded[str(env.project.resolve())]["seen"]) == {"probe.py", "_shared.py"}
-    world.push_from_other("v2")
-    git(env, env.project, "pull", "-q", "--ff-only")
-    wait_for(lambda: held(daemon, env), message="a later pull to be held")
+        assert "recorded the content of" in daemon.stderr()
+        recorded = json.loads((env.state_dir / "trusted-content.json").read_text())["projects"]
+        assert set(recorded[str(env.project.resolve())]["seen"]) == {"probe.py", "_shared.py"}
+        world.push_from_other("v2")
+        git(env, env.project, "pull", "-q", "--ff-only")
+        wait_for(lambda: held(daemon, env), message="a later pull to be held")
 
 
 @needs_sandbox
