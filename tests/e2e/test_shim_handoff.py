@@ -196,6 +196,20 @@ def test_max_connections_counts_a_handed_over_session_once(env: Env, make_daemon
     assert all(closed(shim) == 0 for shim in shims)
 
 
+def answers_left_unread(daemon: Daemon, shim: subprocess.Popen[bytes]) -> list[str]:
+    """Calls whose answers a pipe cannot hold (64 kB; the requests it does, read whole with the
+    stdin's end), then the stdin's end: once the session ended its reading, the daemon is still
+    writing them (the test reads none). The texts the answers carry, in order."""
+    assert shim.stdin is not None
+    inode = pipe_inode(shim.stdin.fileno())
+    texts = [str(i) * 30_000 for i in (2, 3, 4)]
+    for i, text in enumerate(texts, start=2):
+        shim.stdin.write(call(i, text))
+    shim.stdin.close()
+    wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the session to end its reading")
+    return texts
+
+
 def test_a_shim_whose_agent_reads_slowly_waits_for_every_answer_to_be_written(
     env: Env, make_daemon,  # type: ignore[no-untyped-def]
 ) -> None:
@@ -206,31 +220,14 @@ def test_a_shim_whose_agent_reads_slowly_waits_for_every_answer_to_be_written(
     daemon = make_daemon({"ATOMICTOOLS_MAX_CONNECTIONS": "1"})
     shim = spawn_shim(env)
     initialized(shim)
-    assert shim.stdin is not None and shim.stdout is not None
-    inode = pipe_inode(shim.stdin.fileno())
-    # Answers larger than a pipe holds (64 kB); requests that it does, read whole with the stdin's end.
-    texts = [str(i) * 30_000 for i in (2, 3, 4)]
-    for i, text in enumerate(texts, start=2):
-        shim.stdin.write(call(i, text))
-    shim.stdin.close()
-    wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the session to end its reading")
+    assert shim.stdout is not None
+    texts = answers_left_unread(daemon, shim)
     assert shim.poll() is None, "the shim exited with answers still unwritten"
     with RawConnection(env.socket) as raw:
         assert "Too many connections" in raw.recv()["error"]["message"]
     answers = [json.loads(line) for line in shim.stdout.read().splitlines()]  # to the end: all written
     assert [a["result"]["content"][0]["text"] for a in answers] == texts
     assert shim.wait(timeout=10) == 0
-
-
-def answers_left_unread(daemon: Daemon, shim: subprocess.Popen[bytes]) -> None:
-    """Calls whose answers a pipe cannot hold, then the stdin's end: once the session ended its
-    reading, the daemon is still writing them (the test reads none)."""
-    assert shim.stdin is not None
-    inode = pipe_inode(shim.stdin.fileno())
-    for i in (2, 3, 4):
-        shim.stdin.write(call(i, str(i) * 30_000))
-    shim.stdin.close()
-    wait_for(lambda: not holds_pipe(daemon.pid, inode), message="the session to end its reading")
 
 
 def test_a_session_that_ended_says_nothing_more_while_its_answers_are_written(
